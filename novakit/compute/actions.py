@@ -1,0 +1,208 @@
+"""The audit trail: instance actions, their events, and instance faults.
+
+Nova's rules, kept here and nowhere else:
+
+* one action per (instance, request id, action name); a retry of the same
+  request reuses it;
+* an event has a start, a finish and a result; a failed event marks its
+  action's message ``Error``;
+* a fault keeps a code, a message of at most 255 characters and, for
+  internal errors only, the traceback in ``details``. An internal error is
+  any exception that is not a ``NovakitError``: its message is just the
+  exception's class name, because its text may carry anything; the text
+  and traceback go to ``details``, which only admins see.
+
+Callers never write these rows inline: they use ``instance_event`` (a context
+manager), ``wrap_instance_event`` (a decorator), or hand over the events a
+compute host returned with ``record_host_events``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.compute.faults import _truncate, fault_from_exception, fault_is_internal
+from novakit.compute.messages import Event, Fault
+from novakit.context import RequestContext
+from novakit.db.engine import Database
+from novakit.db.models import InstanceAction, InstanceActionEvent, InstanceFault, utcnow
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+def fault_view(fault: InstanceFault, ctx: RequestContext) -> dict[str, Any]:
+    """A fault as a caller may see it: details of internal errors are admin-only."""
+    view: dict[str, Any] = {"code": fault.code, "message": fault.message, "created": fault.created_at}
+    if fault.host:
+        view["host"] = fault.host
+    if fault.details and (ctx.is_admin or not fault_is_internal(fault.details)):
+        view["details"] = fault.details
+    return view
+
+
+# --- actions -----------------------------------------------------------------------
+
+
+def action_start(session: Session, ctx: RequestContext, instance_uuid: str, action: str) -> InstanceAction:
+    existing = session.execute(
+        select(InstanceAction).where(
+            InstanceAction.instance_uuid == instance_uuid,
+            InstanceAction.request_id == ctx.request_id,
+            InstanceAction.action == action,
+        )
+    ).scalar_one_or_none()
+    if existing is not None:
+        return existing
+    row = InstanceAction(
+        action=action,
+        instance_uuid=instance_uuid,
+        request_id=ctx.request_id,
+        user_id=ctx.user_id,
+        project_id=ctx.project_id,
+        start_time=utcnow(),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def action_finish(session: Session, ctx: RequestContext, instance_uuid: str, action: str | None = None) -> None:
+    stmt = update(InstanceAction).where(
+        InstanceAction.instance_uuid == instance_uuid, InstanceAction.request_id == ctx.request_id
+    )
+    if action:
+        stmt = stmt.where(InstanceAction.action == action)
+    session.execute(stmt.values(finish_time=utcnow()).execution_options(synchronize_session=False))
+
+
+def _action_for(session: Session, ctx: RequestContext, instance_uuid: str) -> InstanceAction:
+    row = session.execute(
+        select(InstanceAction)
+        .where(InstanceAction.instance_uuid == instance_uuid, InstanceAction.request_id == ctx.request_id)
+        .order_by(InstanceAction.id.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    if row is None:
+        raise exceptions.NotFound(
+            f"No action for instance {instance_uuid} in request {ctx.request_id}: "
+            "an event needs its action recorded first"
+        )
+    return row
+
+
+def _add_event(session: Session, action: InstanceAction, event: Event) -> InstanceActionEvent:
+    row = InstanceActionEvent(
+        event=event.event,
+        action_id=action.id,
+        start_time=event.start_time.replace(tzinfo=None),
+        finish_time=event.finish_time.replace(tzinfo=None) if event.finish_time else None,
+        result=event.result,
+        traceback=event.traceback,
+        host=event.host,
+        details=event.details,
+    )
+    session.add(row)
+    if event.result == "Error":
+        action.message = "Error"
+    session.flush()
+    return row
+
+
+def record_host_events(session: Session, ctx: RequestContext, instance_uuid: str, events: list[Event]) -> None:
+    """Store the events a compute host returned, with the host's own times."""
+    if not events:
+        return
+    action = _action_for(session, ctx, instance_uuid)
+    for event in events:
+        _add_event(session, action, event)
+
+
+def record_fault(session: Session, instance_uuid: str, fault: Fault) -> InstanceFault:
+    row = InstanceFault(
+        instance_uuid=instance_uuid,
+        code=fault.code,
+        message=_truncate(fault.message),
+        details=fault.details,
+        host=fault.host,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+@contextmanager
+def instance_event(
+    db: Database,
+    ctx: RequestContext,
+    instance_uuid: str,
+    event_name: str,
+    host: str | None = None,
+    *,
+    fault_on_error: bool = True,
+) -> Iterator[dict[str, Any]]:
+    """Record ``event_name`` around a block: start, finish, result; a fault if it raises.
+
+    The block may put text for the event's ``details`` into the yielded dict.
+    The exception is re-raised after it is recorded.
+    """
+    start = utcnow()
+    extra: dict[str, Any] = {}
+    try:
+        yield extra
+    except BaseException as exc:
+        fault = fault_from_exception(exc, host)
+        event = Event(
+            event=event_name,
+            start_time=start,
+            finish_time=utcnow(),
+            result="Error",
+            host=host,
+            details=extra.get("details"),
+            traceback=fault.details if fault_is_internal(fault.details) else None,
+        )
+
+        def write(session: Session) -> None:
+            _add_event(session, _action_for(session, ctx, instance_uuid), event)
+            if fault_on_error:
+                record_fault(session, instance_uuid, fault)
+
+        db.run_in_transaction(write)
+        raise
+    event = Event(
+        event=event_name,
+        start_time=start,
+        finish_time=utcnow(),
+        result="Success",
+        host=host,
+        details=extra.get("details"),
+    )
+    db.run_in_transaction(lambda s: _add_event(s, _action_for(s, ctx, instance_uuid), event))
+
+
+def wrap_instance_event(event_name: str) -> Callable[[F], F]:
+    """Decorator for methods ``(self, ctx, instance_uuid, ...)`` whose ``self.db`` is a Database."""
+
+    def decorator(fn: F) -> F:
+        @functools.wraps(fn)
+        def inner(self: Any, ctx: RequestContext, instance_uuid: str, *args: Any, **kwargs: Any) -> Any:
+            with instance_event(self.db, ctx, instance_uuid, event_name, getattr(self, "host", None)):
+                return fn(self, ctx, instance_uuid, *args, **kwargs)
+
+        return inner  # type: ignore[return-value]
+
+    return decorator
+
+
+def list_actions(session: Session, instance_uuid: str) -> list[InstanceAction]:
+    stmt = (
+        select(InstanceAction)
+        .where(InstanceAction.instance_uuid == instance_uuid)
+        .order_by(InstanceAction.start_time, InstanceAction.id)
+    )
+    return list(session.execute(stmt).scalars())

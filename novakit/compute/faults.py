@@ -1,0 +1,50 @@
+"""Faults shaped from exceptions, as Nova's exception_to_dict does.
+
+Kept apart from the audit trail's writers because compute hosts shape faults
+too and must not import the database layer.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback as tb
+
+from novakit import exceptions
+from novakit.compute.messages import Fault
+
+MAX_MESSAGE = 255
+TRACEBACK_PREFIX = "Traceback (most recent call last)"
+
+
+def fault_from_exception(exc: BaseException, host: str | None = None) -> Fault:
+    """Turn an exception into a fault the way Nova's exception_to_dict does."""
+    if isinstance(exc, exceptions.NovakitError):
+        code, message = exc.code, exc.format_message()
+        details = None
+        explanation = getattr(exc, "explanation", None)
+        if explanation:
+            details = json.dumps(explanation, indent=1, sort_keys=True, default=str)
+        elif code == 500:
+            details = "".join(tb.format_exception(exc))
+    else:
+        # Internal error: the text may carry anything, so only admins see it.
+        code, message = 500, exc.__class__.__name__
+        details = "".join(tb.format_exception(exc))
+    return Fault(
+        code=code,
+        message=_truncate(message),
+        exception_class=exc.__class__.__name__,
+        details=details,
+        host=host,
+        reschedule=not isinstance(exc, exceptions.BuildAbortError | exceptions.Invalid),
+    )
+
+
+def _truncate(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
+
+
+def fault_is_internal(details: str | None) -> bool:
+    return bool(details) and details.startswith(TRACEBACK_PREFIX)  # type: ignore[union-attr]
+
+

@@ -1,0 +1,98 @@
+"""Flavors: the sizes servers are booted with. Only admins may change them."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.compute import schemas
+from novakit.context import RequestContext
+from novakit.db.engine import Database
+from novakit.db.models import Flavor, Instance
+
+
+def _require_admin(ctx: RequestContext, action: str) -> None:
+    if not ctx.is_admin:
+        raise exceptions.PolicyNotAuthorized(action=action)
+
+
+def view(f: Flavor) -> dict[str, Any]:
+    return {
+        "id": f.flavorid,
+        "name": f.name,
+        "vcpus": f.vcpus,
+        "ram": f.memory_mb,
+        "disk": f.root_gb,
+        "ephemeral": f.ephemeral_gb,
+        "swap": f.swap,
+        "extra_specs": dict(f.extra_specs or {}),
+        "is_public": f.is_public,
+        "description": f.description,
+    }
+
+
+def get(session: Session, ref: str) -> Flavor:
+    row = session.execute(
+        select(Flavor).where(or_(Flavor.flavorid == ref, Flavor.name == ref), Flavor.disabled.is_(False))
+    ).scalar_one_or_none()
+    if row is None:
+        raise exceptions.FlavorNotFound(flavor_id=ref)
+    return row
+
+
+def create(db: Database, ctx: RequestContext, data: dict[str, Any]) -> dict[str, Any]:
+    _require_admin(ctx, "flavor create")
+    req = schemas.parse(schemas.FlavorCreate, data)
+
+    def write(session: Session) -> dict[str, Any]:
+        flavorid = req.flavorid or str(uuidlib.uuid4())
+        clash = session.execute(
+            select(Flavor).where(or_(Flavor.name == req.name, Flavor.flavorid == flavorid))
+        ).scalar_one_or_none()
+        if clash is not None:
+            raise exceptions.Conflict(reason=f"a flavor named {req.name!r} or with id {flavorid!r} exists")
+        row = Flavor(flavorid=flavorid, **req.model_dump(exclude={"flavorid"}))
+        session.add(row)
+        session.flush()
+        return view(row)
+
+    return db.run_in_transaction(write)
+
+
+def list_flavors(db: Database) -> list[dict[str, Any]]:
+    with db.reader() as session:
+        rows = session.execute(select(Flavor).where(Flavor.disabled.is_(False)).order_by(Flavor.memory_mb))
+        return [view(f) for f in rows.scalars()]
+
+
+def delete(db: Database, ctx: RequestContext, ref: str) -> None:
+    """Delete a flavor; servers keep their own copy of it, as in Nova."""
+    _require_admin(ctx, "flavor delete")
+
+    def write(session: Session) -> None:
+        session.delete(get(session, ref))
+
+    db.run_in_transaction(write)
+
+
+def snapshot(f: Flavor) -> dict[str, Any]:
+    """What an instance keeps of its flavor."""
+    return {
+        "flavorid": f.flavorid,
+        "name": f.name,
+        "vcpus": f.vcpus,
+        "memory_mb": f.memory_mb,
+        "root_gb": f.root_gb,
+        "ephemeral_gb": f.ephemeral_gb,
+        "swap": f.swap,
+        "extra_specs": dict(f.extra_specs or {}),
+    }
+
+
+def in_use(session: Session, flavor: Flavor) -> int:
+    rows = session.execute(select(Instance.id).where(Instance.instance_type_id == flavor.id, Instance.deleted == 0))
+    return len(rows.all())

@@ -1,0 +1,238 @@
+"""The compute side: builds and lifecycle operations on one host, through its driver.
+
+This is what runs on a compute host, reached in-process, over SSH
+(``python -m novakit.compute``) or by the Ansible ``compute`` module. It takes
+a ``ComputeRequest`` and returns a ``ComputeResult``: what happened to each
+instance, with events and their times, the power state it ended in, and a
+fault if it failed. It never opens the database (a test checks its imports):
+the conductor on the controller records the result.
+
+A build goes through Nova's task states (networking -> block_device_mapping
+-> spawning) and reports "Took N seconds to spawn / to build" as Nova logs.
+At most ``max_concurrent_builds`` builds run at once on a host.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+from novakit import exceptions
+from novakit.compute.messages import (
+    ComputeRequest,
+    ComputeResult,
+    Event,
+    Fault,
+    InstanceResult,
+    InstanceSpec,
+)
+from novakit.compute.states import PowerState, TaskState
+from novakit.virt.driver import ComputeDriver
+
+LOG = logging.getLogger(__name__)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def _fault(exc: BaseException, host: str) -> Fault:
+    # Imported here: actions.py is the one place faults are shaped, but it
+    # imports the database layer, which the compute side must not load.
+    from novakit.compute.faults import fault_from_exception
+
+    return fault_from_exception(exc, host)
+
+
+class _Recorder:
+    """Collects the events of one instance's operation as the host saw them."""
+
+    def __init__(self, host: str, uuid: str) -> None:
+        self.result = InstanceResult(uuid=uuid, ok=False)
+        self.host = host
+
+    @contextmanager
+    def event(self, name: str) -> Iterator[None]:
+        ev = Event(event=name, start_time=_now(), host=self.host)
+        self.result.events.append(ev)
+        try:
+            yield
+        except BaseException as exc:
+            ev.finish_time = _now()
+            ev.result = "Error"
+            fault = _fault(exc, self.host)
+            if fault.details and fault.details.startswith("Traceback"):
+                ev.traceback = fault.details
+            self.result.fault = fault
+            raise
+        ev.finish_time = _now()
+        ev.result = "Success"
+
+    def task(self, state: TaskState) -> None:
+        self.result.task_states.append(state.value)
+
+
+# operation -> (event name as Nova records it, driver call, power state expected after)
+_LIFECYCLE: dict[str, tuple[str, Callable[[ComputeDriver, InstanceSpec, dict[str, Any]], None]]] = {
+    "stop": (
+        "compute_stop_instance",
+        lambda d, i, o: d.power_off(i, timeout=float(o.get("timeout", 60))),
+    ),
+    "start": ("compute_start_instance", lambda d, i, o: d.power_on(i)),
+    "reboot": ("compute_reboot_instance", lambda d, i, o: d.reboot(i, str(o.get("reboot_type", "SOFT")))),
+    "pause": ("compute_pause_instance", lambda d, i, o: d.pause(i)),
+    "unpause": ("compute_unpause_instance", lambda d, i, o: d.unpause(i)),
+    "suspend": ("compute_suspend_instance", lambda d, i, o: d.suspend(i)),
+    "resume": ("compute_resume_instance", lambda d, i, o: d.resume(i)),
+}
+
+
+class ComputeManager:
+    """One host's compute service; stateless between requests except the driver."""
+
+    def __init__(self, host: str, driver: ComputeDriver, max_concurrent_builds: int = 10) -> None:
+        self.host = host
+        self.driver = driver
+        self.max_concurrent_builds = max(1, max_concurrent_builds)
+        self._build_slots = threading.BoundedSemaphore(self.max_concurrent_builds)
+        self.driver.init_host()
+
+    # --- entry point ------------------------------------------------------------
+
+    def handle(self, request: ComputeRequest) -> ComputeResult:
+        """Run one request; never raises for a per-instance failure."""
+        result = ComputeResult(request_id=request.request_id, host=self.host, operation=request.operation)
+        op = request.operation
+        try:
+            if op == "build":
+                result.results = self._run_batch(self.build_and_run_instance, request)
+                result.resources = self.driver.get_available_resource()
+            elif op == "rebuild":
+                result.results = [self.rebuild_instance(i, request.options) for i in request.instances]
+                result.resources = self.driver.get_available_resource()
+            elif op == "destroy":
+                result.results = [self.terminate_instance(i) for i in request.instances]
+            elif op in _LIFECYCLE:
+                result.results = [self.lifecycle(op, i, request.options) for i in request.instances]
+            elif op == "get_info":
+                result.results = [self.get_info(i) for i in request.instances]
+            elif op == "list_instances":
+                result.instances_on_host = {k: int(v) for k, v in self.driver.list_instances().items()}
+            elif op == "get_available_resource":
+                result.resources = self.driver.get_available_resource()
+                result.instances_on_host = {k: int(v) for k, v in self.driver.list_instances().items()}
+            elif op == "console_output":
+                result.results = [
+                    InstanceResult(uuid=i.uuid, ok=True, console=self.driver.get_console_output(i))
+                    for i in request.instances
+                ]
+        except Exception as exc:  # the host itself is unusable (driver down, ...)
+            LOG.exception("request %s failed on %s", request.request_id, self.host)
+            fault = _fault(exc, self.host)
+            fault.reschedule = True
+            result.error = fault
+            done = {r.uuid for r in result.results if r.ok}
+            result.results = [r for r in result.results if r.ok] + [
+                InstanceResult(uuid=i.uuid, ok=False, fault=fault) for i in request.instances if i.uuid not in done
+            ]
+        return result
+
+    def _run_batch(
+        self, fn: Callable[[InstanceSpec, dict[str, Any]], InstanceResult], request: ComputeRequest
+    ) -> list[InstanceResult]:
+        if len(request.instances) <= 1:
+            return [fn(i, request.options) for i in request.instances]
+        with ThreadPoolExecutor(max_workers=self.max_concurrent_builds) as pool:
+            return list(pool.map(lambda i: fn(i, request.options), request.instances))
+
+    # --- builds -----------------------------------------------------------------
+
+    def build_and_run_instance(self, instance: InstanceSpec, options: dict[str, Any] | None = None) -> InstanceResult:
+        rec = _Recorder(self.host, instance.uuid)
+        start = time.monotonic()
+        with self._build_slots:
+            try:
+                with rec.event("compute__do_build_and_run_instance"):
+                    rec.task(TaskState.NETWORKING)
+                    rec.task(TaskState.BLOCK_DEVICE_MAPPING)
+                    rec.task(TaskState.SPAWNING)
+                    spawn_start = time.monotonic()
+                    self.driver.spawn(instance)
+                    rec.result.timings["spawn"] = round(time.monotonic() - spawn_start, 3)
+                    LOG.info("Took %.2f seconds to spawn the instance on the hypervisor.", rec.result.timings["spawn"])
+            except Exception as exc:
+                LOG.info("Build of %s failed on %s: %s", instance.uuid, self.host, exc.__class__.__name__)
+                return rec.result
+        rec.result.timings["build"] = round(time.monotonic() - start, 3)
+        LOG.info("Took %.2f seconds to build instance.", rec.result.timings["build"])
+        rec.result.ok = True
+        self._observe(instance, rec.result)
+        return rec.result
+
+    def rebuild_instance(self, instance: InstanceSpec, options: dict[str, Any]) -> InstanceResult:
+        rec = _Recorder(self.host, instance.uuid)
+        try:
+            with rec.event("compute_rebuild_instance"):
+                rec.task(TaskState.REBUILDING)
+                self.driver.destroy(instance)
+                rec.task(TaskState.REBUILD_BLOCK_DEVICE_MAPPING)
+                rec.task(TaskState.REBUILD_SPAWNING)
+                self.driver.spawn(instance)
+                if instance.preserve_power_off:
+                    self.driver.power_off(instance, timeout=0)
+        except Exception:
+            return rec.result
+        rec.result.ok = True
+        self._observe(instance, rec.result)
+        return rec.result
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    def lifecycle(self, op: str, instance: InstanceSpec, options: dict[str, Any]) -> InstanceResult:
+        event_name, call = _LIFECYCLE[op]
+        rec = _Recorder(self.host, instance.uuid)
+        try:
+            with rec.event(event_name):
+                call(self.driver, instance, options)
+        except Exception:
+            self._observe(instance, rec.result, quiet=True)
+            return rec.result
+        rec.result.ok = True
+        self._observe(instance, rec.result)
+        return rec.result
+
+    def terminate_instance(self, instance: InstanceSpec) -> InstanceResult:
+        rec = _Recorder(self.host, instance.uuid)
+        try:
+            with rec.event("compute_terminate_instance"):
+                self.driver.destroy(instance)
+        except Exception:
+            return rec.result
+        rec.result.ok = True
+        rec.result.power_state = int(PowerState.NOSTATE)
+        return rec.result
+
+    def get_info(self, instance: InstanceSpec) -> InstanceResult:
+        res = InstanceResult(uuid=instance.uuid, ok=True)
+        try:
+            res.power_state = int(self.driver.get_info(instance).state)
+        except exceptions.InstanceNotFound as exc:
+            res.ok = False
+            res.power_state = int(PowerState.NOSTATE)
+            res.fault = _fault(exc, self.host)
+        return res
+
+    def _observe(self, instance: InstanceSpec, res: InstanceResult, quiet: bool = False) -> None:
+        """Record what the hypervisor now says about the guest."""
+        try:
+            res.power_state = int(self.driver.get_info(instance).state)
+            res.addresses = self.driver.get_interface_addresses(instance)
+        except Exception:
+            if not quiet:
+                raise

@@ -1,0 +1,180 @@
+"""The JSON that crosses between the controller and a compute host.
+
+These models are the whole contract of the compute side: the conductor sends a
+``ComputeRequest`` and gets a ``ComputeResult`` back, whether the host is
+reached in-process, over SSH (``python -m novakit.compute``), or by the Ansible
+``compute`` module. A compute host never sees the database, so everything it
+needs to build an instance travels in ``InstanceSpec``.
+
+Secrets (``admin_password``, ``user_data``) are ``SecretStr``: they serialise
+as ``**********`` unless the sender asks for them explicitly with
+``to_wire()``, so they cannot leak through a log line or a repr.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+Operation = Literal[
+    "build",
+    "destroy",
+    "stop",
+    "start",
+    "reboot",
+    "pause",
+    "unpause",
+    "suspend",
+    "resume",
+    "rebuild",
+    "get_info",
+    "list_instances",
+    "get_available_resource",
+    "console_output",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FlavorSpec(_Model):
+    name: str
+    vcpus: int
+    memory_mb: int
+    root_gb: int
+    ephemeral_gb: int = 0
+    swap: int = 0  # MiB, as Nova's flavors
+    extra_specs: dict[str, str] = Field(default_factory=dict)
+
+
+class ImageSpec(_Model):
+    id: str
+    name: str = ""
+    disk_format: str = "qcow2"
+    container_format: str = "bare"
+    # sha256 of the image file, checked by the host's image cache.
+    checksum: str | None = None
+    # A path on the compute host or a file:// URL.
+    location: str = ""
+    size: int = 0
+    min_disk: int = 0
+    min_ram: int = 0
+    properties: dict[str, str] = Field(default_factory=dict)
+
+
+class NetworkSpec(_Model):
+    # "network": a libvirt network by name; "bridge": a host bridge;
+    # "user": QEMU user-mode networking (session connections).
+    type: Literal["network", "bridge", "user"] = "user"
+    source: str = ""
+    mac: str | None = None
+
+
+class InstanceSpec(_Model):
+    """What a host needs to build or act on one instance."""
+
+    uuid: str
+    name: str
+    hostname: str
+    project_id: str
+    user_id: str
+    flavor: FlavorSpec
+    image: ImageSpec
+    kernel: ImageSpec | None = None
+    ramdisk: ImageSpec | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+    user_data: SecretStr | None = None  # base64, as the API received it
+    admin_password: SecretStr | None = None
+    config_drive: bool = True
+    networks: list[NetworkSpec] = Field(default_factory=list)
+    # power state the instance should end in after a rebuild (stopped stays stopped)
+    preserve_power_off: bool = False
+
+    def to_wire(self) -> dict[str, Any]:
+        """Serialise for the compute host, secrets included (never for logs)."""
+        data = self.model_dump(mode="json")
+        data["user_data"] = self.user_data.get_secret_value() if self.user_data else None
+        data["admin_password"] = (
+            self.admin_password.get_secret_value() if self.admin_password else None
+        )
+        return data
+
+
+class ComputeRequest(_Model):
+    request_id: str
+    host: str
+    operation: Operation
+    instances: list[InstanceSpec] = Field(default_factory=list)
+    # Operation options: reboot_type ("SOFT"/"HARD"), timeout (seconds) for a
+    # graceful power off, ...
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json", exclude={"instances"})
+        data["instances"] = [i.to_wire() for i in self.instances]
+        return data
+
+
+class Event(_Model):
+    """One step on a host, recorded as an instance action event."""
+
+    event: str
+    start_time: dt.datetime
+    finish_time: dt.datetime | None = None
+    result: Literal["Success", "Error"] | None = None
+    host: str | None = None
+    details: str | None = None
+    traceback: str | None = None
+
+
+class Fault(_Model):
+    """A failure as a host reports it; the conductor stores it as an instance fault."""
+
+    code: int = 500
+    message: str
+    exception_class: str
+    details: str | None = None  # the traceback, only for internal (500) errors
+    host: str | None = None
+    reschedule: bool = False
+
+
+class InstanceResult(_Model):
+    uuid: str
+    ok: bool
+    power_state: int | None = None
+    addresses: list[str] = Field(default_factory=list)
+    task_states: list[str] = Field(default_factory=list)
+    events: list[Event] = Field(default_factory=list)
+    fault: Fault | None = None
+    timings: dict[str, float] = Field(default_factory=dict)
+    console: str | None = None
+
+
+class HostResources(_Model):
+    """What a host's driver reports about itself (Nova's get_available_resource)."""
+
+    hypervisor_hostname: str
+    hypervisor_type: str
+    hypervisor_version: int = 0
+    cpu_arch: str = "x86_64"
+    vcpus: int
+    memory_mb: int
+    local_gb: int
+    vcpus_used: int = 0
+    memory_mb_used: int = 0
+    local_gb_used: int = 0
+    cpu_features: list[str] = Field(default_factory=list)
+    cached_images: list[str] = Field(default_factory=list)
+
+
+class ComputeResult(_Model):
+    request_id: str
+    host: str
+    operation: Operation
+    results: list[InstanceResult] = Field(default_factory=list)
+    resources: HostResources | None = None
+    instances_on_host: dict[str, int] | None = None  # uuid -> power state
+    error: Fault | None = None  # the whole request failed (driver unusable, ...)

@@ -1,0 +1,227 @@
+"""Request models for the compute API, with Nova's limits.
+
+Every public entry point (Python API, CLI, Ansible modules) validates through
+these models, so a rule is written once. ``parse`` turns pydantic's errors
+into one ``ValidationError`` that names every bad field and its rule.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import uuid as uuidlib
+from typing import Any, Literal, TypeVar
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from novakit import exceptions
+
+MAX_NAME = 255
+MAX_METADATA_ITEMS = 128
+MAX_METADATA_LEN = 255
+MAX_USER_DATA = 65535  # bytes once base64-encoded, as Nova's column
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse(model: type[M], data: dict[str, Any]) -> M:
+    """Validate ``data``; on failure raise ValidationError naming each field and rule."""
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as exc:
+        errors = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "request"
+            rule = err["msg"]
+            if err["type"] == "extra_forbidden":
+                rule = "is not a known field"
+            rule = rule.removeprefix("Value error, ")
+            errors.append((field, rule))
+        raise exceptions.ValidationError(errors[0][0], errors[0][1], errors) from None
+
+
+def _check_name(value: str) -> str:
+    if not 1 <= len(value) <= MAX_NAME:
+        raise ValueError(f"must be 1 to {MAX_NAME} characters long")
+    if value != value.strip():
+        raise ValueError("must not begin or end with whitespace")
+    if any(ord(c) < 32 for c in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+def _check_uuid(value: str) -> str:
+    try:
+        return str(uuidlib.UUID(value))
+    except (ValueError, AttributeError, TypeError):
+        raise ValueError(f"{value!r} is not a valid UUID") from None
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+
+class Metadata(_Request):
+    items: dict[str, str] = Field(default_factory=dict)
+
+
+def _check_metadata(value: dict[str, Any]) -> dict[str, str]:
+    if len(value) > MAX_METADATA_ITEMS:
+        raise ValueError(f"at most {MAX_METADATA_ITEMS} items are allowed, got {len(value)}")
+    out: dict[str, str] = {}
+    for key, val in value.items():
+        if not isinstance(key, str) or not 1 <= len(key) <= MAX_METADATA_LEN:
+            raise ValueError(f"key {str(key)[:40]!r} must be a string of 1 to {MAX_METADATA_LEN} characters")
+        if not isinstance(val, str):
+            raise ValueError(f"value of {key!r} must be a string")
+        if len(val) > MAX_METADATA_LEN:
+            raise ValueError(f"value of {key!r} must be at most {MAX_METADATA_LEN} characters")
+        out[key] = val
+    return out
+
+
+class SchedulerHints(_Request):
+    same_host: list[str] = Field(default_factory=list)
+    different_host: list[str] = Field(default_factory=list)
+    group: str | None = None
+
+    @field_validator("same_host", "different_host", mode="before")
+    @classmethod
+    def _listify(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("same_host", "different_host")
+    @classmethod
+    def _uuids(cls, v: list[str]) -> list[str]:
+        return [_check_uuid(x) for x in v]
+
+    @field_validator("group")
+    @classmethod
+    def _group(cls, v: str | None) -> str | None:
+        return _check_uuid(v) if v is not None else None
+
+
+class NetworkRequest(_Request):
+    type: Literal["network", "bridge", "user"] = "user"
+    source: str = ""
+
+
+class ServerCreate(_Request):
+    name: str
+    flavor: str
+    image: str
+    min_count: int = Field(default=1, ge=1)
+    max_count: int | None = Field(default=None, ge=1, validate_default=True)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    user_data: SecretStr | None = None
+    admin_password: SecretStr | None = None
+    availability_zone: str | None = None
+    server_group: str | None = None
+    scheduler_hints: SchedulerHints = Field(default_factory=SchedulerHints)
+    networks: list[NetworkRequest] = Field(default_factory=list)
+    config_drive: bool = True
+    key_name: str | None = None
+    description: str | None = Field(default=None, max_length=255)
+
+    _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
+    _check_md = field_validator("metadata")(classmethod(lambda cls, v: _check_metadata(v)))
+
+    @field_validator("flavor", "image")
+    @classmethod
+    def _non_empty(cls, v: str) -> str:
+        if not v or not v.strip():
+            raise ValueError("must name an existing one (name or id)")
+        return v
+
+    @field_validator("user_data")
+    @classmethod
+    def _user_data(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is None:
+            return v
+        raw = v.get_secret_value()
+        if len(raw.encode()) > MAX_USER_DATA:
+            raise ValueError(f"must be at most {MAX_USER_DATA} bytes once base64-encoded")
+        try:
+            base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError):
+            # Never echo the value: user data may hold secrets.
+            raise ValueError("must be base64-encoded") from None
+        return v
+
+    @field_validator("max_count")
+    @classmethod
+    def _counts(cls, v: int | None, info: pydantic.ValidationInfo) -> int:
+        min_count = info.data.get("min_count", 1)
+        if v is None:
+            return int(min_count)
+        if min_count > v:
+            raise ValueError(f"must not be less than min_count ({min_count})")
+        return v
+
+
+class Rename(_Request):
+    name: str
+    _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
+
+
+class Reboot(_Request):
+    type: Literal["SOFT", "HARD"] = "SOFT"
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _upper(cls, v: Any) -> Any:
+        return v.upper() if isinstance(v, str) else v
+
+
+class Lock(_Request):
+    reason: str | None = Field(default=None, max_length=255)
+
+
+class Rebuild(_Request):
+    image: str
+    name: str | None = None
+    metadata: dict[str, Any] | None = None
+    user_data: SecretStr | None = None
+    admin_password: SecretStr | None = None
+
+    _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v) if v is not None else v))
+    _check_md = field_validator("metadata")(
+        classmethod(lambda cls, v: _check_metadata(v) if v is not None else v)
+    )
+    _check_ud = field_validator("user_data")(classmethod(lambda cls, v: ServerCreate._user_data(v)))
+
+
+class Stop(_Request):
+    timeout: int | None = Field(default=None, ge=0, le=3600)
+
+
+class FlavorCreate(_Request):
+    name: str
+    vcpus: int = Field(ge=1, le=4096)
+    memory_mb: int = Field(ge=1)
+    root_gb: int = Field(default=0, ge=0)
+    ephemeral_gb: int = Field(default=0, ge=0)
+    swap: int = Field(default=0, ge=0)
+    flavorid: str | None = None
+    extra_specs: dict[str, str] = Field(default_factory=dict)
+    is_public: bool = True
+    description: str | None = Field(default=None, max_length=255)
+
+    _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
+
+
+class ImageCreate(_Request):
+    name: str
+    location: str = ""
+    disk_format: Literal["qcow2", "raw", "aki", "ari", "ami"] = "qcow2"
+    container_format: Literal["bare", "aki", "ari", "ami"] = "bare"
+    checksum: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(default=0, ge=0)
+    min_disk: int = Field(default=0, ge=0)
+    min_ram: int = Field(default=0, ge=0)
+    properties: dict[str, str] = Field(default_factory=dict)
+    uuid: str | None = None
+
+    _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
+    _check_uuid = field_validator("uuid")(classmethod(lambda cls, v: _check_uuid(v) if v else v))

@@ -1,0 +1,330 @@
+"""Nova's instance state machine: vm_state, task_state, power_state.
+
+The strings and integers are Nova's exactly, so that anyone who knows Nova
+reads novakit's records without a dictionary. Three things live here:
+
+* the enums;
+* ``STATUS_MAP``: (vm_state, task_state) -> the API status users see
+  (Nova's ``nova/api/openstack/common.py``);
+* ``ACTIONS``: the one transition table. For every action it says from which
+  vm_states and task_states it may start, the task_states it passes through,
+  and where it ends. The API checks it, the compute manager follows it, and
+  the docs are generated from it (``novakit states``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class VmState(enum.StrEnum):
+    ACTIVE = "active"
+    BUILDING = "building"
+    PAUSED = "paused"
+    SUSPENDED = "suspended"
+    STOPPED = "stopped"
+    RESCUED = "rescued"
+    RESIZED = "resized"
+    SOFT_DELETED = "soft-delete"
+    DELETED = "deleted"
+    ERROR = "error"
+    SHELVED = "shelved"
+    SHELVED_OFFLOADED = "shelved_offloaded"
+
+
+class TaskState(enum.StrEnum):
+    SCHEDULING = "scheduling"
+    BLOCK_DEVICE_MAPPING = "block_device_mapping"
+    NETWORKING = "networking"
+    SPAWNING = "spawning"
+    IMAGE_SNAPSHOT = "image_snapshot"
+    UPDATING_PASSWORD = "updating_password"
+    RESIZE_PREP = "resize_prep"
+    REBOOTING = "rebooting"
+    REBOOT_PENDING = "reboot_pending"
+    REBOOT_STARTED = "reboot_started"
+    REBOOTING_HARD = "rebooting_hard"
+    REBOOT_PENDING_HARD = "reboot_pending_hard"
+    REBOOT_STARTED_HARD = "reboot_started_hard"
+    PAUSING = "pausing"
+    UNPAUSING = "unpausing"
+    SUSPENDING = "suspending"
+    RESUMING = "resuming"
+    POWERING_OFF = "powering-off"
+    POWERING_ON = "powering-on"
+    RESCUING = "rescuing"
+    UNRESCUING = "unrescuing"
+    REBUILDING = "rebuilding"
+    REBUILD_BLOCK_DEVICE_MAPPING = "rebuild_block_device_mapping"
+    REBUILD_SPAWNING = "rebuild_spawning"
+    MIGRATING = "migrating"
+    DELETING = "deleting"
+    SOFT_DELETING = "soft-deleting"
+    RESTORING = "restoring"
+    SHELVING = "shelving"
+    UNSHELVING = "unshelving"
+
+
+class PowerState(enum.IntEnum):
+    NOSTATE = 0x00
+    RUNNING = 0x01
+    PAUSED = 0x03
+    SHUTDOWN = 0x04  # the VM is powered off
+    CRASHED = 0x06
+    SUSPENDED = 0x07
+
+
+POWER_STATE_NAMES = {
+    PowerState.NOSTATE: "NOSTATE",
+    PowerState.RUNNING: "Running",
+    PowerState.PAUSED: "Paused",
+    PowerState.SHUTDOWN: "Shutdown",
+    PowerState.CRASHED: "Crashed",
+    PowerState.SUSPENDED: "Suspended",
+}
+
+V, T = VmState, TaskState
+
+# (vm_state) -> {task_state or "default": status}; Nova's _STATE_MAP.
+_REBUILD = {T.REBUILDING: "REBUILD", T.REBUILD_BLOCK_DEVICE_MAPPING: "REBUILD", T.REBUILD_SPAWNING: "REBUILD"}
+STATUS_MAP: dict[VmState, dict[TaskState | str, str]] = {
+    V.ACTIVE: {
+        "default": "ACTIVE",
+        T.REBOOTING: "REBOOT",
+        T.REBOOT_PENDING: "REBOOT",
+        T.REBOOT_STARTED: "REBOOT",
+        T.REBOOTING_HARD: "HARD_REBOOT",
+        T.REBOOT_PENDING_HARD: "HARD_REBOOT",
+        T.REBOOT_STARTED_HARD: "HARD_REBOOT",
+        T.UPDATING_PASSWORD: "PASSWORD",
+        T.MIGRATING: "MIGRATING",
+        T.RESIZE_PREP: "RESIZE",
+        **_REBUILD,
+    },
+    V.BUILDING: {"default": "BUILD"},
+    V.STOPPED: {"default": "SHUTOFF", T.RESIZE_PREP: "RESIZE", **_REBUILD},
+    V.RESIZED: {"default": "VERIFY_RESIZE"},
+    V.PAUSED: {"default": "PAUSED", T.MIGRATING: "MIGRATING"},
+    V.SUSPENDED: {"default": "SUSPENDED"},
+    V.RESCUED: {"default": "RESCUE"},
+    V.ERROR: {"default": "ERROR", **_REBUILD},
+    V.DELETED: {"default": "DELETED"},
+    V.SOFT_DELETED: {"default": "SOFT_DELETED"},
+    V.SHELVED: {"default": "SHELVED"},
+    V.SHELVED_OFFLOADED: {"default": "SHELVED_OFFLOADED"},
+}
+
+
+def status_from_state(vm_state: str, task_state: str | None = None) -> str:
+    """The status a user sees, as Nova's API computes it."""
+    task_map = STATUS_MAP.get(VmState(vm_state), {"default": "UNKNOWN"})
+    if task_state is not None and task_state in task_map:
+        return task_map[TaskState(task_state)]
+    return task_map["default"]
+
+
+# Marker for "any vm_state" / "any task_state" in the table.
+ANY: frozenset[str] = frozenset({"*"})
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One row of the state table.
+
+    ``vm_states`` / ``task_states``: where the action may start (``ANY`` for
+    no restriction; ``None`` inside ``task_states`` means "no task running").
+    ``passes``: the task_states it sets, in order (the first is set by the API
+    with a guarded write). ``end_vm_state``: where it ends (``None``: the
+    vm_state does not change). ``end_power_state``: the power state a
+    successful run leaves. ``compute``: whether a compute host must act.
+    """
+
+    action: str
+    vm_states: frozenset[str]
+    task_states: frozenset[str | None]
+    passes: tuple[TaskState, ...] = ()
+    end_vm_state: VmState | None = None
+    end_power_state: PowerState | None = None
+    compute: bool = True
+    notes: str = ""
+    admin_only_from: frozenset[str] = field(default_factory=frozenset)
+
+    def allows(self, vm_state: str, task_state: str | None) -> bool:
+        vm_ok = self.vm_states is ANY or vm_state in self.vm_states
+        task_ok = self.task_states is ANY or task_state in self.task_states
+        return vm_ok and task_ok
+
+
+_IDLE: frozenset[str | None] = frozenset({None})
+_ANY_TASK: frozenset[str | None] = ANY  # type: ignore[assignment]
+
+# Nova's task_states.ALLOW_REBOOT: a hard reboot may interrupt these.
+ALLOW_REBOOT: frozenset[str | None] = frozenset(
+    {
+        None,
+        T.REBOOTING,
+        T.REBOOT_PENDING,
+        T.REBOOT_STARTED,
+        T.RESUMING,
+        T.REBOOTING_HARD,
+        T.UNPAUSING,
+        T.PAUSING,
+        T.SUSPENDING,
+    }
+)
+ALLOW_SOFT_REBOOT = frozenset({V.ACTIVE})
+ALLOW_HARD_REBOOT = ALLOW_SOFT_REBOOT | {V.STOPPED, V.PAUSED, V.SUSPENDED, V.ERROR}
+
+_LIVE = frozenset(set(VmState) - {V.DELETED, V.SOFT_DELETED})
+
+ACTIONS: dict[str, Transition] = {
+    t.action: t
+    for t in (
+        Transition(
+            "create",
+            vm_states=frozenset(),
+            task_states=frozenset(),
+            passes=(T.SCHEDULING, T.NETWORKING, T.BLOCK_DEVICE_MAPPING, T.SPAWNING),
+            end_vm_state=V.ACTIVE,
+            end_power_state=PowerState.RUNNING,
+            notes="new instances start in building/scheduling",
+        ),
+        Transition(
+            "delete",
+            vm_states=ANY,
+            task_states=_ANY_TASK,
+            passes=(T.DELETING,),
+            end_vm_state=V.DELETED,
+            end_power_state=PowerState.NOSTATE,
+            notes="allowed in any state, as Nova's delete",
+        ),
+        Transition(
+            "stop",
+            vm_states=frozenset({V.ACTIVE, V.ERROR, V.RESCUED}),
+            task_states=_IDLE,
+            passes=(T.POWERING_OFF,),
+            end_vm_state=V.STOPPED,
+            end_power_state=PowerState.SHUTDOWN,
+        ),
+        Transition(
+            "start",
+            vm_states=frozenset({V.STOPPED}),
+            task_states=_IDLE,
+            passes=(T.POWERING_ON,),
+            end_vm_state=V.ACTIVE,
+            end_power_state=PowerState.RUNNING,
+        ),
+        Transition(
+            "reboot",
+            vm_states=frozenset(ALLOW_SOFT_REBOOT),
+            task_states=_IDLE,
+            passes=(T.REBOOTING, T.REBOOT_STARTED),
+            end_vm_state=V.ACTIVE,
+            end_power_state=PowerState.RUNNING,
+            notes="soft: only from active with no task running",
+        ),
+        Transition(
+            "reboot_hard",
+            vm_states=frozenset(ALLOW_HARD_REBOOT),
+            task_states=ALLOW_REBOOT,
+            passes=(T.REBOOTING_HARD, T.REBOOT_STARTED_HARD),
+            end_vm_state=V.ACTIVE,
+            end_power_state=PowerState.RUNNING,
+            notes="hard: also from stopped, paused, suspended, error, and over a running reboot",
+        ),
+        Transition(
+            "pause",
+            vm_states=frozenset({V.ACTIVE}),
+            task_states=_IDLE,
+            passes=(T.PAUSING,),
+            end_vm_state=V.PAUSED,
+            end_power_state=PowerState.PAUSED,
+        ),
+        Transition(
+            "unpause",
+            vm_states=frozenset({V.PAUSED}),
+            task_states=_IDLE,
+            passes=(T.UNPAUSING,),
+            end_vm_state=V.ACTIVE,
+            end_power_state=PowerState.RUNNING,
+        ),
+        Transition(
+            "suspend",
+            vm_states=frozenset({V.ACTIVE}),
+            task_states=_IDLE,
+            passes=(T.SUSPENDING,),
+            end_vm_state=V.SUSPENDED,
+            end_power_state=PowerState.SUSPENDED,
+        ),
+        Transition(
+            "resume",
+            vm_states=frozenset({V.SUSPENDED}),
+            task_states=_IDLE,
+            passes=(T.RESUMING,),
+            end_vm_state=V.ACTIVE,
+            end_power_state=PowerState.RUNNING,
+        ),
+        Transition(
+            "rebuild",
+            vm_states=frozenset({V.ACTIVE, V.STOPPED, V.ERROR}),
+            task_states=_IDLE,
+            passes=(T.REBUILDING, T.REBUILD_BLOCK_DEVICE_MAPPING, T.REBUILD_SPAWNING),
+            end_vm_state=V.ACTIVE,
+            end_power_state=PowerState.RUNNING,
+            notes="a stopped instance ends stopped again, as in Nova",
+        ),
+        Transition(
+            "lock",
+            vm_states=ANY,
+            task_states=_ANY_TASK,
+            compute=False,
+            notes="any state; records locked_by owner/admin",
+        ),
+        Transition(
+            "unlock",
+            vm_states=ANY,
+            task_states=_ANY_TASK,
+            compute=False,
+            notes="an admin's lock is lifted only by an admin",
+        ),
+        Transition(
+            "rename",
+            vm_states=_LIVE,
+            task_states=_ANY_TASK,
+            compute=False,
+            notes="any live state",
+        ),
+    )
+}
+
+
+def transition(action: str) -> Transition:
+    try:
+        return ACTIONS[action]
+    except KeyError:
+        raise KeyError(f"unknown action {action!r}; known: {', '.join(sorted(ACTIONS))}") from None
+
+
+def state_table_markdown() -> str:
+    """The transition table as Markdown, for the docs (``novakit states``)."""
+
+    def fmt(values: frozenset[str] | frozenset[str | None]) -> str:
+        if values is ANY:
+            return "any"
+        if not values:
+            return "(new)"
+        return ", ".join(sorted("none" if v is None else str(v) for v in values))
+
+    lines = [
+        "| action | from vm_state | from task_state | passes through | ends in | power |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for t in ACTIONS.values():
+        end = t.end_vm_state.value if t.end_vm_state else "(unchanged)"
+        power = POWER_STATE_NAMES[t.end_power_state] if t.end_power_state is not None else "-"
+        passes = " -> ".join(p.value for p in t.passes) or "-"
+        lines.append(
+            f"| {t.action} | {fmt(t.vm_states)} | {fmt(t.task_states)} | {passes} | {end} | {power} |"
+        )
+    return "\n".join(lines)

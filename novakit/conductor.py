@@ -1,0 +1,519 @@
+"""The conductor: schedules, hands work to compute hosts, and records what came back.
+
+It is the only writer of compute results into the database. Every step of the
+boot flow is one method, so the same code serves both ways of running:
+
+* orchestrated by Ansible (``playbooks/boot.yml``): play 1 calls
+  ``schedule_instances`` and carries the returned ``ComputeRequest`` per host
+  to play 2, where the hosts build; play 3 hands each ``ComputeResult`` to
+  ``record_build_result``, which returns the reschedules for the next round;
+* direct (Python API, CLI): ``build_instances`` runs those same steps in one
+  process, reaching hosts through a transport.
+
+Lifecycle actions are the same round trip: the API has already made the
+guarded write that starts the action; ``prepare_action`` builds the request,
+``record_action_result`` finishes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from novakit import exceptions, notifications
+from novakit.compute import actions, images
+from novakit.compute.faults import fault_from_exception
+from novakit.compute.messages import (
+    ComputeRequest,
+    ComputeResult,
+    Event,
+    FlavorSpec,
+    ImageSpec,
+    InstanceResult,
+    InstanceSpec,
+    NetworkSpec,
+)
+from novakit.compute.states import ACTIONS, PowerState, TaskState, VmState
+from novakit.config import Config
+from novakit.context import RequestContext
+from novakit.db import api as db_api
+from novakit.db.engine import Database
+from novakit.db.models import ComputeNode, Image, Instance, InstanceGroupMember, RequestSpec, utcnow
+from novakit.transport import Transport, get_transport
+
+LOG = logging.getLogger(__name__)
+
+BUILD_TASK_STATES = [
+    TaskState.SCHEDULING,
+    TaskState.NETWORKING,
+    TaskState.BLOCK_DEVICE_MAPPING,
+    TaskState.SPAWNING,
+]
+SCHEDULE_EVENT = "conductor_schedule_and_build_instances"
+
+TransportFactory = Callable[[str, dict[str, Any]], Transport]
+
+
+class Conductor:
+    def __init__(
+        self,
+        db: Database,
+        conf: Config,
+        *,
+        scheduler: Any | None = None,
+        transport_factory: TransportFactory | None = None,
+    ) -> None:
+        self.db = db
+        self.conf = conf
+        self.host = None  # the conductor's events carry no host
+        if scheduler is None:
+            from novakit.scheduler.manager import SchedulerManager
+
+            scheduler = SchedulerManager(db, conf)
+        self.scheduler = scheduler
+        self.transport_factory = transport_factory or (
+            lambda host, info: get_transport(host, info, conf.compute.max_concurrent_builds)
+        )
+        self.notifier = notifications.Notifier(conf)
+
+    # ------------------------------------------------------------------ boot
+
+    def schedule_instances(self, ctx: RequestContext, instance_uuids: list[str]) -> list[ComputeRequest]:
+        """Select and claim a host for each instance; one build request per host.
+
+        Instances that cannot be placed go to ``error`` with a fault that
+        carries the scheduler's explanation; nothing stays claimed for them.
+        """
+        from novakit.scheduler.request_spec import RequestSpec as SchedSpec
+
+        with self.db.reader() as session:
+            rows = {r.instance_uuid: r for r in session.execute(
+                select(RequestSpec).where(RequestSpec.instance_uuid.in_(instance_uuids))
+            ).scalars()}
+            live = {i.uuid for i in db_api.instance_get_all(session, RequestContext.admin(), uuids=instance_uuids)}
+        uuids = [u for u in instance_uuids if u in live and u in rows]
+        if not uuids:
+            return []
+        spec = SchedSpec.model_validate(rows[uuids[0]].spec)
+        spec.num_instances = len(uuids)
+        if spec.min_count is not None:
+            spec.min_count = min(spec.min_count, len(uuids))
+        try:
+            selections = self.scheduler.select_destinations(spec, uuids)
+        except exceptions.NoValidHost as exc:
+            self._fail_unscheduled(ctx, uuids, exc)
+            return []
+        by_host: dict[str, list[InstanceSpec]] = defaultdict(list)
+        for uuid, choices in zip(uuids, selections, strict=True):
+            chosen, alternates = choices[0], choices[1:]
+            spec_ = self._claimed(ctx, uuid, chosen.host, chosen.nodename, [a.model_dump() for a in alternates])
+            if spec_ is not None:
+                by_host[chosen.host].append(spec_)
+        return [
+            ComputeRequest(request_id=ctx.request_id, host=host, operation="build", instances=specs)
+            for host, specs in by_host.items()
+        ]
+
+    def _claimed(
+        self, ctx: RequestContext, uuid: str, host: str, node: str, alternates: list[dict[str, Any]]
+    ) -> InstanceSpec | None:
+        """Record the chosen host; if the instance went away meanwhile, free its claim."""
+
+        def write(session: Session) -> InstanceSpec:
+            inst = db_api.instance_update(
+                session,
+                uuid,
+                {"host": host, "node": node, "scheduled_at": utcnow()},
+                expected_task_state=[TaskState.SCHEDULING],
+                expected_vm_state=[VmState.BUILDING],
+            )
+            rs = session.execute(select(RequestSpec).where(RequestSpec.instance_uuid == uuid)).scalar_one()
+            rs.alternates = alternates
+            rs.attempts = (rs.attempts or 0) + 1
+            rs.tried_hosts = [*(rs.tried_hosts or []), host]
+            return instance_spec(session, inst)
+
+        try:
+            return self.db.run_in_transaction(write)
+        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+            self._release(uuid)
+            return None
+
+    def _fail_unscheduled(self, ctx: RequestContext, uuids: list[str], exc: exceptions.NoValidHost) -> None:
+        fault = fault_from_exception(exc)
+        event = Event(event=SCHEDULE_EVENT, start_time=utcnow(), finish_time=utcnow(), result="Error",
+                      details=fault.message)
+        for uuid in uuids:
+            self._set_error(ctx, uuid, fault, [event], expected=[TaskState.SCHEDULING])
+
+    def record_build_result(
+        self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
+    ) -> list[ComputeRequest]:
+        """Record a host's answer; returns what must be sent next (reschedules, clean-ups)."""
+        if result.resources is not None:
+            self._update_host_cache(request.host, result.resources.cached_images)
+        by_uuid = {r.uuid: r for r in result.results}
+        follow_up: dict[tuple[str, str], list[InstanceSpec]] = defaultdict(list)
+        for spec in request.instances:
+            res = by_uuid.get(spec.uuid) or InstanceResult(
+                uuid=spec.uuid, ok=False, fault=result.error or fault_from_exception(
+                    exceptions.ComputeError(reason=f"host {request.host} returned no result"), request.host
+                )
+            )
+            if res.ok:
+                if not self._build_succeeded(ctx, request.host, res):
+                    follow_up[(request.host, "destroy")].append(spec)
+            else:
+                nxt = self._build_failed(ctx, request.host, spec, res)
+                if nxt is not None:
+                    follow_up[(nxt[0], "build")].append(nxt[1])
+        self._count_build(request.host, by_uuid.values())
+        return [
+            ComputeRequest(request_id=ctx.request_id, host=host, operation=op, instances=specs)  # type: ignore[arg-type]
+            for (host, op), specs in follow_up.items()
+        ]
+
+    def record_unreachable(self, ctx: RequestContext, request: ComputeRequest, reason: str) -> list[ComputeRequest]:
+        """Ansible could not reach ``request.host``: its builds fail there and are rescheduled."""
+        exc = exceptions.HypervisorUnavailable(host=request.host, reason=reason)
+        fault = fault_from_exception(exc, request.host)
+        fault.reschedule = True
+        result = ComputeResult(
+            request_id=request.request_id, host=request.host, operation=request.operation, error=fault,
+            results=[InstanceResult(uuid=i.uuid, ok=False, fault=fault) for i in request.instances],
+        )
+        if request.operation == "build":
+            return self.record_build_result(ctx, request, result)
+        self.record_action_result(ctx, request, result)
+        return []
+
+    def _build_succeeded(self, ctx: RequestContext, host: str, res: InstanceResult) -> bool:
+        """Mark the instance active. False if it was deleted meanwhile (its guest must go)."""
+        values = {
+            "vm_state": VmState.ACTIVE,
+            "task_state": None,
+            "power_state": res.power_state if res.power_state is not None else int(PowerState.RUNNING),
+            "launched_at": utcnow(),
+            "addresses": res.addresses,
+            "host": host,
+        }
+
+        def write(session: Session) -> None:
+            old = db_api.instance_get(session, ctx_admin(ctx), res.uuid)
+            old_state = (old.vm_state, old.task_state)
+            db_api.instance_update(session, res.uuid, values, expected_task_state=BUILD_TASK_STATES,
+                                   expected_vm_state=[VmState.BUILDING])
+            actions.record_host_events(session, ctx, res.uuid, res.events)
+            actions.action_finish(session, ctx, res.uuid, "create")
+            self.notifier.state_update(res.uuid, old_state, (VmState.ACTIVE.value, None), host=host)
+
+        try:
+            self.db.run_in_transaction(write)
+        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+            LOG.info("instance %s was deleted while it built on %s; removing its guest", res.uuid, host)
+            self._release(res.uuid)
+            return False
+        self.notifier.emit("instance.create.end", res.uuid, host=host, timings=res.timings)
+        return True
+
+    def _build_failed(
+        self, ctx: RequestContext, host: str, spec: InstanceSpec, res: InstanceResult
+    ) -> tuple[str, InstanceSpec] | None:
+        """Free the failed host's claim; claim the next alternate or put the instance in error."""
+        from novakit import placement
+
+        fault = res.fault or fault_from_exception(exceptions.ComputeError(reason="build failed"), host)
+        placement.remove_allocations(self.db, spec.uuid)
+        with self.db.reader() as session:
+            rs = session.execute(select(RequestSpec).where(RequestSpec.instance_uuid == spec.uuid)).scalar_one_or_none()
+            alternates = list(rs.alternates or []) if rs else []
+            tried = list(rs.tried_hosts or []) if rs else [host]
+        if fault.reschedule:
+            while alternates and (rs is not None) and len(tried) < self.conf.scheduler.max_attempts:
+                alt = alternates.pop(0)
+                tried.append(alt["host"])
+                if not placement.claim_resources(
+                    self.db, spec.uuid, alt["provider_uuid"], alt["allocations"], spec.project_id, spec.user_id
+                ):
+                    continue
+                if self._rescheduled(ctx, spec.uuid, res, alt, alternates, tried):
+                    LOG.info("rescheduling %s from %s to %s", spec.uuid, host, alt["host"])
+                    return alt["host"], spec
+                placement.remove_allocations(self.db, spec.uuid)
+                return None
+        self._set_error(ctx, spec.uuid, fault, res.events, expected=BUILD_TASK_STATES)
+        return None
+
+    def _rescheduled(
+        self, ctx: RequestContext, uuid: str, res: InstanceResult, alt: dict[str, Any],
+        alternates: list[dict[str, Any]], tried: list[str],
+    ) -> bool:
+        def write(session: Session) -> None:
+            db_api.instance_update(
+                session, uuid, {"host": alt["host"], "node": alt.get("nodename", alt["host"]),
+                                "task_state": TaskState.SCHEDULING},
+                expected_task_state=BUILD_TASK_STATES, expected_vm_state=[VmState.BUILDING],
+            )
+            actions.record_host_events(session, ctx, uuid, res.events)
+            if res.fault is not None:
+                actions.record_fault(session, uuid, res.fault)
+            rs = session.execute(select(RequestSpec).where(RequestSpec.instance_uuid == uuid)).scalar_one()
+            rs.alternates = alternates
+            rs.tried_hosts = tried
+            rs.attempts = len(tried)
+
+        try:
+            self.db.run_in_transaction(write)
+            return True
+        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+            return False
+
+    def _set_error(
+        self, ctx: RequestContext, uuid: str, fault: Any, events: list[Event], expected: list[TaskState]
+    ) -> None:
+        from novakit import placement
+
+        def write(session: Session) -> None:
+            db_api.instance_update(
+                session, uuid, {"vm_state": VmState.ERROR, "task_state": None},
+                expected_task_state=expected,
+            )
+            actions.record_host_events(session, ctx, uuid, events)
+            actions.record_fault(session, uuid, fault)
+            actions.action_finish(session, ctx, uuid)
+
+        try:
+            self.db.run_in_transaction(write)
+        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+            LOG.info("instance %s changed while its build failed; leaving it to that change", uuid)
+        placement.remove_allocations(self.db, uuid)
+        self.notifier.emit("instance.create.error", uuid, fault=fault.message)
+
+    def _release(self, uuid: str) -> None:
+        from novakit import placement
+
+        placement.remove_allocations(self.db, uuid)
+
+    def _update_host_cache(self, host: str, cached: list[str]) -> None:
+        def write(session: Session) -> None:
+            node = session.execute(
+                select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
+            ).scalar_one_or_none()
+            if node is not None and sorted(node.cached_images or []) != sorted(cached):
+                node.cached_images = sorted(cached)
+
+        self.db.run_in_transaction(write)
+
+    def _count_build(self, host: str, results: Iterable[InstanceResult]) -> None:
+        """Nova's BuildFailureWeigher input: failures since the last success."""
+        results = list(results)
+        if not results:
+            return
+        failed = sum(1 for r in results if not r.ok)
+
+        def write(session: Session) -> None:
+            node = session.execute(
+                select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
+            ).scalar_one_or_none()
+            if node is None:
+                return
+            stats = dict(node.stats or {})
+            stats["failed_builds"] = 0 if failed < len(results) else int(stats.get("failed_builds", 0)) + failed
+            node.stats = stats
+
+        self.db.run_in_transaction(write)
+
+    def build_instances(self, ctx: RequestContext, instance_uuids: list[str]) -> None:
+        """Direct mode: schedule, build on each host in parallel, record, reschedule, until done."""
+        pending = self.schedule_instances(ctx, instance_uuids)
+        while pending:
+            results = self._send_all(pending)
+            nxt: list[ComputeRequest] = []
+            for req, res in zip(pending, results, strict=True):
+                if req.operation == "build":
+                    nxt.extend(self.record_build_result(ctx, req, res))
+            pending = nxt
+
+    def _send_all(self, requests: list[ComputeRequest]) -> list[ComputeResult]:
+        if len(requests) == 1:
+            return [self.send(requests[0])]
+        with ThreadPoolExecutor(max_workers=min(16, len(requests))) as pool:
+            return list(pool.map(self.send, requests))
+
+    def send(self, request: ComputeRequest) -> ComputeResult:
+        from novakit.transport.local import unusable
+
+        try:
+            with self.db.reader() as session:
+                node = session.execute(
+                    select(ComputeNode).where(ComputeNode.host == request.host, ComputeNode.deleted == 0)
+                ).scalar_one_or_none()
+                if node is None:
+                    raise exceptions.ComputeHostNotFound(host=request.host)
+                info = dict(node.driver or {})
+            return self.transport_factory(request.host, info).call(request)
+        except Exception as exc:
+            return unusable(request, exc, request.host)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def prepare_action(
+        self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any] | None = None
+    ) -> ComputeRequest | None:
+        """The compute request for an action the API has started; None if no host must act."""
+        with self.db.reader() as session:
+            inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
+            if not inst.host:
+                return None
+            spec = instance_spec(session, inst)
+            if action == "rebuild" and options and options.get("image"):
+                img = images.get(session, options["image"])
+                spec.image = images.spec(img)
+                spec.preserve_power_off = bool(options.get("preserve_power_off"))
+        op = {"delete": "destroy", "reboot_hard": "reboot"}.get(action, action)
+        opts = dict(options or {})
+        opts.pop("image", None)
+        if action == "reboot_hard":
+            opts["reboot_type"] = "HARD"
+        return ComputeRequest(request_id=ctx.request_id, host=inst.host, operation=op,  # type: ignore[arg-type]
+                              instances=[spec], options=opts)
+
+    def record_action_result(self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult) -> None:
+        action = _action_name(request)
+        for spec in request.instances:
+            res = next((r for r in result.results if r.uuid == spec.uuid), None)
+            if res is None:
+                res = InstanceResult(uuid=spec.uuid, ok=False, fault=result.error)
+            self.finish_action(ctx, spec.uuid, action, res, host=request.host)
+
+    def finish_action(
+        self, ctx: RequestContext, uuid: str, action: str, res: InstanceResult | None, host: str | None = None
+    ) -> None:
+        """Write where ``action`` ends (or revert its task state on failure), with its events."""
+        from novakit import placement
+
+        t = ACTIONS[action]
+        ok = res is None or res.ok
+        expected = [s for s in t.passes]
+
+        def write(session: Session) -> None:
+            inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
+            old_state = (inst.vm_state, inst.task_state)
+            if res is not None:
+                actions.record_host_events(session, ctx, uuid, res.events)
+            if action == "delete" and ok:
+                db_api.instance_soft_delete(session, uuid, expected_task_state=expected)
+                session.execute(delete(InstanceGroupMember).where(InstanceGroupMember.instance_uuid == uuid))
+                new_state: tuple[str, str | None] = (VmState.DELETED.value, None)
+            elif ok:
+                values: dict[str, Any] = {"task_state": None}
+                if t.end_vm_state is not None:
+                    values["vm_state"] = t.end_vm_state
+                if res is not None and res.power_state is not None:
+                    values["power_state"] = res.power_state
+                elif t.end_power_state is not None:
+                    values["power_state"] = int(t.end_power_state)
+                if action == "rebuild":
+                    if inst.vm_state == VmState.STOPPED.value:
+                        values["vm_state"] = VmState.STOPPED
+                    if res is not None and res.addresses:
+                        values["addresses"] = res.addresses
+                db_api.instance_update(session, uuid, values, expected_task_state=expected)
+                new_state = (str(values.get("vm_state", inst.vm_state)), None)
+            else:
+                # Nova's reverts_task_state: the action failed, the instance is where it was,
+                # except a failed delete or hard reboot leaves it in error.
+                values = {"task_state": None}
+                if action in ("delete", "reboot_hard", "rebuild"):
+                    values["vm_state"] = VmState.ERROR
+                if res is not None and res.power_state is not None:
+                    values["power_state"] = res.power_state
+                db_api.instance_update(session, uuid, values, expected_task_state=expected)
+                if res is not None and res.fault is not None:
+                    actions.record_fault(session, uuid, res.fault)
+                new_state = (str(values.get("vm_state", inst.vm_state)), None)
+            actions.action_finish(session, ctx, uuid, action if action != "reboot_hard" else "reboot")
+            self.notifier.state_update(uuid, old_state, new_state, host=host)
+
+        self.db.run_in_transaction(write)
+        if action == "delete" and ok:
+            placement.remove_allocations(self.db, uuid)
+        self.notifier.emit(f"instance.{_notify_name(action)}.{'end' if ok else 'error'}", uuid, host=host)
+
+    def run_action(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any] | None = None) -> None:
+        """Direct mode: the whole round trip of an action the API has started."""
+        self.notifier.emit(f"instance.{_notify_name(action)}.start", uuid)
+        request = self.prepare_action(ctx, uuid, action, options)
+        if request is None:
+            self.finish_action(ctx, uuid, action, None)
+            return
+        result = self.send(request)
+        self.record_action_result(ctx, request, result)
+
+
+def _action_name(request: ComputeRequest) -> str:
+    if request.operation == "destroy":
+        return "delete"
+    if request.operation == "reboot" and str(request.options.get("reboot_type", "SOFT")).upper() == "HARD":
+        return "reboot_hard"
+    return request.operation
+
+
+def _notify_name(action: str) -> str:
+    return {"reboot_hard": "reboot", "stop": "power_off", "start": "power_on"}.get(action, action)
+
+
+def ctx_admin(ctx: RequestContext) -> RequestContext:
+    """The conductor acts for the system once the API has checked the caller."""
+    return RequestContext("admin", "admin", ["admin"], ctx.request_id)
+
+
+def instance_spec(session: Session, inst: Instance) -> InstanceSpec:
+    """Everything a compute host needs about one instance, from its records."""
+    image: ImageSpec
+    kernel = ramdisk = None
+    img = session.execute(select(Image).where(Image.uuid == inst.image_ref)).scalar_one_or_none()
+    if img is not None:
+        image = images.spec(img)
+        props = img.properties or {}
+        for key in ("kernel_id", "ramdisk_id"):
+            ref = props.get(key)
+            if ref:
+                sub = session.execute(select(Image).where(Image.uuid == ref)).scalar_one_or_none()
+                if sub is not None:
+                    if key == "kernel_id":
+                        kernel = images.spec(sub)
+                    else:
+                        ramdisk = images.spec(sub)
+    else:
+        image = ImageSpec(id=inst.image_ref or "", name="(deleted image)")
+    flavor = inst.flavor or {}
+    return InstanceSpec(
+        uuid=inst.uuid,
+        name=inst.display_name,
+        hostname=inst.hostname,
+        project_id=inst.project_id,
+        user_id=inst.user_id,
+        flavor=FlavorSpec(
+            name=flavor.get("name", ""),
+            vcpus=int(flavor.get("vcpus", inst.vcpus)),
+            memory_mb=int(flavor.get("memory_mb", inst.memory_mb)),
+            root_gb=int(flavor.get("root_gb", inst.root_gb)),
+            ephemeral_gb=int(flavor.get("ephemeral_gb", 0)),
+            swap=int(flavor.get("swap", 0)),
+            extra_specs={k: str(v) for k, v in (flavor.get("extra_specs") or {}).items()},
+        ),
+        image=image,
+        kernel=kernel,
+        ramdisk=ramdisk,
+        metadata={k: str(v) for k, v in (inst.instance_metadata or {}).items()},
+        user_data=inst.user_data,  # type: ignore[arg-type]
+        config_drive=inst.config_drive,
+        networks=[NetworkSpec.model_validate(n) for n in (inst.networks or [])],
+    )

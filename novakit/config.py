@@ -1,0 +1,139 @@
+"""novakit's configuration: one model, read from a TOML file and the environment.
+
+Precedence, lowest first: defaults here; the TOML file (``NOVAKIT_CONFIG``, or
+``~/.config/novakit/novakit.toml`` when it exists); environment variables
+``NOVAKIT_DB_URL`` and ``NOVAKIT_STATE_DIR``; values the caller passes.
+Unknown keys are an error that names them, so a typo cannot silently fall
+back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from novakit import exceptions
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("NOVAKIT_STATE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "novakit"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SchedulerConfig(_Section):
+    # Filters run in this order; names are looked up in novakit.scheduler.filters.FILTERS.
+    enabled_filters: list[str] = Field(
+        default_factory=lambda: [
+            "ComputeFilter",
+            "ComputeCapabilitiesFilter",
+            "ImagePropertiesFilter",
+            "ServerGroupAntiAffinityFilter",
+            "ServerGroupAffinityFilter",
+            "SameHostFilter",
+            "DifferentHostFilter",
+        ]
+    )
+    weighers: list[str] = Field(default_factory=lambda: ["all"])
+    ram_weight_multiplier: float = 1.0
+    cpu_weight_multiplier: float = 1.0
+    disk_weight_multiplier: float = 1.0
+    io_ops_weight_multiplier: float = -1.0
+    build_failure_weight_multiplier: float = 1000000.0
+    soft_affinity_weight_multiplier: float = 1.0
+    soft_anti_affinity_weight_multiplier: float = 1.0
+    image_locality_weight_multiplier: float = 1.0
+    host_subset_size: int = 1
+    max_attempts: int = 3
+    max_placement_results: int = 1000
+    max_instances_per_host: int = 50
+    max_io_ops_per_host: int = 8
+    claim_retries: int = 10
+    # Hosts in no availability-zone aggregate are in this zone (Nova: default_availability_zone).
+    default_availability_zone: str = "nova"
+    # "No valid host" lists at most this many rejected hosts per step (counts are always complete).
+    explain_max_hosts: int = 200
+
+
+class PlacementConfig(_Section):
+    # Nova's defaults today.
+    cpu_allocation_ratio: float = 4.0
+    ram_allocation_ratio: float = 1.0
+    disk_allocation_ratio: float = 1.0
+    reserved_host_memory_mb: int = 512
+    reserved_host_cpus: int = 0
+    reserved_host_disk_mb: int = 0
+
+
+class QuotaConfig(_Section):
+    # Nova's default quotas.
+    instances: int = 10
+    cores: int = 20
+    ram: int = 51200
+
+
+class ComputeConfig(_Section):
+    max_concurrent_builds: int = 10
+    # A host whose last heartbeat is older than this is "down" (Nova: service_down_time).
+    service_down_time: int = 60
+    # Heal reaps builds stuck in "building" for longer than this.
+    build_timeout: int = 600
+    shutdown_timeout: int = 60
+
+
+class Config(_Section):
+    db_url: str = ""
+    state_dir: Path = Field(default_factory=default_state_dir)
+    notifications_file: Path | None = None
+    scheduler: SchedulerConfig = Field(default_factory=SchedulerConfig)
+    placement: PlacementConfig = Field(default_factory=PlacementConfig)
+    quota: QuotaConfig = Field(default_factory=QuotaConfig)
+    compute: ComputeConfig = Field(default_factory=ComputeConfig)
+
+    @property
+    def database_url(self) -> str:
+        return self.db_url or f"sqlite:///{self.state_dir / 'novakit.db'}"
+
+
+def config_file_path() -> Path | None:
+    env = os.environ.get("NOVAKIT_CONFIG")
+    if env:
+        return Path(env)
+    candidate = Path.home() / ".config" / "novakit" / "novakit.toml"
+    return candidate if candidate.exists() else None
+
+
+def load_config(path: Path | None = None, **overrides: Any) -> Config:
+    """Build the configuration; raises ConfigError naming the bad key."""
+    data: dict[str, Any] = {}
+    path = path or config_file_path()
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise exceptions.ConfigError(option=str(path), reason="file does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise exceptions.ConfigError(option=str(path), reason=f"not valid TOML: {exc}") from None
+    if os.environ.get("NOVAKIT_DB_URL"):
+        data["db_url"] = os.environ["NOVAKIT_DB_URL"]
+    if os.environ.get("NOVAKIT_STATE_DIR"):
+        data["state_dir"] = os.environ["NOVAKIT_STATE_DIR"]
+    if os.environ.get("NOVAKIT_NOTIFICATIONS_FILE"):
+        data["notifications_file"] = os.environ["NOVAKIT_NOTIFICATIONS_FILE"]
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        option = ".".join(str(p) for p in err["loc"])
+        raise exceptions.ConfigError(option=option, reason=err["msg"]) from None

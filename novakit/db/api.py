@@ -1,0 +1,170 @@
+"""Instance records and their guarded state writes.
+
+Every state change goes through ``instance_update``, which says what it
+expects (``expected_task_state`` and optionally ``expected_vm_state``) and
+turns that into the WHERE clause of one UPDATE. If another process changed
+the row first, the UPDATE matches nothing, nothing is written, and
+``UnexpectedTaskStateError`` names what we expected and what is there.
+That single statement is atomic on SQLite and on PostgreSQL alike, so no
+lock is held between reading a state and acting on it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Select, and_, false, or_, select, update
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.compute.states import TaskState
+from novakit.context import RequestContext
+from novakit.db.models import Instance, utcnow
+
+# Sentinel: "do not check this column".
+UNSET: Any = object()
+
+
+def _scoped(ctx: RequestContext, stmt: Select[Any], include_deleted: bool = False) -> Select[Any]:
+    if not include_deleted:
+        stmt = stmt.where(Instance.deleted == 0)
+    if not ctx.is_admin:
+        stmt = stmt.where(Instance.project_id == ctx.project_id)
+    return stmt
+
+
+def instance_get(session: Session, ctx: RequestContext, uuid: str, *, include_deleted: bool = False) -> Instance:
+    """The instance, if the caller may see it; another project's looks not found."""
+    stmt = _scoped(ctx, select(Instance).where(Instance.uuid == uuid), include_deleted)
+    inst = session.execute(stmt).scalar_one_or_none()
+    if inst is None:
+        raise exceptions.InstanceNotFound(instance_id=uuid)
+    return inst
+
+
+def instance_get_by_name_or_uuid(
+    session: Session, ctx: RequestContext, ref: str, *, include_deleted: bool = False
+) -> Instance:
+    """By uuid or by name (names are unique per project among live servers)."""
+    if include_deleted:
+        stmt = _scoped(ctx, select(Instance).where(Instance.uuid == ref), include_deleted=True)
+        found = session.execute(stmt).scalar_one_or_none()
+        if found is not None:
+            return found
+    stmt = _scoped(ctx, select(Instance).where(or_(Instance.uuid == ref, Instance.display_name == ref)))
+    found = list(session.execute(stmt.limit(2)).scalars())
+    if not found:
+        raise exceptions.InstanceNotFound(instance_id=ref)
+    if len(found) > 1:
+        uuid_match = [i for i in found if i.uuid == ref]
+        if uuid_match:
+            return uuid_match[0]
+        raise exceptions.Invalid(reason=f"more than one server is named {ref!r} (use its uuid)")
+    return found[0]
+
+
+def instance_get_all(
+    session: Session,
+    ctx: RequestContext,
+    *,
+    host: str | None = None,
+    vm_states: Iterable[str] | None = None,
+    uuids: Sequence[str] | None = None,
+    include_deleted: bool = False,
+) -> list[Instance]:
+    stmt = _scoped(ctx, select(Instance), include_deleted)
+    if host is not None:
+        stmt = stmt.where(Instance.host == host)
+    if vm_states is not None:
+        stmt = stmt.where(Instance.vm_state.in_(list(vm_states)))
+    if uuids is not None:
+        stmt = stmt.where(Instance.uuid.in_(list(uuids)))
+    return list(session.execute(stmt.order_by(Instance.created_at, Instance.id)).scalars())
+
+
+def _state_clause(column: Any, expected: Any) -> Any:
+    values = list(expected) if isinstance(expected, list | tuple | set | frozenset) else [expected]
+    values = [v.value if isinstance(v, TaskState) else v for v in values]
+    not_null = [v for v in values if v is not None]
+    clauses = []
+    if not_null:
+        clauses.append(column.in_(not_null))
+    if None in values:
+        clauses.append(column.is_(None))
+    return or_(*clauses) if clauses else false()
+
+
+def instance_update(
+    session: Session,
+    uuid: str,
+    values: dict[str, Any],
+    *,
+    expected_task_state: Any = UNSET,
+    expected_vm_state: Any = UNSET,
+) -> Instance:
+    """Write ``values`` only if the row still has the expected states.
+
+    Raises UnexpectedTaskStateError (UnexpectedDeletingTaskStateError when the
+    instance is being deleted) and changes nothing if it does not.
+    """
+    values = {k: (v.value if hasattr(v, "value") and not isinstance(v, int) else v) for k, v in values.items()}
+    values.setdefault("updated_at", utcnow())
+    conditions = [Instance.uuid == uuid, Instance.deleted == 0]
+    if expected_task_state is not UNSET:
+        conditions.append(_state_clause(Instance.task_state, expected_task_state))
+    if expected_vm_state is not UNSET:
+        conditions.append(_state_clause(Instance.vm_state, expected_vm_state))
+    result = session.execute(
+        update(Instance).where(and_(*conditions)).values(**values).execution_options(synchronize_session=False)
+    )
+    if result.rowcount == 1:  # type: ignore[attr-defined]
+        inst = session.execute(select(Instance).where(Instance.uuid == uuid)).scalar_one()
+        session.refresh(inst)
+        return inst
+    current = session.execute(select(Instance).where(Instance.uuid == uuid, Instance.deleted == 0)).scalar_one_or_none()
+    if current is None:
+        raise exceptions.InstanceNotFound(instance_id=uuid)
+    expected_desc = []
+    if expected_task_state is not UNSET:
+        expected_desc.append(f"task_state={_describe(expected_task_state)}")
+    if expected_vm_state is not UNSET:
+        expected_desc.append(f"vm_state={_describe(expected_vm_state)}")
+    actual = f"vm_state={current.vm_state}, task_state={current.task_state}"
+    cls = (
+        exceptions.UnexpectedDeletingTaskStateError
+        if current.task_state == TaskState.DELETING.value
+        else exceptions.UnexpectedTaskStateError
+    )
+    raise cls(instance_uuid=uuid, expected=", ".join(expected_desc), actual=actual)
+
+
+def _describe(expected: Any) -> str:
+    values = list(expected) if isinstance(expected, list | tuple | set | frozenset) else [expected]
+    return "/".join("none" if v is None else str(getattr(v, "value", v)) for v in values)
+
+
+def instance_soft_delete(session: Session, uuid: str, *, expected_task_state: Any = UNSET) -> Instance:
+    """Mark the row deleted (``deleted`` = its id, so the name can be reused)."""
+    inst = instance_update(
+        session,
+        uuid,
+        {"vm_state": "deleted", "task_state": None, "power_state": 0, "terminated_at": utcnow()},
+        expected_task_state=expected_task_state,
+    )
+    session.execute(
+        update(Instance)
+        .where(Instance.uuid == uuid, Instance.deleted == 0)
+        .values(deleted=Instance.id, deleted_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    session.refresh(inst)
+    return inst
+
+
+def stuck_builds(session: Session, older_than: dt.datetime) -> list[Instance]:
+    stmt = select(Instance).where(
+        Instance.deleted == 0, Instance.vm_state == "building", Instance.created_at < older_than
+    )
+    return list(session.execute(stmt).scalars())

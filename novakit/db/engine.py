@@ -1,0 +1,147 @@
+"""Engines and transactions for SQLite (embedded default) and PostgreSQL.
+
+Two kinds of transaction, because SQLite needs to know up front:
+
+* ``db.writer()`` starts with ``BEGIN IMMEDIATE`` on SQLite, taking the write
+  lock before the first read. A plain ``BEGIN`` that reads and then writes
+  fails at once with "database is locked" when another writer got there
+  first, whatever the busy timeout; ``BEGIN IMMEDIATE`` waits its turn.
+* ``db.reader()`` is a deferred transaction that never blocks writers (WAL).
+
+``run_in_transaction`` retries a whole writer function when the database
+reports a transient conflict: SQLite "database is locked" after the busy
+timeout, PostgreSQL serialisation failures and deadlocks.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from novakit.config import Config, load_config
+
+T = TypeVar("T")
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def _is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def _setup_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event decide how each transaction starts.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        mode = conn.get_execution_options().get("novakit_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if mode else "BEGIN")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A conflict that a retry of the whole transaction may clear."""
+    if isinstance(exc, OperationalError) and "database is locked" in str(exc):
+        return True
+    if isinstance(exc, DBAPIError):
+        code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+        # serialization_failure, deadlock_detected
+        return code in {"40001", "40P01"}
+    return False
+
+
+class Database:
+    """One database, with writer and reader transactions."""
+
+    def __init__(self, url: str, *, auto_upgrade: bool | None = None, echo: bool = False) -> None:
+        self.url = url
+        self.is_sqlite = _is_sqlite(url)
+        if self.is_sqlite:
+            path = url.split("///", 1)[-1]
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self.engine = create_engine(url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+            _setup_sqlite(self.engine)
+        else:
+            self.engine = create_engine(url, echo=echo, pool_pre_ping=True, pool_size=5, max_overflow=10)
+        self._writer = sessionmaker(
+            bind=self.engine.execution_options(novakit_write=True), expire_on_commit=False
+        )
+        self._reader = sessionmaker(bind=self.engine, expire_on_commit=False)
+        # The embedded default upgrades itself on first use; a shared
+        # PostgreSQL is upgraded explicitly with `novakit db upgrade`.
+        if auto_upgrade if auto_upgrade is not None else self.is_sqlite:
+            self.upgrade_if_needed()
+
+    @classmethod
+    def from_config(cls, conf: Config | None = None) -> Database:
+        conf = conf or load_config()
+        return cls(conf.database_url)
+
+    @contextmanager
+    def writer(self) -> Iterator[Session]:
+        """A write transaction: committed on success, rolled back on any error."""
+        with self._writer() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def reader(self) -> Iterator[Session]:
+        with self._reader() as session, session.begin():
+            yield session
+
+    def run_in_transaction(self, fn: Callable[[Session], T], *, retries: int = 10) -> T:
+        """Run ``fn`` in a writer transaction, retrying transient conflicts with jitter."""
+        for attempt in range(retries + 1):
+            try:
+                with self.writer() as session:
+                    return fn(session)
+            except (OperationalError, DBAPIError) as exc:
+                if attempt >= retries or not is_transient(exc):
+                    raise
+                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    # --- schema -----------------------------------------------------------------
+
+    def current_revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
+        with self.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+
+    def upgrade_if_needed(self) -> None:
+        from novakit.db import migration
+
+        head = migration.head_revision()
+        if self.current_revision() == head:
+            return
+        if self.is_sqlite:
+            # Several processes may open a new file at once: one upgrades.
+            lock_path = self.url.split("///", 1)[-1] + ".migrate.lock"
+            with open(lock_path, "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if self.current_revision() != head:
+                    migration.upgrade(self.engine)
+        else:
+            migration.upgrade(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,398 @@
+"""SQLAlchemy 2 models: Nova's tables, trimmed to what novakit uses.
+
+Column names follow Nova's (``instances.vm_state``, ``instance_actions_events``,
+``instance_faults``, ``services.last_seen_up``) so that people who know Nova's
+schema find their way. Soft delete works as in Nova: ``deleted`` is 0 for a
+live row and the row's own id once deleted, which lets a unique constraint
+include ``deleted`` and still allow a name to be reused after a delete.
+The schema is created and changed only by the Alembic migrations in
+``migrations/``; a test checks that the models and the migrations agree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class TimestampMixin:
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[dt.datetime | None] = mapped_column(DateTime, onupdate=utcnow)
+
+
+class SoftDeleteMixin:
+    deleted_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    deleted: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class Instance(TimestampMixin, SoftDeleteMixin, Base):
+    __tablename__ = "instances"
+    __table_args__ = (
+        UniqueConstraint("uuid"),
+        # Names are unique per project among live servers: that is what
+        # makes the Ansible modules idempotent by name.
+        UniqueConstraint("project_id", "display_name", "deleted"),
+        Index("ix_instances_host_deleted", "host", "deleted"),
+        Index("ix_instances_project_deleted", "project_id", "deleted"),
+        Index("ix_instances_vm_state", "vm_state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    display_name: Mapped[str] = mapped_column(String(255))
+    hostname: Mapped[str] = mapped_column(String(255))
+    project_id: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str | None] = mapped_column(String(255))
+    node: Mapped[str | None] = mapped_column(String(255))
+    availability_zone: Mapped[str | None] = mapped_column(String(255))
+    reservation_id: Mapped[str | None] = mapped_column(String(255))
+    launch_index: Mapped[int] = mapped_column(Integer, default=0)
+    # The flavor as it was at boot (Nova keeps it in instance_extra).
+    flavor: Mapped[dict[str, Any]] = mapped_column(JSON)
+    instance_type_id: Mapped[int | None] = mapped_column(Integer)
+    vcpus: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mb: Mapped[int] = mapped_column(Integer, default=0)
+    root_gb: Mapped[int] = mapped_column(Integer, default=0)
+    ephemeral_gb: Mapped[int] = mapped_column(Integer, default=0)
+    image_ref: Mapped[str | None] = mapped_column(String(255))
+    vm_state: Mapped[str] = mapped_column(String(255))
+    task_state: Mapped[str | None] = mapped_column(String(255))
+    power_state: Mapped[int] = mapped_column(Integer, default=0)
+    locked: Mapped[bool] = mapped_column(Boolean, default=False)
+    locked_by: Mapped[str | None] = mapped_column(String(255))  # "owner" or "admin", as Nova
+    locked_reason: Mapped[str | None] = mapped_column(String(255))
+    instance_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    # Base64 user data, as the request gave it. Never logged.
+    user_data: Mapped[str | None] = mapped_column(Text)
+    config_drive: Mapped[bool] = mapped_column(Boolean, default=True)
+    key_name: Mapped[str | None] = mapped_column(String(255))
+    addresses: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    networks: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    launched_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    terminated_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    scheduled_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+
+    faults: Mapped[list[InstanceFault]] = relationship(
+        primaryjoin="Instance.uuid == foreign(InstanceFault.instance_uuid)",
+        order_by="InstanceFault.id.desc()",
+        viewonly=True,
+    )
+
+
+class RequestSpec(Base):
+    """What the scheduler was asked for one instance, and the alternates it kept.
+
+    Rescheduling happens in a later play than scheduling, so the alternates
+    must live somewhere every play can read.
+    """
+
+    __tablename__ = "request_specs"
+    __table_args__ = (UniqueConstraint("instance_uuid"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    instance_uuid: Mapped[str] = mapped_column(String(36))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    alternates: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    tried_hosts: Mapped[list[Any]] = mapped_column(JSON, default=list)
+
+
+class Flavor(TimestampMixin, Base):
+    __tablename__ = "flavors"
+    __table_args__ = (UniqueConstraint("name"), UniqueConstraint("flavorid"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    flavorid: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(255))
+    vcpus: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    root_gb: Mapped[int] = mapped_column(Integer)
+    ephemeral_gb: Mapped[int] = mapped_column(Integer, default=0)
+    swap: Mapped[int] = mapped_column(Integer, default=0)
+    extra_specs: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    is_public: Mapped[bool] = mapped_column(Boolean, default=True)
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    description: Mapped[str | None] = mapped_column(Text)
+
+
+class Image(TimestampMixin, Base):
+    __tablename__ = "images"
+    __table_args__ = (UniqueConstraint("uuid"), Index("ix_images_name", "name"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    name: Mapped[str] = mapped_column(String(255))
+    disk_format: Mapped[str] = mapped_column(String(32), default="qcow2")
+    container_format: Mapped[str] = mapped_column(String(32), default="bare")
+    checksum: Mapped[str | None] = mapped_column(String(64))  # sha256
+    size: Mapped[int] = mapped_column(BigInteger, default=0)
+    location: Mapped[str] = mapped_column(Text, default="")
+    min_disk: Mapped[int] = mapped_column(Integer, default=0)
+    min_ram: Mapped[int] = mapped_column(Integer, default=0)
+    properties: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    status: Mapped[str] = mapped_column(String(32), default="active")
+    project_id: Mapped[str | None] = mapped_column(String(255))
+    visibility: Mapped[str] = mapped_column(String(32), default="public")
+
+
+class Service(TimestampMixin, SoftDeleteMixin, Base):
+    __tablename__ = "services"
+    __table_args__ = (UniqueConstraint("host", "binary", "deleted"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    host: Mapped[str] = mapped_column(String(255))
+    binary: Mapped[str] = mapped_column(String(255), default="novakit-compute")
+    topic: Mapped[str | None] = mapped_column(String(255), default="compute")
+    report_count: Mapped[int] = mapped_column(Integer, default=0)
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    disabled_reason: Mapped[str | None] = mapped_column(String(255))
+    last_seen_up: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    forced_down: Mapped[bool] = mapped_column(Boolean, default=False)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+
+class ComputeNode(TimestampMixin, SoftDeleteMixin, Base):
+    """A hypervisor as its driver reported it, and how to reach it."""
+
+    __tablename__ = "compute_nodes"
+    __table_args__ = (UniqueConstraint("host", "hypervisor_hostname", "deleted"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    host: Mapped[str] = mapped_column(String(255))
+    hypervisor_hostname: Mapped[str] = mapped_column(String(255))
+    hypervisor_type: Mapped[str] = mapped_column(String(255))
+    hypervisor_version: Mapped[int] = mapped_column(Integer, default=0)
+    cpu_arch: Mapped[str] = mapped_column(String(32), default="x86_64")
+    cpu_info: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    vcpus: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    local_gb: Mapped[int] = mapped_column(Integer)
+    cpu_allocation_ratio: Mapped[float] = mapped_column(Float, default=4.0)
+    ram_allocation_ratio: Mapped[float] = mapped_column(Float, default=1.0)
+    disk_allocation_ratio: Mapped[float] = mapped_column(Float, default=1.0)
+    reserved_host_memory_mb: Mapped[int] = mapped_column(Integer, default=512)
+    reserved_host_cpus: Mapped[int] = mapped_column(Integer, default=0)
+    reserved_host_disk_mb: Mapped[int] = mapped_column(Integer, default=0)
+    # Images the host's cache holds (ImageLocalityWeigher), reported at
+    # registration and after each build.
+    cached_images: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    # How the controller reaches the host: {"driver": "fake", "transport": "local", ...}
+    driver: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    stats: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+# --- placement ---------------------------------------------------------------
+
+
+class ResourceProvider(TimestampMixin, Base):
+    __tablename__ = "resource_providers"
+    __table_args__ = (UniqueConstraint("uuid"), UniqueConstraint("name"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    name: Mapped[str] = mapped_column(String(200))
+    generation: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Inventory(TimestampMixin, Base):
+    __tablename__ = "inventories"
+    __table_args__ = (
+        UniqueConstraint("resource_provider_id", "resource_class"),
+        Index("ix_inventories_rc_rp", "resource_class", "resource_provider_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    resource_provider_id: Mapped[int] = mapped_column(ForeignKey("resource_providers.id", ondelete="CASCADE"))
+    resource_class: Mapped[str] = mapped_column(String(255))
+    total: Mapped[int] = mapped_column(Integer)
+    reserved: Mapped[int] = mapped_column(Integer, default=0)
+    min_unit: Mapped[int] = mapped_column(Integer, default=1)
+    max_unit: Mapped[int] = mapped_column(Integer)
+    step_size: Mapped[int] = mapped_column(Integer, default=1)
+    allocation_ratio: Mapped[float] = mapped_column(Float, default=1.0)
+
+
+class Allocation(TimestampMixin, Base):
+    __tablename__ = "allocations"
+    __table_args__ = (
+        Index("ix_allocations_rp_rc", "resource_provider_id", "resource_class"),
+        Index("ix_allocations_consumer", "consumer_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    resource_provider_id: Mapped[int] = mapped_column(ForeignKey("resource_providers.id", ondelete="CASCADE"))
+    consumer_id: Mapped[str] = mapped_column(String(36))
+    resource_class: Mapped[str] = mapped_column(String(255))
+    used: Mapped[int] = mapped_column(Integer)
+    project_id: Mapped[str | None] = mapped_column(String(255))
+    user_id: Mapped[str | None] = mapped_column(String(255))
+
+
+class Trait(Base):
+    __tablename__ = "traits"
+    __table_args__ = (UniqueConstraint("name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+
+
+class ResourceProviderTrait(Base):
+    __tablename__ = "resource_provider_traits"
+
+    resource_provider_id: Mapped[int] = mapped_column(
+        ForeignKey("resource_providers.id", ondelete="CASCADE"), primary_key=True
+    )
+    trait_id: Mapped[int] = mapped_column(ForeignKey("traits.id", ondelete="CASCADE"), primary_key=True)
+
+
+class PlacementAggregate(Base):
+    """An aggregate of providers; an availability zone is an aggregate with ``availability_zone`` set."""
+
+    __tablename__ = "placement_aggregates"
+    __table_args__ = (UniqueConstraint("uuid"), UniqueConstraint("name"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    name: Mapped[str] = mapped_column(String(255))
+    availability_zone: Mapped[str | None] = mapped_column(String(255))
+    aggregate_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+
+
+class ResourceProviderAggregate(Base):
+    __tablename__ = "resource_provider_aggregates"
+
+    resource_provider_id: Mapped[int] = mapped_column(
+        ForeignKey("resource_providers.id", ondelete="CASCADE"), primary_key=True
+    )
+    aggregate_id: Mapped[int] = mapped_column(
+        ForeignKey("placement_aggregates.id", ondelete="CASCADE"), primary_key=True
+    )
+
+
+# --- audit trail ---------------------------------------------------------------
+
+
+class InstanceAction(TimestampMixin, SoftDeleteMixin, Base):
+    __tablename__ = "instance_actions"
+    __table_args__ = (
+        Index("ix_instance_actions_instance_uuid_request_id", "instance_uuid", "request_id"),
+        UniqueConstraint("instance_uuid", "request_id", "action"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    action: Mapped[str] = mapped_column(String(255))
+    instance_uuid: Mapped[str] = mapped_column(String(36))
+    request_id: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[str | None] = mapped_column(String(255))
+    project_id: Mapped[str | None] = mapped_column(String(255))
+    start_time: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    finish_time: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    message: Mapped[str | None] = mapped_column(String(255))
+
+    events: Mapped[list[InstanceActionEvent]] = relationship(
+        back_populates="action", order_by="InstanceActionEvent.id"
+    )
+
+
+class InstanceActionEvent(TimestampMixin, SoftDeleteMixin, Base):
+    __tablename__ = "instance_actions_events"
+    __table_args__ = (Index("ix_instance_actions_events_action_id", "action_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    event: Mapped[str] = mapped_column(String(255))
+    action_id: Mapped[int] = mapped_column(ForeignKey("instance_actions.id"))
+    start_time: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+    finish_time: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    result: Mapped[str | None] = mapped_column(String(255))
+    traceback: Mapped[str | None] = mapped_column(Text)
+    host: Mapped[str | None] = mapped_column(String(255))
+    details: Mapped[str | None] = mapped_column(Text)
+
+    action: Mapped[InstanceAction] = relationship(back_populates="events")
+
+
+class InstanceFault(TimestampMixin, SoftDeleteMixin, Base):
+    __tablename__ = "instance_faults"
+    __table_args__ = (Index("ix_instance_faults_instance_uuid", "instance_uuid"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    instance_uuid: Mapped[str] = mapped_column(String(36))
+    code: Mapped[int] = mapped_column(Integer)
+    message: Mapped[str] = mapped_column(String(255))
+    details: Mapped[str | None] = mapped_column(Text)
+    host: Mapped[str | None] = mapped_column(String(255))
+
+
+# --- quotas and server groups ------------------------------------------------------
+
+
+class Quota(TimestampMixin, Base):
+    __tablename__ = "quotas"
+    __table_args__ = (UniqueConstraint("project_id", "resource"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[str] = mapped_column(String(255))
+    resource: Mapped[str] = mapped_column(String(255))
+    hard_limit: Mapped[int] = mapped_column(Integer)
+
+
+class InstanceGroup(TimestampMixin, SoftDeleteMixin, Base):
+    __tablename__ = "instance_groups"
+    __table_args__ = (UniqueConstraint("uuid"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    name: Mapped[str] = mapped_column(String(255))
+    project_id: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[str] = mapped_column(String(255))
+    # affinity, anti-affinity, soft-affinity, soft-anti-affinity
+    policy: Mapped[str] = mapped_column(String(255))
+    rules: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+    members: Mapped[list[InstanceGroupMember]] = relationship(back_populates="group")
+
+
+class InstanceGroupMember(TimestampMixin, Base):
+    __tablename__ = "instance_group_member"
+    __table_args__ = (UniqueConstraint("group_id", "instance_uuid"), Index("ix_igm_instance", "instance_uuid"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    group_id: Mapped[int] = mapped_column(ForeignKey("instance_groups.id"))
+    instance_uuid: Mapped[str] = mapped_column(String(36))
+
+    group: Mapped[InstanceGroup] = relationship(back_populates="members")

@@ -1,0 +1,243 @@
+"""Every error novakit raises, in one place.
+
+The hierarchy, with the HTTP-like ``code`` each class carries (as Nova's do;
+the code decides whether a fault keeps a traceback and whether a non-admin
+sees the text)::
+
+    NovakitError (500)
+    ├── Invalid (400) ............... the caller asked for something malformed
+    │   ├── ValidationError ......... a field broke a rule: names field and rule
+    │   ├── InstanceInvalidState (409)  the action is not allowed in this state
+    │   ├── InvalidImage ............ bad image data (format, checksum, path)
+    │   └── ConfigError ............. a configuration value is wrong
+    ├── Forbidden (403)
+    │   ├── PolicyNotAuthorized
+    │   ├── InstanceIsLocked (409)
+    │   └── OverQuota ............... a project quota would be exceeded
+    ├── NotFound (404)
+    │   ├── InstanceNotFound, FlavorNotFound, ImageNotFound,
+    │   └── ComputeHostNotFound, ServerGroupNotFound, ResourceProviderNotFound
+    ├── Conflict (409)
+    │   ├── UnexpectedTaskStateError  a guarded state write lost a race
+    │   │   └── UnexpectedDeletingTaskStateError
+    │   ├── DuplicateName ........... a live server of that name exists
+    │   └── ConcurrentUpdateDetected  retries of a compare-and-swap ran out
+    ├── NoValidHost (500) ........... the scheduler found nowhere to go;
+    │                                 ``explanation`` says why for each host
+    ├── ComputeError (500) .......... raised on a compute host
+    │   ├── RescheduledError ........ this host failed; another may succeed
+    │   ├── BuildAbortError ......... stop: no other host would do better
+    │   ├── InstanceNotRunning, InstancePowerOffFailure
+    │   └── HypervisorUnavailable ... the host's hypervisor cannot be reached
+    └── MissingDependency ........... an optional library is not installed
+
+Every class formats ``msg_fmt`` with the keyword arguments it was given, so a
+message always names what was wrong and, where the caller can act, what to do.
+Any exception that is *not* a ``NovakitError`` is treated as internal: faults
+record only its class name as the message, and its text goes to the
+admin-only details (as Nova does, since it may carry secrets).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class NovakitError(Exception):
+    """Base class; ``msg_fmt`` is formatted with the constructor's kwargs."""
+
+    msg_fmt = "An unknown error occurred."
+    code = 500
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        if "code" in kwargs:
+            self.code = int(kwargs["code"])
+        if message is None:
+            try:
+                message = self.msg_fmt % kwargs
+            except (KeyError, TypeError, ValueError):
+                # A missing format argument must not hide the real error.
+                message = self.msg_fmt
+        self.message = message
+        super().__init__(message)
+
+    def format_message(self) -> str:
+        return self.message
+
+
+# --- bad input -------------------------------------------------------------
+
+
+class Invalid(NovakitError):
+    msg_fmt = "Invalid request: %(reason)s"
+    code = 400
+
+
+class ValidationError(Invalid):
+    """A request field broke a rule. ``errors`` lists (field, rule) pairs."""
+
+    msg_fmt = "Invalid %(field)s: %(rule)s"
+
+    def __init__(self, field: str, rule: str, errors: list[tuple[str, str]] | None = None) -> None:
+        self.field = field
+        self.rule = rule
+        self.errors = errors or [(field, rule)]
+        if len(self.errors) > 1:
+            joined = "; ".join(f"{f}: {r}" for f, r in self.errors)
+            super().__init__(f"Invalid request: {joined}", field=field, rule=rule)
+        else:
+            super().__init__(field=field, rule=rule)
+
+
+class InstanceInvalidState(Invalid):
+    msg_fmt = (
+        "Cannot '%(action)s' instance %(instance_uuid)s while it is in "
+        "vm_state %(vm_state)s, task_state %(task_state)s"
+    )
+    code = 409
+
+
+class InvalidImage(Invalid):
+    msg_fmt = "Image %(image_id)s is not usable: %(reason)s"
+
+
+class ConfigError(Invalid):
+    msg_fmt = "Configuration error in %(option)s: %(reason)s"
+
+
+# --- permission and quota --------------------------------------------------
+
+
+class Forbidden(NovakitError):
+    msg_fmt = "Not authorized: %(reason)s"
+    code = 403
+
+
+class PolicyNotAuthorized(Forbidden):
+    msg_fmt = "Policy does not allow %(action)s to be performed."
+
+
+class InstanceIsLocked(Forbidden):
+    msg_fmt = "Instance %(instance_uuid)s is locked%(reason_suffix)s; only its locker or an admin may act on it"
+    code = 409
+
+    def __init__(self, instance_uuid: str, reason: str | None = None) -> None:
+        suffix = f" ({reason})" if reason else ""
+        super().__init__(instance_uuid=instance_uuid, reason_suffix=suffix)
+
+
+class OverQuota(Forbidden):
+    msg_fmt = (
+        "Quota exceeded for %(resource)s in project %(project_id)s: requested %(requested)s, "
+        "in use %(used)s, limit %(limit)s"
+    )
+
+
+# --- not found --------------------------------------------------------------
+
+
+class NotFound(NovakitError):
+    msg_fmt = "Resource could not be found."
+    code = 404
+
+
+class InstanceNotFound(NotFound):
+    msg_fmt = "Instance %(instance_id)s could not be found."
+
+
+class FlavorNotFound(NotFound):
+    msg_fmt = "Flavor %(flavor_id)s could not be found."
+
+
+class ImageNotFound(NotFound):
+    msg_fmt = "Image %(image_id)s could not be found."
+
+
+class ComputeHostNotFound(NotFound):
+    msg_fmt = "Compute host %(host)s could not be found."
+
+
+class ServerGroupNotFound(NotFound):
+    msg_fmt = "Server group %(group_id)s could not be found."
+
+
+class ResourceProviderNotFound(NotFound):
+    msg_fmt = "Resource provider %(name_or_uuid)s could not be found."
+
+
+# --- conflicts --------------------------------------------------------------
+
+
+class Conflict(NovakitError):
+    msg_fmt = "Conflict: %(reason)s"
+    code = 409
+
+
+class UnexpectedTaskStateError(Conflict):
+    msg_fmt = (
+        "Conflict updating instance %(instance_uuid)s. Expected: %(expected)s. Actual: %(actual)s"
+    )
+
+
+class UnexpectedDeletingTaskStateError(UnexpectedTaskStateError):
+    """The instance is being deleted while another operation expected it not to be."""
+
+
+class DuplicateName(Conflict):
+    msg_fmt = "A server named %(name)s already exists in project %(project_id)s"
+
+
+class ConcurrentUpdateDetected(Conflict):
+    msg_fmt = "Gave up after %(attempts)s attempts: %(what)s kept changing under us; try again"
+
+
+# --- scheduling -------------------------------------------------------------
+
+
+class NoValidHost(NovakitError):
+    """No host can take the request; ``explanation`` says what each step removed."""
+
+    msg_fmt = "No valid host was found. %(reason)s"
+    code = 500
+
+    def __init__(self, reason: str = "", explanation: dict[str, Any] | None = None) -> None:
+        self.explanation = explanation or {}
+        super().__init__(reason=reason)
+
+
+# --- compute side -----------------------------------------------------------
+
+
+class ComputeError(NovakitError):
+    msg_fmt = "Compute operation failed: %(reason)s"
+
+
+class RescheduledError(ComputeError):
+    """The build failed on this host; the conductor may try an alternate."""
+
+    msg_fmt = "Build of instance %(instance_uuid)s was re-scheduled: %(reason)s"
+
+
+class BuildAbortError(ComputeError):
+    """The build failed in a way another host would not fix (bad image, bad request)."""
+
+    msg_fmt = "Build of instance %(instance_uuid)s aborted: %(reason)s"
+
+
+class InstanceNotRunning(ComputeError):
+    msg_fmt = "Instance %(instance_uuid)s is not running."
+    code = 409
+
+
+class InstancePowerOffFailure(ComputeError):
+    msg_fmt = "Failed to power off instance %(instance_uuid)s: %(reason)s"
+
+
+class HypervisorUnavailable(ComputeError):
+    msg_fmt = "Connection to the hypervisor on %(host)s is broken: %(reason)s"
+
+
+class MissingDependency(NovakitError):
+    msg_fmt = "%(feature)s needs the Python package %(package)s: %(hint)s"
+    code = 400

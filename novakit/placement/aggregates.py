@@ -1,0 +1,179 @@
+"""Aggregates: named groups of providers. An availability zone is an aggregate with ``availability_zone`` set.
+
+Requests narrow candidates with ``member_of`` (any of a list of aggregates) and
+with an availability zone; both become EXISTS clauses of the candidate query.
+As in Nova, a host belongs to at most one availability zone; hosts in no zone
+are in the default zone (``SchedulerConfig.default_availability_zone``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid as uuidlib
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import insert, text, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.db.engine import Database
+from novakit.db.models import PlacementAggregate
+from novakit.placement.providers import lookup_provider
+
+
+class AggregateView(BaseModel):
+    id: int
+    uuid: str
+    name: str
+    availability_zone: str | None
+    metadata: dict[str, Any]
+
+
+_TABLE = PlacementAggregate.__table__
+_SELECT = "SELECT id, uuid, name, availability_zone, metadata FROM placement_aggregates "
+
+
+def _view(row: Any) -> AggregateView:
+    metadata = row[4]
+    if isinstance(metadata, str):  # a raw JSON column read through text() on SQLite
+        metadata = json.loads(metadata)
+    return AggregateView(
+        id=row[0], uuid=row[1], name=row[2], availability_zone=row[3], metadata=metadata or {}
+    )
+
+
+def find_aggregate(session: Session, name_or_uuid: str) -> AggregateView | None:
+    row = session.execute(text(_SELECT + "WHERE name = :k OR uuid = :k"), {"k": name_or_uuid}).first()
+    return _view(row) if row else None
+
+
+def ensure_aggregate(
+    db: Database,
+    name: str,
+    *,
+    uuid: str | None = None,
+    availability_zone: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> AggregateView:
+    """Create or update the aggregate called ``name``; idempotent."""
+
+    def _write(session: Session) -> AggregateView:
+        existing = find_aggregate(session, name)
+        if existing is None:
+            session.execute(
+                insert(_TABLE).values(
+                    uuid=uuid or str(uuidlib.uuid4()),
+                    name=name,
+                    availability_zone=availability_zone,
+                    metadata=metadata or {},
+                )
+            )
+        else:
+            session.execute(
+                update(_TABLE)
+                .where(_TABLE.c.id == existing.id)
+                .values(
+                    availability_zone=availability_zone,
+                    metadata=metadata if metadata is not None else existing.metadata,
+                )
+            )
+        found = find_aggregate(session, name)
+        assert found is not None
+        return found
+
+    try:
+        return db.run_in_transaction(_write)
+    except IntegrityError:
+        return db.run_in_transaction(_write)
+
+
+def add_provider_to_aggregate(db: Database, provider_name: str, aggregate_name: str) -> None:
+    """Idempotent. Refuses a second availability zone for one host, as Nova does."""
+
+    def _write(session: Session) -> None:
+        provider = lookup_provider(session, provider_name)
+        aggregate = find_aggregate(session, aggregate_name)
+        if aggregate is None:
+            raise exceptions.NotFound(f"Aggregate {aggregate_name} could not be found.")
+        if aggregate.availability_zone:
+            zones = set(
+                session.execute(
+                    text(
+                        "SELECT pa.availability_zone FROM placement_aggregates pa "
+                        "JOIN resource_provider_aggregates "
+                        "rpa ON rpa.aggregate_id = pa.id WHERE rpa.resource_provider_id = :p "
+                        "AND pa.availability_zone IS NOT NULL"
+                    ),
+                    {"p": provider.id},
+                ).scalars()
+            ) - {aggregate.availability_zone}
+            if zones:
+                raise exceptions.Conflict(
+                    reason=f"host {provider_name} is already in availability zone {sorted(zones)[0]}; "
+                    f"it cannot also be in {aggregate.availability_zone}"
+                )
+        present = session.execute(
+            text(
+                "SELECT 1 FROM resource_provider_aggregates "
+                "WHERE resource_provider_id = :p AND aggregate_id = :a"
+            ),
+            {"p": provider.id, "a": aggregate.id},
+        ).first()
+        if not present:
+            session.execute(
+                text(
+                    "INSERT INTO resource_provider_aggregates (resource_provider_id, aggregate_id) "
+                    "VALUES (:p, :a)"
+                ),
+                {"p": provider.id, "a": aggregate.id},
+            )
+
+    db.run_in_transaction(_write)
+
+
+def remove_provider_from_aggregate(db: Database, provider_name: str, aggregate_name: str) -> None:
+    def _write(session: Session) -> None:
+        provider = lookup_provider(session, provider_name)
+        aggregate = find_aggregate(session, aggregate_name)
+        if aggregate is not None:
+            session.execute(
+                text(
+                    "DELETE FROM resource_provider_aggregates "
+                    "WHERE resource_provider_id = :p AND aggregate_id = :a"
+                ),
+                {"p": provider.id, "a": aggregate.id},
+            )
+
+    db.run_in_transaction(_write)
+
+
+def get_provider_aggregates(db: Database, provider_name: str) -> list[AggregateView]:
+    with db.reader() as session:
+        provider = lookup_provider(session, provider_name)
+        rows = session.execute(
+            text(
+                "SELECT pa.id, pa.uuid, pa.name, pa.availability_zone, pa.metadata "
+                "FROM placement_aggregates pa "
+                "JOIN resource_provider_aggregates rpa ON rpa.aggregate_id = pa.id "
+                "WHERE rpa.resource_provider_id = :p ORDER BY pa.name"
+            ),
+            {"p": provider.id},
+        )
+        return [_view(r) for r in rows]
+
+
+def availability_zones(session: Session) -> dict[str, list[int]]:
+    """``{zone: [aggregate ids]}``."""
+    zones: dict[str, list[int]] = {}
+    for agg_id, zone in session.execute(
+        text("SELECT id, availability_zone FROM placement_aggregates WHERE availability_zone IS NOT NULL")
+    ):
+        zones.setdefault(zone, []).append(agg_id)
+    return zones
+
+
+def list_availability_zones(db: Database) -> list[str]:
+    with db.reader() as session:
+        return sorted(availability_zones(session))

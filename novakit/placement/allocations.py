@@ -1,0 +1,253 @@
+"""Allocations: what each consumer (an instance) holds on which provider, and the claims that write them.
+
+A claim is safe without any table lock because of one rule: every write that
+changes a provider's allocations or inventory first swaps its generation with a
+compare-and-swap UPDATE. The claim reads the generation, inventory and usage in
+*one* statement (one snapshot on PostgreSQL), checks capacity, then swaps the
+generation before writing a row. If the swap matches no row somebody else got
+there first: nothing was written, we re-read and try again, a bounded number of
+times with jitter. Once the swap succeeded this transaction holds the provider's
+row lock until commit, so what it checked stays true. On SQLite the writer
+transaction is BEGIN IMMEDIATE and the swap never loses, except when a test
+injects a conflict.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from sqlalchemy import bindparam, text
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.db.engine import Database
+from novakit.db.models import utcnow
+from novakit.placement.inventories import bump_generation, validate_resource_class
+from novakit.placement.providers import lookup_provider
+
+T = TypeVar("T")
+
+DEFAULT_RETRIES = 10
+
+# Tests set this to force generation conflicts: called with (session, provider_id)
+# between the read and the compare-and-swap of every claim attempt.
+conflict_injector: Callable[[Session, int], None] | None = None
+
+
+class _LostRace(Exception):
+    """Internal: roll the transaction back and try again."""
+
+
+def retry_on_conflict(
+    db: Database, fn: Callable[[Session], T | None], *, what: str, retries: int = DEFAULT_RETRIES
+) -> T:
+    """Run ``fn`` in a writer transaction; ``None`` from it means 'lost a race', so roll back and retry."""
+
+    def _attempt(session: Session) -> T:
+        result = fn(session)
+        if result is None:
+            raise _LostRace
+        return result
+
+    for attempt in range(retries + 1):
+        try:
+            return db.run_in_transaction(_attempt)
+        except _LostRace:
+            time.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
+    raise exceptions.ConcurrentUpdateDetected(attempts=retries + 1, what=what)
+
+
+def validate_resources(resources: dict[str, int]) -> None:
+    """Amounts are positive integers of known classes: the claim must not be able to free capacity."""
+    if not resources:
+        raise exceptions.ValidationError("resources", "at least one resource class is required")
+    for rc, amount in resources.items():
+        validate_resource_class(rc)
+        if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
+            raise exceptions.ValidationError(f"resources.{rc}", f"must be a positive integer, got {amount!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimOutcome:
+    claimed: bool
+    reason: str = ""  # why it does not fit, when it does not
+
+
+_STATE = text(
+    "SELECT rp.generation, i.resource_class, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, "
+    "i.allocation_ratio, (SELECT COALESCE(SUM(a.used), 0) FROM allocations a "
+    "  WHERE a.resource_provider_id = rp.id AND a.resource_class = i.resource_class "
+    "  AND a.consumer_id <> :consumer) "
+    "FROM resource_providers rp LEFT JOIN inventories i ON i.resource_provider_id = rp.id "
+    "WHERE rp.id = :id"
+)
+_HELD_ELSEWHERE = text(
+    "SELECT DISTINCT resource_provider_id FROM allocations WHERE consumer_id = :consumer "
+    "AND resource_provider_id <> :id"
+)
+_DELETE_CONSUMER = text("DELETE FROM allocations WHERE consumer_id = :consumer")
+_INSERT = text(
+    "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class, used, project_id, user_id, "
+    "created_at) VALUES (:id, :consumer, :rc, :used, :project, :user, :now)"
+)
+_TOUCH = text(
+    "UPDATE resource_providers SET generation = generation + 1, updated_at = :now WHERE id IN :ids"
+).bindparams(bindparam("ids", expanding=True))
+
+
+def why_not_fits(resources: dict[str, int], rows: list[tuple]) -> str:  # type: ignore[type-arg]
+    """Empty when ``resources`` fit the (class, total, reserved, min, max, step, ratio, used) rows."""
+    inv = {r[1]: r for r in rows if r[1] is not None}
+    for rc, amount in resources.items():
+        if rc not in inv:
+            return f"has no {rc} inventory"
+        _, _, total, reserved, min_unit, max_unit, step, ratio, used = inv[rc]
+        if amount < min_unit or amount > max_unit:
+            return f"{rc} {amount} outside min_unit {min_unit} .. max_unit {max_unit}"
+        if amount % step:
+            return f"{rc} {amount} is not a multiple of step_size {step}"
+        capacity = int((total - reserved) * ratio)
+        if used + amount > capacity:
+            return f"{rc} needs {amount}, free {max(capacity - used, 0)} of capacity {capacity}"
+    return ""
+
+
+def claim_in_session(
+    session: Session,
+    consumer_uuid: str,
+    provider_id: int,
+    resources: dict[str, int],
+    project_id: str,
+    user_id: str,
+    *,
+    retries: int = DEFAULT_RETRIES,
+) -> ClaimOutcome:
+    """Claim inside the caller's transaction; replaces any allocations the consumer held.
+
+    Raises ConcurrentUpdateDetected when the provider's generation keeps moving
+    under us ``retries`` times in a row.
+    """
+    params = {"consumer": consumer_uuid, "id": provider_id}
+    for attempt in range(retries + 1):
+        rows = session.execute(_STATE, params).all()
+        if not rows:
+            return ClaimOutcome(False, "provider no longer exists")
+        reason = why_not_fits(resources, rows)
+        if reason:
+            return ClaimOutcome(False, reason)
+        if conflict_injector is not None:
+            conflict_injector(session, provider_id)
+        if bump_generation(session, provider_id, rows[0][0]):
+            break
+        if attempt < retries:
+            time.sleep(random.uniform(0.0005, 0.005) * (attempt + 1))
+    else:
+        raise exceptions.ConcurrentUpdateDetected(
+            attempts=retries + 1, what=f"the generation of resource provider {provider_id}"
+        )
+    # Replacing a claim elsewhere frees capacity there: bump those providers too so
+    # that a reader's generation tells it allocations changed (freeing cannot over-commit).
+    others = list(session.execute(_HELD_ELSEWHERE, params).scalars())
+    now = utcnow()
+    if others:
+        session.execute(_TOUCH, {"ids": others, "now": now})
+    session.execute(_DELETE_CONSUMER, params)
+    session.execute(
+        _INSERT,
+        [
+            {
+                "id": provider_id,
+                "consumer": consumer_uuid,
+                "rc": rc,
+                "used": amount,
+                "project": project_id,
+                "user": user_id,
+                "now": now,
+            }
+            for rc, amount in resources.items()
+        ],
+    )
+    return ClaimOutcome(True)
+
+
+def claim_resources(
+    db: Database,
+    consumer_uuid: str,
+    provider_uuid: str,
+    resources: dict[str, int],
+    project_id: str,
+    user_id: str,
+    *,
+    retries: int = DEFAULT_RETRIES,
+) -> bool:
+    """Claim ``resources`` on one provider for one consumer, atomically (Nova's PUT /allocations).
+
+    True if claimed; False if it no longer fits (the conductor then tries the next
+    alternate). A consumer that already holds allocations has them replaced.
+    """
+    validate_resources(resources)
+
+    def _claim(session: Session) -> bool:
+        provider = lookup_provider(session, provider_uuid)
+        outcome = claim_in_session(
+            session, consumer_uuid, provider.id, resources, project_id, user_id, retries=retries
+        )
+        return outcome.claimed
+
+    return db.run_in_transaction(_claim)
+
+
+def remove_allocations_in_session(session: Session, consumer_uuid: str) -> int:
+    params = {"consumer": consumer_uuid, "id": -1}
+    providers = list(session.execute(_HELD_ELSEWHERE, params).scalars())
+    if not providers:
+        return 0
+    session.execute(_TOUCH, {"ids": providers, "now": utcnow()})
+    return session.execute(_DELETE_CONSUMER, params).rowcount  # type: ignore[attr-defined]
+
+
+def remove_allocations(db: Database, consumer_uuid: str) -> int:
+    """Release everything the consumer holds; idempotent, returns the number of rows removed."""
+    return db.run_in_transaction(lambda session: remove_allocations_in_session(session, consumer_uuid))
+
+
+def get_allocations_for_consumer(db: Database, consumer_uuid: str) -> dict[str, dict[str, int]]:
+    """``{provider_uuid: {resource_class: amount}}``; empty when the consumer holds nothing."""
+    out: dict[str, dict[str, int]] = {}
+    with db.reader() as session:
+        rows = session.execute(
+            text(
+                "SELECT rp.uuid, a.resource_class, a.used FROM allocations a "
+                "JOIN resource_providers rp ON rp.id = a.resource_provider_id WHERE a.consumer_id = :c"
+            ),
+            {"c": consumer_uuid},
+        )
+        for rp_uuid, rc, used in rows:
+            out.setdefault(rp_uuid, {})[rc] = used
+    return out
+
+
+def get_usages(db: Database, provider_name: str) -> dict[str, int]:
+    """``{resource_class: used}`` for every class the provider has inventory or allocations of."""
+    with db.reader() as session:
+        provider = lookup_provider(session, provider_name)
+        usage = {
+            rc: 0
+            for rc in session.execute(
+                text("SELECT resource_class FROM inventories WHERE resource_provider_id = :id"),
+                {"id": provider.id},
+            ).scalars()
+        }
+        for rc, used in session.execute(
+            text(
+                "SELECT resource_class, SUM(used) FROM allocations WHERE resource_provider_id = :id "
+                "GROUP BY resource_class"
+            ),
+            {"id": provider.id},
+        ):
+            usage[rc] = int(used)
+        return usage

@@ -1,0 +1,122 @@
+"""Traits: qualitative facts about a provider (``HW_CPU_X86_AVX2``, ``CUSTOM_SSD``).
+
+Requests name traits as required or forbidden; the candidate query checks them
+in SQL. A disabled compute service is marked with COMPUTE_STATUS_DISABLED, as
+Nova does, so that the prefilter skips it instead of spending candidate slots
+on hosts the ComputeFilter would drop anyway.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from sqlalchemy import bindparam, text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.db.engine import Database
+from novakit.placement.allocations import retry_on_conflict
+from novakit.placement.inventories import bump_generation
+from novakit.placement.providers import lookup_provider
+
+COMPUTE_STATUS_DISABLED = "COMPUTE_STATUS_DISABLED"
+_NAME = re.compile(r"^[A-Z0-9_]{1,255}$")
+
+_IDS = text("SELECT name, id FROM traits WHERE name IN :names").bindparams(bindparam("names", expanding=True))
+
+
+def validate_trait(name: str) -> None:
+    if not _NAME.match(name):
+        raise exceptions.ValidationError("trait", f"{name!r} must be upper-case letters, digits and _")
+
+
+def trait_ids(session: Session, names: Iterable[str]) -> dict[str, int]:
+    """Ids of the traits that exist; unknown names are simply absent from the result."""
+    names = list(names)
+    return dict(session.execute(_IDS, {"names": names}).all()) if names else {}
+
+
+def _ensure_traits(session: Session, names: set[str]) -> dict[str, int]:
+    known = trait_ids(session, names)
+    for name in sorted(names - known.keys()):
+        try:
+            with session.begin_nested():
+                session.execute(text("INSERT INTO traits (name) VALUES (:n)"), {"n": name})
+        except IntegrityError:
+            pass  # created concurrently: fine, we only need it to exist
+    return trait_ids(session, names)
+
+
+def get_traits(db: Database, provider_name: str) -> set[str]:
+    with db.reader() as session:
+        provider = lookup_provider(session, provider_name)
+        return set(
+            session.execute(
+                text(
+                    "SELECT t.name FROM traits t JOIN resource_provider_traits rpt ON rpt.trait_id = t.id "
+                    "WHERE rpt.resource_provider_id = :id"
+                ),
+                {"id": provider.id},
+            ).scalars()
+        )
+
+
+def _change_traits(db: Database, provider_name: str, add: set[str], remove: set[str], replace: bool) -> None:
+    for name in add | remove:
+        validate_trait(name)
+
+    def _write(session: Session) -> bool | None:
+        provider = lookup_provider(session, provider_name)
+        ids = _ensure_traits(session, add) if add else {}
+        if replace:
+            session.execute(
+                text("DELETE FROM resource_provider_traits WHERE resource_provider_id = :id"),
+                {"id": provider.id},
+            )
+        elif remove:
+            removed = trait_ids(session, remove)
+            if removed:
+                session.execute(
+                    text(
+                        "DELETE FROM resource_provider_traits WHERE resource_provider_id = :id "
+                        "AND trait_id IN :t"
+                    ).bindparams(bindparam("t", expanding=True)),
+                    {"id": provider.id, "t": list(removed.values())},
+                )
+        have = set(
+            session.execute(
+                text("SELECT trait_id FROM resource_provider_traits WHERE resource_provider_id = :id"),
+                {"id": provider.id},
+            ).scalars()
+        )
+        for trait_id in set(ids.values()) - have:
+            session.execute(
+                text("INSERT INTO resource_provider_traits (resource_provider_id, trait_id) VALUES (:p, :t)"),
+                {"p": provider.id, "t": trait_id},
+            )
+        return True if bump_generation(session, provider.id, provider.generation) else None
+
+    retry_on_conflict(db, _write, what=f"traits of provider {provider_name}")
+
+
+def set_traits(db: Database, provider_name: str, traits: Iterable[str]) -> None:
+    """Replace the provider's traits (Placement's PUT /traits); bumps the generation."""
+    _change_traits(db, provider_name, set(traits), set(), replace=True)
+
+
+def add_traits(db: Database, provider_name: str, traits: Iterable[str]) -> None:
+    _change_traits(db, provider_name, set(traits), set(), replace=False)
+
+
+def remove_traits(db: Database, provider_name: str, traits: Iterable[str]) -> None:
+    _change_traits(db, provider_name, set(), set(traits), replace=False)
+
+
+def set_provider_disabled(db: Database, provider_name: str, disabled: bool) -> None:
+    """Mirror ``services.disabled`` as the COMPUTE_STATUS_DISABLED trait (Nova's compute_status_filter)."""
+    if disabled:
+        add_traits(db, provider_name, [COMPUTE_STATUS_DISABLED])
+    else:
+        remove_traits(db, provider_name, [COMPUTE_STATUS_DISABLED])

@@ -1,0 +1,180 @@
+"""Project quotas (instances, cores, ram), counted from placement as Nova's count_usage_from_placement.
+
+Usage: consumers holding allocations are instances, their VCPU is cores, their
+MEMORY_MB is ram. Limits: a row in ``quotas`` for the project, else the
+configured default (``QuotaConfig``); -1 means unlimited.
+
+Two checks, as in Nova: ``check_quota`` before anything is created (a cheap early
+"no"), and the recheck inside the scheduler's claim transaction. The recheck is
+what makes concurrent requests unable to exceed a quota together: it takes a
+per-project lock (PostgreSQL: ``pg_advisory_xact_lock`` on a hash of the project
+id; SQLite: the ``BEGIN IMMEDIATE`` writer lock already serialises writers), so
+the count it reads includes every claim committed before it and none can
+commit between its count and its own claims.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import bindparam, text
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.config import Config
+from novakit.db.engine import Database
+
+RESOURCES = ("instances", "cores", "ram")
+UNLIMITED = -1
+
+
+def _session_of(db_or_session: Database | Session) -> tuple[Any, bool]:
+    if isinstance(db_or_session, Database):
+        return db_or_session.reader(), True
+    return db_or_session, False
+
+
+def is_postgresql(session: Session) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def lock_project(session: Session, project_id: str) -> None:
+    """Serialise quota-counted claims of one project until this transaction ends."""
+    if is_postgresql(session):
+        key = int.from_bytes(hashlib.sha256(project_id.encode()).digest()[:8], "big", signed=True)
+        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+    # SQLite: the writer transaction began with BEGIN IMMEDIATE and holds the database write lock.
+
+
+def get_limits(session: Session, conf: Config, project_id: str) -> dict[str, int]:
+    limits = {name: int(getattr(conf.quota, name)) for name in RESOURCES}
+    for resource, limit in session.execute(
+        text("SELECT resource, hard_limit FROM quotas WHERE project_id = :p"), {"p": project_id}
+    ):
+        if resource in limits:
+            limits[resource] = int(limit)
+    return limits
+
+
+_USAGE = (
+    "SELECT COUNT(DISTINCT consumer_id), "
+    "COALESCE(SUM(CASE WHEN resource_class = 'VCPU' THEN used ELSE 0 END), 0), "
+    "COALESCE(SUM(CASE WHEN resource_class = 'MEMORY_MB' THEN used ELSE 0 END), 0) "
+    "FROM allocations WHERE project_id = :p"
+)
+
+
+def count_usage(session: Session, project_id: str, exclude_consumers: Iterable[str] = ()) -> dict[str, int]:
+    """What the project holds now; ``exclude_consumers`` are being (re)claimed and counted by the caller."""
+    excluded = list(exclude_consumers)
+    if excluded:
+        stmt = text(_USAGE + " AND consumer_id NOT IN :ex").bindparams(bindparam("ex", expanding=True))
+        row = session.execute(stmt, {"p": project_id, "ex": excluded}).one()
+    else:
+        row = session.execute(text(_USAGE), {"p": project_id}).one()
+    return {"instances": int(row[0]), "cores": int(row[1]), "ram": int(row[2])}
+
+
+def _validate_deltas(deltas: dict[str, int]) -> None:
+    for name, amount in deltas.items():
+        if name not in RESOURCES:
+            raise exceptions.ValidationError(
+                "quota resource", f"{name!r} is not one of {', '.join(RESOURCES)}"
+            )
+        if amount < 0:
+            raise exceptions.ValidationError(f"quota delta {name}", f"must not be negative, got {amount}")
+
+
+def allowed_instances(
+    session: Session,
+    conf: Config,
+    project_id: str,
+    per_instance: dict[str, int],
+    wanted: int,
+    *,
+    exclude_consumers: Iterable[str] = (),
+) -> tuple[int, exceptions.OverQuota | None]:
+    """How many of ``wanted`` instances (each ``per_instance``) fit the quota, and the error if not all do."""
+    limits = get_limits(session, conf, project_id)
+    used = count_usage(session, project_id, exclude_consumers)
+    allowed = wanted
+    error = None
+    for name in RESOURCES:
+        each = per_instance.get(name, 0)
+        if limits[name] == UNLIMITED or each == 0:
+            continue
+        room = max(limits[name] - used[name], 0) // each
+        if room < allowed:
+            allowed = room
+            error = exceptions.OverQuota(
+                resource=name,
+                project_id=project_id,
+                requested=each * wanted,
+                used=used[name],
+                limit=limits[name],
+            )
+    return allowed, error
+
+
+def check_quota(
+    db_or_session: Database | Session, conf: Config, project_id: str, deltas: dict[str, int]
+) -> None:
+    """Raise OverQuota naming the resource, requested amount, usage and limit if ``deltas`` do not fit."""
+    _validate_deltas(deltas)
+    ctx, own = _session_of(db_or_session)
+    if own:
+        with ctx as session:
+            _check(session, conf, project_id, deltas)
+    else:
+        _check(ctx, conf, project_id, deltas)
+
+
+def _check(session: Session, conf: Config, project_id: str, deltas: dict[str, int]) -> None:
+    limits = get_limits(session, conf, project_id)
+    used = count_usage(session, project_id)
+    for name in RESOURCES:
+        want = deltas.get(name, 0)
+        if want and limits[name] != UNLIMITED and used[name] + want > limits[name]:
+            raise exceptions.OverQuota(
+                resource=name, project_id=project_id, requested=want, used=used[name], limit=limits[name]
+            )
+
+
+def set_quota(db: Database, project_id: str, resource: str, limit: int) -> None:
+    """Set a project's hard limit for one resource (-1: unlimited); idempotent."""
+    if resource not in RESOURCES:
+        raise exceptions.ValidationError(
+            "quota resource", f"{resource!r} is not one of {', '.join(RESOURCES)}"
+        )
+    if limit < UNLIMITED:
+        raise exceptions.ValidationError(f"quota {resource}", f"must be -1 (unlimited) or >= 0, got {limit}")
+
+    def _write(session: Session) -> None:
+        from novakit.db.models import utcnow
+
+        updated = session.execute(
+            text(
+                "UPDATE quotas SET hard_limit = :l, updated_at = :now WHERE project_id = :p AND resource = :r"
+            ),
+            {"l": limit, "p": project_id, "r": resource, "now": utcnow()},
+        ).rowcount  # type: ignore[attr-defined]
+        if not updated:
+            session.execute(
+                text(
+                    "INSERT INTO quotas (project_id, resource, hard_limit, created_at) "
+                    "VALUES (:p, :r, :l, :now)"
+                ),
+                {"l": limit, "p": project_id, "r": resource, "now": utcnow()},
+            )
+
+    db.run_in_transaction(_write)
+
+
+def get_quota_usage(db: Database, conf: Config, project_id: str) -> dict[str, dict[str, int]]:
+    """``{resource: {"limit": n, "in_use": n}}`` for the project."""
+    with db.reader() as session:
+        limits = get_limits(session, conf, project_id)
+        used = count_usage(session, project_id)
+    return {name: {"limit": limits[name], "in_use": used[name]} for name in RESOURCES}

@@ -1,0 +1,51 @@
+"""Scheduler filters, registered by name. ``enabled_filters`` in the config picks them and their order.
+
+An unknown name fails at start-up with the list below, so a typo cannot silently
+switch a filter off.
+"""
+
+from __future__ import annotations
+
+from novakit import exceptions
+from novakit.config import Config
+from novakit.scheduler.filters.aggregate_instance_extra_specs_filter import AggregateInstanceExtraSpecsFilter
+from novakit.scheduler.filters.base import PASS, BaseFilter, FilterResult, reject
+from novakit.scheduler.filters.compute_capabilities_filter import ComputeCapabilitiesFilter
+from novakit.scheduler.filters.compute_filter import ComputeFilter
+from novakit.scheduler.filters.different_host_filter import DifferentHostFilter
+from novakit.scheduler.filters.image_properties_filter import ImagePropertiesFilter
+from novakit.scheduler.filters.io_ops_filter import IoOpsFilter
+from novakit.scheduler.filters.num_instances_filter import NumInstancesFilter
+from novakit.scheduler.filters.same_host_filter import SameHostFilter
+from novakit.scheduler.filters.server_group_affinity_filter import ServerGroupAffinityFilter
+from novakit.scheduler.filters.server_group_anti_affinity_filter import ServerGroupAntiAffinityFilter
+
+FILTERS: dict[str, type[BaseFilter]] = {
+    cls.name: cls
+    for cls in (
+        ComputeFilter,
+        ComputeCapabilitiesFilter,
+        ImagePropertiesFilter,
+        ServerGroupAffinityFilter,
+        ServerGroupAntiAffinityFilter,
+        SameHostFilter,
+        DifferentHostFilter,
+        NumInstancesFilter,
+        IoOpsFilter,
+        AggregateInstanceExtraSpecsFilter,
+    )
+}
+
+
+def build_filters(conf: Config) -> list[BaseFilter]:
+    """The configured filters, in order; ConfigError names the unknown ones and the known ones."""
+    unknown = [name for name in conf.scheduler.enabled_filters if name not in FILTERS]
+    if unknown:
+        raise exceptions.ConfigError(
+            option="scheduler.enabled_filters",
+            reason=f"unknown filter(s) {', '.join(unknown)}; known filters: {', '.join(sorted(FILTERS))}",
+        )
+    return [FILTERS[name](conf) for name in conf.scheduler.enabled_filters]
+
+
+__all__ = ["FILTERS", "PASS", "BaseFilter", "FilterResult", "build_filters", "reject"]

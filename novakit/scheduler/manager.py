@@ -1,0 +1,471 @@
+"""select_destinations: placement's SQL prefilter, filters, weighers, then one claim transaction.
+
+The flow for one request (one or many instances):
+
+1. Resolve names (traits, aggregates, availability zone, server group, hinted
+   instances) and validate sizes; bad input fails here with a clear error and
+   nothing claimed.
+2. Read (no lock): one candidate query, host state for those candidates only,
+   filters that do not depend on the batch once, then per instance the
+   batch-dependent filters and the weighers; each pick is consumed in memory
+   so later instances of the same request see it (anti-affinity across the
+   batch, capacity). Result: for each instance a chosen host and alternates.
+3. Write, in ONE transaction for the whole request: the per-project quota lock
+   and recount, then one compare-and-swap claim per instance. If another
+   request took a planned host meanwhile, the instance falls back to its
+   alternates, then the remaining instances are re-planned inside the
+   transaction against what is now committed. Fewer than ``min_count`` placed:
+   the transaction rolls back, nothing stays claimed, NoValidHost explains.
+
+Why one transaction per request rather than per instance: all-or-nothing and
+the quota recheck need it anyway, and it costs one commit (one fsync on SQLite)
+for a 100-instance request instead of 100. The price is that a big request
+holds its providers' row locks (PostgreSQL) or the write lock (SQLite) for the
+duration of its claims, a few milliseconds per instance.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from novakit import exceptions, quota
+from novakit.config import Config
+from novakit.db.engine import Database
+from novakit.placement import aggregates as placement_aggregates
+from novakit.placement import allocations as placement_allocations
+from novakit.placement import candidates as placement_candidates
+from novakit.placement import traits as placement_traits
+from novakit.placement.providers import find_provider
+from novakit.scheduler.explain import Step, summary
+from novakit.scheduler.filters import BaseFilter, build_filters
+from novakit.scheduler.host_state import HostState, instance_hosts, load_host_states
+from novakit.scheduler.request_spec import RequestSpec
+from novakit.scheduler.resolved import ResolvedSpec
+from novakit.scheduler.weights import BaseWeigher, build_weighers, normalize
+
+REPLAN_ROUNDS = 3
+
+
+class Selection(BaseModel):
+    """One destination: the claimed host (first of a list) or an alternate (not claimed)."""
+
+    host: str
+    nodename: str
+    provider_uuid: str
+    allocations: dict[str, int]
+    weight: float = 0
+
+
+@dataclass
+class _Prepared:
+    spec: ResolvedSpec
+    query: placement_candidates.CandidateRequest
+    filters: list[BaseFilter]
+    weighers: list[BaseWeigher]
+    group_hosts: Counter[str]
+    # A reason that makes every host fail before any query (unknown required trait).
+    hopeless: str = ""
+
+
+@dataclass
+class _Plan:
+    instance_uuid: str
+    hosts: list[tuple[HostState, float]]  # chosen first, then alternates
+
+
+class SchedulerManager:
+    def __init__(self, db: Database, conf: Config) -> None:
+        self.db = db
+        self.conf = conf
+        # Unknown names fail here, at start-up, with the known names.
+        self.filters = build_filters(conf)
+        self.weighers = build_weighers(conf)
+
+    # --- the entry point ----------------------------------------------------------------
+
+    def select_destinations(
+        self,
+        spec: RequestSpec,
+        instance_uuids: list[str],
+        *,
+        dry_run: bool = False,
+        recheck_quota: bool = True,
+    ) -> list[list[Selection]]:
+        """For each instance uuid: [claimed host, alternate, ...] (up to max_attempts - 1 alternates).
+
+        All-or-nothing down to ``spec.min_count``: when fewer instances can be
+        placed, nothing stays claimed and NoValidHost explains each step. When at
+        least ``min_count`` but not all are placed (capacity or quota), the
+        unplaced instances get an empty list. ``dry_run`` claims nothing.
+        ``recheck_quota``: count the project's usage under the project lock in the
+        claim transaction (Nova's recheck); reschedules of an already-counted
+        instance may pass False.
+        """
+        wanted = len(instance_uuids)
+        needed = min(spec.effective_min_count, wanted)
+        if wanted == 0:
+            raise exceptions.ValidationError("instance_uuids", "at least one instance is required")
+        if len(set(instance_uuids)) != wanted:
+            raise exceptions.ValidationError("instance_uuids", "must not contain duplicates")
+        if needed < 1:
+            raise exceptions.ValidationError("min_count", f"must be at least 1, got {spec.min_count}")
+        resources = spec.resources()
+        placement_allocations.validate_resources(resources)
+
+        with self.db.reader() as session:
+            prepared = self._prepare(session, spec, resources)
+            if recheck_quota:
+                allowed, over = quota.allowed_instances(
+                    session,
+                    self.conf,
+                    spec.project_id,
+                    self._quota_per_instance(resources),
+                    wanted,
+                    exclude_consumers=instance_uuids,
+                )
+                if allowed < needed and over is not None:
+                    raise over
+            plans, steps = self._plan(session, prepared, instance_uuids)
+        placed = [p for p in plans if p is not None]
+        if len(placed) < needed:
+            self._raise_no_valid_host(prepared, steps, placed=len(placed), wanted=wanted, needed=needed)
+        if dry_run:
+            return [self._selections(p, resources) if p else [] for p in plans]
+
+        def _claim(session: Session) -> dict[str, list[Selection]]:
+            return self._claim_all(session, prepared, plans, instance_uuids, needed, recheck_quota)
+
+        claimed = self.db.run_in_transaction(_claim)
+        return [claimed.get(uuid, []) for uuid in instance_uuids]
+
+    # --- step 1: resolve and validate ---------------------------------------------------
+
+    def _prepare(self, session: Session, spec: RequestSpec, resources: dict[str, int]) -> _Prepared:
+        conf = self.conf.scheduler
+        required, forbidden = spec.traits()
+        for name in required | forbidden:
+            placement_traits.validate_trait(name)
+        # A disabled compute service carries this trait (Nova's compute_status_filter).
+        forbidden.add(placement_traits.COMPUTE_STATUS_DISABLED)
+        ids = placement_traits.trait_ids(session, required | forbidden)
+        hopeless = ""
+        missing = sorted(required - ids.keys())
+        if missing:
+            hopeless = f"required trait(s) {', '.join(missing)} are on no provider"
+        query = placement_candidates.CandidateRequest(
+            resources=resources,
+            required_trait_ids=[ids[n] for n in sorted(required) if n in ids],
+            forbidden_trait_ids=[ids[n] for n in sorted(forbidden) if n in ids],
+            exclude_hosts=list(spec.ignore_hosts),
+            limit=conf.max_placement_results,
+            trait_names={v: k for k, v in ids.items()},
+        )
+        for group in spec.member_of:
+            agg_ids = []
+            for name in group:
+                agg = placement_aggregates.find_aggregate(session, name)
+                if agg is None:
+                    raise exceptions.ValidationError("member_of", f"unknown aggregate {name!r}")
+                agg_ids.append(agg.id)
+            query.member_of.append(agg_ids)
+        if spec.availability_zone:
+            zones = placement_aggregates.availability_zones(session)
+            if spec.availability_zone in zones:
+                query.member_of.append(zones[spec.availability_zone])
+            elif spec.availability_zone == conf.default_availability_zone:
+                query.not_member_of = [i for ids_ in zones.values() for i in ids_]
+            else:
+                known = sorted({*zones, conf.default_availability_zone})
+                raise exceptions.ValidationError(
+                    "availability_zone",
+                    f"unknown zone {spec.availability_zone!r}; known zones: {', '.join(known)}",
+                )
+        if spec.requested_host:
+            if find_provider(session, spec.requested_host) is None:
+                raise exceptions.ComputeHostNotFound(host=spec.requested_host)
+            query.only_hosts = [spec.requested_host]
+
+        group_hosts: Counter[str] = Counter()
+        if spec.instance_group is not None:
+            group_hosts = self._group_hosts(session, spec)
+        hinted = [*spec.hint_list("same_host"), *spec.hint_list("different_host")]
+        resolved = ResolvedSpec(
+            request=spec, resources=resources, instance_hosts=instance_hosts(session, hinted)
+        )
+        filters = [f for f in self.filters if f.enabled_for(resolved)]
+        weighers = [w for w in self.weighers if w.enabled_for(resolved) and w.multiplier() != 0]
+        return _Prepared(resolved, query, filters, weighers, group_hosts, hopeless)
+
+    def _group_hosts(self, session: Session, spec: RequestSpec) -> Counter[str]:
+        """Members per host: the group's live members from the database, and what the spec says."""
+        group = spec.instance_group
+        assert group is not None
+        row = session.execute(
+            text("SELECT id FROM instance_groups WHERE uuid = :u AND deleted = 0"), {"u": group.uuid}
+        ).first()
+        if row is None:
+            raise exceptions.ServerGroupNotFound(group_id=group.uuid)
+        counts: Counter[str] = Counter(
+            dict(
+                session.execute(
+                    text(
+                        "SELECT i.host, COUNT(*) FROM instance_group_member m JOIN instances i "
+                        "ON i.uuid = m.instance_uuid WHERE m.group_id = :g AND i.deleted = 0 "
+                        "AND i.host IS NOT NULL GROUP BY i.host"
+                    ),
+                    {"g": row[0]},
+                ).all()
+            )
+        )
+        for host, count in Counter(group.hosts).items():
+            counts[host] = max(counts[host], count)
+        return counts
+
+    @staticmethod
+    def _quota_per_instance(resources: dict[str, int]) -> dict[str, int]:
+        return {"instances": 1, "cores": resources.get("VCPU", 0), "ram": resources.get("MEMORY_MB", 0)}
+
+    # --- step 2: plan -------------------------------------------------------------------
+
+    def _plan(
+        self,
+        session: Session,
+        prepared: _Prepared,
+        instance_uuids: list[str],
+        already_placed: list[str] | None = None,
+    ) -> tuple[list[_Plan | None], list[Step]]:
+        """Choose a host and alternates for each instance; nothing is written."""
+        cap = self.conf.scheduler.explain_max_hosts
+        spec = prepared.spec
+        spec.batch_hosts = list(already_placed or [])
+        total = placement_candidates.count_providers(session)
+        prefilter = Step("placement (SQL prefilter)", hosts_in=total)
+        if prepared.hopeless:
+            prefilter.hosts_out = total
+            prefilter.reason_counts[prepared.hopeless] = total
+            prefilter.rejected["*"] = prepared.hopeless
+            return [None] * len(instance_uuids), [prefilter]
+        candidates = placement_candidates.get_allocation_candidates(session, prepared.query)
+        prefilter.hosts_out = total - len(candidates)
+        steps = [prefilter]
+        if not candidates:
+            return [None] * len(instance_uuids), steps
+
+        group_hosts = Counter(prepared.group_hosts)
+        for host in spec.batch_hosts:
+            group_hosts[host] += 1
+        hosts = load_host_states(
+            session,
+            candidates,
+            with_instances=any(f.name in ("NumInstancesFilter", "IoOpsFilter") for f in prepared.filters)
+            or any(w.name == "IoOpsWeigher" for w in prepared.weighers),
+            with_aggregates=any(f.needs_aggregates for f in prepared.filters),
+            group_hosts=group_hosts,
+        )
+        for flt in (f for f in prepared.filters if not f.per_instance):
+            step = Step(flt.name, hosts_in=len(hosts))
+            kept = []
+            for host in hosts:
+                result = flt.host_passes(host, spec)
+                if result:
+                    kept.append(host)
+                else:
+                    step.reject(host.host, result.reason, cap)
+            hosts = kept
+            steps.append(step)
+
+        per_instance = [f for f in prepared.filters if f.per_instance]
+        plans: list[_Plan | None] = []
+        last_steps: list[Step] = []
+        for uuid in instance_uuids:
+            instance_steps: list[Step] = []
+            live = hosts
+            if spec.batch_hosts:
+                step = Step("capacity left by earlier instances of this request", hosts_in=len(live))
+                kept = []
+                for host in live:
+                    reason = host.fits(spec.resources) if host.placed else ""
+                    if reason:
+                        step.reject(host.host, reason, cap)
+                    else:
+                        kept.append(host)
+                live = kept
+                instance_steps.append(step)
+            for flt in per_instance:
+                step = Step(flt.name, hosts_in=len(live))
+                kept = []
+                for host in live:
+                    result = flt.host_passes(host, spec)
+                    if result:
+                        kept.append(host)
+                    else:
+                        step.reject(host.host, result.reason, cap)
+                live = kept
+                instance_steps.append(step)
+            last_steps = instance_steps
+            if not live:
+                plans.append(None)
+                break  # later instances would meet the same hosts
+            ranked = self._weigh(live, spec, prepared.weighers)
+            subset = max(1, self.conf.scheduler.host_subset_size)
+            pick = random.randrange(min(subset, len(ranked)))
+            chosen = ranked[pick]
+            alternates = [r for i, r in enumerate(ranked) if i != pick][
+                : max(self.conf.scheduler.max_attempts - 1, 0)
+            ]
+            plans.append(_Plan(uuid, [chosen, *alternates]))
+            chosen[0].consume(spec.resources, uuid)
+            spec.batch_hosts.append(chosen[0].host)
+        plans += [None] * (len(instance_uuids) - len(plans))
+        return plans, steps + last_steps
+
+    @staticmethod
+    def _weigh(
+        hosts: list[HostState], spec: ResolvedSpec, weighers: list[BaseWeigher]
+    ) -> list[tuple[HostState, float]]:
+        totals = [0.0] * len(hosts)
+        for weigher in weighers:
+            multiplier = weigher.multiplier()
+            raw = [weigher.weigh(h, spec) for h in hosts]
+            totals = [t + multiplier * v for t, v in zip(totals, normalize(raw), strict=True)]
+        order = sorted(range(len(hosts)), key=lambda i: (-totals[i], hosts[i].provider_id))
+        return [(hosts[i], totals[i]) for i in order]
+
+    @staticmethod
+    def _selections(plan: _Plan, resources: dict[str, int]) -> list[Selection]:
+        return [
+            Selection(
+                host=h.host,
+                nodename=h.nodename,
+                provider_uuid=h.provider_uuid,
+                allocations=dict(resources),
+                weight=round(w, 6),
+            )
+            for h, w in plan.hosts
+        ]
+
+    # --- step 3: claim -------------------------------------------------------------------
+
+    def _claim_all(
+        self,
+        session: Session,
+        prepared: _Prepared,
+        plans: list[_Plan | None],
+        instance_uuids: list[str],
+        needed: int,
+        recheck_quota: bool,
+    ) -> dict[str, list[Selection]]:
+        request = prepared.spec.request
+        resources = prepared.spec.resources
+        retries = self.conf.scheduler.claim_retries
+        wanted = len(instance_uuids)
+        if recheck_quota:
+            quota.lock_project(session, request.project_id)
+            allowed, over = quota.allowed_instances(
+                session,
+                self.conf,
+                request.project_id,
+                self._quota_per_instance(resources),
+                wanted,
+                exclude_consumers=instance_uuids,
+            )
+            if allowed < needed and over is not None:
+                raise over
+        else:
+            allowed = wanted
+        in_quota = set(instance_uuids[:allowed])
+        pending = [p for p in plans if p is not None and p.instance_uuid in in_quota]
+        claimed: dict[str, list[Selection]] = {}
+        steps: list[Step] = []
+        for round_ in range(REPLAN_ROUNDS):
+            lost: list[str] = []
+            for plan in pending:
+                selections = self._selections(plan, resources)
+                for i, (host, _weight) in enumerate(plan.hosts):
+                    outcome = placement_allocations.claim_in_session(
+                        session,
+                        plan.instance_uuid,
+                        host.provider_id,
+                        resources,
+                        request.project_id,
+                        request.user_id,
+                        retries=retries,
+                    )
+                    if outcome.claimed:
+                        claimed[plan.instance_uuid] = [selections[i], *selections[:i], *selections[i + 1 :]]
+                        break
+                else:
+                    lost.append(plan.instance_uuid)
+            unplanned = [u for u in instance_uuids if u in in_quota and u not in claimed and u not in lost]
+            if not lost or round_ == REPLAN_ROUNDS - 1:
+                break
+            # Other requests took our hosts between planning and claiming: plan again on what is
+            # committed now (inside this transaction: SQLite holds the write lock, PostgreSQL sees
+            # the latest commits and the claims' compare-and-swap guards the rest).
+            placed_hosts = [sel[0].host for sel in claimed.values()]
+            replans, steps = self._plan(session, prepared, lost, placed_hosts)
+            pending = [p for p in replans if p is not None]
+            if not pending:
+                break
+        del unplanned
+        if len(claimed) < needed:
+            self._raise_no_valid_host(
+                prepared,
+                steps or self._plan(session, prepared, instance_uuids[:1])[1],
+                placed=len(claimed),
+                wanted=wanted,
+                needed=needed,
+                session=session,
+            )
+        return claimed
+
+    # --- failure ---------------------------------------------------------------------------
+
+    def _raise_no_valid_host(
+        self,
+        prepared: _Prepared,
+        steps: list[Step],
+        *,
+        placed: int,
+        wanted: int,
+        needed: int,
+        session: Session | None = None,
+    ) -> None:
+        cap = self.conf.scheduler.explain_max_hosts
+        prefilter = steps[0]
+        if prefilter.hosts_out and not prefilter.rejected:
+            # Only now, on the failure path, ask the database why each provider was dropped.
+            if session is None:
+                with self.db.reader() as own:
+                    reasons, _examined = placement_candidates.explain(own, prepared.query)
+            else:
+                reasons, _examined = placement_candidates.explain(session, prepared.query)
+            prefilter.hosts_out = 0
+            for host, reason in reasons.items():
+                if reason.startswith("fits now"):
+                    continue
+                prefilter.reject(host, reason, cap)
+            prefilter.hosts_out = max(prefilter.hosts_out, prefilter.hosts_in - self._passed(steps))
+        explanation: dict[str, Any] = {
+            "request_id": prepared.spec.request.request_id,
+            "instances_requested": wanted,
+            "min_count": needed,
+            "placed": placed,
+            "resources": prepared.spec.resources,
+            "steps": [s.as_dict() for s in steps],
+        }
+        raise exceptions.NoValidHost(
+            reason=summary(steps, placed=placed, wanted=wanted, needed=needed), explanation=explanation
+        )
+
+    @staticmethod
+    def _passed(steps: list[Step]) -> int:
+        first = steps[0]
+        return first.hosts_in - first.hosts_out if first.rejected else 0

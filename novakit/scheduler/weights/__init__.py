@@ -1,0 +1,45 @@
+"""Weighers, registered by name. ``weighers = ["all"]`` in the config enables every one of them."""
+
+from __future__ import annotations
+
+from novakit import exceptions
+from novakit.config import Config
+from novakit.scheduler.weights.affinity import ServerGroupSoftAffinityWeigher
+from novakit.scheduler.weights.anti_affinity import ServerGroupSoftAntiAffinityWeigher
+from novakit.scheduler.weights.base import BaseWeigher, normalize
+from novakit.scheduler.weights.build_failure import BuildFailureWeigher
+from novakit.scheduler.weights.cpu import CPUWeigher
+from novakit.scheduler.weights.disk import DiskWeigher
+from novakit.scheduler.weights.image_locality import ImageLocalityWeigher
+from novakit.scheduler.weights.io_ops import IoOpsWeigher
+from novakit.scheduler.weights.ram import RAMWeigher
+
+WEIGHERS: dict[str, type[BaseWeigher]] = {
+    cls.name: cls
+    for cls in (
+        RAMWeigher,
+        CPUWeigher,
+        DiskWeigher,
+        IoOpsWeigher,
+        BuildFailureWeigher,
+        ServerGroupSoftAffinityWeigher,
+        ServerGroupSoftAntiAffinityWeigher,
+        ImageLocalityWeigher,
+    )
+}
+
+
+def build_weighers(conf: Config) -> list[BaseWeigher]:
+    """The configured weighers; ConfigError names unknown ones and lists the known ones."""
+    names = list(WEIGHERS) if conf.scheduler.weighers == ["all"] else conf.scheduler.weighers
+    unknown = [name for name in names if name not in WEIGHERS]
+    if unknown:
+        raise exceptions.ConfigError(
+            option="scheduler.weighers",
+            reason=f"unknown weigher(s) {', '.join(unknown)}; "
+            f"known weighers: all, {', '.join(sorted(WEIGHERS))}",
+        )
+    return [WEIGHERS[name](conf) for name in names]
+
+
+__all__ = ["WEIGHERS", "BaseWeigher", "build_weighers", "normalize"]

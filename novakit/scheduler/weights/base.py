@@ -1,0 +1,46 @@
+"""The weigher contract: ``weigh(host, spec)`` returns a raw number; the handler does the rest.
+
+As Nova's ``weights.py``: raw values are normalised to 0..1 across the hosts
+being weighed (all 0 when they are all equal), multiplied by the weigher's
+multiplier and summed. A positive multiplier prefers hosts with larger raw
+values (spread, for free-capacity weighers), a negative one prefers smaller
+(stack).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from novakit.config import Config
+from novakit.scheduler.host_state import HostState
+from novakit.scheduler.resolved import ResolvedSpec
+
+
+class BaseWeigher:
+    name: ClassVar[str] = ""
+    # The SchedulerConfig field holding the multiplier.
+    multiplier_option: ClassVar[str] = ""
+
+    def __init__(self, conf: Config) -> None:
+        self.conf = conf
+
+    def multiplier(self) -> float:
+        return float(getattr(self.conf.scheduler, self.multiplier_option))
+
+    def enabled_for(self, spec: ResolvedSpec) -> bool:
+        return True
+
+    def weigh(self, host: HostState, spec: ResolvedSpec) -> float:
+        raise NotImplementedError
+
+
+def normalize(values: Sequence[float]) -> list[float]:
+    """Scale to 0..1 by min and max; all zeros when every value is the same (Nova's normalize)."""
+    if not values:
+        return []
+    low, high = min(values), max(values)
+    if high == low:
+        return [0.0] * len(values)
+    span = high - low
+    return [(v - low) / span for v in values]

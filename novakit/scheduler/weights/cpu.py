@@ -1,0 +1,15 @@
+"""CPUWeigher: free vCPUs after overcommit. Positive multiplier spreads, negative stacks."""
+
+from __future__ import annotations
+
+from novakit.scheduler.host_state import HostState
+from novakit.scheduler.resolved import ResolvedSpec
+from novakit.scheduler.weights.base import BaseWeigher
+
+
+class CPUWeigher(BaseWeigher):
+    name = "CPUWeigher"
+    multiplier_option = "cpu_weight_multiplier"
+
+    def weigh(self, host: HostState, spec: ResolvedSpec) -> float:
+        return host.free("VCPU")

@@ -1,0 +1,55 @@
+"""The compute side in the controller's own process (direct mode, fake hosts, libvirt URIs)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from novakit.compute.faults import fault_from_exception
+from novakit.compute.manager import ComputeManager
+from novakit.compute.messages import ComputeRequest, ComputeResult, InstanceResult
+from novakit.virt.driver import load_driver
+
+_MANAGERS: dict[tuple[str, str], ComputeManager] = {}
+_LOCK = threading.Lock()
+
+
+class LocalTransport:
+    def __init__(self, host: str, driver_info: dict[str, Any], max_concurrent_builds: int = 10) -> None:
+        self.host = host
+        self.driver_info = driver_info
+        self.max_concurrent_builds = max_concurrent_builds
+
+    def _manager(self) -> ComputeManager:
+        # One manager per host and driver in a process, so that the host's
+        # max_concurrent_builds holds across concurrent calls.
+        key = (self.host, repr(sorted(self.driver_info.items())))
+        with _LOCK:
+            mgr = _MANAGERS.get(key)
+            if mgr is None:
+                driver = load_driver(
+                    self.driver_info.get("driver", "fake"), self.host, self.driver_info.get("options") or {}
+                )
+                mgr = ComputeManager(self.host, driver, self.max_concurrent_builds)
+                _MANAGERS[key] = mgr
+            return mgr
+
+    def call(self, request: ComputeRequest) -> ComputeResult:
+        try:
+            manager = self._manager()
+        except Exception as exc:  # the driver cannot even start: the host is unusable
+            return unusable(request, exc, self.host)
+        return manager.handle(request)
+
+
+def unusable(request: ComputeRequest, exc: BaseException, host: str) -> ComputeResult:
+    """A result for a host that could not run the request at all."""
+    fault = fault_from_exception(exc, host)
+    fault.reschedule = True
+    return ComputeResult(
+        request_id=request.request_id,
+        host=host,
+        operation=request.operation,
+        error=fault,
+        results=[InstanceResult(uuid=i.uuid, ok=False, fault=fault) for i in request.instances],
+    )

@@ -1,0 +1,134 @@
+"""The hypervisor driver interface: what a compute host can do to a guest.
+
+A driver works on one host and never touches the database; everything it
+needs arrives in an ``InstanceSpec``. Errors tell the conductor what to do
+next: ``RescheduledError`` means "this host failed, another may succeed",
+``BuildAbortError`` means "no host would do better" (a bad image, a bad
+request). Any other exception is an internal error and is rescheduled.
+
+Drivers are registered by name in ``DRIVERS`` and built with ``load_driver``;
+an unknown name fails at once with the list of known names.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from novakit import exceptions
+from novakit.compute.messages import HostResources, InstanceSpec
+from novakit.compute.states import PowerState
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """A guest as the hypervisor sees it."""
+
+    state: PowerState
+    internal_id: str | None = None
+
+
+class ComputeDriver:
+    """Base class. Subclasses implement every method that raises NotImplementedError."""
+
+    #: shown in host listings and used by ImagePropertiesFilter
+    hypervisor_type = "unknown"
+
+    def __init__(self, host: str, options: dict[str, Any] | None = None) -> None:
+        self.host = host
+        self.options = dict(options or {})
+
+    def init_host(self) -> None:
+        """Prepare the host (connect, create directories). Safe to call again."""
+
+    def get_available_resource(self) -> HostResources:
+        """The host's total resources and the images its cache holds."""
+        raise NotImplementedError
+
+    def spawn(self, instance: InstanceSpec) -> None:
+        """Create and start the guest.
+
+        Post-condition: on return the guest is running. If spawn raises,
+        nothing is left behind: no domain, disk, config drive or log.
+        """
+        raise NotImplementedError
+
+    def destroy(self, instance: InstanceSpec) -> None:
+        """Stop the guest at once and remove it and every file it owns.
+
+        Idempotent: destroying a guest that does not exist succeeds.
+        """
+        raise NotImplementedError
+
+    def power_off(self, instance: InstanceSpec, timeout: float = 60, retry_interval: float = 5) -> None:
+        """Ask the guest to shut down; after ``timeout`` seconds, force it off.
+
+        Post-condition: get_info(instance).state is SHUTDOWN.
+        """
+        raise NotImplementedError
+
+    def power_on(self, instance: InstanceSpec) -> None:
+        """Post-condition: the guest is RUNNING."""
+        raise NotImplementedError
+
+    def reboot(self, instance: InstanceSpec, reboot_type: str = "SOFT") -> None:
+        """SOFT asks the guest (falling back to HARD if it does not come back); HARD resets it.
+
+        Post-condition: the guest is RUNNING.
+        """
+        raise NotImplementedError
+
+    def pause(self, instance: InstanceSpec) -> None:
+        """Post-condition: the guest is PAUSED (vCPUs stopped, memory kept)."""
+        raise NotImplementedError
+
+    def unpause(self, instance: InstanceSpec) -> None:
+        """Post-condition: the guest is RUNNING."""
+        raise NotImplementedError
+
+    def suspend(self, instance: InstanceSpec) -> None:
+        """Save the guest's memory to disk. Post-condition: SUSPENDED (libvirt: managed save)."""
+        raise NotImplementedError
+
+    def resume(self, instance: InstanceSpec) -> None:
+        """Post-condition: the guest is RUNNING from its saved memory."""
+        raise NotImplementedError
+
+    def get_info(self, instance: InstanceSpec) -> InstanceInfo:
+        """Raises InstanceNotFound if the hypervisor has no such guest."""
+        raise NotImplementedError
+
+    def list_instances(self) -> dict[str, PowerState]:
+        """Every guest novakit owns on this host: instance uuid -> power state."""
+        raise NotImplementedError
+
+    def get_interface_addresses(self, instance: InstanceSpec) -> list[str]:
+        """The guest's IP addresses as far as the host can tell; may be empty."""
+        return []
+
+    def get_console_output(self, instance: InstanceSpec) -> str:
+        """The guest's serial console log so far."""
+        raise NotImplementedError
+
+
+DRIVERS: dict[str, str] = {
+    "fake": "novakit.virt.fake:FakeDriver",
+    "libvirt": "novakit.virt.libvirt.driver:LibvirtDriver",
+}
+
+
+def load_driver(name: str, host: str, options: dict[str, Any] | None = None) -> ComputeDriver:
+    """Build the driver registered as ``name`` for ``host``."""
+    try:
+        target = DRIVERS[name]
+    except KeyError:
+        raise exceptions.ConfigError(
+            option="compute_driver",
+            reason=f"unknown driver {name!r}; known drivers: {', '.join(sorted(DRIVERS))}",
+        ) from None
+    module_name, _, cls_name = target.partition(":")
+    module = importlib.import_module(module_name)
+    cls = getattr(module, cls_name)
+    driver: ComputeDriver = cls(host, options)
+    return driver

@@ -1,0 +1,410 @@
+"""A driver without a hypervisor, for tests and demos (Nova ships one too).
+
+Guests are records in one JSON file per host, so several processes (an
+Ansible fork per host, a CLI next to a server) see the same "hypervisor".
+Every change is a read-modify-write under an exclusive ``flock`` on a side
+lock file, and the new state is written to a temporary file and renamed over
+the old one, so a reader never sees half a file and no update is lost.
+
+Failure modes make the unhappy paths of the boot flow reproducible; they come
+from ``options["failure_mode"]`` or, per host, from the environment variable
+``NOVAKIT_FAKE_FAILURE_<HOST>`` (host upper-cased, other characters as ``_``),
+which is how a test points one host of an inventory at a failure:
+
+``none``
+    every spawn succeeds.
+``fail_first_spawn``
+    the first spawn on the host raises RescheduledError, later ones succeed
+    (remembered in the state file, so it holds across processes).
+``fail_every_spawn``
+    every spawn raises RescheduledError.
+``abort_spawn``
+    every spawn raises BuildAbortError (as a bad image would).
+``slow_spawn``
+    spawn sleeps ``options["spawn_delay"]`` seconds (default 2) first.
+``crash_running``
+    spawn succeeds; the next look at the guest (get_info, list_instances)
+    finds it CRASHED. ``crash(uuid)`` does the same on demand.
+
+``vanish(uuid)`` deletes a guest behind novakit's back, for tests of healing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from novakit import exceptions
+from novakit.compute.messages import HostResources, InstanceSpec
+from novakit.compute.states import PowerState
+from novakit.virt import guest_ready_line
+from novakit.virt.driver import ComputeDriver, InstanceInfo
+
+FAILURE_MODES = (
+    "none",
+    "fail_first_spawn",
+    "fail_every_spawn",
+    "abort_spawn",
+    "slow_spawn",
+    "crash_running",
+)
+
+#: a console keeps this many lines, like a log that is rotated
+_CONSOLE_LINES = 200
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,100}$")
+
+
+def default_state_dir() -> Path:
+    """Where host files live unless ``options["state_dir"]`` says otherwise."""
+    env = os.environ.get("NOVAKIT_FAKE_STATE_DIR")
+    if env:
+        return Path(env)
+    state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
+    return Path(state_home) / "novakit" / "fake"
+
+
+def failure_env_var(host: str) -> str:
+    """The environment variable that sets the failure mode of one host."""
+    return "NOVAKIT_FAKE_FAILURE_" + re.sub(r"[^A-Z0-9]", "_", host.upper())
+
+
+def fake_address(uuid: str, index: int = 0) -> str:
+    """A stable address from TEST-NET-1 (RFC 5737): shown to users, never contacted."""
+    digest = hashlib.sha256(f"{uuid}/{index}".encode()).digest()
+    return f"192.0.2.{1 + digest[0] % 254}"
+
+
+def _host_file_stem(host: str) -> str:
+    # A host name is used as a file name; anything that could escape the
+    # directory or collide after cleaning gets a hash suffix instead.
+    if _SAFE_NAME.match(host):
+        return host
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", host).lstrip(".")[:80] or "host"
+    return f"{cleaned}-{hashlib.sha256(host.encode()).hexdigest()[:12]}"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
+
+
+class FakeDriver(ComputeDriver):
+    """A hypervisor made of a JSON file. Capacity comes from options, not the machine."""
+
+    hypervisor_type = "fake"
+
+    def __init__(self, host: str, options: dict[str, Any] | None = None) -> None:
+        super().__init__(host, options)
+        self.state_dir = Path(self.options.get("state_dir") or default_state_dir()).expanduser()
+        stem = _host_file_stem(host)
+        self.state_file = self.state_dir / f"{stem}.json"
+        self._lock_file = self.state_dir / f"{stem}.lock"
+        self.vcpus = int(self.options.get("vcpus", 16))
+        self.memory_mb = int(self.options.get("memory_mb", 32768))
+        self.local_gb = int(self.options.get("local_gb", 500))
+        self.cpu_arch = str(self.options.get("cpu_arch", "x86_64"))
+        self.spawn_delay = float(self.options.get("spawn_delay", 2))
+        # Checked now so that a typo fails at start-up, not at the first spawn.
+        self.failure_mode()
+
+    # --- configuration ------------------------------------------------------
+
+    def failure_mode(self) -> str:
+        """The mode in force now; the environment wins so tests can retarget a running host."""
+        mode = os.environ.get(failure_env_var(self.host)) or self.options.get("failure_mode") or "none"
+        if mode not in FAILURE_MODES:
+            raise exceptions.ConfigError(
+                option="failure_mode",
+                reason=f"unknown fake failure mode {mode!r}; known modes: {', '.join(FAILURE_MODES)}",
+            )
+        return str(mode)
+
+    # --- the state file -----------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked_state(self) -> Iterator[dict[str, Any]]:
+        """Yield the host's state under an exclusive lock; write it back if it changed.
+
+        The lock sits on a separate file because the state file itself is
+        replaced on every write, and a lock on a replaced inode guards nothing.
+        """
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self._lock_file, "a+") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                state = self._read()
+                before = json.dumps(state, sort_keys=True)
+                yield state
+                if json.dumps(state, sort_keys=True) != before:
+                    self._write(state)
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            with open(self.state_file, encoding="utf-8") as f:
+                state: dict[str, Any] = json.load(f)
+        except FileNotFoundError:
+            state = {}
+        state.setdefault("instances", {})
+        state.setdefault("cached_images", [])
+        state.setdefault("spawns_attempted", 0)
+        state.setdefault("first_spawn_failed", False)
+        return state
+
+    def _write(self, state: dict[str, Any]) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=f".{self.state_file.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(state, f, indent=1, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.state_file)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    def _guest(self, state: dict[str, Any], uuid: str) -> dict[str, Any]:
+        try:
+            guest: dict[str, Any] = state["instances"][uuid]
+        except KeyError:
+            raise exceptions.InstanceNotFound(instance_id=uuid) from None
+        return guest
+
+    @staticmethod
+    def _settle(guest: dict[str, Any]) -> None:
+        # crash_running: the crash is noticed at the first look after spawn.
+        if guest.pop("crash_pending", False) and guest["power_state"] == PowerState.RUNNING:
+            guest["power_state"] = int(PowerState.CRASHED)
+            _console(guest, "Kernel panic - not syncing: fake crash (novakit fake driver)")
+
+    # --- ComputeDriver ------------------------------------------------------
+
+    def init_host(self) -> None:
+        # Writing an empty state now makes a wrong state_dir fail at start-up.
+        with self._locked_state() as state:
+            if not self.state_file.exists():
+                self._write(state)
+
+    def get_available_resource(self) -> HostResources:
+        with self._locked_state() as state:
+            guests = list(state["instances"].values())
+            cached = sorted(state["cached_images"])
+        return HostResources(
+            hypervisor_hostname=self.host,
+            hypervisor_type=self.hypervisor_type,
+            hypervisor_version=1000,
+            cpu_arch=self.cpu_arch,
+            vcpus=self.vcpus,
+            memory_mb=self.memory_mb,
+            local_gb=self.local_gb,
+            vcpus_used=sum(g["vcpus"] for g in guests),
+            memory_mb_used=sum(g["memory_mb"] for g in guests),
+            local_gb_used=sum(g["disk_gb"] for g in guests),
+            cached_images=cached,
+        )
+
+    def spawn(self, instance: InstanceSpec) -> None:
+        mode = self.failure_mode()
+        uuid = instance.uuid
+        with self._locked_state() as state:
+            self._refuse_duplicate(state, uuid)
+            state["spawns_attempted"] += 1
+            if mode == "fail_first_spawn" and not state["first_spawn_failed"]:
+                state["first_spawn_failed"] = True
+                failure: exceptions.ComputeError | None = exceptions.RescheduledError(
+                    instance_uuid=uuid, reason=f"fake failure: first spawn on host {self.host} fails"
+                )
+            elif mode == "fail_every_spawn":
+                failure = exceptions.RescheduledError(
+                    instance_uuid=uuid, reason=f"fake failure: every spawn on host {self.host} fails"
+                )
+            elif mode == "abort_spawn":
+                failure = exceptions.BuildAbortError(
+                    instance_uuid=uuid, reason=f"fake failure: spawns on host {self.host} abort"
+                )
+            else:
+                failure = None
+        # Raised outside the lock block so the remembered first failure is saved.
+        if failure is not None:
+            raise failure
+        if mode == "slow_spawn":
+            time.sleep(self.spawn_delay)
+        flavor = instance.flavor
+        guest: dict[str, Any] = {
+            "name": instance.name,
+            "hostname": instance.hostname,
+            "project_id": instance.project_id,
+            "user_id": instance.user_id,
+            "image_id": instance.image.id,
+            "flavor": flavor.name,
+            "vcpus": flavor.vcpus,
+            "memory_mb": flavor.memory_mb,
+            "disk_gb": flavor.root_gb + flavor.ephemeral_gb + (flavor.swap + 1023) // 1024,
+            "networks": max(1, len(instance.networks)),
+            "config_drive": instance.config_drive,
+            "power_state": int(PowerState.RUNNING),
+            "created_at": _now(),
+            "console": [],
+        }
+        if mode == "crash_running":
+            guest["crash_pending"] = True
+        _boot_console(guest, uuid)
+        with self._locked_state() as state:
+            # A slow spawn of the same uuid from elsewhere may have won meanwhile.
+            self._refuse_duplicate(state, uuid)
+            state["instances"][uuid] = guest
+            if instance.image.id not in state["cached_images"]:
+                state["cached_images"].append(instance.image.id)
+
+    def _refuse_duplicate(self, state: dict[str, Any], uuid: str) -> None:
+        if uuid in state["instances"]:
+            # Not rescheduled: a second host would make two copies of one instance.
+            raise exceptions.BuildAbortError(
+                instance_uuid=uuid, reason=f"a guest with this uuid already exists on host {self.host}"
+            )
+
+    def destroy(self, instance: InstanceSpec) -> None:
+        with self._locked_state() as state:
+            state["instances"].pop(instance.uuid, None)
+
+    def power_off(self, instance: InstanceSpec, timeout: float = 60, retry_interval: float = 5) -> None:
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            self._settle(guest)
+            if guest["power_state"] != PowerState.SHUTDOWN:
+                guest["power_state"] = int(PowerState.SHUTDOWN)
+                _console(guest, "reboot: Power down")
+
+    def power_on(self, instance: InstanceSpec) -> None:
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            self._settle(guest)
+            if guest["power_state"] != PowerState.RUNNING:
+                guest["power_state"] = int(PowerState.RUNNING)
+                _boot_console(guest, instance.uuid)
+
+    def reboot(self, instance: InstanceSpec, reboot_type: str = "SOFT") -> None:
+        # A soft reboot of a guest that is not running falls back to hard, as libvirt's does.
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            self._settle(guest)
+            guest["power_state"] = int(PowerState.RUNNING)
+            _console(guest, "reboot: Restarting system")
+            _boot_console(guest, instance.uuid)
+
+    def pause(self, instance: InstanceSpec) -> None:
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            self._settle(guest)
+            if guest["power_state"] == PowerState.PAUSED:
+                return
+            if guest["power_state"] != PowerState.RUNNING:
+                raise exceptions.InstanceNotRunning(instance_uuid=instance.uuid)
+            guest["power_state"] = int(PowerState.PAUSED)
+
+    def unpause(self, instance: InstanceSpec) -> None:
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            self._settle(guest)
+            if guest["power_state"] == PowerState.RUNNING:
+                return
+            if guest["power_state"] != PowerState.PAUSED:
+                raise _wrong_state(instance.uuid, "unpause", guest["power_state"], PowerState.PAUSED)
+            guest["power_state"] = int(PowerState.RUNNING)
+
+    def suspend(self, instance: InstanceSpec) -> None:
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            self._settle(guest)
+            if guest["power_state"] == PowerState.SUSPENDED:
+                return
+            if guest["power_state"] not in (PowerState.RUNNING, PowerState.PAUSED):
+                raise exceptions.InstanceNotRunning(instance_uuid=instance.uuid)
+            guest["power_state"] = int(PowerState.SUSPENDED)
+
+    def resume(self, instance: InstanceSpec) -> None:
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            self._settle(guest)
+            if guest["power_state"] == PowerState.RUNNING:
+                return
+            if guest["power_state"] != PowerState.SUSPENDED:
+                raise _wrong_state(instance.uuid, "resume", guest["power_state"], PowerState.SUSPENDED)
+            guest["power_state"] = int(PowerState.RUNNING)
+
+    def get_info(self, instance: InstanceSpec) -> InstanceInfo:
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            self._settle(guest)
+            return InstanceInfo(state=PowerState(guest["power_state"]), internal_id=f"fake-{instance.uuid}")
+
+    def list_instances(self) -> dict[str, PowerState]:
+        with self._locked_state() as state:
+            for guest in state["instances"].values():
+                self._settle(guest)
+            return {uuid: PowerState(g["power_state"]) for uuid, g in state["instances"].items()}
+
+    def get_interface_addresses(self, instance: InstanceSpec) -> list[str]:
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            count = int(guest.get("networks", 1))
+        return [fake_address(instance.uuid, i) for i in range(count)]
+
+    def get_console_output(self, instance: InstanceSpec) -> str:
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            return "".join(line + "\n" for line in guest["console"])
+
+    # --- test helpers -------------------------------------------------------
+
+    def crash(self, uuid: str) -> None:
+        """Make a guest CRASHED, as a kernel panic or a killed QEMU would."""
+        with self._locked_state() as state:
+            guest = self._guest(state, uuid)
+            guest["power_state"] = int(PowerState.CRASHED)
+            guest.pop("crash_pending", None)
+            _console(guest, "Kernel panic - not syncing: fake crash (novakit fake driver)")
+
+    def vanish(self, uuid: str) -> None:
+        """Delete a guest behind novakit's back (someone ran ``virsh undefine``)."""
+        with self._locked_state() as state:
+            self._guest(state, uuid)
+            del state["instances"][uuid]
+
+
+def _wrong_state(uuid: str, action: str, current: int, needed: PowerState) -> exceptions.ComputeError:
+    return exceptions.ComputeError(
+        reason=(
+            f"cannot {action} instance {uuid}: its guest is {PowerState(current).name}, not {needed.name}"
+        ),
+        code=409,
+    )
+
+
+def _console(guest: dict[str, Any], line: str) -> None:
+    guest["console"].append(line)
+    del guest["console"][:-_CONSOLE_LINES]
+
+
+def _boot_console(guest: dict[str, Any], uuid: str) -> None:
+    """What the tiny test guest prints while it boots, ending with its marker."""
+    _console(guest, "Linux version 6.1.0-fake (novakit fake driver)")
+    if guest.get("config_drive", True):
+        _console(guest, "novakit-init: config drive cidata found")
+        _console(guest, f"novakit-init: hostname {guest['hostname']}")
+        _console(guest, guest_ready_line(guest["hostname"], uuid))
+    else:
+        _console(guest, "novakit-init: no config drive")
+        _console(guest, guest_ready_line("localhost", "none"))

@@ -1,0 +1,11 @@
+"""The libvirt driver (``novakit.virt.libvirt.driver.LibvirtDriver``).
+
+Importing this package does not import libvirt-python; ``host.import_libvirt``
+does, and says what to install when it is missing, so ``novakit`` works
+without libvirt on controllers and on hosts that run the fake driver.
+
+Files: ``driver`` (the ComputeDriver), ``host`` (the connection), ``guest``
+(power states and operations on one domain), ``config`` (domain XML as typed
+objects), ``imagecache`` and ``images`` (verified image copies, overlays),
+``configdrive`` (the NoCloud ISO).
+"""

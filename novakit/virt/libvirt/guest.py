@@ -1,0 +1,106 @@
+"""One libvirt domain: its power state in Nova's terms, and the operations that change it.
+
+libvirt's states do not map one to one onto Nova's power states: a BLOCKED
+guest is running (it waits on I/O), a SHUTOFF domain with a managed-save image
+is SUSPENDED (its memory is on disk and ``create`` restores it), and NOSTATE
+is not RUNNING. The table is Nova's ``LIBVIRT_POWER_STATE``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+from novakit import exceptions
+from novakit.compute.states import PowerState
+
+# libvirt's virDomainState values (stable ABI), so that this table needs no import.
+VIR_DOMAIN_NOSTATE = 0
+VIR_DOMAIN_RUNNING = 1
+VIR_DOMAIN_BLOCKED = 2
+VIR_DOMAIN_PAUSED = 3
+VIR_DOMAIN_SHUTDOWN = 4
+VIR_DOMAIN_SHUTOFF = 5
+VIR_DOMAIN_CRASHED = 6
+VIR_DOMAIN_PMSUSPENDED = 7
+
+LIBVIRT_POWER_STATE: dict[int, PowerState] = {
+    VIR_DOMAIN_NOSTATE: PowerState.NOSTATE,
+    VIR_DOMAIN_RUNNING: PowerState.RUNNING,
+    VIR_DOMAIN_BLOCKED: PowerState.RUNNING,
+    VIR_DOMAIN_PAUSED: PowerState.PAUSED,
+    # "being shut down": Nova reports it as SHUTDOWN already.
+    VIR_DOMAIN_SHUTDOWN: PowerState.SHUTDOWN,
+    VIR_DOMAIN_SHUTOFF: PowerState.SHUTDOWN,
+    VIR_DOMAIN_CRASHED: PowerState.CRASHED,
+    VIR_DOMAIN_PMSUSPENDED: PowerState.SUSPENDED,
+}
+
+#: how often a graceful shutdown looks at the guest
+POLL_INTERVAL = 0.25
+
+
+def power_state(libvirt_state: int, has_managed_save: bool) -> PowerState:
+    if libvirt_state == VIR_DOMAIN_SHUTOFF and has_managed_save:
+        return PowerState.SUSPENDED
+    return LIBVIRT_POWER_STATE.get(libvirt_state, PowerState.NOSTATE)
+
+
+class Guest:
+    """A thin wrapper: the domain object plus the instance uuid it belongs to."""
+
+    def __init__(self, domain: Any, instance_uuid: str, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.domain = domain
+        self.uuid = instance_uuid
+        self._sleep = sleep
+
+    def get_power_state(self) -> PowerState:
+        state = self.domain.state()[0]
+        saved = state == VIR_DOMAIN_SHUTOFF and bool(self.domain.hasManagedSaveImage(0))
+        return power_state(state, saved)
+
+    def is_active(self) -> bool:
+        return bool(self.domain.isActive())
+
+    def start(self) -> None:
+        """Boot the domain, or restore it from its managed-save image if it has one."""
+        self.domain.create()
+
+    def force_off(self) -> None:
+        if self.is_active():
+            self.domain.destroy()
+
+    def shutdown_gracefully(self, timeout: float, retry_interval: float) -> bool:
+        """Ask the guest (ACPI or agent) to power off; True if it did within ``timeout`` seconds.
+
+        The request is repeated every ``retry_interval`` seconds, because a guest
+        that is still booting ignores a power-button press (Nova's _clean_shutdown).
+        """
+        if timeout <= 0:
+            return False
+        deadline = time.monotonic() + timeout
+        next_request = 0.0
+        while True:
+            now = time.monotonic()
+            if not self.is_active():
+                return True
+            if now >= deadline:
+                return False
+            if now >= next_request:
+                # A refused request is retried; the deadline still holds.
+                with contextlib.suppress(Exception):
+                    self.domain.shutdown()
+                next_request = now + max(retry_interval, POLL_INTERVAL)
+            self._sleep(POLL_INTERVAL)
+
+    def discard_saved_memory(self) -> None:
+        if self.domain.hasManagedSaveImage(0):
+            self.domain.managedSaveRemove(0)
+
+    def wrong_state(self, action: str, current: PowerState, needed: str) -> exceptions.ComputeError:
+        return exceptions.ComputeError(
+            reason=f"cannot {action} instance {self.uuid}: its guest is {current.name}, not {needed}",
+            code=409,
+        )

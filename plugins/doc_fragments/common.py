@@ -1,0 +1,38 @@
+# -*- coding: utf-8 -*-
+"""Options every novakit controller-side module shares."""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options:
+  db_url:
+    description:
+      - SQLAlchemy URL of the novakit database, for example
+        C(postgresql+psycopg://user:pass@db.example.com/novakit).
+      - Defaults to E(NOVAKIT_DB_URL), then the configuration file, then the
+        embedded SQLite file under E(NOVAKIT_STATE_DIR) (C(~/.local/state/novakit)).
+    type: str
+  config:
+    description: Path of a novakit TOML configuration file (default E(NOVAKIT_CONFIG)).
+    type: path
+  project:
+    description: Project the caller acts for (default E(NOVAKIT_PROJECT), else C(admin)).
+    type: str
+  user:
+    description: User the caller acts as (default E(NOVAKIT_USER)).
+    type: str
+  roles:
+    description: Roles of the caller; C(admin) sees and acts on every project.
+    type: list
+    elements: str
+  request_id:
+    description:
+      - Request id that ties this call to the audit trail. Defaults to the AWX job id or the
+        ansible-runner ident when there is one, else a new id.
+    type: str
+requirements:
+  - python >= 3.11
+  - novakit
+"""

@@ -1,0 +1,118 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Register a compute host from what its driver reported."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: compute_node
+short_description: Register a compute host with novakit
+description:
+  - Creates or refreshes a host's service (heartbeat), compute node and resource provider from
+    what its driver reported (the C(compute) module's RV(novakit.cloud.compute#module:resources)),
+    with reserved amounts and allocation ratios from configuration or from this task.
+  - Runs on the controller (delegate it to C(localhost)); the compute host never needs the database.
+version_added: 0.1.0
+author: novakit developers
+extends_documentation_fragment: [novakit.cloud.common]
+options:
+  host:
+    description: The host's name (its inventory name; also its resource provider's name).
+    type: str
+    required: true
+  resources:
+    description: What the host's driver reported.
+    type: dict
+    required: true
+  driver:
+    description: How the controller reaches the host in direct mode (C(driver), C(options), C(transport)).
+    type: dict
+  cpu_allocation_ratio:
+    description: vCPU overcommit ratio (default from configuration, 4.0).
+    type: float
+  ram_allocation_ratio:
+    description: RAM overcommit ratio (default 1.0).
+    type: float
+  disk_allocation_ratio:
+    description: Disk overcommit ratio (default 1.0).
+    type: float
+  reserved_host_memory_mb:
+    description: RAM kept for the host itself (default 512).
+    type: int
+  reserved_host_cpus:
+    description: vCPUs kept for the host itself (default 0).
+    type: int
+  reserved_host_disk_mb:
+    description: Disk kept for the host itself (default 0).
+    type: int
+"""
+
+EXAMPLES = r"""
+- name: Report this host's resources
+  novakit.cloud.compute:
+    host: "{{ inventory_hostname }}"
+    operation: get_available_resource
+  register: novakit_resources
+
+- name: Register it
+  novakit.cloud.compute_node:
+    host: "{{ inventory_hostname }}"
+    resources: "{{ novakit_resources.resources }}"
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+host:
+  description: The registered host.
+  returned: always
+  type: str
+provider_uuid:
+  description: Its resource provider.
+  returned: always
+  type: str
+"""
+
+from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+
+RATIOS = ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio",
+          "reserved_host_memory_mb", "reserved_host_cpus", "reserved_host_disk_mb")
+
+
+class ComputeNodeModule(NovakitModule):
+    argument_spec = {
+        "host": {"type": "str", "required": True},
+        "resources": {"type": "dict", "required": True},
+        "driver": {"type": "dict"},
+        "cpu_allocation_ratio": {"type": "float"},
+        "ram_allocation_ratio": {"type": "float"},
+        "disk_allocation_ratio": {"type": "float"},
+        "reserved_host_memory_mb": {"type": "int"},
+        "reserved_host_cpus": {"type": "int"},
+        "reserved_host_disk_mb": {"type": "int"},
+    }
+
+    def run(self):
+        from novakit.compute import hosts
+        from novakit.compute.messages import HostResources
+
+        conf = self.config()
+        db = self.database()
+        resources = HostResources.model_validate(self.params["resources"])
+        overrides = {k: self.params[k] for k in RATIOS if self.params.get(k) is not None}
+        before = None
+        try:
+            node = hosts.get_node(db, self.params["host"])
+            before = (node.vcpus, node.memory_mb, node.local_gb, sorted(node.cached_images or []))
+        except Exception:
+            before = None
+        out = hosts.register_host(db, conf, self.params["host"], resources, self.params.get("driver"), overrides)
+        after = (resources.vcpus, resources.memory_mb, resources.local_gb, sorted(resources.cached_images))
+        return {"changed": before != after, **out}
+
+
+def main():
+    ComputeNodeModule()()
+
+
+if __name__ == "__main__":
+    main()

@@ -25,11 +25,11 @@ def fault_from_exception(exc: BaseException, host: str | None = None) -> Fault:
         if explanation:
             details = json.dumps(explanation, indent=1, sort_keys=True, default=str)
         elif code == 500:
-            details = "".join(tb.format_exception(exc))
+            details = _traceback(exc)
     else:
         # Internal error: the text may carry anything, so only admins see it.
         code, message = 500, exc.__class__.__name__
-        details = "".join(tb.format_exception(exc))
+        details = _traceback(exc)
     return Fault(
         code=code,
         message=_truncate(message),
@@ -38,6 +38,15 @@ def fault_from_exception(exc: BaseException, host: str | None = None) -> Fault:
         host=host,
         reschedule=not isinstance(exc, exceptions.BuildAbortError | exceptions.Invalid),
     )
+
+
+def _traceback(exc: BaseException) -> str:
+    """The traceback text; an exception that was never raised gets an empty one, so that
+    internal faults are always recognisable by their details."""
+    text = "".join(tb.format_exception(exc))
+    if not text.startswith(TRACEBACK_PREFIX):
+        text = f"{TRACEBACK_PREFIX}:\n  (not raised)\n{text}"
+    return text
 
 
 def _truncate(message: str) -> str:

@@ -252,6 +252,8 @@ class Allocation(TimestampMixin, Base):
     __table_args__ = (
         Index("ix_allocations_rp_rc", "resource_provider_id", "resource_class"),
         Index("ix_allocations_consumer", "consumer_id"),
+        # Quota usage is counted per project from allocations (migration 0002).
+        Index("ix_allocations_project_id", "project_id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

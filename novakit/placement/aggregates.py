@@ -31,7 +31,6 @@ class AggregateView(BaseModel):
     metadata: dict[str, Any]
 
 
-_TABLE = PlacementAggregate.__table__
 _SELECT = "SELECT id, uuid, name, availability_zone, metadata FROM placement_aggregates "
 
 
@@ -63,20 +62,20 @@ def ensure_aggregate(
         existing = find_aggregate(session, name)
         if existing is None:
             session.execute(
-                insert(_TABLE).values(
+                insert(PlacementAggregate).values(
                     uuid=uuid or str(uuidlib.uuid4()),
                     name=name,
                     availability_zone=availability_zone,
-                    metadata=metadata or {},
+                    aggregate_metadata=metadata or {},
                 )
             )
         else:
             session.execute(
-                update(_TABLE)
-                .where(_TABLE.c.id == existing.id)
+                update(PlacementAggregate)
+                .where(PlacementAggregate.id == existing.id)
                 .values(
                     availability_zone=availability_zone,
-                    metadata=metadata if metadata is not None else existing.metadata,
+                    aggregate_metadata=metadata if metadata is not None else existing.metadata,
                 )
             )
         found = find_aggregate(session, name)

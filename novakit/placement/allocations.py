@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session
@@ -99,7 +99,7 @@ _TOUCH = text(
 ).bindparams(bindparam("ids", expanding=True))
 
 
-def why_not_fits(resources: dict[str, int], rows: list[tuple]) -> str:  # type: ignore[type-arg]
+def why_not_fits(resources: dict[str, int], rows: Sequence[Any]) -> str:
     """Empty when ``resources`` fit the (class, total, reserved, min, max, step, ratio, used) rows."""
     inv = {r[1]: r for r in rows if r[1] is not None}
     for rc, amount in resources.items():

@@ -172,7 +172,7 @@ def set_inventory(
                 attempts=1,
                 what=f"provider {provider_name} (generation {provider.generation}, not {generation})",
             )
-        usage = dict(
+        usage: dict[str, int] = dict(
             session.execute(
                 text(
                     "SELECT resource_class, SUM(used) FROM allocations WHERE resource_provider_id = :id "

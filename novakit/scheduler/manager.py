@@ -259,8 +259,9 @@ class SchedulerManager:
             return [None] * len(instance_uuids), steps
 
         group_hosts = Counter(prepared.group_hosts)
-        for host in spec.batch_hosts:
-            group_hosts[host] += 1
+        for placed_host in spec.batch_hosts:
+            group_hosts[placed_host] += 1
+        spec.group_hosts = group_hosts
         hosts = load_host_states(
             session,
             candidates,
@@ -323,6 +324,7 @@ class SchedulerManager:
             plans.append(_Plan(uuid, [chosen, *alternates]))
             chosen[0].consume(spec.resources, uuid)
             spec.batch_hosts.append(chosen[0].host)
+            group_hosts[chosen[0].host] += 1
         plans += [None] * (len(instance_uuids) - len(plans))
         return plans, steps + last_steps
 

@@ -7,6 +7,7 @@ Filters stay pure functions of (host, spec): anything that needs the database
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from dataclasses import dataclass, field
 
 from novakit.scheduler.request_spec import RequestSpec
@@ -20,6 +21,8 @@ class ResolvedSpec:
     instance_hosts: dict[str, str | None] = field(default_factory=dict)
     # Hosts chosen for the earlier instances of this request, in order.
     batch_hosts: list[str] = field(default_factory=list)
+    # Server-group members per host: existing members and this request's earlier instances.
+    group_hosts: Counter[str] = field(default_factory=Counter)
     now: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC).replace(tzinfo=None))
 
     @property

@@ -21,7 +21,7 @@ class ServerGroupAffinityFilter(BaseFilter):
     def host_passes(self, host: HostState, spec: ResolvedSpec) -> FilterResult:
         group = spec.request.instance_group
         assert group is not None
-        pinned = set(group.hosts) | set(spec.batch_hosts)
+        pinned = {h for h, members in spec.group_hosts.items() if members} | set(spec.batch_hosts)
         if not pinned or host.host in pinned:
             return PASS
         return reject(f"server group {group.uuid} (affinity) already runs on {', '.join(sorted(pinned))}")

@@ -205,7 +205,8 @@ class GuestSerialLog:
 
     def to_elements(self) -> list[ET.Element]:
         serial = ET.Element("serial", type="pty")
-        _sub(serial, "log", file=self.log_path, append="off")
+        # Appended, so the console of a rebooted guest still shows the boot before.
+        _sub(serial, "log", file=self.log_path, append="on")
         _sub(serial, "target", port="0")
         console = ET.Element("console", type="pty")
         _sub(console, "target", type="serial", port="0")

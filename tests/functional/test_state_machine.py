@@ -1,0 +1,131 @@
+"""Every action of the state table, from every vm_state, through the API, on both back ends.
+
+The expected rules are written out here again, from Nova's compute API, rather
+than read from ``states.ACTIONS``: the test checks the table against Nova's
+behaviour, not against itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from novakit import exceptions
+from novakit.compute.states import ACTIONS, PowerState, VmState
+from novakit.db import api as db_api
+from novakit.db.models import InstanceAction
+
+from tests.functional.cloud import Cloud, boot
+
+ANY = "any"
+ALLOW_REBOOT = {None, "rebooting", "reboot_pending", "reboot_started", "resuming", "rebooting_hard",
+                "unpausing", "pausing", "suspending"}
+NOVA = {
+    # action: (vm_states it may start from, task_states it may start from, vm_state it ends in)
+    "delete": (ANY, ANY, "deleted"),
+    "stop": ({"active", "error", "rescued"}, {None}, "stopped"),
+    "start": ({"stopped"}, {None}, "active"),
+    "reboot": ({"active"}, {None}, "active"),
+    "reboot_hard": ({"active", "stopped", "paused", "suspended", "error"}, ALLOW_REBOOT, "active"),
+    "pause": ({"active"}, {None}, "paused"),
+    "unpause": ({"paused"}, {None}, "active"),
+    "suspend": ({"active"}, {None}, "suspended"),
+    "resume": ({"suspended"}, {None}, "active"),
+    "rebuild": ({"active", "stopped", "error"}, {None}, "active"),
+    "lock": (ANY, ANY, None),
+    "unlock": (ANY, ANY, None),
+    "rename": ({s.value for s in VmState} - {"deleted", "soft-delete"}, ANY, None),
+}
+END_POWER = {"stop": PowerState.SHUTDOWN, "pause": PowerState.PAUSED, "suspend": PowerState.SUSPENDED}
+VM_STATES = [s.value for s in VmState if s != VmState.DELETED]
+TASK_STATES = [None, "rebooting", "powering-off"]
+# How the fake guest is put in the power state that goes with a vm_state.
+GUEST_OP = {"stopped": "power_off", "paused": "pause", "suspended": "suspend"}
+
+
+def test_table_is_novas() -> None:
+    assert set(ACTIONS) - {"create"} == set(NOVA)
+    for action, (vm_states, task_states, _end) in NOVA.items():
+        for vm in VM_STATES:
+            for task in [None, *sorted(ALLOW_REBOOT - {None}), "powering-off", "deleting", "spawning"]:
+                expected = (vm_states == ANY or vm in vm_states) and (task_states == ANY or task in task_states)
+                assert ACTIONS[action].allows(vm, task) == expected, (action, vm, task)
+
+
+def _put_in_state(cloud: Cloud, ctx: Any, name: str, vm_state: str, task_state: str | None) -> str:
+    server = boot(cloud, ctx, name)
+    uuid = server["id"]
+    if vm_state in GUEST_OP:
+        spec_host = server["host"]
+        from novakit.conductor import instance_spec
+
+        with cloud.db.reader() as session:
+            spec = instance_spec(session, db_api.instance_get(session, cloud.admin, uuid))
+        getattr(cloud.fake(spec_host), GUEST_OP[vm_state])(spec)
+    with cloud.db.writer() as session:
+        db_api.instance_update(session, uuid, {"vm_state": vm_state, "task_state": task_state})
+    return uuid
+
+
+def _call(cloud: Cloud, ctx: Any, action: str, uuid: str) -> dict[str, Any]:
+    api = cloud.api
+    if action == "reboot_hard":
+        return api.reboot(ctx, uuid, "HARD")
+    if action == "rebuild":
+        return api.rebuild(ctx, uuid, {"image": "tiny-2"})
+    if action == "rename":
+        return api.rename(ctx, uuid, f"renamed-{uuid[:8]}")
+    if action == "lock":
+        return api.lock(ctx, uuid, "testing")
+    return getattr(api, action)(ctx, uuid)
+
+
+def _row(cloud: Cloud, uuid: str) -> tuple[Any, ...]:
+    with cloud.db.reader() as session:
+        inst = db_api.instance_get(session, cloud.admin, uuid, include_deleted=True)
+        actions = session.execute(
+            select(func.count()).select_from(InstanceAction).where(InstanceAction.instance_uuid == uuid)
+        ).scalar_one()
+        return (inst.vm_state, inst.task_state, inst.power_state, inst.display_name, inst.locked,
+                inst.image_ref, inst.deleted, actions)
+
+
+@pytest.mark.parametrize("action", sorted(NOVA))
+def test_every_transition(cloud: Cloud, ctx: Any, action: str) -> None:
+    vm_states, task_states, end = NOVA[action]
+    wrong = []
+    n = 0
+    for vm in VM_STATES:
+        for task in TASK_STATES:
+            n += 1
+            uuid = _put_in_state(cloud, ctx, f"{action}-{n}", vm, task)
+            allowed = (vm_states == ANY or vm in vm_states) and (task_states == ANY or task in task_states)
+            before = _row(cloud, uuid)
+            try:
+                view = _call(cloud, ctx, action, uuid)
+            except exceptions.InstanceInvalidState as exc:
+                if allowed:
+                    wrong.append((vm, task, f"refused: {exc}"))
+                elif _row(cloud, uuid) != before:
+                    wrong.append((vm, task, "refused but changed the record"))
+                elif action not in str(exc) or vm not in str(exc):
+                    wrong.append((vm, task, f"message does not name action and state: {exc}"))
+                continue
+            if not allowed:
+                wrong.append((vm, task, "allowed, Nova refuses it"))
+                continue
+            want_vm = end or vm
+            if action == "rebuild" and vm == "stopped":
+                want_vm = "stopped"  # Nova keeps a stopped server stopped after a rebuild
+            if view["vm_state"] != want_vm or (view["task_state"] is not None and action != "lock"
+                                                and action != "unlock" and action != "rename"):
+                wrong.append((vm, task, f"ended in {view['vm_state']}/{view['task_state']}, want {want_vm}/None"))
+            if action in END_POWER and view["power_state"] != END_POWER[action]:
+                wrong.append((vm, task, f"power state {view['power_state']}"))
+            if end is None and view["task_state"] != task:
+                wrong.append((vm, task, f"{action} changed task_state to {view['task_state']}"))
+            if action == "delete" and view["status"] != "DELETED":
+                wrong.append((vm, task, f"status {view['status']}"))
+    assert not wrong, "\n".join(map(str, wrong))

@@ -1,0 +1,46 @@
+"""Two callers racing for one instance: exactly one wins, the other gets a clear conflict."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections import Counter
+
+import pytest
+
+from novakit.context import RequestContext
+from novakit.db import api as db_api
+from tests.functional import workers
+from tests.functional.cloud import Cloud, boot
+
+
+def _pool(n: int) -> multiprocessing.pool.Pool:
+    return multiprocessing.get_context("spawn").Pool(n)
+
+
+def test_guarded_write_race_has_exactly_one_winner(cloud: Cloud, ctx: RequestContext) -> None:
+    server = boot(cloud, ctx, "raced")
+    start_at = time.time() + 3.0  # every process imports and connects first, then all go at once
+    with _pool(8) as pool:
+        outcomes = pool.starmap(workers.guarded_write, [(cloud.db.url, server["id"], start_at)] * 8)
+    assert Counter(outcomes) == {"won": 1, "lost": 7}
+    with cloud.db.reader() as session:
+        assert db_api.instance_get(session, cloud.admin, server["id"]).task_state == "powering-off"
+
+
+@pytest.mark.parametrize("first,second", [("stop", "pause"), ("stop", "stop")])
+def test_two_actions_at_once_one_wins(cloud: Cloud, ctx: RequestContext, first: str, second: str) -> None:
+    server = boot(cloud, ctx, f"raced-{first}-{second}")
+    start_at = time.time() + 3.0
+    args = [(cloud.db.url, str(cloud.conf.state_dir), server["id"], a, start_at) for a in (first, second)]
+    with _pool(2) as pool:
+        outcomes = pool.starmap(workers.api_action, args)
+    wins = [o for o in outcomes if o.startswith("ok:")]
+    conflicts = [o for o in outcomes if o.startswith("conflict:")]
+    assert len(wins) == 1 and len(conflicts) == 1, outcomes
+    final = cloud.api.get(ctx, server["id"])
+    assert final["task_state"] is None
+    assert final["vm_state"] == wins[0].removeprefix("ok:")
+    # The loser left no action behind: only create and the winner's action.
+    assert [a["action"] for a in cloud.api.list_actions(ctx, server["id"])][0] == "create"
+    assert len(cloud.api.list_actions(ctx, server["id"])) == 2

@@ -110,7 +110,14 @@ class Conductor:
             self._fail_unscheduled(ctx, uuids, exc)
             return []
         by_host: dict[str, list[InstanceSpec]] = defaultdict(list)
+        unplaced = [uuid for uuid, choices in zip(uuids, selections, strict=True) if not choices]
+        if unplaced:
+            # min_count was met but not every instance fitted: those go to error.
+            self._fail_unscheduled(ctx, unplaced, exceptions.NoValidHost(
+                reason=f"{len(unplaced)} of {len(uuids)} instances did not fit (min_count was met)"))
         for uuid, choices in zip(uuids, selections, strict=True):
+            if not choices:
+                continue
             chosen, alternates = choices[0], choices[1:]
             spec_ = self._claimed(ctx, uuid, chosen.host, chosen.nodename, [a.model_dump() for a in alternates])
             if spec_ is not None:

@@ -38,5 +38,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The tiny guest image the libvirt tests boot (Debian's cloud kernel + a busybox initramfs).
+if [ "$(id -u)" = 0 ]; then
+    tests/images/build-tiny-image.sh .state/tiny-image
+fi
+
 export NOVAKIT_REQUIRE_REAL=1
 .venv/bin/python -m pytest -p no:cacheprovider "$@" tests

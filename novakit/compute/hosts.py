@@ -144,7 +144,12 @@ def set_disabled(db: Database, ctx: RequestContext, host: str, disabled: bool, r
         svc.disabled = disabled
         svc.disabled_reason = reason if disabled else None
 
+    from novakit import placement
+
     db.run_in_transaction(write)
+    # As Nova does, a disabled host's provider carries COMPUTE_STATUS_DISABLED, so
+    # the candidate query leaves it out without a filter having to look.
+    placement.set_provider_disabled(db, host, disabled)
 
 
 def _service(session: Session, host: str) -> Service:

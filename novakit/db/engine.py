@@ -122,10 +122,9 @@ class Database:
     # --- schema -----------------------------------------------------------------
 
     def current_revision(self) -> str | None:
-        from alembic.runtime.migration import MigrationContext
+        from novakit.db import migration
 
-        with self.engine.connect() as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+        return migration.current_revision(self.engine)
 
     def upgrade_if_needed(self) -> None:
         from novakit.db import migration

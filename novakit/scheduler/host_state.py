@@ -21,9 +21,12 @@ from sqlalchemy.orm import Session
 
 from novakit.placement.candidates import Candidate
 
+_EMPTY_JSON = {"", "[]", "{}", "null"}
+
 
 def _json(value: Any, default: Any) -> Any:
-    if value is None:
+    """Decode a JSON column read through text(); most hosts hold empty ones, skipped without a parse."""
+    if value is None or (isinstance(value, str) and value in _EMPTY_JSON):
         return default
     return json.loads(value) if isinstance(value, str) else value
 

@@ -32,8 +32,11 @@ def _worker(url: str, mode: str, start: Any, results: Any) -> None:
     conf = load_config(db_url=url, quota={"instances": -1, "cores": -1, "ram": -1})
     scheduler = SchedulerManager(db, conf)
     spec = RequestSpec(
-        request_id="r", project_id="p-race", user_id="u",
-        flavor=FlavorSpec(name="one", vcpus=1, memory_mb=256, root_gb=1), image=ImageSpec(id="img"),
+        request_id="r",
+        project_id="p-race",
+        user_id="u",
+        flavor=FlavorSpec(name="one", vcpus=1, memory_mb=256, root_gb=1),
+        image=ImageSpec(id="img"),
     )
     placed = no_host = over_quota = 0
     start.wait()
@@ -41,7 +44,9 @@ def _worker(url: str, mode: str, start: Any, results: Any) -> None:
         if mode == "one-request-of-50":
             ids = [str(uuidlib.uuid4()) for _ in range(PER_PROCESS)]
             try:
-                result = scheduler.select_destinations(spec.model_copy(update={"num_instances": PER_PROCESS}), ids)
+                result = scheduler.select_destinations(
+                    spec.model_copy(update={"num_instances": PER_PROCESS}), ids
+                )
                 placed = sum(1 for r in result if r)
             except exceptions.NoValidHost:
                 no_host = PER_PROCESS
@@ -76,7 +81,9 @@ def _race(url: str, mode: str) -> list[tuple[str, Any, int, int]]:
 
 def _fleet(url: str) -> Database:
     db = Database(url)
-    register_fleet(db, [FakeHost(f"race{n}", vcpus=SLOTS_PER_HOST, cpu_allocation_ratio=1.0) for n in range(HOSTS)])
+    register_fleet(
+        db, [FakeHost(f"race{n}", vcpus=SLOTS_PER_HOST, cpu_allocation_ratio=1.0) for n in range(HOSTS)]
+    )
     return db
 
 
@@ -86,7 +93,8 @@ def _over_committed(db: Database) -> list[Any]:
             text(
                 "SELECT rp.name, i.resource_class, SUM(a.used), (i.total - i.reserved) * i.allocation_ratio "
                 "FROM allocations a JOIN inventories i ON i.resource_provider_id = a.resource_provider_id "
-                "AND i.resource_class = a.resource_class JOIN resource_providers rp ON rp.id = a.resource_provider_id "
+                "AND i.resource_class = a.resource_class "
+                "JOIN resource_providers rp ON rp.id = a.resource_provider_id "
                 "GROUP BY rp.name, i.resource_class, i.total, i.reserved, i.allocation_ratio "
                 "HAVING SUM(a.used) > (i.total - i.reserved) * i.allocation_ratio"
             )

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy.orm import Session
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 
 from novakit import exceptions, placement
 from novakit.db.engine import Database
@@ -124,7 +124,8 @@ def test_injected_generation_conflicts_are_retried_then_succeed(db: Database, no
         if len(injected) < 2:
             injected.append(provider_id)
             session.execute(
-                text("UPDATE resource_providers SET generation = generation + 1 WHERE id = :id"), {"id": provider_id}
+                text("UPDATE resource_providers SET generation = generation + 1 WHERE id = :id"),
+                {"id": provider_id},
             )
 
     allocations.conflict_injector = conflict_twice
@@ -133,12 +134,17 @@ def test_injected_generation_conflicts_are_retried_then_succeed(db: Database, no
     assert placement.get_usages(db, "c1")["VCPU"] == 1
 
 
-def test_a_conflict_that_never_clears_ends_in_concurrent_update_detected(db: Database, no_injection: None) -> None:
+def test_a_conflict_that_never_clears_ends_in_concurrent_update_detected(
+    db: Database, no_injection: None
+) -> None:
     uuid = host(db, "c1")
     before = placement.get_provider(db, "c1").generation
 
     def always(session: Session, provider_id: int) -> None:
-        session.execute(text("UPDATE resource_providers SET generation = generation + 1 WHERE id = :id"), {"id": provider_id})
+        session.execute(
+            text("UPDATE resource_providers SET generation = generation + 1 WHERE id = :id"),
+            {"id": provider_id},
+        )
 
     allocations.conflict_injector = always
     with pytest.raises(exceptions.ConcurrentUpdateDetected) as err:

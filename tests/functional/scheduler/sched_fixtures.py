@@ -40,8 +40,16 @@ def add_instance(db: Database, host: str, *, task_state: str | None = None, uuid
     with db.writer() as session:
         session.add(
             Instance(
-                uuid=uuid, display_name=uuid, hostname=uuid, project_id="p1", user_id="u1", host=host, node=host,
-                flavor={}, vm_state="active", task_state=task_state,
+                uuid=uuid,
+                display_name=uuid,
+                hostname=uuid,
+                project_id="p1",
+                user_id="u1",
+                host=host,
+                node=host,
+                flavor={},
+                vm_state="active",
+                task_state=task_state,
             )
         )
     return uuid

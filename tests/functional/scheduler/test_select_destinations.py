@@ -17,7 +17,9 @@ from novakit.scheduler.request_spec import InstanceGroupSpec
 
 @pytest.fixture
 def sched_conf(conf: Config) -> Config:
-    return conf.model_copy(update={"quota": conf.quota.model_copy(update={"instances": -1, "cores": -1, "ram": -1})})
+    return conf.model_copy(
+        update={"quota": conf.quota.model_copy(update={"instances": -1, "cores": -1, "ram": -1})}
+    )
 
 
 @pytest.fixture
@@ -82,7 +84,9 @@ def test_anti_affinity_with_max_server_per_host_and_existing_members(db: Databas
     group = add_group(db, "anti-affinity", [member], max_server_per_host=2)
     spec = request(
         num_instances=3,
-        instance_group=InstanceGroupSpec(uuid=group, policy="anti-affinity", rules={"max_server_per_host": 2}),
+        instance_group=InstanceGroupSpec(
+            uuid=group, policy="anti-affinity", rules={"max_server_per_host": 2}
+        ),
     )
     result = scheduler.select_destinations(spec, uuids(3))
     assert sorted(r[0].host for r in result) == ["cn0", "cn1", "cn1"]
@@ -105,11 +109,15 @@ def test_soft_anti_affinity_spreads_and_soft_affinity_packs(db: Database, schedu
         uuids(3),
     )
     assert len({r[0].host for r in result}) == 3
-    conf = load_config(db_url=db.url, scheduler={"soft_affinity_weight_multiplier": 100.0},
-                       quota={"instances": -1, "cores": -1, "ram": -1})
+    conf = load_config(
+        db_url=db.url,
+        scheduler={"soft_affinity_weight_multiplier": 100.0},
+        quota={"instances": -1, "cores": -1, "ram": -1},
+    )
     pack = add_group(db, "soft-affinity")
     result = SchedulerManager(db, conf).select_destinations(
-        request(num_instances=3, instance_group=InstanceGroupSpec(uuid=pack, policy="soft-affinity")), uuids(3)
+        request(num_instances=3, instance_group=InstanceGroupSpec(uuid=pack, policy="soft-affinity")),
+        uuids(3),
     )
     assert len({r[0].host for r in result}) == 1
 
@@ -136,7 +144,9 @@ def test_availability_zones_required_traits_and_disabled_hosts(db: Database, sch
     assert "west" in str(err.value) and "east" in str(err.value)
 
     placement.set_traits(db, "cn2", ["CUSTOM_GPU"])
-    flavor = FlavorSpec(name="gpu", vcpus=1, memory_mb=512, root_gb=1, extra_specs={"trait:CUSTOM_GPU": "required"})
+    flavor = FlavorSpec(
+        name="gpu", vcpus=1, memory_mb=512, root_gb=1, extra_specs={"trait:CUSTOM_GPU": "required"}
+    )
     [gpu] = scheduler.select_destinations(request(flavor=flavor), ["i-4"])
     assert [s.host for s in gpu] == ["cn2"]
     placement.set_provider_disabled(db, "cn2", True)
@@ -145,8 +155,14 @@ def test_availability_zones_required_traits_and_disabled_hosts(db: Database, sch
 
 
 def test_no_valid_host_explains_each_step_and_each_host(db: Database, scheduler) -> None:  # type: ignore[no-untyped-def]
-    register_fleet(db, [FakeHost("small", vcpus=1, cpu_allocation_ratio=1.0), FakeHost("off", disabled=True),
-                        FakeHost("gone", up=False)])
+    register_fleet(
+        db,
+        [
+            FakeHost("small", vcpus=1, cpu_allocation_ratio=1.0),
+            FakeHost("off", disabled=True),
+            FakeHost("gone", up=False),
+        ],
+    )
     with pytest.raises(exceptions.NoValidHost) as err:
         scheduler.select_destinations(request(), ["i-1"])
     steps = {s["step"]: s for s in err.value.explanation["steps"]}
@@ -172,7 +188,9 @@ def test_request_larger_than_any_host_says_so(db: Database, scheduler) -> None: 
 def test_bad_input_is_refused_with_a_clear_error_and_nothing_claimed(db: Database, scheduler) -> None:  # type: ignore[no-untyped-def]
     fleet(db, 1)
     with pytest.raises(exceptions.ValidationError):
-        scheduler.select_destinations(request(flavor=FlavorSpec(name="z", vcpus=0, memory_mb=1, root_gb=1)), ["i"])
+        scheduler.select_destinations(
+            request(flavor=FlavorSpec(name="z", vcpus=0, memory_mb=1, root_gb=1)), ["i"]
+        )
     with pytest.raises(exceptions.ServerGroupNotFound):
         scheduler.select_destinations(
             request(instance_group=InstanceGroupSpec(uuid="no-such-group", policy="affinity")), ["i"]

@@ -5,14 +5,13 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from sched_unit_helpers import NOW, build_host, build_spec
 
 from novakit import exceptions
 from novakit.compute.messages import FlavorSpec, ImageSpec
 from novakit.config import Config, load_config
 from novakit.scheduler.filters import FILTERS, build_filters
 from novakit.scheduler.request_spec import InstanceGroupSpec
-
-from sched_unit_helpers import NOW, build_host, build_spec
 
 
 def run(name: str, conf: Config, host, spec):  # type: ignore[no-untyped-def]
@@ -27,7 +26,9 @@ def test_compute_filter_passes_an_enabled_host_that_reported_recently(unit_conf:
 
 
 def test_compute_filter_rejects_a_disabled_service_and_says_why(unit_conf: Config) -> None:
-    result = run("ComputeFilter", unit_conf, build_host(service_disabled=True, disabled_reason="maint"), build_spec())
+    result = run(
+        "ComputeFilter", unit_conf, build_host(service_disabled=True, disabled_reason="maint"), build_spec()
+    )
     assert not result
     assert "disabled" in result.reason and "maint" in result.reason
 
@@ -89,13 +90,20 @@ def test_image_properties_reject_other_architecture(unit_conf: Config) -> None:
 
 
 def test_image_properties_edge_aliases_qemu_on_kvm_and_vm_mode(unit_conf: Config) -> None:
-    assert run("ImagePropertiesFilter", unit_conf, build_host(), build_spec(image=_image(architecture="amd64")))
+    assert run(
+        "ImagePropertiesFilter", unit_conf, build_host(), build_spec(image=_image(architecture="amd64"))
+    )
     # A KVM host runs plain QEMU guests; a QEMU-only host does not run KVM guests.
     assert run("ImagePropertiesFilter", unit_conf, build_host(), build_spec(image=_image(img_hv_type="qemu")))
     assert not run(
-        "ImagePropertiesFilter", unit_conf, build_host(hypervisor_type="qemu"), build_spec(image=_image(img_hv_type="kvm"))
+        "ImagePropertiesFilter",
+        unit_conf,
+        build_host(hypervisor_type="qemu"),
+        build_spec(image=_image(img_hv_type="kvm")),
     )
-    assert not run("ImagePropertiesFilter", unit_conf, build_host(), build_spec(image=_image(hw_vm_mode="xen")))
+    assert not run(
+        "ImagePropertiesFilter", unit_conf, build_host(), build_spec(image=_image(hw_vm_mode="xen"))
+    )
 
 
 # --- server groups -----------------------------------------------------------------------------------
@@ -117,7 +125,12 @@ def test_affinity_rejects_another_host(unit_conf: Config) -> None:
 
 
 def test_affinity_edge_empty_group_goes_anywhere_but_the_batch_pins_it(unit_conf: Config) -> None:
-    assert run("ServerGroupAffinityFilter", unit_conf, build_host("h2"), build_spec(instance_group=_group("affinity", [])))
+    assert run(
+        "ServerGroupAffinityFilter",
+        unit_conf,
+        build_host("h2"),
+        build_spec(instance_group=_group("affinity", [])),
+    )
     pinned = build_spec(instance_group=_group("affinity", []), batch_hosts=["h1"])
     assert not run("ServerGroupAffinityFilter", unit_conf, build_host("h2"), pinned)
 
@@ -207,7 +220,9 @@ def test_io_ops_passes_a_quiet_host_and_rejects_a_busy_one(unit_conf: Config) ->
 
 def test_aggregate_extra_specs_pass_matching_metadata(unit_conf: Config) -> None:
     spec = build_spec(flavor=_flavor(**{"aggregate_instance_extra_specs:ssd": "true"}))
-    assert run("AggregateInstanceExtraSpecsFilter", unit_conf, build_host(aggregate_metadata={"ssd": {"true"}}), spec)
+    assert run(
+        "AggregateInstanceExtraSpecsFilter", unit_conf, build_host(aggregate_metadata={"ssd": {"true"}}), spec
+    )
 
 
 def test_aggregate_extra_specs_reject_other_value(unit_conf: Config) -> None:
@@ -229,15 +244,23 @@ def test_aggregate_extra_specs_edge_host_in_no_aggregate_and_or_operator(unit_co
 
 def test_every_issue_filter_is_registered() -> None:
     for name in (
-        "ComputeFilter", "ComputeCapabilitiesFilter", "ImagePropertiesFilter", "ServerGroupAffinityFilter",
-        "ServerGroupAntiAffinityFilter", "SameHostFilter", "DifferentHostFilter", "NumInstancesFilter",
+        "ComputeFilter",
+        "ComputeCapabilitiesFilter",
+        "ImagePropertiesFilter",
+        "ServerGroupAffinityFilter",
+        "ServerGroupAntiAffinityFilter",
+        "SameHostFilter",
+        "DifferentHostFilter",
+        "NumInstancesFilter",
         "AggregateInstanceExtraSpecsFilter",
     ):
         assert FILTERS[name].name == name
 
 
 def test_unknown_filter_name_fails_at_start_naming_known_filters() -> None:
-    conf = load_config(db_url="sqlite:///:memory:", scheduler={"enabled_filters": ["ComputeFilter", "RamFilter"]})
+    conf = load_config(
+        db_url="sqlite:///:memory:", scheduler={"enabled_filters": ["ComputeFilter", "RamFilter"]}
+    )
     with pytest.raises(exceptions.ConfigError) as err:
         build_filters(conf)
     assert "RamFilter" in str(err.value) and "SameHostFilter" in str(err.value)

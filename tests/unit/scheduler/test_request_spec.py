@@ -14,7 +14,11 @@ from novakit.scheduler.request_spec import InstanceGroupSpec, RequestSpec
 def make(**flavor_fields: object) -> RequestSpec:
     fields = {"name": "f", "vcpus": 2, "memory_mb": 1024, "root_gb": 10, **flavor_fields}
     return RequestSpec(
-        request_id="r", project_id="p", user_id="u", flavor=FlavorSpec(**fields), image=ImageSpec(id="i")  # type: ignore[arg-type]
+        request_id="r",
+        project_id="p",
+        user_id="u",
+        flavor=FlavorSpec(**fields),
+        image=ImageSpec(id="i"),  # type: ignore[arg-type]
     )
 
 
@@ -47,7 +51,9 @@ def test_traits_from_extra_specs_and_contradictions() -> None:
 def test_json_round_trip_is_lossless() -> None:
     spec = make().model_copy(
         update={
-            "instance_group": InstanceGroupSpec(uuid="g", policy="anti-affinity", rules={"max_server_per_host": 2}),
+            "instance_group": InstanceGroupSpec(
+                uuid="g", policy="anti-affinity", rules={"max_server_per_host": 2}
+            ),
             "scheduler_hints": {"different_host": ["a"]},
             "num_instances": 3,
             "min_count": 2,

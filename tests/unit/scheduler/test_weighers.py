@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from sched_unit_helpers import build_host, build_spec
 
 from novakit import exceptions
 from novakit.config import Config, load_config
 from novakit.scheduler.manager import SchedulerManager
 from novakit.scheduler.request_spec import InstanceGroupSpec
 from novakit.scheduler.weights import WEIGHERS, build_weighers, normalize
-
-from sched_unit_helpers import build_host, build_spec
 
 
 def order(conf: Config, hosts, spec, names: list[str]) -> list[str]:  # type: ignore[no-untyped-def]
@@ -57,7 +56,10 @@ def test_soft_affinity_prefers_members_and_soft_anti_affinity_avoids_them(unit_c
     without = build_host("without", provider_id=2, group_members=0)
     soft = build_spec(instance_group=InstanceGroupSpec(uuid="g", policy="soft-affinity"))
     anti = build_spec(instance_group=InstanceGroupSpec(uuid="g", policy="soft-anti-affinity"))
-    assert order(unit_conf, [without, with_members], soft, ["ServerGroupSoftAffinityWeigher"]) == ["with", "without"]
+    assert order(unit_conf, [without, with_members], soft, ["ServerGroupSoftAffinityWeigher"]) == [
+        "with",
+        "without",
+    ]
     names = ["ServerGroupSoftAntiAffinityWeigher"]
     assert order(unit_conf, [with_members, without], anti, names) == ["without", "with"]
     assert not WEIGHERS["ServerGroupSoftAffinityWeigher"](unit_conf).enabled_for(build_spec())
@@ -72,5 +74,7 @@ def test_image_locality_prefers_a_warm_cache(unit_conf: Config) -> None:
 def test_all_enables_every_weigher_and_unknown_names_fail_with_the_list() -> None:
     assert {w.name for w in build_weighers(load_config(db_url="sqlite:///:memory:"))} == set(WEIGHERS)
     with pytest.raises(exceptions.ConfigError) as err:
-        build_weighers(load_config(db_url="sqlite:///:memory:", scheduler={"weighers": ["RAMWeigher", "Nope"]}))
+        build_weighers(
+            load_config(db_url="sqlite:///:memory:", scheduler={"weighers": ["RAMWeigher", "Nope"]})
+        )
     assert "Nope" in str(err.value) and "ImageLocalityWeigher" in str(err.value)

@@ -111,6 +111,10 @@ class ComputeRequest(_Model):
     # Operation options: reboot_type ("SOFT"/"HARD"), timeout (seconds) for a
     # graceful power off, ...
     options: dict[str, Any] = Field(default_factory=dict)
+    # How the far side builds its driver when it keeps no configuration of its own
+    # (``python -m novakit.compute`` over SSH): {"driver": "fake", "options": {...},
+    # "max_concurrent_builds": 10}. In-process and Ansible callers leave it out.
+    driver: dict[str, Any] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", exclude={"instances"})

@@ -33,7 +33,7 @@ def get_transport(host: str, driver_info: dict[str, Any], max_concurrent_builds:
     if kind == "ssh":
         from novakit.transport.ssh import SSHTransport
 
-        return SSHTransport(host, driver_info)
+        return SSHTransport(host, driver_info, max_concurrent_builds)
     raise exceptions.ConfigError(
         option=f"compute_nodes[{host}].driver.transport",
         reason=f"unknown transport {kind!r}; known: local, ssh",

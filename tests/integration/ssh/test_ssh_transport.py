@@ -1,0 +1,123 @@
+"""The SSH transport against a real sshd on the loopback address: builds, actions, broken hosts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sqlalchemy import select
+
+from novakit.compute import hosts
+from novakit.compute.messages import ComputeRequest
+from novakit.context import RequestContext
+from novakit.db.engine import Database
+from novakit.db.models import InstanceFault
+from novakit.transport import get_transport
+from novakit.transport.ssh import SSHTransport
+from tests.functional.cloud import HOSTS, Cloud, make_cloud
+from tests.integration.ssh.conftest import Sshd
+
+
+def _ssh_info(cloud: Cloud, sshd: Sshd, **ssh: object) -> dict[str, object]:
+    opts = {"vcpus": 64, "memory_mb": 262144, "local_gb": 4000, "state_dir": str(cloud.fake_dir / "ssh")}
+    return {"driver": "fake", "options": opts, "transport": "ssh", "ssh": sshd.ssh_info(**ssh)}
+
+
+def _register_over_ssh(cloud: Cloud, host: str, info: dict[str, object]) -> None:
+    """Register the host from what it reports about itself over SSH, as a real one would."""
+    res = get_transport(host, info).call(
+        ComputeRequest(request_id="req-register", host=host, operation="get_available_resource"))
+    assert res.error is None, res.error
+    assert res.resources is not None
+    hosts.register_host(cloud.db, cloud.conf, host, res.resources, info)
+
+
+def _guests(state_dir: Path, host: str) -> dict[str, int]:
+    path = state_dir / f"{host}.json"
+    return {u: g["power_state"] for u, g in json.loads(path.read_text())["instances"].items()}
+
+
+def test_build_and_every_action_over_ssh(db: Database, tmp_path: Path, sshd: Sshd, ctx: RequestContext) -> None:
+    cloud = make_cloud(db, tmp_path)
+    info = _ssh_info(cloud, sshd)
+    _register_over_ssh(cloud, "ssh-1", info)
+    for host in HOSTS:  # only the SSH host may take the build
+        hosts.set_disabled(cloud.db, cloud.admin, host, True, "test: ssh only")
+    state_dir = Path(info["options"]["state_dir"])  # type: ignore[index]
+
+    server = cloud.api.create(ctx, {"name": "far", "flavor": "m1.small", "image": "tiny",
+                                    "user_data": "IyEvYmluL3NoCmVjaG8gc2VjcmV0Cg=="})[0]
+    assert (server["status"], server["host"], server["power_state_name"]) == ("ACTIVE", "ssh-1", "Running")
+    assert server["addresses"] and server["addresses"][0].startswith("192.0.2.")
+    assert _guests(state_dir, "ssh-1") == {server["id"]: 1}
+
+    expected = [("stop", "SHUTOFF", 4), ("start", "ACTIVE", 1), ("pause", "PAUSED", 3),
+                ("unpause", "ACTIVE", 1), ("suspend", "SUSPENDED", 7), ("resume", "ACTIVE", 1),
+                ("reboot", "ACTIVE", 1)]
+    for action, status, power in expected:
+        after = getattr(cloud.api, action)(ctx, server["id"])
+        assert (action, after["status"], after["power_state"]) == (action, status, power)
+        assert _guests(state_dir, "ssh-1")[server["id"]] == power
+
+    events = {a["action"]: [(e["event"], e["host"], e["result"]) for e in a["events"]]
+              for a in cloud.api.list_actions(ctx, server["id"])}
+    assert events["create"] == [("compute__do_build_and_run_instance", "ssh-1", "Success")]
+    assert events["stop"] == [("compute_stop_instance", "ssh-1", "Success")]
+
+    gone = cloud.api.delete(ctx, server["id"])
+    assert gone["status"] == "DELETED"
+    assert _guests(state_dir, "ssh-1") == {}
+
+
+def test_an_unreachable_ssh_host_is_rescheduled_and_named_in_the_fault(
+    db: Database, tmp_path: Path, sshd: Sshd, closed_port: int, ctx: RequestContext
+) -> None:
+    cloud = make_cloud(db, tmp_path)
+    info = _ssh_info(cloud, sshd)
+    resources = get_transport("ssh-dead", info).call(
+        ComputeRequest(request_id="req-register", host="ssh-dead", operation="get_available_resource")).resources
+    assert resources is not None
+    # The roomiest host, so it is chosen first; then it goes away: its registration points at a
+    # loopback port nobody listens on.
+    hosts.register_host(cloud.db, cloud.conf, "ssh-dead", resources, _ssh_info(cloud, sshd, port=closed_port))
+
+    server = cloud.api.create(ctx, {"name": "survivor", "flavor": "m1.small", "image": "tiny"})[0]
+    assert server["status"] == "ACTIVE"
+    assert server["host"] in HOSTS
+    with cloud.db.reader() as session:
+        faults = session.execute(select(InstanceFault).where(InstanceFault.instance_uuid == server["id"])).scalars()
+        messages = [(f.host, f.message) for f in faults]
+    assert len(messages) == 1
+    host, message = messages[0]
+    assert host == "ssh-dead"
+    assert "ssh-dead" in message and "cannot connect" in message
+
+
+def test_broken_ssh_hosts_come_back_as_results_asking_for_a_reschedule(sshd: Sshd, tmp_path: Path,
+                                                                        closed_port: int) -> None:
+    from novakit.compute.messages import FlavorSpec, ImageSpec, InstanceSpec
+
+    spec = InstanceSpec(uuid="11111111-2222-3333-4444-555555555555", name="x", hostname="x", project_id="p",
+                        user_id="u", flavor=FlavorSpec(name="f", vcpus=1, memory_mb=64, root_gb=1),
+                        image=ImageSpec(id="img"), user_data="c2VjcmV0LXVzZXItZGF0YQ==")  # type: ignore[arg-type]
+    request = ComputeRequest(request_id="req-1", host="h1", operation="build", instances=[spec])
+    base = {"driver": "fake", "options": {"state_dir": str(tmp_path)}, "transport": "ssh"}
+    wrong_key = tmp_path / "wrong"
+    import subprocess
+
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong_key)], check=True)
+    cases = {
+        "closed port": (sshd.ssh_info(port=closed_port), "cannot connect"),
+        "wrong key": (sshd.ssh_info(key_filename=str(wrong_key)), "authentication failed"),
+        "command fails": (sshd.ssh_info(python="/bin/false"), "exited with status 1"),
+        "garbage output": (sshd.ssh_info(python="/bin/echo"), "without a result"),
+    }
+    for name, (ssh, words) in cases.items():
+        result = SSHTransport("h1", {**base, "ssh": ssh}).call(request)
+        assert result.error is not None, name
+        assert result.error.exception_class == "HypervisorUnavailable", name
+        assert result.error.reschedule, name
+        assert "h1" in result.error.message and words in result.error.message, (name, result.error.message)
+        [inst] = result.results
+        assert not inst.ok and inst.fault is not None and inst.fault.host == "h1", name
+        assert "c2VjcmV0" not in result.model_dump_json(), name

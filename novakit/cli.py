@@ -10,21 +10,64 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import os
 import sys
+import time
 from collections.abc import Callable
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
 from novakit import exceptions
 from novakit.config import Config, load_config
 from novakit.context import RequestContext
 
-app = typer.Typer(help="Nova-grade scheduling, states and audit for plain libvirt fleets.", no_args_is_help=True)
+
+class _OneLineErrors(TyperGroup):
+    """Every error a command raises becomes one line on stderr and exit status 1.
+
+    Here rather than around each call, so that no code path (an option's file,
+    a database that is down) can end in a traceback. Internal errors show only
+    their class and first line: their text may quote SQL parameters, and those
+    can carry user data. ``NOVAKIT_DEBUG=1`` re-raises for the traceback.
+    """
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except exceptions.NovakitError as exc:
+            _fail(exc.format_message())
+        except Exception as exc:
+            if type(exc).__module__.startswith("typer") or os.environ.get("NOVAKIT_DEBUG") == "1":
+                raise  # typer's own exits and usage errors
+            _fail(_describe_internal(exc))
+
+
+def _describe_internal(exc: BaseException) -> str:
+    from sqlalchemy.exc import DBAPIError
+
+    if isinstance(exc, DBAPIError):
+        first = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+        return f"database error ({type(exc.orig).__name__}): {first}"
+    if isinstance(exc, OSError):
+        return f"{exc.strerror or type(exc).__name__}: {exc.filename or ''}".rstrip(": ")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"internal error ({type(exc).__name__}){': ' + first[:200] if first else ''}"
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[red]Error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+app = typer.Typer(help="Nova-grade scheduling, states and audit for plain libvirt fleets.",
+                  no_args_is_help=True, cls=_OneLineErrors)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 host_app = typer.Typer(help="Compute hosts.", no_args_is_help=True)
 flavor_app = typer.Typer(help="Flavors.", no_args_is_help=True)
@@ -41,7 +84,7 @@ err_console = Console(stderr=True)
 T = TypeVar("T")
 
 
-class Output(str, Enum):
+class Output(StrEnum):
     table = "table"
     json = "json"
 
@@ -78,8 +121,8 @@ def _guard(fn: Callable[[], T]) -> T:
     try:
         return fn()
     except exceptions.NovakitError as exc:
-        err_console.print(f"[red]Error:[/red] {exc.format_message()}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
+        _fail(exc.format_message())
+        raise  # unreachable: _fail exits
 
 
 def _conf() -> Config:
@@ -177,6 +220,9 @@ def host_add(
     for key, value in (("uri", uri), ("vcpus", vcpus), ("memory_mb", memory_mb), ("local_gb", disk_gb)):
         if value is not None:
             opts[key] = value
+    if driver == "fake" and "state_dir" not in opts and not os.environ.get("NOVAKIT_FAKE_STATE_DIR"):
+        # Where the compute module keeps fake hosts too, so a playbook and the CLI see the same guests.
+        opts["state_dir"] = str(_conf().state_dir / "fake")
     info = {"driver": driver, "options": opts, "transport": "local"}
 
     def run() -> dict[str, Any]:
@@ -326,11 +372,14 @@ def server_create(
     image: str = typer.Option(..., help="image name or id"),
     count: int = typer.Option(1, help="how many servers (names get -1, -2, ...)"),
     min_count: int | None = typer.Option(None, help="fewer than this is a failure (default: count)"),
-    user_data: Path | None = typer.Option(None, help="file with cloud-init user data"),
+    user_data: Path | None = typer.Option(None, help="file with cloud-init user data", exists=True,
+                                          dir_okay=False, readable=True),
     meta: list[str] | None = typer.Option(None, "--meta", help="metadata key=value (repeat)"),
     group: str | None = typer.Option(None, help="server group name or id"),
     availability_zone: str | None = typer.Option(None, help="availability zone"),
-    wait: bool = typer.Option(True, "--wait/--no-wait", help="build now and wait for the result"),
+    wait: bool = typer.Option(True, "--wait/--no-wait",
+                              help="build now and wait (default); --no-wait only records the servers "
+                                   "(building/scheduling) for the boot playbook to build"),
     output: Output = OUTPUT,
 ) -> None:
     """Create servers; with --wait (default) they are built before the command returns."""
@@ -345,6 +394,7 @@ def server_create(
     if user_data is not None:
         data["user_data"] = base64.b64encode(user_data.read_bytes()).decode()
     ctx = _ctx()
+    started = time.monotonic()
     if not wait:
         servers = _guard(lambda: api.create(ctx, data, build=False))
     else:
@@ -362,17 +412,22 @@ def server_create(
                 servers = _guard(lambda: api.create(ctx, data))
             finally:
                 unsubscribe()
+        active = sum(1 for s in servers if s["status"] == "ACTIVE")
+        took = time.monotonic() - started
+        err_console.print(f"{active} of {len(servers)} server(s) active in {took:.1f} s", highlight=False)
     if output == Output.json:
         _json(servers)
     else:
         _table(servers, SERVER_COLUMNS, f"request {ctx.request_id}")
         for s in servers:
             if s.get("fault"):
-                err_console.print(f"{s['name']}: {s['fault']['message']}", highlight=False)
+                err_console.print(f"{s['name']}: {escape(s['fault']['message'])}", highlight=False)
 
 
 @server_app.command("list")
-def server_list(host: str | None = typer.Option(None, help="only this host"), output: Output = OUTPUT) -> None:
+def server_list(
+    host: str | None = typer.Option(None, help="only this host"), output: Output = OUTPUT
+) -> None:
     servers = _guard(lambda: _api().list(_ctx(), host=host))
     if output == Output.json:
         _json(servers)
@@ -421,7 +476,7 @@ def _action(fn_name: str, server: str, **kwargs: Any) -> None:
     s = _guard(lambda: getattr(_api(), fn_name)(_ctx(), server, **kwargs))
     console.print(f"{s['name']}: {s['status']} (vm_state {s['vm_state']}, power {s['power_state_name']})")
     if s.get("fault") and s["status"] == "ERROR":
-        err_console.print(f"fault: {s['fault']['message']}", highlight=False)
+        err_console.print(f"fault: {escape(s['fault']['message'])}", highlight=False)
 
 
 @server_app.command("delete")
@@ -430,7 +485,9 @@ def server_delete(server: str) -> None:
 
 
 @server_app.command("stop")
-def server_stop(server: str, timeout: int | None = typer.Option(None, help="graceful shutdown seconds")) -> None:
+def server_stop(
+    server: str, timeout: int | None = typer.Option(None, help="graceful shutdown seconds")
+) -> None:
     _action("stop", server, timeout=timeout)
 
 
@@ -482,6 +539,40 @@ def server_rename(server: str, name: str) -> None:
 @server_app.command("rebuild")
 def server_rebuild(server: str, image: str = typer.Option(..., help="new image name or id")) -> None:
     _action("rebuild", server, data={"image": image})
+
+
+# ----------------------------------------------------------------------- heal
+
+
+@app.command("heal")
+def heal_command(
+    host: list[str] | None = typer.Option(None, "--host", help="only this host (repeat)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="report what would change, change nothing"),
+    destroy_orphans: bool = typer.Option(False, "--destroy-orphans",
+                                         help="destroy guests that no server on their host owns"),
+    output: Output = OUTPUT,
+) -> None:
+    """Make the database agree with the hypervisors (power states, vanished guests, stuck builds, orphans)."""
+    from novakit.heal import heal
+
+    if not _ctx().is_admin:
+        raise exceptions.PolicyNotAuthorized(action="heal")
+    report = heal(_db(), _conf(), hosts=host or None, dry_run=dry_run, destroy_orphans=destroy_orphans,
+                  ctx=_ctx())
+    if output == Output.json:
+        _json(report.model_dump(mode="json"))
+        return
+    title = f"heal {report.request_id}" + (" (dry run: nothing changed)" if dry_run else "")
+    table = Table(title=title)
+    for col in ("kind", "instance", "host", "before", "after", "applied", "detail"):
+        table.add_column(col)
+    for c in report.corrections:
+        applied = "yes" if c.applied else ("no: " + c.error if c.error else "no")
+        table.add_row(c.kind, c.instance, _fmt(c.host), c.before, c.after, applied, escape(c.detail))
+    console.print(table)
+    console.print(f"{len(report.corrections)} correction(s) on {len(report.hosts)} host(s)", highlight=False)
+    for name, why in sorted(report.unreachable.items()):
+        err_console.print(f"host {name} did not answer: {escape(why)}", highlight=False, soft_wrap=True)
 
 
 def main() -> None:

@@ -100,6 +100,8 @@ class Conductor:
         uuids = [u for u in instance_uuids if u in live and u in rows]
         if not uuids:
             return []
+        for uuid in uuids:
+            self.notifier.emit("instance.create.start", uuid)
         spec = SchedSpec.model_validate(rows[uuids[0]].spec)
         spec.num_instances = len(uuids)
         if spec.min_count is not None:

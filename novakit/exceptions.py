@@ -119,7 +119,9 @@ class PolicyNotAuthorized(Forbidden):
 
 
 class InstanceIsLocked(Forbidden):
-    msg_fmt = "Instance %(instance_uuid)s is locked%(reason_suffix)s; only its locker or an admin may act on it"
+    msg_fmt = (
+        "Instance %(instance_uuid)s is locked%(reason_suffix)s; only its locker or an admin may act on it"
+    )
     code = 409
 
     def __init__(self, instance_uuid: str, reason: str | None = None) -> None:
@@ -175,9 +177,7 @@ class Conflict(NovakitError):
 
 
 class UnexpectedTaskStateError(Conflict):
-    msg_fmt = (
-        "Conflict updating instance %(instance_uuid)s. Expected: %(expected)s. Actual: %(actual)s"
-    )
+    msg_fmt = "Conflict updating instance %(instance_uuid)s. Expected: %(expected)s. Actual: %(actual)s"
 
 
 class UnexpectedDeletingTaskStateError(UnexpectedTaskStateError):
@@ -241,3 +241,12 @@ class HypervisorUnavailable(ComputeError):
 class MissingDependency(NovakitError):
     msg_fmt = "%(feature)s needs the Python package %(package)s: %(hint)s"
     code = 400
+
+
+class InventoryInUse(Conflict):
+    """A resource class with allocations cannot be removed from a provider (Placement's InventoryInUse)."""
+
+    msg_fmt = (
+        "Cannot remove %(resource_class)s from provider %(provider)s: %(used)s is allocated; "
+        "free the allocations first"
+    )

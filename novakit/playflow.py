@@ -5,6 +5,11 @@ module; they are plain functions so that tests and other callers (AWX
 workflows, the CLI) reach the same behaviour without Ansible.
 Requests travel between plays as JSON (``ComputeRequest.to_wire``), results
 come back as the ``compute`` module returns them.
+
+The lifecycle playbooks (``delete.yml``, ``server_action.yml``) take the same
+round trip: ``start_actions`` makes the API's guarded write and returns one
+compute request per server (``API.<action>(..., defer=True)``); the hosts run
+them; ``record_actions`` hands each result to ``Conductor.record_action_result``.
 """
 
 from __future__ import annotations
@@ -43,15 +48,23 @@ def schedule(api: API, ctx: RequestContext, server: dict[str, Any]) -> dict[str,
         existing = list(
             session.execute(
                 select(Instance).where(
-                    Instance.project_id == ctx.project_id, Instance.deleted == 0, Instance.display_name.in_(names)
+                    Instance.project_id == ctx.project_id,
+                    Instance.deleted == 0,
+                    Instance.display_name.in_(names),
                 )
             ).scalars()
         )
         if existing:
             if len(existing) == len(names):
                 views = [server_view(i, ctx) for i in existing]
-                return {"changed": False, "request_id": ctx.request_id, "instances": [v["id"] for v in views],
-                        "requests": [], "hosts": [], "servers": views}
+                return {
+                    "changed": False,
+                    "request_id": ctx.request_id,
+                    "instances": [v["id"] for v in views],
+                    "requests": [],
+                    "hosts": [],
+                    "servers": views,
+                }
             raise exceptions.DuplicateName(name=existing[0].display_name, project_id=ctx.project_id)
     uuids = api.create_records(ctx, req)
     requests = api.conductor.schedule_instances(ctx, uuids)
@@ -65,14 +78,100 @@ def schedule(api: API, ctx: RequestContext, server: dict[str, Any]) -> dict[str,
     }
 
 
+def plan(api: API, ctx: RequestContext, server: dict[str, Any]) -> dict[str, Any]:
+    """Check mode of play 1: what ``schedule`` would do, claiming and writing nothing.
+
+    Validation, quota and the scheduler's filters and weighers run as in a real
+    request (``select_destinations(dry_run=True)``), so a request that would be
+    refused is refused here with the same error.
+    """
+    from novakit import quota
+    from novakit.compute import flavors, images
+    from novakit.scheduler.request_spec import InstanceGroupSpec
+    from novakit.scheduler.request_spec import RequestSpec as SchedSpec
+
+    data = {k: v for k, v in server.items() if v is not None}
+    if "count" in data:
+        data["max_count"] = data.pop("count")
+    req = schemas.parse(schemas.ServerCreate, data)
+    names = _names(req)
+    with api.db.reader() as session:
+        rows = session.execute(
+            select(Instance).where(
+                Instance.project_id == ctx.project_id, Instance.deleted == 0, Instance.display_name.in_(names)
+            )
+        ).scalars()
+        existing = {i.display_name: i for i in rows}
+        if existing:
+            if len(existing) == len(names):
+                views = [server_view(i, ctx) for i in existing.values()]
+                return {
+                    "changed": False,
+                    "request_id": ctx.request_id,
+                    "instances": [v["id"] for v in views],
+                    "would_schedule_to": {},
+                    "servers": views,
+                    "requests": [],
+                    "hosts": [],
+                }
+            raise exceptions.DuplicateName(name=next(iter(existing)), project_id=ctx.project_id)
+        flavor = flavors.get(session, req.flavor)
+        image = images.get(session, req.image)
+        group = api._group(session, ctx, req.server_group or req.scheduler_hints.group)
+        if req.availability_zone is not None:
+            api._check_az(session, req.availability_zone)
+        group_spec = (
+            None
+            if group is None
+            else InstanceGroupSpec(uuid=group.uuid, policy=group.policy, rules=dict(group.rules or {}))
+        )  # type: ignore[arg-type]
+    count = len(names)
+    quota.check_quota(
+        api.db,
+        api.conf,
+        ctx.project_id,
+        {"instances": count, "cores": count * flavor.vcpus, "ram": count * flavor.memory_mb},
+    )
+    spec = SchedSpec(
+        request_id=ctx.request_id,
+        project_id=ctx.project_id,
+        user_id=ctx.user_id,
+        flavor=api._flavor_spec(flavors.snapshot(flavor)),
+        image=images.spec(image),
+        availability_zone=req.availability_zone,
+        num_instances=count,
+        min_count=req.min_count,
+        instance_group=group_spec,
+        scheduler_hints=req.scheduler_hints.model_dump(exclude_none=True),
+    )
+    # Placeholder consumers: nothing is written, they only keep the instances apart.
+    uuids = [f"00000000-0000-4000-8000-{i:012d}" for i in range(count)]
+    selections = api.conductor.scheduler.select_destinations(spec, uuids, dry_run=True)
+    chosen = {name: (sel[0].host if sel else None) for name, sel in zip(names, selections, strict=True)}
+    return {
+        "changed": True,
+        "request_id": ctx.request_id,
+        "instances": [],
+        "servers": [],
+        "requests": [],
+        "would_schedule_to": chosen,
+        "hosts": sorted({h for h in chosen.values() if h}),
+    }
+
+
 def record_round(
     api: API,
     ctx: RequestContext,
     requests: list[ComputeRequest],
     results: dict[str, list[ComputeResult]],
-    unreachable: set[str],
+    unreachable: set[str] | dict[str, str],
 ) -> dict[str, Any]:
-    """Play 3: record each host's results; unreachable or silent hosts fail there. Returns reschedules."""
+    """Play 3: record each host's results; unreachable or silent hosts fail there. Returns reschedules.
+
+    ``unreachable`` may map a host to what Ansible said about it (the callback
+    plugin's record of the run), which then becomes the fault's message.
+    """
+    reasons = unreachable if isinstance(unreachable, dict) else dict.fromkeys(unreachable, "unreachable")
     follow_up: list[ComputeRequest] = []
     per_host_index: dict[str, int] = {}
     for request in requests:
@@ -81,9 +180,9 @@ def record_round(
         per_host_index[request.host] = index + 1
         if request.operation != "build":
             continue  # clean-ups (a guest built for a server deleted meanwhile) need no record
-        if request.host in unreachable or not host_results or index >= len(host_results):
-            reason = "unreachable" if request.host in unreachable else "returned no result"
-            follow_up.extend(api.conductor.record_unreachable(ctx, request, f"Ansible: host {reason}"))
+        if request.host in reasons or not host_results or index >= len(host_results):
+            reason = reasons.get(request.host) or "returned no result"
+            follow_up.extend(api.conductor.record_unreachable(ctx, request, f"Ansible: {reason}"))
             continue
         follow_up.extend(api.conductor.record_build_result(ctx, request, host_results[index]))
     uuids = [i.uuid for r in requests for i in r.instances]
@@ -109,3 +208,189 @@ def summary(api: API, ctx: RequestContext, uuids: list[str]) -> dict[str, Any]:
         "active": sum(1 for s in servers if s["vm_state"] == VmState.ACTIVE.value),
         "error": sum(1 for s in servers if s["vm_state"] == VmState.ERROR.value),
     }
+
+
+# --------------------------------------------------------------- lifecycle actions
+
+#: actions the lifecycle playbooks may start, with the API call that starts each one
+ACTIONS = (
+    "delete",
+    "stop",
+    "start",
+    "reboot",
+    "pause",
+    "unpause",
+    "suspend",
+    "resume",
+    "rebuild",
+    "lock",
+    "unlock",
+    "rename",
+)
+
+
+def _start_one(api: API, ctx: RequestContext, ref: str, action: str, options: dict[str, Any]) -> Any:
+    if action == "reboot":
+        return api.reboot(ctx, ref, str(options.get("reboot_type") or "SOFT"), defer=True)
+    if action == "stop":
+        return api.stop(ctx, ref, timeout=options.get("timeout"), defer=True)
+    if action == "rebuild":
+        data = {
+            k: options[k]
+            for k in ("image", "name", "metadata", "user_data", "admin_password")
+            if options.get(k) is not None
+        }
+        return api.rebuild(ctx, ref, data, defer=True)
+    if action == "lock":
+        return api.lock(ctx, ref, options.get("reason"))
+    if action == "unlock":
+        return api.unlock(ctx, ref)
+    if action == "rename":
+        return api.rename(ctx, ref, str(options.get("name") or ""))
+    return getattr(api, action)(ctx, ref, defer=True)
+
+
+def already_done(server: dict[str, Any], action: str, options: dict[str, Any]) -> bool:
+    """Whether a declarative action is in effect already (a second run changes nothing)."""
+    if action == "lock":
+        return bool(server["locked"])
+    if action == "unlock":
+        return not server["locked"]
+    if action == "rename":
+        return server["name"] == options.get("name")
+    wanted = {
+        "stop": "stopped",
+        "start": "active",
+        "pause": "paused",
+        "unpause": "active",
+        "suspend": "suspended",
+        "resume": "active",
+    }.get(action)
+    return wanted is not None and server["vm_state"] == wanted and server["task_state"] is None
+
+
+def check_action(api: API, ctx: RequestContext, server: dict[str, Any], action: str) -> None:
+    """Raise what the API would raise for ``action``, without writing (check mode)."""
+    from novakit.compute.states import ACTIONS as TABLE
+
+    if server["locked"] and not ctx.is_admin and action not in ("unlock", "delete", "lock"):
+        raise exceptions.InstanceIsLocked(server["id"], server.get("locked_reason"))
+    t = TABLE["reboot_hard" if action == "reboot" and server.get("_hard") else action]
+    if not t.allows(server["vm_state"], server["task_state"]):
+        raise exceptions.InstanceInvalidState(
+            action=action,
+            instance_uuid=server["id"],
+            vm_state=server["vm_state"],
+            task_state=server["task_state"],
+        )
+
+
+def start_actions(
+    api: API,
+    ctx: RequestContext,
+    action: str,
+    servers: list[str],
+    options: dict[str, Any] | None = None,
+    *,
+    check_mode: bool = False,
+) -> dict[str, Any]:
+    """Controller play 1 of a lifecycle playbook: start ``action`` on each server.
+
+    Returns the compute requests for the hosts (``requests``, ``hosts``) and the
+    servers that need none (lock, unlock, rename; a server with no host).
+    Declarative actions already in effect are skipped, and deleting a server
+    that does not exist is not an error, so a second run changes nothing.
+    """
+    if action not in ACTIONS:
+        raise exceptions.ValidationError("action", f"{action!r} is not one of {', '.join(ACTIONS)}")
+    options = dict(options or {})
+    requests: list[ComputeRequest] = []
+    changed: list[str] = []
+    views: list[dict[str, Any]] = []
+    for ref in servers:
+        try:
+            server = api.get(ctx, ref)
+        except exceptions.InstanceNotFound:
+            if action == "delete":
+                continue
+            raise
+        if action == "delete" and server["task_state"] == "deleting":
+            views.append(server)
+            continue
+        if already_done(server, action, options):
+            views.append(server)
+            continue
+        if check_mode:
+            check_action(
+                api, ctx, {**server, "_hard": str(options.get("reboot_type", "")).upper() == "HARD"}, action
+            )
+            changed.append(server["id"])
+            views.append(server)
+            continue
+        out = _start_one(api, ctx, server["id"], action, options)
+        changed.append(server["id"])
+        if isinstance(out, ComputeRequest):
+            requests.append(out)
+            views.append(api.get(ctx, server["id"]))
+        else:
+            views.append(out)
+    return {
+        "changed": bool(changed),
+        "request_id": ctx.request_id,
+        "action": action,
+        "instances": changed,
+        "requests": _wire(requests),
+        "hosts": sorted({r.host for r in requests}),
+        "servers": views,
+    }
+
+
+def record_actions(
+    api: API,
+    ctx: RequestContext,
+    requests: list[ComputeRequest],
+    results: dict[str, list[ComputeResult]],
+    unreachable: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Controller play 3 of a lifecycle playbook: record what each host did.
+
+    A host that did not answer fails its actions with a fault naming the reason;
+    the instance goes back to where it was (or to error, as Nova does for a failed
+    delete or hard reboot).
+    """
+    reasons = unreachable or {}
+    per_host_index: dict[str, int] = {}
+    failed: dict[str, str] = {}
+    for request in requests:
+        host_results = results.get(request.host) or []
+        index = per_host_index.get(request.host, 0)
+        per_host_index[request.host] = index + 1
+        if request.host in reasons or index >= len(host_results):
+            reason = reasons.get(request.host) or f"host {request.host} returned no result"
+            api.conductor.record_unreachable(ctx, request, f"Ansible: {reason}")
+            failed.update({i.uuid: f"Ansible: {reason}" for i in request.instances})
+        else:
+            result = host_results[index]
+            api.conductor.record_action_result(ctx, request, result)
+            for spec in request.instances:
+                res = next((r for r in result.results if r.uuid == spec.uuid), None)
+                if res is None or not res.ok:
+                    fault = (res.fault if res else None) or result.error
+                    failed[spec.uuid] = fault.message if fault else "no result"
+    uuids = [i.uuid for r in requests for i in r.instances]
+    out = summary(api, ctx, uuids)
+    out["changed"] = bool(requests)
+    out["failed"] = [
+        {"id": s["id"], "name": s["name"], "message": failed[s["id"]]}
+        for s in out["servers"]
+        if s["id"] in failed
+    ]
+    return out
+
+
+def image_specs(api: API, names: list[str]) -> list[dict[str, Any]]:
+    """What a compute host needs to fetch each image into its cache."""
+    from novakit.compute import images
+
+    with api.db.reader() as session:
+        return [images.spec(images.get(session, name)).model_dump(mode="json") for name in names]

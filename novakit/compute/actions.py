@@ -36,6 +36,7 @@ from novakit.db.models import InstanceAction, InstanceActionEvent, InstanceFault
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
 def fault_view(fault: InstanceFault, ctx: RequestContext) -> dict[str, Any]:
     """A fault as a caller may see it: details of internal errors are admin-only."""
     view: dict[str, Any] = {"code": fault.code, "message": fault.message, "created": fault.created_at}
@@ -72,7 +73,9 @@ def action_start(session: Session, ctx: RequestContext, instance_uuid: str, acti
     return row
 
 
-def action_finish(session: Session, ctx: RequestContext, instance_uuid: str, action: str | None = None) -> None:
+def action_finish(
+    session: Session, ctx: RequestContext, instance_uuid: str, action: str | None = None
+) -> None:
     stmt = update(InstanceAction).where(
         InstanceAction.instance_uuid == instance_uuid, InstanceAction.request_id == ctx.request_id
     )
@@ -114,7 +117,9 @@ def _add_event(session: Session, action: InstanceAction, event: Event) -> Instan
     return row
 
 
-def record_host_events(session: Session, ctx: RequestContext, instance_uuid: str, events: list[Event]) -> None:
+def record_host_events(
+    session: Session, ctx: RequestContext, instance_uuid: str, events: list[Event]
+) -> None:
     """Store the events a compute host returned, with the host's own times."""
     if not events:
         return

@@ -20,7 +20,14 @@ from sqlalchemy.orm import Session
 from novakit import exceptions
 from novakit.compute import actions, flavors, images, schemas
 from novakit.compute.messages import ComputeRequest
-from novakit.compute.states import ACTIONS, POWER_STATE_NAMES, PowerState, TaskState, VmState, status_from_state
+from novakit.compute.states import (
+    ACTIONS,
+    POWER_STATE_NAMES,
+    PowerState,
+    TaskState,
+    VmState,
+    status_from_state,
+)
 from novakit.config import Config, load_config
 from novakit.context import RequestContext
 from novakit.db import api as db_api
@@ -36,7 +43,9 @@ def hostname_for(name: str) -> str:
 
 
 class API:
-    def __init__(self, db: Database | None = None, conf: Config | None = None, conductor: Any | None = None) -> None:
+    def __init__(
+        self, db: Database | None = None, conf: Config | None = None, conductor: Any | None = None
+    ) -> None:
         self.conf = conf or load_config()
         self.db = db or Database(self.conf.database_url)
         self._conductor = conductor
@@ -120,11 +129,17 @@ class API:
             for ref in [*req.scheduler_hints.same_host, *req.scheduler_hints.different_host]:
                 db_api.instance_get(session, ctx, ref)
         if image.min_ram and flavor.memory_mb < image.min_ram:
-            raise exceptions.ValidationError("flavor", f"image {image.name} needs at least {image.min_ram} MB of RAM")
+            raise exceptions.ValidationError(
+                "flavor", f"image {image.name} needs at least {image.min_ram} MB of RAM"
+            )
         if image.min_disk and flavor.root_gb < image.min_disk:
-            raise exceptions.ValidationError("flavor", f"image {image.name} needs at least {image.min_disk} GB of disk")
+            raise exceptions.ValidationError(
+                "flavor", f"image {image.name} needs at least {image.min_disk} GB of disk"
+            )
         quota.check_quota(
-            self.db, self.conf, ctx.project_id,
+            self.db,
+            self.conf,
+            ctx.project_id,
             {"instances": count, "cores": count * flavor.vcpus, "ram": count * flavor.memory_mb},
         )
         names = [req.name] if count == 1 else [f"{req.name}-{i + 1}" for i in range(count)]
@@ -144,12 +159,18 @@ class API:
             scheduler_hints=req.scheduler_hints.model_dump(exclude_none=True),
         ).model_dump(mode="json")
         if group is not None:
-            spec["instance_group"] = {"uuid": group.uuid, "policy": group.policy, "rules": dict(group.rules or {})}
+            spec["instance_group"] = {
+                "uuid": group.uuid,
+                "policy": group.policy,
+                "rules": dict(group.rules or {}),
+            }
 
         def write(session: Session) -> None:
             taken = session.execute(
                 select(Instance.display_name).where(
-                    Instance.project_id == ctx.project_id, Instance.deleted == 0, Instance.display_name.in_(names)
+                    Instance.project_id == ctx.project_id,
+                    Instance.deleted == 0,
+                    Instance.display_name.in_(names),
                 )
             ).first()
             if taken is not None:
@@ -157,16 +178,30 @@ class API:
             for index, (uuid, name) in enumerate(zip(uuids, names, strict=True)):
                 session.add(
                     Instance(
-                        uuid=uuid, display_name=name, hostname=hostname_for(name), project_id=ctx.project_id,
-                        user_id=ctx.user_id, availability_zone=req.availability_zone, reservation_id=reservation,
-                        launch_index=index, flavor=snapshot, instance_type_id=flavor.id, vcpus=flavor.vcpus,
-                        memory_mb=flavor.memory_mb, root_gb=flavor.root_gb, ephemeral_gb=flavor.ephemeral_gb,
-                        image_ref=image.uuid, vm_state=VmState.BUILDING.value,
-                        task_state=TaskState.SCHEDULING.value, power_state=int(PowerState.NOSTATE),
+                        uuid=uuid,
+                        display_name=name,
+                        hostname=hostname_for(name),
+                        project_id=ctx.project_id,
+                        user_id=ctx.user_id,
+                        availability_zone=req.availability_zone,
+                        reservation_id=reservation,
+                        launch_index=index,
+                        flavor=snapshot,
+                        instance_type_id=flavor.id,
+                        vcpus=flavor.vcpus,
+                        memory_mb=flavor.memory_mb,
+                        root_gb=flavor.root_gb,
+                        ephemeral_gb=flavor.ephemeral_gb,
+                        image_ref=image.uuid,
+                        vm_state=VmState.BUILDING.value,
+                        task_state=TaskState.SCHEDULING.value,
+                        power_state=int(PowerState.NOSTATE),
                         instance_metadata=dict(req.metadata),
                         user_data=req.user_data.get_secret_value() if req.user_data else None,
-                        config_drive=req.config_drive, key_name=req.key_name,
-                        networks=[n.model_dump() for n in req.networks], addresses=[],
+                        config_drive=req.config_drive,
+                        key_name=req.key_name,
+                        networks=[n.model_dump() for n in req.networks],
+                        addresses=[],
                     )
                 )
                 session.add(RequestSpec(instance_uuid=uuid, spec=spec, alternates=[], tried_hosts=[]))
@@ -186,8 +221,12 @@ class API:
         from novakit.compute.messages import FlavorSpec
 
         return FlavorSpec(
-            name=snapshot["name"], vcpus=snapshot["vcpus"], memory_mb=snapshot["memory_mb"],
-            root_gb=snapshot["root_gb"], ephemeral_gb=snapshot["ephemeral_gb"], swap=snapshot["swap"],
+            name=snapshot["name"],
+            vcpus=snapshot["vcpus"],
+            memory_mb=snapshot["memory_mb"],
+            root_gb=snapshot["root_gb"],
+            ephemeral_gb=snapshot["ephemeral_gb"],
+            swap=snapshot["swap"],
             extra_specs={k: str(v) for k, v in snapshot["extra_specs"].items()},
         )
 
@@ -206,12 +245,19 @@ class API:
     def _check_az(self, session: Session, zone: str) -> None:
         from novakit.db.models import PlacementAggregate
 
-        known = session.execute(
-            select(PlacementAggregate.availability_zone).where(PlacementAggregate.availability_zone.isnot(None))
-        ).scalars().all()
+        known = (
+            session.execute(
+                select(PlacementAggregate.availability_zone).where(
+                    PlacementAggregate.availability_zone.isnot(None)
+                )
+            )
+            .scalars()
+            .all()
+        )
         if zone not in set(known) | {"nova"}:
             raise exceptions.ValidationError(
-                "availability_zone", f"unknown availability zone {zone!r}; known: {', '.join(sorted(set(known))) or 'none'}"
+                "availability_zone",
+                f"unknown availability zone {zone!r}; known: {', '.join(sorted(set(known))) or 'none'}",
             )
 
     # ------------------------------------------------------------------ actions
@@ -241,8 +287,11 @@ class API:
                 values["task_state"] = t.passes[0]
             if values:
                 db_api.instance_update(
-                    session, inst.uuid, values,
-                    expected_task_state=inst.task_state, expected_vm_state=inst.vm_state,
+                    session,
+                    inst.uuid,
+                    values,
+                    expected_task_state=inst.task_state,
+                    expected_vm_state=inst.vm_state,
                 )
             actions.action_start(session, ctx, inst.uuid, record_as)
             return inst.uuid, True
@@ -250,7 +299,9 @@ class API:
         try:
             return self.db.run_in_transaction(write)
         except IntegrityError:
-            raise exceptions.DuplicateName(name=(extra or {}).get("display_name", ref), project_id=ctx.project_id) from None
+            raise exceptions.DuplicateName(
+                name=(extra or {}).get("display_name", ref), project_id=ctx.project_id
+            ) from None
 
     def _check_lock(self, session: Session, ctx: RequestContext, inst: Instance, action: str) -> None:
         if not inst.locked or ctx.is_admin:
@@ -269,8 +320,14 @@ class API:
             raise exceptions.InstanceIsLocked(inst.uuid, inst.locked_reason)
 
     def _act(
-        self, ctx: RequestContext, ref: str, action: str, options: dict[str, Any] | None = None,
-        *, defer: bool = False, extra: dict[str, Any] | None = None,
+        self,
+        ctx: RequestContext,
+        ref: str,
+        action: str,
+        options: dict[str, Any] | None = None,
+        *,
+        defer: bool = False,
+        extra: dict[str, Any] | None = None,
     ) -> dict[str, Any] | ComputeRequest | None:
         uuid, changed = self.start_action(ctx, ref, action, extra)
         t = ACTIONS[action]
@@ -343,11 +400,17 @@ class API:
 
     def lock(self, ctx: RequestContext, ref: str, reason: str | None = None) -> Any:
         req = schemas.parse(schemas.Lock, {"reason": reason})
-        extra = {"locked": True, "locked_by": "admin" if ctx.is_admin else "owner", "locked_reason": req.reason}
+        extra = {
+            "locked": True,
+            "locked_by": "admin" if ctx.is_admin else "owner",
+            "locked_reason": req.reason,
+        }
         return self._act(ctx, ref, "lock", extra=extra)
 
     def unlock(self, ctx: RequestContext, ref: str) -> Any:
-        return self._act(ctx, ref, "unlock", extra={"locked": False, "locked_by": None, "locked_reason": None})
+        return self._act(
+            ctx, ref, "unlock", extra={"locked": False, "locked_by": None, "locked_reason": None}
+        )
 
     def rename(self, ctx: RequestContext, ref: str, name: str) -> Any:
         req = schemas.parse(schemas.Rename, {"name": name})
@@ -355,13 +418,17 @@ class API:
             inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref)
             clash = session.execute(
                 select(Instance.uuid).where(
-                    Instance.project_id == inst.project_id, Instance.display_name == req.name,
-                    Instance.deleted == 0, Instance.uuid != inst.uuid,
+                    Instance.project_id == inst.project_id,
+                    Instance.display_name == req.name,
+                    Instance.deleted == 0,
+                    Instance.uuid != inst.uuid,
                 )
             ).first()
         if clash is not None:
             raise exceptions.DuplicateName(name=req.name, project_id=inst.project_id)
-        return self._act(ctx, inst.uuid, "rename", extra={"display_name": req.name, "hostname": hostname_for(req.name)})
+        return self._act(
+            ctx, inst.uuid, "rename", extra={"display_name": req.name, "hostname": hostname_for(req.name)}
+        )
 
 
 def server_view(inst: Instance, ctx: RequestContext) -> dict[str, Any]:

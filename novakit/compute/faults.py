@@ -55,5 +55,3 @@ def _truncate(message: str) -> str:
 
 def fault_is_internal(details: str | None) -> bool:
     return bool(details) and details.startswith(TRACEBACK_PREFIX)  # type: ignore[union-attr]
-
-

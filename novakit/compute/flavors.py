@@ -94,5 +94,7 @@ def snapshot(f: Flavor) -> dict[str, Any]:
 
 
 def in_use(session: Session, flavor: Flavor) -> int:
-    rows = session.execute(select(Instance.id).where(Instance.instance_type_id == flavor.id, Instance.deleted == 0))
+    rows = session.execute(
+        select(Instance.id).where(Instance.instance_type_id == flavor.id, Instance.deleted == 0)
+    )
     return len(rows.all())

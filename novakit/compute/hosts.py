@@ -133,7 +133,9 @@ def heartbeat(db: Database, host: str, cached_images: list[str] | None = None) -
     db.run_in_transaction(write)
 
 
-def set_disabled(db: Database, ctx: RequestContext, host: str, disabled: bool, reason: str | None = None) -> None:
+def set_disabled(
+    db: Database, ctx: RequestContext, host: str, disabled: bool, reason: str | None = None
+) -> None:
     if not ctx.is_admin:
         raise exceptions.PolicyNotAuthorized(action="host disable/enable")
     if reason is not None and len(reason) > 255:
@@ -186,11 +188,15 @@ def list_hosts(db: Database, conf: Config) -> list[dict[str, Any]]:
     """Every host with its status, state, capacity and usage (for `novakit host list`)."""
     with db.reader() as session:
         nodes = list(
-            session.execute(select(ComputeNode).where(ComputeNode.deleted == 0).order_by(ComputeNode.host)).scalars()
+            session.execute(
+                select(ComputeNode).where(ComputeNode.deleted == 0).order_by(ComputeNode.host)
+            ).scalars()
         )
         services = {
             s.host: s
-            for s in session.execute(select(Service).where(Service.deleted == 0, Service.binary == BINARY)).scalars()
+            for s in session.execute(
+                select(Service).where(Service.deleted == 0, Service.binary == BINARY)
+            ).scalars()
         }
         usage: dict[tuple[str, str], int] = {}
         rows = session.execute(
@@ -212,10 +218,14 @@ def list_hosts(db: Database, conf: Config) -> list[dict[str, Any]]:
             svc = services.get(node.host)
             capacity = {
                 "VCPU": int((node.vcpus - node.reserved_host_cpus) * node.cpu_allocation_ratio),
-                "MEMORY_MB": int((node.memory_mb - min(node.reserved_host_memory_mb, node.memory_mb))
-                                 * node.ram_allocation_ratio),
-                "DISK_GB": int((node.local_gb - math.ceil(node.reserved_host_disk_mb / 1024))
-                               * node.disk_allocation_ratio),
+                "MEMORY_MB": int(
+                    (node.memory_mb - min(node.reserved_host_memory_mb, node.memory_mb))
+                    * node.ram_allocation_ratio
+                ),
+                "DISK_GB": int(
+                    (node.local_gb - math.ceil(node.reserved_host_disk_mb / 1024))
+                    * node.disk_allocation_ratio
+                ),
             }
             out.append(
                 {

@@ -139,7 +139,9 @@ class ComputeManager:
             result.error = fault
             done = {r.uuid for r in result.results if r.ok}
             result.results = [r for r in result.results if r.ok] + [
-                InstanceResult(uuid=i.uuid, ok=False, fault=fault) for i in request.instances if i.uuid not in done
+                InstanceResult(uuid=i.uuid, ok=False, fault=fault)
+                for i in request.instances
+                if i.uuid not in done
             ]
         return result
 
@@ -153,7 +155,9 @@ class ComputeManager:
 
     # --- builds -----------------------------------------------------------------
 
-    def build_and_run_instance(self, instance: InstanceSpec, options: dict[str, Any] | None = None) -> InstanceResult:
+    def build_and_run_instance(
+        self, instance: InstanceSpec, options: dict[str, Any] | None = None
+    ) -> InstanceResult:
         rec = _Recorder(self.host, instance.uuid)
         start = time.monotonic()
         with self._build_slots:
@@ -165,7 +169,10 @@ class ComputeManager:
                     spawn_start = time.monotonic()
                     self.driver.spawn(instance)
                     rec.result.timings["spawn"] = round(time.monotonic() - spawn_start, 3)
-                    LOG.info("Took %.2f seconds to spawn the instance on the hypervisor.", rec.result.timings["spawn"])
+                    LOG.info(
+                        "Took %.2f seconds to spawn the instance on the hypervisor.",
+                        rec.result.timings["spawn"],
+                    )
             except Exception as exc:
                 LOG.info("Build of %s failed on %s: %s", instance.uuid, self.host, exc.__class__.__name__)
                 return rec.result

@@ -35,7 +35,9 @@ def _scoped(ctx: RequestContext, stmt: Select[Any], include_deleted: bool = Fals
     return stmt
 
 
-def instance_get(session: Session, ctx: RequestContext, uuid: str, *, include_deleted: bool = False) -> Instance:
+def instance_get(
+    session: Session, ctx: RequestContext, uuid: str, *, include_deleted: bool = False
+) -> Instance:
     """The instance, if the caller may see it; another project's looks not found."""
     stmt = _scoped(ctx, select(Instance).where(Instance.uuid == uuid), include_deleted)
     inst = session.execute(stmt).scalar_one_or_none()
@@ -109,7 +111,9 @@ def instance_update(
     Raises UnexpectedTaskStateError (UnexpectedDeletingTaskStateError when the
     instance is being deleted) and changes nothing if it does not.
     """
-    values = {k: (v.value if hasattr(v, "value") and not isinstance(v, int) else v) for k, v in values.items()}
+    values = {
+        k: (v.value if hasattr(v, "value") and not isinstance(v, int) else v) for k, v in values.items()
+    }
     values.setdefault("updated_at", utcnow())
     conditions = [Instance.uuid == uuid, Instance.deleted == 0]
     if expected_task_state is not UNSET:
@@ -117,13 +121,18 @@ def instance_update(
     if expected_vm_state is not UNSET:
         conditions.append(_state_clause(Instance.vm_state, expected_vm_state))
     result = session.execute(
-        update(Instance).where(and_(*conditions)).values(**values).execution_options(synchronize_session=False)
+        update(Instance)
+        .where(and_(*conditions))
+        .values(**values)
+        .execution_options(synchronize_session=False)
     )
     if result.rowcount == 1:  # type: ignore[attr-defined]
         inst = session.execute(select(Instance).where(Instance.uuid == uuid)).scalar_one()
         session.refresh(inst)
         return inst
-    current = session.execute(select(Instance).where(Instance.uuid == uuid, Instance.deleted == 0)).scalar_one_or_none()
+    current = session.execute(
+        select(Instance).where(Instance.uuid == uuid, Instance.deleted == 0)
+    ).scalar_one_or_none()
     if current is None:
         raise exceptions.InstanceNotFound(instance_id=uuid)
     expected_desc = []

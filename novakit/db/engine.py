@@ -78,7 +78,9 @@ class Database:
             path = url.split("///", 1)[-1]
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self.engine = create_engine(url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+            self.engine = create_engine(
+                url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+            )
             _setup_sqlite(self.engine)
         else:
             self.engine = create_engine(url, echo=echo, pool_pre_ping=True, pool_size=5, max_overflow=10)

@@ -234,6 +234,9 @@ class Inventory(TimestampMixin, Base):
     __table_args__ = (
         UniqueConstraint("resource_provider_id", "resource_class"),
         Index("ix_inventories_rc_rp", "resource_class", "resource_provider_id"),
+        # The scheduler walks this index in order of free capacity and stops after the pool it needs
+        # (migration 0003), instead of summing allocations for every provider.
+        Index("ix_inventories_rc_free_rp", "resource_class", "free", "resource_provider_id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -245,6 +248,11 @@ class Inventory(TimestampMixin, Base):
     max_unit: Mapped[int] = mapped_column(Integer)
     step_size: Mapped[int] = mapped_column(Integer, default=1)
     allocation_ratio: Mapped[float] = mapped_column(Float, default=1.0)
+    # SUM(allocations.used) of this provider and class, and capacity minus that. Kept exact by
+    # triggers on allocations (migration 0003), so every writer of allocations keeps them right;
+    # set_inventory recomputes ``free`` when the capacity changes.
+    used: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    free: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Allocation(TimestampMixin, Base):
@@ -391,7 +399,10 @@ class InstanceGroup(TimestampMixin, SoftDeleteMixin, Base):
 
 class InstanceGroupMember(TimestampMixin, Base):
     __tablename__ = "instance_group_member"
-    __table_args__ = (UniqueConstraint("group_id", "instance_uuid"), Index("ix_igm_instance", "instance_uuid"))
+    __table_args__ = (
+        UniqueConstraint("group_id", "instance_uuid"),
+        Index("ix_igm_instance", "instance_uuid"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     group_id: Mapped[int] = mapped_column(ForeignKey("instance_groups.id"))

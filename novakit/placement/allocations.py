@@ -77,18 +77,17 @@ class ClaimOutcome:
     reason: str = ""  # why it does not fit, when it does not
 
 
+# ``used`` is the trigger-maintained SUM(allocations.used) of the provider and class (migration 0003);
+# the consumer's own allocations there are subtracted because a claim replaces them.
 _STATE = text(
     "SELECT rp.generation, i.resource_class, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, "
-    "i.allocation_ratio, (SELECT COALESCE(SUM(a.used), 0) FROM allocations a "
-    "  WHERE a.resource_provider_id = rp.id AND a.resource_class = i.resource_class "
-    "  AND a.consumer_id <> :consumer) "
+    "i.allocation_ratio, i.used - COALESCE((SELECT SUM(a.used) FROM allocations a "
+    "  WHERE a.consumer_id = :consumer AND a.resource_provider_id = rp.id "
+    "  AND a.resource_class = i.resource_class), 0) "
     "FROM resource_providers rp LEFT JOIN inventories i ON i.resource_provider_id = rp.id "
     "WHERE rp.id = :id"
 )
-_HELD_ELSEWHERE = text(
-    "SELECT DISTINCT resource_provider_id FROM allocations WHERE consumer_id = :consumer "
-    "AND resource_provider_id <> :id"
-)
+_HELD = text("SELECT DISTINCT resource_provider_id FROM allocations WHERE consumer_id = :consumer")
 _DELETE_CONSUMER = text("DELETE FROM allocations WHERE consumer_id = :consumer")
 _INSERT = text(
     "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class, used, project_id, user_id, "
@@ -151,11 +150,15 @@ def claim_in_session(
         )
     # Replacing a claim elsewhere frees capacity there: bump those providers too so
     # that a reader's generation tells it allocations changed (freeing cannot over-commit).
-    others = list(session.execute(_HELD_ELSEWHERE, params).scalars())
+    # Providers are locked before their allocation rows are deleted (and the triggers touch
+    # their inventories), the order every claim uses, so two transactions cannot deadlock on it.
+    held = list(session.execute(_HELD, params).scalars())
     now = utcnow()
+    others = [rp for rp in held if rp != provider_id]
     if others:
         session.execute(_TOUCH, {"ids": others, "now": now})
-    session.execute(_DELETE_CONSUMER, params)
+    if held:  # a new consumer (every scheduler claim) holds nothing: skip the DELETE
+        session.execute(_DELETE_CONSUMER, params)
     session.execute(
         _INSERT,
         [
@@ -202,8 +205,8 @@ def claim_resources(
 
 
 def remove_allocations_in_session(session: Session, consumer_uuid: str) -> int:
-    params = {"consumer": consumer_uuid, "id": -1}
-    providers = list(session.execute(_HELD_ELSEWHERE, params).scalars())
+    params = {"consumer": consumer_uuid}
+    providers = list(session.execute(_HELD, params).scalars())
     if not providers:
         return 0
     session.execute(_TOUCH, {"ids": providers, "now": utcnow()})

@@ -1,14 +1,20 @@
 """Allocation candidates: the providers that can take a request, found by one SQL query.
 
 Everything quantitative and everything placement knows is decided in SQL:
-capacity per resource class (usage summed from allocations through the
-``(resource_provider_id, resource_class)`` index), min/max unit and step size,
-required and forbidden traits, ``member_of`` aggregates (availability zones are
-aggregates), hosts to skip. The query is ordered by provider id and LIMITed, so
-the database can stop after ``limit`` matches instead of loading the fleet:
-with a fleet that has room the cost depends on the limit, not the fleet size;
-when the first providers are full it grows with how many it must skip, never
-faster than the number of providers.
+capacity per resource class, min/max unit and step size, required and
+forbidden traits, ``member_of`` aggregates (availability zones are
+aggregates), hosts to skip. Usage is not summed from allocations here: each
+inventory row carries ``used`` and ``free`` (capacity - used), kept exact by
+triggers on allocations (migration 0003).
+
+Which ``limit`` providers come back: Nova asks placement for up to 1,000 in
+an order it does not rely on. Here the caller may name a resource class
+(``order_by``): the query then walks the ``(resource_class, free,
+resource_provider_id)`` index from the most free (or, for stacking, the least
+free that still fits) and stops after ``limit`` matches, so the cost of a
+decision depends on the limit, not on the fleet size; providers that fail a
+condition are skipped on the way, so the worst case grows with the number of
+providers, never faster. Without ``order_by`` providers come in id order.
 
 ``explain`` is the slow path, run only when nothing fits: it tells, per provider,
 which condition of the query dropped it.
@@ -16,6 +22,7 @@ which condition of the query dropped it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +49,10 @@ class CandidateRequest:
     limit: int = 1000
     # Trait ids -> names, so that an explanation says which trait.
     trait_names: dict[int, str] = field(default_factory=dict)
+    # Walk providers by the free capacity of this (requested) class: most free first when
+    # ``descending`` (spreading weighers), least free that still fits first otherwise (stacking).
+    order_by: str | None = None
+    descending: bool = True
 
 
 @dataclass(slots=True)
@@ -56,111 +67,119 @@ class Candidate:
     max_unit: dict[str, int]
 
 
-def _usage(rc_param: str) -> str:
-    return (
-        "(SELECT COALESCE(SUM(a.used), 0) FROM allocations a "
-        f"WHERE a.resource_provider_id = rp.id AND a.resource_class = :{rc_param})"
-    )
+# Columns read per resource class; ``explain`` and ``get_allocation_candidates`` index into them.
+_PER_CLASS = ("total", "reserved", "allocation_ratio", "min_unit", "max_unit", "step_size", "used")
+WIDTH = len(_PER_CLASS)
 
 
-def _build(req: CandidateRequest, *, for_explain: bool) -> tuple[Any, dict[str, Any], list[str]]:
+def build_query(req: CandidateRequest, *, for_explain: bool = False) -> tuple[str, dict[str, Any], list[str]]:
+    """SQL text, parameters and the resource classes whose columns follow ``rp.id, uuid, name, generation``.
+
+    Expanding (list) parameters are the ones whose value is a list; ``statement`` binds them.
+    """
     classes = list(dict.fromkeys([*req.resources, *STANDARD_CLASSES]))
+    order_by = req.order_by if req.order_by in req.resources and not for_explain else None
     params: dict[str, Any] = {}
     select = ["rp.id", "rp.uuid", "rp.name", "rp.generation"]
     joins: list[str] = []
     where: list[str] = []
-    expanding: list[str] = []
     for n, rc in enumerate(classes):
         alias, rcp = f"i{n}", f"rc{n}"
         params[rcp] = rc
         requested = rc in req.resources and not for_explain
-        joins.append(
-            f"{'JOIN' if requested else 'LEFT JOIN'} inventories {alias} "
-            f"ON {alias}.resource_provider_id = rp.id "
-            f"AND {alias}.resource_class = :{rcp}"
-        )
-        select += [
-            f"{alias}.total",
-            f"{alias}.reserved",
-            f"{alias}.allocation_ratio",
-            f"{alias}.min_unit",
-            f"{alias}.max_unit",
-            f"{alias}.step_size",
-            _usage(rcp),
-        ]
+        if rc == order_by:
+            # The driving table: SQLite keeps the left side of a CROSS JOIN as the outer loop, so the
+            # walk follows the free-capacity index; PostgreSQL plans it as an ordinary join.
+            where.append(f"{alias}.resource_class = :{rcp}")
+        else:
+            joins.append(
+                f"{'JOIN' if requested else 'LEFT JOIN'} inventories {alias} "
+                f"ON {alias}.resource_provider_id = rp.id AND {alias}.resource_class = :{rcp}"
+            )
+        select += [f"{alias}.{col}" for col in _PER_CLASS]
         if requested:
             amount = f"a{n}"
             params[amount] = req.resources[rc]
             where.append(
-                f"{alias}.min_unit <= :{amount} AND {alias}.max_unit >= :{amount} "
-                f"AND (:{amount} % {alias}.step_size) = 0 "
-                f"AND ({alias}.total - {alias}.reserved) * {alias}.allocation_ratio "
-                f">= :{amount} + {_usage(rcp)}"
+                f"{alias}.free >= :{amount} AND {alias}.min_unit <= :{amount} "
+                f"AND {alias}.max_unit >= :{amount} AND (:{amount} % {alias}.step_size) = 0"
             )
+    conditions: list[str] = []
     for n, trait_id in enumerate(req.required_trait_ids):
         params[f"rt{n}"] = trait_id
-        cond = (
+        conditions.append(
             "EXISTS (SELECT 1 FROM resource_provider_traits t WHERE t.resource_provider_id = rp.id "
             f"AND t.trait_id = :rt{n})"
         )
-        (select if for_explain else where).append(cond)
     if req.forbidden_trait_ids:
         params["ft"] = req.forbidden_trait_ids
-        expanding.append("ft")
-        cond = (
+        conditions.append(
             "NOT EXISTS (SELECT 1 FROM resource_provider_traits t WHERE t.resource_provider_id = rp.id "
             "AND t.trait_id IN :ft)"
         )
-        (select if for_explain else where).append(cond)
     for n, group in enumerate(req.member_of):
         params[f"m{n}"] = group
-        expanding.append(f"m{n}")
-        cond = (
+        conditions.append(
             "EXISTS (SELECT 1 FROM resource_provider_aggregates g WHERE g.resource_provider_id = rp.id "
             f"AND g.aggregate_id IN :m{n})"
         )
-        (select if for_explain else where).append(cond)
     if req.not_member_of:
         params["nm"] = req.not_member_of
-        expanding.append("nm")
-        cond = (
+        conditions.append(
             "NOT EXISTS (SELECT 1 FROM resource_provider_aggregates g WHERE g.resource_provider_id = rp.id "
             "AND g.aggregate_id IN :nm)"
         )
-        (select if for_explain else where).append(cond)
-    if req.exclude_hosts:
+    # explain() reads each condition as a flag instead of filtering on it.
+    (select if for_explain else where).extend(conditions)
+    if req.exclude_hosts and not for_explain:
         params["ex"] = req.exclude_hosts
-        expanding.append("ex")
         where.append("rp.name NOT IN :ex")
-    if req.only_hosts is not None:
+    if req.only_hosts is not None and not for_explain:
         params["only"] = req.only_hosts or [""]
-        expanding.append("only")
         where.append("rp.name IN :only")
-    sql = f"SELECT {', '.join(select)} FROM resource_providers rp {' '.join(joins)}"
+    if order_by is not None:
+        driver = f"i{classes.index(order_by)}"
+        sql = (
+            f"SELECT {', '.join(select)} FROM inventories {driver} "
+            f"CROSS JOIN resource_providers rp {' '.join(joins)}"
+        )
+        where.insert(0, f"rp.id = {driver}.resource_provider_id")
+        direction = "DESC" if req.descending else "ASC"
+        order = f"{driver}.free {direction}, {driver}.resource_provider_id {direction}"
+    else:
+        sql = f"SELECT {', '.join(select)} FROM resource_providers rp {' '.join(joins)}"
+        order = "rp.id"
     if where:
         sql += " WHERE " + " AND ".join(f"({w})" for w in where)
-    sql += " ORDER BY rp.id LIMIT :limit"
+    sql += f" ORDER BY {order} LIMIT :limit"
     params["limit"] = req.limit
-    stmt = text(sql).bindparams(*(bindparam(name, expanding=True) for name in expanding))
-    return stmt, params, classes
+    return sql, params, classes
+
+
+def statement(sql: str, params: dict[str, Any]) -> Any:
+    """``text(sql)`` with the list-valued parameters bound as expanding IN lists."""
+    return text(sql).bindparams(
+        *(bindparam(name, expanding=True) for name, value in params.items() if isinstance(value, list))
+    )
+
+
+def candidate_from_row(row: Sequence[Any], classes: list[str]) -> Candidate:
+    capacity: dict[str, int] = {}
+    used: dict[str, int] = {}
+    max_unit: dict[str, int] = {}
+    for n, rc in enumerate(classes):
+        total, reserved, ratio, _min, maxu, _step, usage = row[4 + WIDTH * n : 4 + WIDTH * (n + 1)]
+        if total is not None:
+            capacity[rc] = int((total - reserved) * ratio)
+            used[rc] = int(usage)
+            max_unit[rc] = maxu
+    return Candidate(row[0], row[1], row[2], row[3], capacity, used, max_unit)
 
 
 def get_allocation_candidates(session: Session, req: CandidateRequest) -> list[Candidate]:
-    """Up to ``req.limit`` providers that can take ``req.resources`` now, in provider id order."""
-    stmt, params, classes = _build(req, for_explain=False)
-    out = []
-    for row in session.execute(stmt, params):
-        capacity: dict[str, int] = {}
-        used: dict[str, int] = {}
-        max_unit: dict[str, int] = {}
-        for n, rc in enumerate(classes):
-            total, reserved, ratio, _min, maxu, _step, usage = row[4 + 7 * n : 11 + 7 * n]
-            if total is not None:
-                capacity[rc] = int((total - reserved) * ratio)
-                used[rc] = int(usage)
-                max_unit[rc] = maxu
-        out.append(Candidate(row[0], row[1], row[2], row[3], capacity, used, max_unit))
-    return out
+    """Up to ``req.limit`` providers that can take ``req.resources`` now (order: see the module docstring)."""
+    sql, params, classes = build_query(req)
+    return [candidate_from_row(row, classes) for row in session.execute(statement(sql, params), params)]
 
 
 def count_providers(session: Session) -> int:
@@ -182,11 +201,11 @@ def explain(
         not_member_of=req.not_member_of,
         limit=scan_limit,
     )
-    stmt, params, classes = _build(probe, for_explain=True)
+    sql, params, classes = build_query(probe, for_explain=True)
     reasons: dict[str, str] = {}
     examined = 0
-    width = 4 + 7 * len(classes)
-    for row in session.execute(stmt, params):
+    width = 4 + WIDTH * len(classes)
+    for row in session.execute(statement(sql, params), params):
         examined += 1
         name = row[2]
         if name in req.exclude_hosts:
@@ -212,9 +231,9 @@ def explain(
             reason = "in another availability zone"
         if not reason:
             rows = [
-                (None, rc, *row[4 + 7 * n : 11 + 7 * n])
+                (None, rc, *row[4 + WIDTH * n : 4 + WIDTH * (n + 1)])
                 for n, rc in enumerate(classes)
-                if row[4 + 7 * n] is not None
+                if row[4 + WIDTH * n] is not None
             ]
             # why_not_fits wants (gen, class, total, reserved, min, max, step, ratio, used)
             reordered = [(g, rc, t, r, mn, mx, st, ratio, u) for g, rc, t, r, ratio, mn, mx, st, u in rows]

@@ -93,6 +93,8 @@ def _insert(db: Database, hosts: list[FakeHost]) -> int:
                         "max_unit": total,
                         "step_size": 1,
                         "allocation_ratio": ratio,
+                        "used": 0,
+                        "free": int((total - reserved) * ratio),
                         "created_at": now,
                     }
                 )

@@ -31,13 +31,8 @@ STANDARD_CLASSES = ("VCPU", "MEMORY_MB", "DISK_GB")
 _CUSTOM = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
 
 
-class InventoryInUse(exceptions.Conflict):
-    """A resource class with allocations cannot be removed from a provider."""
-
-    msg_fmt = (
-        "Cannot remove %(resource_class)s from provider %(provider)s: %(used)s is allocated; "
-        "free the allocations first"
-    )
+# Kept importable from here: it lived in this module before it moved to novakit.exceptions.
+InventoryInUse = exceptions.InventoryInUse
 
 
 def validate_resource_class(name: str) -> None:
@@ -195,13 +190,16 @@ def set_inventory(
                     usage[rc],
                     spec.capacity,
                 )
-            params = {"id": provider.id, "rc": rc, "now": now, **spec.model_dump()}
+            # ``free`` is capacity - used (the triggers on allocations keep ``used``); the capacity
+            # is computed here because SQL would round int((total - reserved) * ratio) differently.
+            params = {"id": provider.id, "rc": rc, "now": now, "capacity": spec.capacity, **spec.model_dump()}
             if rc in current:
                 session.execute(
                     text(
                         "UPDATE inventories SET total = :total, reserved = :reserved, min_unit = :min_unit, "
                         "max_unit = :max_unit, step_size = :step_size, allocation_ratio = :allocation_ratio, "
-                        "updated_at = :now WHERE resource_provider_id = :id AND resource_class = :rc"
+                        "free = :capacity - used, updated_at = :now "
+                        "WHERE resource_provider_id = :id AND resource_class = :rc"
                     ),
                     params,
                 )
@@ -209,10 +207,11 @@ def set_inventory(
                 session.execute(
                     text(
                         "INSERT INTO inventories (resource_provider_id, resource_class, total, reserved, "
-                        "min_unit, max_unit, step_size, allocation_ratio, created_at) VALUES (:id, :rc, "
-                        ":total, :reserved, :min_unit, :max_unit, :step_size, :allocation_ratio, :now)"
+                        "min_unit, max_unit, step_size, allocation_ratio, used, free, created_at) VALUES (:id, "
+                        ":rc, :total, :reserved, :min_unit, :max_unit, :step_size, :allocation_ratio, :used, "
+                        ":capacity - :used, :now)"
                     ),
-                    params,
+                    {**params, "used": usage.get(rc, 0)},
                 )
         for rc in current.keys() - inventories.keys():
             session.execute(

@@ -10,6 +10,7 @@ explanation).
 
 from __future__ import annotations
 
+import json
 import os
 import traceback
 from typing import Any
@@ -36,13 +37,38 @@ COMMON_ARGS: dict[str, Any] = {
 }
 
 
-def request_id_from_env() -> str | None:
-    """The AWX job id or the ansible-runner ident, when the run has one."""
-    for var in ("NOVAKIT_REQUEST_ID", "JOB_ID", "AWX_JOB_ID", "RUNNER_IDENT"):
+# Where a run's request id comes from, first match wins: the id the novakit callback
+# plugin put in the environment for this run, the AWX job id, the ansible-runner ident.
+REQUEST_ID_VARS = ("NOVAKIT_REQUEST_ID", "JOB_ID", "AWX_JOB_ID", "TOWER_JOB_ID", "RUNNER_IDENT")
+# Hosts that Ansible could not reach, or whose compute task failed, in this run, as the
+# callback plugin saw them: a JSON object {host: reason}.
+HOST_FAILURES_VAR = "NOVAKIT_ANSIBLE_FAILURES"
+
+
+def normalize_request_id(value, source=None):
+    """``req-...`` as the audit trail keys it; AWX job ids become ``req-awx-<id>``."""
+    value = str(value)
+    if value.startswith("req-"):
+        return value
+    prefix = "awx-" if source in ("JOB_ID", "AWX_JOB_ID", "TOWER_JOB_ID", "awx_job_id", "tower_job_id") else ""
+    return "req-%s%s" % (prefix, value)
+
+
+def request_id_from_env():
+    """The run's request id, when the run has one (see REQUEST_ID_VARS)."""
+    for var in REQUEST_ID_VARS:
         if os.environ.get(var):
-            prefix = "awx-" if var in ("JOB_ID", "AWX_JOB_ID") else ""
-            return f"req-{prefix}{os.environ[var]}" if not os.environ[var].startswith("req-") else os.environ[var]
+            return normalize_request_id(os.environ[var], var)
     return None
+
+
+def host_failures_from_env():
+    """{host: reason} for the hosts the callback plugin saw fail in this run."""
+    try:
+        data = json.loads(os.environ.get(HOST_FAILURES_VAR) or "{}")
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
 class NovakitModule:
@@ -61,6 +87,9 @@ class NovakitModule:
         if not HAS_NOVAKIT:
             self.ansible.fail_json(msg=missing_required_lib("novakit"), exception=IMPORT_ERROR)
         self.check_mode = self.ansible.check_mode
+        # The fake driver of direct mode keeps its hosts where the compute module does.
+        if os.environ.get("NOVAKIT_STATE_DIR") and not os.environ.get("NOVAKIT_FAKE_STATE_DIR"):
+            os.environ["NOVAKIT_FAKE_STATE_DIR"] = os.path.join(os.environ["NOVAKIT_STATE_DIR"], "fake")
 
     # --- helpers for subclasses ------------------------------------------------
 
@@ -86,11 +115,20 @@ class NovakitModule:
 
     def api(self) -> Any:
         from novakit.compute.api import API
-
-        conf = self.config()
         from novakit.db.engine import Database
 
+        conf = self.config()
         return API(Database(conf.database_url), conf)
+
+    def fail(self, msg: str, **kwargs: Any) -> None:
+        self.ansible.fail_json(msg=msg, **kwargs)
+
+    def with_diff(self, result: dict[str, Any], before: Any, after: Any) -> dict[str, Any]:
+        """Add Ansible's diff (``--diff``) of two plain views to ``result``."""
+        if self.ansible._diff:
+            result["diff"] = {"before": before if before is not None else {},
+                              "after": after if after is not None else {}}
+        return result
 
     # --- the run ------------------------------------------------------------------
 
@@ -101,7 +139,7 @@ class NovakitModule:
         try:
             result = self.run()
         except nk_exceptions.NoValidHost as exc:
-            self.ansible.fail_json(msg=exc.format_message(), explanation=exc.explanation)
+            self.ansible.fail_json(msg=exc.format_message(), error="NoValidHost", explanation=exc.explanation)
         except nk_exceptions.NovakitError as exc:
             self.ansible.fail_json(msg=exc.format_message(), error=exc.__class__.__name__)
         self.ansible.exit_json(**result)

@@ -13,8 +13,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_playbook(
-    playbook: str, tmp_path: Path, env: dict[str, str], extravars: dict[str, Any] | None = None,
-    inventory: Path | None = None, verbosity: int = 0, ident: str | None = None,
+    playbook: str,
+    tmp_path: Path,
+    env: dict[str, str],
+    extravars: dict[str, Any] | None = None,
+    inventory: Path | None = None,
+    verbosity: int = 0,
+    ident: str | None = None,
 ) -> ansible_runner.Runner:
     private = tmp_path / "runner"
     private.mkdir(exist_ok=True)

@@ -29,8 +29,9 @@ def _api(env: dict[str, str]) -> API:
 def test_boot_playbook_boots_servers_on_the_fake_hosts(tmp_path: Path, env: dict[str, str]) -> None:
     prep = run_playbook("compute_node.yml", tmp_path, env)
     assert prep.rc == 0, prep.stdout.read()
-    run = run_playbook("boot.yml", tmp_path, env, {"server_name": "demo", "count": 3, "flavor": "m1.small"},
-                       ident="job-42")
+    run = run_playbook(
+        "boot.yml", tmp_path, env, {"server_name": "demo", "count": 3, "flavor": "m1.small"}, ident="job-42"
+    )
     assert run.rc == 0, run.stdout.read()
 
     api = _api(env)
@@ -60,7 +61,9 @@ def test_boot_playbook_boots_servers_on_the_fake_hosts(tmp_path: Path, env: dict
     assert again.stats["changed"].get("localhost", 0) == 0
 
 
-def test_a_failing_host_in_the_inventory_sends_builds_to_alternates(tmp_path: Path, env: dict[str, str]) -> None:
+def test_a_failing_host_in_the_inventory_sends_builds_to_alternates(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
     prep = run_playbook("compute_node.yml", tmp_path, env)
     assert prep.rc == 0
     env = {**env, "NOVAKIT_FAKE_FAILURE_COMPUTE_LARGE": "fail_every_spawn"}

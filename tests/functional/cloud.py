@@ -29,8 +29,13 @@ class Cloud:
 
     def driver_info(self, host: str, **options: Any) -> dict[str, Any]:
         vcpus = HOSTS.get(host, 8)
-        opts = {"vcpus": vcpus, "memory_mb": vcpus * 2048, "local_gb": vcpus * 50,
-                "state_dir": str(self.fake_dir), **options}
+        opts = {
+            "vcpus": vcpus,
+            "memory_mb": vcpus * 2048,
+            "local_gb": vcpus * 50,
+            "state_dir": str(self.fake_dir),
+            **options,
+        }
         return {"driver": "fake", "options": opts, "transport": "local"}
 
     def add_host(self, host: str, **options: Any) -> None:
@@ -52,7 +57,6 @@ class Cloud:
         return out
 
 
-
 def boot(cloud: Cloud, ctx: RequestContext, name: str, **extra: Any) -> dict[str, Any]:
     servers = cloud.api.create(ctx, {"name": name, "flavor": "m1.small", "image": "tiny", **extra})
     assert servers[0]["status"] == "ACTIVE", servers[0]
@@ -61,8 +65,9 @@ def boot(cloud: Cloud, ctx: RequestContext, name: str, **extra: Any) -> dict[str
 
 def make_cloud(db: Database, tmp_path: Path) -> Cloud:
     # Quotas are tested on their own; here they must not get in the way.
-    conf = load_config(db_url=db.url, state_dir=tmp_path / "state",
-                       quota={"instances": -1, "cores": -1, "ram": -1})
+    conf = load_config(
+        db_url=db.url, state_dir=tmp_path / "state", quota={"instances": -1, "cores": -1, "ram": -1}
+    )
     admin = RequestContext.admin()
     c = Cloud(db=db, conf=conf, api=API(db, conf), fake_dir=tmp_path / "fake", admin=admin)
     for host in HOSTS:

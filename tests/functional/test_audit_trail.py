@@ -34,7 +34,9 @@ def test_each_request_is_its_own_action(cloud: Cloud, ctx: RequestContext) -> No
     cloud.api.start(ctx.with_request_id("req-start-1"), server["id"])
     acts = cloud.api.list_actions(ctx, server["id"])
     assert [(a["action"], a["request_id"]) for a in acts] == [
-        ("create", ctx.request_id), ("stop", "req-stop-1"), ("start", "req-start-1"),
+        ("create", ctx.request_id),
+        ("stop", "req-stop-1"),
+        ("start", "req-start-1"),
     ]
     assert [e["event"] for e in acts[1]["events"]] == ["compute_stop_instance"]
 
@@ -44,16 +46,20 @@ def test_a_failed_event_marks_its_action_error_and_records_a_fault(cloud: Cloud,
     req_ctx = ctx.with_request_id("req-manual")
     with cloud.db.writer() as session:
         actions.action_start(session, req_ctx, server["id"], "stop")
-    with pytest.raises(ValueError):
-        with actions.instance_event(cloud.db, req_ctx, server["id"], "compute_stop_instance", "compute-1"):
-            raise ValueError("secret detail: hunter2")
+    with (
+        pytest.raises(ValueError),
+        actions.instance_event(cloud.db, req_ctx, server["id"], "compute_stop_instance", "compute-1"),
+    ):
+        raise ValueError("secret detail: hunter2")
     acts = cloud.api.list_actions(cloud.admin, server["id"])
     stop = next(a for a in acts if a["request_id"] == "req-manual")
     assert stop["message"] == "Error"
     assert stop["events"][0]["result"] == "Error"
     # The traceback is kept, and shown to admins only.
     assert "hunter2" in stop["events"][0]["traceback"]
-    non_admin_view = next(a for a in cloud.api.list_actions(ctx, server["id"]) if a["request_id"] == "req-manual")
+    non_admin_view = next(
+        a for a in cloud.api.list_actions(ctx, server["id"]) if a["request_id"] == "req-manual"
+    )
     assert "traceback" not in non_admin_view["events"][0]
 
 
@@ -88,10 +94,13 @@ def test_fault_messages_are_cut_at_255_characters(cloud: Cloud, ctx: RequestCont
 
 def test_an_event_without_its_action_is_refused(cloud: Cloud, ctx: RequestContext) -> None:
     server = boot(cloud, ctx, "orphan-event")
-    with pytest.raises(exceptions.NotFound, match="action"):
-        with actions.instance_event(cloud.db, ctx.with_request_id("req-none"), server["id"], "x"):
-            pass
+    with (
+        pytest.raises(exceptions.NotFound, match="action"),
+        actions.instance_event(cloud.db, ctx.with_request_id("req-none"), server["id"], "x"),
+    ):
+        pass
     with cloud.db.reader() as session:
-        assert session.execute(
-            select(InstanceAction).where(InstanceAction.request_id == "req-none")
-        ).first() is None
+        assert (
+            session.execute(select(InstanceAction).where(InstanceAction.request_id == "req-none")).first()
+            is None
+        )

@@ -36,7 +36,9 @@ BAD_CREATES: list[tuple[dict[str, Any], str, str]] = [
 ]
 
 
-@pytest.mark.parametrize("change,field,rule", BAD_CREATES, ids=[f"{c[1]}-{i}" for i, c in enumerate(BAD_CREATES)])
+@pytest.mark.parametrize(
+    "change,field,rule", BAD_CREATES, ids=[f"{c[1]}-{i}" for i, c in enumerate(BAD_CREATES)]
+)
 def test_bad_create_names_field_and_rule_and_changes_nothing(
     cloud: Cloud, ctx: RequestContext, change: dict[str, Any], field: str, rule: str
 ) -> None:

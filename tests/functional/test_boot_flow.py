@@ -8,7 +8,7 @@ import time
 
 from novakit import placement
 from novakit.context import RequestContext
-from tests.functional.cloud import HOSTS, Cloud, boot
+from tests.functional.cloud import HOSTS, Cloud
 
 
 def _usage(cloud: Cloud) -> dict[str, dict[str, int]]:
@@ -48,15 +48,20 @@ def test_a_failing_host_sends_its_build_to_an_alternate(cloud: Cloud, ctx: Reque
     assert "compute-3" not in {h for h, g in _guests(cloud).items() if server["id"] in g}
 
 
-def test_when_every_host_fails_the_server_ends_in_error_with_no_claim(cloud: Cloud, ctx: RequestContext) -> None:
+def test_when_every_host_fails_the_server_ends_in_error_with_no_claim(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
     for host in HOSTS:
         cloud.add_host(host, failure_mode="fail_every_spawn")
     server = cloud.api.create(ctx, {"name": "doomed", "flavor": "m1.small", "image": "tiny"})[0]
     assert server["status"] == "ERROR"
     assert server["fault"]["code"] == 500
     assert "re-scheduled" in server["fault"]["message"]
-    builds = [e for e in cloud.api.list_actions(ctx, server["id"])[0]["events"]
-              if e["event"] == "compute__do_build_and_run_instance"]
+    builds = [
+        e
+        for e in cloud.api.list_actions(ctx, server["id"])[0]["events"]
+        if e["event"] == "compute__do_build_and_run_instance"
+    ]
     assert len(builds) == cloud.conf.scheduler.max_attempts == 3
     assert len({e["host"] for e in builds}) == 3
     assert all(not any(u.values()) for u in _usage(cloud).values())
@@ -68,8 +73,11 @@ def test_an_aborted_build_is_not_rescheduled(cloud: Cloud, ctx: RequestContext) 
         cloud.add_host(host, failure_mode="abort_spawn")
     server = cloud.api.create(ctx, {"name": "aborted", "flavor": "m1.small", "image": "tiny"})[0]
     assert server["status"] == "ERROR"
-    builds = [e for e in cloud.api.list_actions(ctx, server["id"])[0]["events"]
-              if e["event"] == "compute__do_build_and_run_instance"]
+    builds = [
+        e
+        for e in cloud.api.list_actions(ctx, server["id"])[0]["events"]
+        if e["event"] == "compute__do_build_and_run_instance"
+    ]
     assert len(builds) == 1
     assert all(not any(u.values()) for u in _usage(cloud).values())
 
@@ -92,16 +100,22 @@ def test_disabled_hosts_get_no_builds(cloud: Cloud, ctx: RequestContext) -> None
 
     for host in ("compute-2", "compute-3"):
         hosts.set_disabled(cloud.db, cloud.admin, host, True, "maintenance")
-    servers = cloud.api.create(ctx, {"name": "only-one", "flavor": "m1.small", "image": "tiny", "max_count": 3})
+    servers = cloud.api.create(
+        ctx, {"name": "only-one", "flavor": "m1.small", "image": "tiny", "max_count": 3}
+    )
     assert {s["host"] for s in servers} == {"compute-1"}
 
 
 def test_delete_during_a_build_leaves_nothing(cloud: Cloud, ctx: RequestContext) -> None:
     for host in HOSTS:
         cloud.add_host(host, failure_mode="slow_spawn", spawn_delay=2)
-    uuids = cloud.api.create_records(ctx, __import__("novakit.compute.schemas", fromlist=["x"]).parse(
-        __import__("novakit.compute.schemas", fromlist=["x"]).ServerCreate,
-        {"name": "short-lived", "flavor": "m1.small", "image": "tiny"}))
+    uuids = cloud.api.create_records(
+        ctx,
+        __import__("novakit.compute.schemas", fromlist=["x"]).parse(
+            __import__("novakit.compute.schemas", fromlist=["x"]).ServerCreate,
+            {"name": "short-lived", "flavor": "m1.small", "image": "tiny"},
+        ),
+    )
     builder = threading.Thread(target=cloud.api.conductor.build_instances, args=(ctx, uuids))
     builder.start()
     time.sleep(0.8)  # the guest is spawning on its host now

@@ -9,7 +9,9 @@ from novakit.context import RequestContext
 from tests.functional.cloud import Cloud, boot
 
 
-def test_other_projects_servers_look_not_found(cloud: Cloud, ctx: RequestContext, other_ctx: RequestContext) -> None:
+def test_other_projects_servers_look_not_found(
+    cloud: Cloud, ctx: RequestContext, other_ctx: RequestContext
+) -> None:
     mine = boot(cloud, ctx, "mine")
     theirs = boot(cloud, other_ctx, "theirs")
     assert [s["name"] for s in cloud.api.list(ctx)] == ["mine"]

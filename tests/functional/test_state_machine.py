@@ -16,12 +16,20 @@ from novakit import exceptions
 from novakit.compute.states import ACTIONS, PowerState, VmState
 from novakit.db import api as db_api
 from novakit.db.models import InstanceAction
-
 from tests.functional.cloud import Cloud, boot
 
 ANY = "any"
-ALLOW_REBOOT = {None, "rebooting", "reboot_pending", "reboot_started", "resuming", "rebooting_hard",
-                "unpausing", "pausing", "suspending"}
+ALLOW_REBOOT = {
+    None,
+    "rebooting",
+    "reboot_pending",
+    "reboot_started",
+    "resuming",
+    "rebooting_hard",
+    "unpausing",
+    "pausing",
+    "suspending",
+}
 NOVA = {
     # action: (vm_states it may start from, task_states it may start from, vm_state it ends in)
     "delete": (ANY, ANY, "deleted"),
@@ -50,7 +58,9 @@ def test_table_is_novas() -> None:
     for action, (vm_states, task_states, _end) in NOVA.items():
         for vm in VM_STATES:
             for task in [None, *sorted(ALLOW_REBOOT - {None}), "powering-off", "deleting", "spawning"]:
-                expected = (vm_states == ANY or vm in vm_states) and (task_states == ANY or task in task_states)
+                expected = (vm_states == ANY or vm in vm_states) and (
+                    task_states == ANY or task in task_states
+                )
                 assert ACTIONS[action].allows(vm, task) == expected, (action, vm, task)
 
 
@@ -88,8 +98,16 @@ def _row(cloud: Cloud, uuid: str) -> tuple[Any, ...]:
         actions = session.execute(
             select(func.count()).select_from(InstanceAction).where(InstanceAction.instance_uuid == uuid)
         ).scalar_one()
-        return (inst.vm_state, inst.task_state, inst.power_state, inst.display_name, inst.locked,
-                inst.image_ref, inst.deleted, actions)
+        return (
+            inst.vm_state,
+            inst.task_state,
+            inst.power_state,
+            inst.display_name,
+            inst.locked,
+            inst.image_ref,
+            inst.deleted,
+            actions,
+        )
 
 
 @pytest.mark.parametrize("action", sorted(NOVA))
@@ -119,9 +137,15 @@ def test_every_transition(cloud: Cloud, ctx: Any, action: str) -> None:
             want_vm = end or vm
             if action == "rebuild" and vm == "stopped":
                 want_vm = "stopped"  # Nova keeps a stopped server stopped after a rebuild
-            if view["vm_state"] != want_vm or (view["task_state"] is not None and action != "lock"
-                                                and action != "unlock" and action != "rename"):
-                wrong.append((vm, task, f"ended in {view['vm_state']}/{view['task_state']}, want {want_vm}/None"))
+            if view["vm_state"] != want_vm or (
+                view["task_state"] is not None
+                and action != "lock"
+                and action != "unlock"
+                and action != "rename"
+            ):
+                wrong.append(
+                    (vm, task, f"ended in {view['vm_state']}/{view['task_state']}, want {want_vm}/None")
+                )
             if action in END_POWER and view["power_state"] != END_POWER[action]:
                 wrong.append((vm, task, f"power state {view['power_state']}"))
             if end is None and view["task_state"] != task:

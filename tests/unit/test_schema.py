@@ -33,4 +33,7 @@ def test_a_new_sqlite_file_is_upgraded_on_first_use(tmp_path: Path) -> None:
 def test_head_is_read_without_alembic_and_agrees_with_it() -> None:
     from alembic.script import ScriptDirectory
 
-    assert migration.head_revision() == ScriptDirectory.from_config(migration.alembic_config()).get_current_head()
+    assert (
+        migration.head_revision()
+        == ScriptDirectory.from_config(migration.alembic_config()).get_current_head()
+    )

@@ -14,9 +14,7 @@ target_metadata = Base.metadata
 def run() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
-        context.configure(
-            connection=connection, target_metadata=target_metadata, render_as_batch=True
-        )
+        context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
         with context.begin_transaction():
             context.run_migrations()
         return

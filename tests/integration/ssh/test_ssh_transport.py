@@ -37,8 +37,8 @@ def _guests(state_dir: Path, host: str) -> dict[str, int]:
     return {u: g["power_state"] for u, g in json.loads(path.read_text())["instances"].items()}
 
 
-def test_build_and_every_action_over_ssh(db: Database, tmp_path: Path, sshd: Sshd, ctx: RequestContext) -> None:
-    cloud = make_cloud(db, tmp_path)
+def test_build_and_every_action_over_ssh(sqlite_db: Database, tmp_path: Path, sshd: Sshd, ctx: RequestContext) -> None:
+    cloud = make_cloud(sqlite_db, tmp_path)
     info = _ssh_info(cloud, sshd)
     _register_over_ssh(cloud, "ssh-1", info)
     for host in HOSTS:  # only the SSH host may take the build
@@ -70,9 +70,10 @@ def test_build_and_every_action_over_ssh(db: Database, tmp_path: Path, sshd: Ssh
 
 
 def test_an_unreachable_ssh_host_is_rescheduled_and_named_in_the_fault(
-    db: Database, tmp_path: Path, sshd: Sshd, closed_port: int, ctx: RequestContext
+    sqlite_db: Database, tmp_path: Path, sshd: Sshd, closed_port: int, ctx: RequestContext
 ) -> None:
-    cloud = make_cloud(db, tmp_path)
+    # The transport is what is under test, not the database: SQLite only, to keep SSH round trips few.
+    cloud = make_cloud(sqlite_db, tmp_path)
     info = _ssh_info(cloud, sshd)
     resources = get_transport("ssh-dead", info).call(
         ComputeRequest(request_id="req-register", host="ssh-dead", operation="get_available_resource")).resources

@@ -1,0 +1,99 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""The controller step of playbooks/heal.yml: make the database agree with the hypervisors."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: heal
+short_description: Correct the database from what the compute hosts actually run
+description:
+  - Runs on the controller after the C(compute) module has listed each host's guests
+    (O(guests)). Power states are corrected as Nova's power-state sync does (a guest found off
+    while its server is active is recorded C(stopped), with a C(stop) action); a server whose
+    guest vanished goes to C(error) with a fault; builds stuck in C(building) past
+    C(compute.build_timeout) go to C(error) and free their claim; allocations held by no live
+    server are removed; guests no server owns are reported (and destroyed with O(destroy_orphans)).
+  - A host without an answer in O(guests) is reported as unreachable and its servers are left alone.
+version_added: 0.1.0
+author: novakit developers
+extends_documentation_fragment: [novakit.cloud.common]
+options:
+  guests:
+    description:
+      - What the C(compute) module returned on each host for C(operation=list_instances), by host
+        name. A missing or failed answer counts as unreachable.
+    type: dict
+    required: true
+  asked_at:
+    description:
+      - When the hosts were asked (ISO 8601, UTC). Servers whose records changed later are skipped,
+        because their guest list is older than their record.
+    type: str
+  hosts:
+    description: Only these hosts (default every host in O(guests)).
+    type: list
+    elements: str
+  dry_run:
+    description: Report what would be corrected and change nothing.
+    type: bool
+    default: false
+  destroy_orphans:
+    description: Destroy guests that no live server on their host owns.
+    type: bool
+    default: false
+"""
+
+EXAMPLES = r"""
+- name: Record the heal
+  novakit.cloud.heal:
+    guests: "{{ dict(groups['novakit_compute'] | zip(groups['novakit_compute'] | map('extract', hostvars)
+               | map(attribute='novakit_guests', default={}))) }}"
+    asked_at: "{{ novakit_heal_asked_at }}"
+"""
+
+RETURN = r"""
+report:
+  description: Every correction (kind, instance, host, before, after, detail, applied, error) and the hosts compared.
+  returned: always
+  type: dict
+"""
+
+from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+
+
+class HealModule(NovakitModule):
+    argument_spec = {
+        "guests": {"type": "dict", "required": True},
+        "asked_at": {"type": "str"},
+        "hosts": {"type": "list", "elements": "str"},
+        "dry_run": {"type": "bool", "default": False},
+        "destroy_orphans": {"type": "bool", "default": False},
+    }
+    module_kwargs = {"supports_check_mode": True}
+
+    def run(self):
+        import datetime as dt
+
+        from novakit.db.engine import Database
+        from novakit.heal import heal, reports_from_compute_results
+
+        conf = self.config()
+        reports, unreachable = reports_from_compute_results(self.params["guests"])
+        asked_at = None
+        if self.params["asked_at"]:
+            asked_at = dt.datetime.fromisoformat(self.params["asked_at"]).replace(tzinfo=None)
+        report = heal(Database(conf.database_url), conf, hosts=self.params["hosts"], reports=reports,
+                      reported_at=asked_at, unreachable=unreachable, ctx=self.context(),
+                      dry_run=self.params["dry_run"] or self.check_mode,
+                      destroy_orphans=self.params["destroy_orphans"])
+        changed = any(c.applied for c in report.corrections)
+        return {"changed": changed, "report": report.model_dump(mode="json")}
+
+
+def main():
+    HealModule()()
+
+
+if __name__ == "__main__":
+    main()

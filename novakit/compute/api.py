@@ -9,6 +9,7 @@ The work itself is the conductor's.
 
 from __future__ import annotations
 
+import builtins
 import re
 import uuid as uuidlib
 from typing import Any
@@ -64,11 +65,11 @@ class API:
         with self.db.reader() as session:
             return server_view(db_api.instance_get_by_name_or_uuid(session, ctx, ref), ctx)
 
-    def list(self, ctx: RequestContext, **filters: Any) -> list[dict[str, Any]]:
+    def list(self, ctx: RequestContext, **filters: Any) -> builtins.list[dict[str, Any]]:
         with self.db.reader() as session:
             return [server_view(i, ctx) for i in db_api.instance_get_all(session, ctx, **filters)]
 
-    def list_actions(self, ctx: RequestContext, ref: str) -> list[dict[str, Any]]:
+    def list_actions(self, ctx: RequestContext, ref: str) -> builtins.list[dict[str, Any]]:
         """The instance's actions with their events (Nova's os-instance-actions)."""
         with self.db.reader() as session:
             inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref, include_deleted=True)
@@ -103,7 +104,7 @@ class API:
 
     def create(
         self, ctx: RequestContext, data: dict[str, Any] | schemas.ServerCreate, *, build: bool = True
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         """Record the servers (building/scheduling) and, unless ``build`` is False, build them.
 
         With ``build=False`` the caller (the boot playbook) drives the conductor itself.
@@ -115,7 +116,7 @@ class API:
         with self.db.reader() as session:
             return [server_view(i, ctx) for i in db_api.instance_get_all(session, ctx, uuids=uuids)]
 
-    def create_records(self, ctx: RequestContext, req: schemas.ServerCreate) -> list[str]:
+    def create_records(self, ctx: RequestContext, req: schemas.ServerCreate) -> builtins.list[str]:
         from novakit import quota
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
@@ -254,10 +255,11 @@ class API:
             .scalars()
             .all()
         )
-        if zone not in set(known) | {"nova"}:
+        zones = {z for z in known if z}
+        if zone not in zones | {"nova"}:
             raise exceptions.ValidationError(
                 "availability_zone",
-                f"unknown availability zone {zone!r}; known: {', '.join(sorted(set(known))) or 'none'}",
+                f"unknown availability zone {zone!r}; known: {', '.join(sorted(zones)) or 'none'}",
             )
 
     # ------------------------------------------------------------------ actions

@@ -80,7 +80,8 @@ def build_query(req: CandidateRequest, *, for_explain: bool = False) -> tuple[st
     classes = list(dict.fromkeys([*req.resources, *STANDARD_CLASSES]))
     order_by = req.order_by if req.order_by in req.resources and not for_explain else None
     params: dict[str, Any] = {}
-    select = ["rp.id", "rp.uuid", "rp.name", "rp.generation"]
+    # Every column is named so that a caller can wrap the query as a subquery (``SELECT c.* ...``).
+    select = ["rp.id AS rp_id", "rp.uuid AS rp_uuid", "rp.name AS rp_name", "rp.generation AS rp_generation"]
     joins: list[str] = []
     where: list[str] = []
     for n, rc in enumerate(classes):
@@ -96,7 +97,7 @@ def build_query(req: CandidateRequest, *, for_explain: bool = False) -> tuple[st
                 f"{'JOIN' if requested else 'LEFT JOIN'} inventories {alias} "
                 f"ON {alias}.resource_provider_id = rp.id AND {alias}.resource_class = :{rcp}"
             )
-        select += [f"{alias}.{col}" for col in _PER_CLASS]
+        select += [f"{alias}.{col} AS {alias}_{col}" for col in _PER_CLASS]
         if requested:
             amount = f"a{n}"
             params[amount] = req.resources[rc]
@@ -130,7 +131,10 @@ def build_query(req: CandidateRequest, *, for_explain: bool = False) -> tuple[st
             "AND g.aggregate_id IN :nm)"
         )
     # explain() reads each condition as a flag instead of filtering on it.
-    (select if for_explain else where).extend(conditions)
+    if for_explain:
+        select += [f"{cond} AS flag{n}" for n, cond in enumerate(conditions)]
+    else:
+        where += conditions
     if req.exclude_hosts and not for_explain:
         params["ex"] = req.exclude_hosts
         where.append("rp.name NOT IN :ex")

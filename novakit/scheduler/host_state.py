@@ -1,8 +1,9 @@
 """What filters and weighers know about one candidate host.
 
-Loaded only for the candidates placement returned, with a few ``IN (...)``
-queries (compute node, service, instance counts, aggregates), never for the
-whole fleet. ``consume`` updates the in-memory view after the scheduler picks a
+Loaded only for the candidates placement returns, in the same statement as the
+candidate query (compute node, service, instance counts when a plugin reads
+them; aggregate metadata in a second query when a filter needs it), never for
+the whole fleet. ``consume`` updates the in-memory view after the scheduler picks a
 host for one instance of a multi-create, so that the next instance sees it
 (capacity, instance count, server-group members), as Nova's
 ``consume_from_request`` does.
@@ -19,7 +20,8 @@ from typing import Any
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session
 
-from novakit.placement.candidates import Candidate
+from novakit.placement import candidates as placement_candidates
+from novakit.placement.candidates import CandidateRequest
 
 _EMPTY_JSON = {"", "[]", "{}", "null"}
 
@@ -89,21 +91,26 @@ class HostState:
             return 0
 
 
-def _in(sql: str, name: str = "hosts") -> Any:
+def _in(sql: str, name: str) -> Any:
     return text(sql).bindparams(bindparam(name, expanding=True))
 
 
-_NODES = _in(
-    "SELECT host, hypervisor_hostname, hypervisor_type, hypervisor_version, cpu_arch, cpu_info, "
-    "cached_images, stats FROM compute_nodes WHERE deleted = 0 AND host IN :hosts"
+# What filters and weighers read about a host, joined to the candidate query ``c`` so that one round
+# trip brings the pool: compute node, service, and (only when a plugin reads them) instance counts.
+_HOST_COLUMNS = (
+    "cn.id AS cn_id, cn.hypervisor_hostname, cn.hypervisor_type, cn.hypervisor_version, cn.cpu_arch, "
+    "cn.cpu_info, cn.cached_images, cn.stats, "
+    "s.id AS s_id, s.disabled, s.disabled_reason, s.forced_down, s.last_seen_up"
 )
-_SERVICES = _in(
-    "SELECT host, disabled, disabled_reason, forced_down, last_seen_up FROM services "
-    "WHERE deleted = 0 AND \"binary\" = 'novakit-compute' AND host IN :hosts"
+_HOST_JOINS = (
+    "LEFT JOIN compute_nodes cn ON cn.host = c.rp_name AND cn.deleted = 0 "
+    "LEFT JOIN services s ON s.host = c.rp_name AND s.\"binary\" = 'novakit-compute' AND s.deleted = 0"
 )
-_COUNTS = _in(
-    "SELECT host, COUNT(*), SUM(CASE WHEN task_state IS NULL THEN 0 ELSE 1 END) FROM instances "
-    "WHERE deleted = 0 AND host IN :hosts GROUP BY host"
+# Correlated per candidate through ix_instances_host_deleted: the pool is small, the fleet is not.
+_COUNT_COLUMNS = (
+    ", (SELECT COUNT(*) FROM instances i WHERE i.host = c.rp_name AND i.deleted = 0) AS n_instances"
+    ", (SELECT COUNT(*) FROM instances i WHERE i.host = c.rp_name AND i.deleted = 0 "
+    "AND i.task_state IS NOT NULL) AS n_io_ops"
 )
 _AGG_METADATA = _in(
     "SELECT rpa.resource_provider_id, pa.metadata FROM resource_provider_aggregates rpa "
@@ -113,58 +120,61 @@ _AGG_METADATA = _in(
 _INSTANCE_HOSTS = _in("SELECT uuid, host FROM instances WHERE deleted = 0 AND uuid IN :uuids", "uuids")
 
 
-def load_host_states(
+def load_candidate_hosts(
     session: Session,
-    candidates: list[Candidate],
+    query: CandidateRequest,
     *,
     with_instances: bool = True,
     with_aggregates: bool = False,
     group_hosts: Counter[str] | None = None,
-) -> list[HostState]:
-    """HostStates for exactly the candidates; extra queries only for what enabled plugins read."""
-    states = {
-        c.name: HostState(
-            host=c.name,
-            nodename=c.name,
-            provider_uuid=c.uuid,
-            provider_id=c.provider_id,
-            capacity=c.capacity,
-            used=dict(c.used),
-            max_unit=c.max_unit,
+) -> tuple[list[HostState], int]:
+    """HostStates for the candidates of ``query`` and how many candidate rows the query returned.
+
+    One statement: placement's candidate query as a subquery, joined to what the
+    enabled filters and weighers read. JSON columns are decoded only when not empty.
+    """
+    sql, params, classes = placement_candidates.build_query(query)
+    width = 4 + placement_candidates.WIDTH * len(classes)
+    full = f"SELECT c.*, {_HOST_COLUMNS}{_COUNT_COLUMNS if with_instances else ''} FROM ({sql}) c {_HOST_JOINS}"
+    states: dict[int, HostState] = {}
+    rows = 0
+    for row in session.execute(placement_candidates.statement(full, params), params):
+        rows += 1
+        cand = placement_candidates.candidate_from_row(row, classes)
+        if cand.provider_id in states:
+            continue  # a second compute node row for one host: the first one stands
+        (cn_id, nodename, hv_type, hv_ver, arch, cpu_info, cached, stats, s_id, disabled, reason, forced_down,
+         last_seen) = row[width : width + 13]  # fmt: skip
+        st = HostState(
+            host=cand.name,
+            nodename=nodename or cand.name,
+            provider_uuid=cand.uuid,
+            provider_id=cand.provider_id,
+            capacity=cand.capacity,
+            used=cand.used,
+            max_unit=cand.max_unit,
         )
-        for c in candidates
-    }
-    if not states:
-        return []
-    hosts = list(states)
-    for host, hhost, hv_type, hv_ver, arch, cpu_info, cached, stats in session.execute(
-        _NODES, {"hosts": hosts}
-    ):
-        st = states[host]
-        st.nodename, st.hypervisor_type, st.hypervisor_version, st.cpu_arch = hhost, hv_type, hv_ver, arch
-        st.cpu_info = _json(cpu_info, {})
-        st.cached_images = frozenset(_json(cached, []))
-        st.stats = _json(stats, {})
-        st.has_compute_node = True
-    for host, disabled, reason, forced_down, last_seen in session.execute(_SERVICES, {"hosts": hosts}):
-        st = states[host]
-        st.has_service, st.service_disabled, st.disabled_reason = True, bool(disabled), reason
-        if isinstance(last_seen, str):  # SQLite returns raw text through text() queries
-            last_seen = dt.datetime.fromisoformat(last_seen)
-        st.forced_down, st.last_seen_up = bool(forced_down), last_seen
-    if with_instances:
-        for host, count, io_ops in session.execute(_COUNTS, {"hosts": hosts}):
-            states[host].num_instances, states[host].num_io_ops = int(count), int(io_ops or 0)
-    if with_aggregates:
-        by_id = {st.provider_id: st for st in states.values()}
-        for rp_id, metadata in session.execute(_AGG_METADATA, {"ids": list(by_id)}):
+        if cn_id is not None:
+            st.hypervisor_type, st.hypervisor_version, st.cpu_arch = hv_type, hv_ver, arch
+            st.cpu_info = _json(cpu_info, {})
+            st.cached_images = frozenset(_json(cached, []))
+            st.stats = _json(stats, {})
+            st.has_compute_node = True
+        if s_id is not None:
+            st.has_service, st.service_disabled, st.disabled_reason = True, bool(disabled), reason
+            if isinstance(last_seen, str):  # SQLite returns raw text through text() queries
+                last_seen = dt.datetime.fromisoformat(last_seen)
+            st.forced_down, st.last_seen_up = bool(forced_down), last_seen
+        if with_instances:
+            st.num_instances, st.num_io_ops = int(row[width + 13]), int(row[width + 14] or 0)
+        if group_hosts:
+            st.group_members = group_hosts.get(cand.name, 0)
+        states[cand.provider_id] = st
+    if with_aggregates and states:
+        for rp_id, metadata in session.execute(_AGG_METADATA, {"ids": list(states)}):
             for key, value in _json(metadata, {}).items():
-                by_id[rp_id].aggregate_metadata.setdefault(key, set()).add(str(value))
-    if group_hosts:
-        for host, count in group_hosts.items():
-            if host in states:
-                states[host].group_members = count
-    return list(states.values())
+                states[rp_id].aggregate_metadata.setdefault(key, set()).add(str(value))
+    return list(states.values()), rows
 
 
 def instance_hosts(session: Session, uuids: list[str]) -> dict[str, str | None]:

@@ -65,8 +65,6 @@ class ServerInfoModule(NovakitModule):
     module_kwargs = {"supports_check_mode": True}
 
     def run(self):
-        from novakit.context import RequestContext
-
         api, ctx, p = self.api(), self.context(), self.params
         if ctx.is_admin and not p["all_projects"] and not p["server"]:
             # An admin sees every project; without all_projects, show its own like anyone else.
@@ -80,7 +78,6 @@ class ServerInfoModule(NovakitModule):
         if p["with_actions"]:
             for s in servers:
                 s["actions"] = api.list_actions(ctx, s["id"])
-        del RequestContext
         return {"changed": False, "servers": servers}
 
 

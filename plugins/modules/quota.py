@@ -1,0 +1,95 @@
+#!/usr/bin/python
+"""Project quotas, declaratively."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: quota
+short_description: Set a project's novakit quotas
+description:
+  - Sets a project's hard limits for instances, cores and RAM (MB); V(-1) means unlimited.
+    Options left out keep their current limit. Limits not set for a project come from the
+    configuration (C([quota]) section).
+  - Usage is counted from the resources servers hold (as Nova counts from placement), so a lower
+    limit never removes servers: it refuses new ones.
+  - Setting quotas needs the C(admin) role.
+version_added: 0.1.0
+author: novakit developers
+extends_documentation_fragment: [novakit.cloud.common]
+options:
+  name:
+    description: The project whose limits to set (default the caller's project).
+    type: str
+  instances:
+    description: Most servers the project may have.
+    type: int
+  cores:
+    description: Most vCPUs the project's servers may hold.
+    type: int
+  ram:
+    description: Most RAM (MB) the project's servers may hold.
+    type: int
+"""
+
+EXAMPLES = r"""
+- name: Team A may run 20 servers with 40 vCPUs and 80 GB of RAM
+  novakit.cloud.quota:
+    name: team-a
+    instances: 20
+    cores: 40
+    ram: 81920
+"""
+
+RETURN = r"""
+quota:
+  description: For each resource, its C(limit) and what is C(in_use).
+  returned: always
+  type: dict
+  sample: {instances: {limit: 20, in_use: 3}, cores: {limit: 40, in_use: 3}, ram: {limit: 81920, in_use: 6144}}
+"""
+
+from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+
+RESOURCES = ("instances", "cores", "ram")
+
+
+class QuotaModule(NovakitModule):
+    argument_spec = {
+        "name": {"type": "str"},
+        "instances": {"type": "int"},
+        "cores": {"type": "int"},
+        "ram": {"type": "int"},
+    }
+    module_kwargs = {"supports_check_mode": True}
+
+    def run(self):
+        from novakit import exceptions, quota
+
+        db, conf, ctx = self.database(), self.config(), self.context()
+        project = self.params["name"] or ctx.project_id
+        if not ctx.is_admin:
+            raise exceptions.PolicyNotAuthorized(action="quota update")
+        for resource in RESOURCES:
+            value = self.params[resource]
+            if value is not None and value < -1:
+                self.fail(f"{resource} must be -1 (unlimited) or at least 0, got {value}")
+        usage = quota.get_quota_usage(db, conf, project)
+        before = {r: usage[r]["limit"] for r in RESOURCES}
+        after = {r: before[r] if self.params[r] is None else self.params[r] for r in RESOURCES}
+        changed = before != after
+        if changed and not self.check_mode:
+            for resource in RESOURCES:
+                if after[resource] != before[resource]:
+                    quota.set_quota(db, project, resource, after[resource])
+            usage = quota.get_quota_usage(db, conf, project)
+        elif changed:
+            usage = {r: {"limit": after[r], "in_use": usage[r]["in_use"]} for r in RESOURCES}
+        return self.with_diff({"changed": changed, "project": project, "quota": usage}, before, after)
+
+
+def main():
+    QuotaModule()()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+#!/usr/bin/python
+"""Server groups, declaratively."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: server_group
+short_description: Create or delete a novakit server group
+description:
+  - Makes sure a server group with a placement policy exists in the caller's project
+    (O(state=present)) or does not (O(state=absent)). Servers join it at boot
+    (C(server_group) of M(novakit.cloud.server) or of the boot playbook).
+  - V(affinity) puts members on one host, V(anti-affinity) on different hosts (at most
+    C(max_server_per_host) per host, default 1); the soft policies prefer that through the
+    weighers but do not insist.
+  - A group's policy and rules cannot change once it exists (as in Nova); other values for an
+    existing name are an error that says so.
+version_added: 0.1.0
+author: novakit developers
+extends_documentation_fragment: [novakit.cloud.common]
+options:
+  name:
+    description: Group name, unique in the project (or the group's uuid).
+    type: str
+    required: true
+  state:
+    description: Whether the group should exist.
+    type: str
+    choices: [present, absent]
+    default: present
+  policy:
+    description: Placement policy; required to create the group.
+    type: str
+    choices: [affinity, anti-affinity, soft-affinity, soft-anti-affinity]
+  rules:
+    description: Policy rules; V(anti-affinity) accepts C(max_server_per_host) (a positive integer).
+    type: dict
+    default: {}
+"""
+
+EXAMPLES = r"""
+- name: Spread the database servers, at most two per host
+  novakit.cloud.server_group:
+    name: db
+    policy: anti-affinity
+    rules:
+      max_server_per_host: 2
+"""
+
+RETURN = r"""
+server_group:
+  description: The group (id, name, policy, rules, members).
+  returned: when it exists
+  type: dict
+"""
+
+from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+
+
+class ServerGroupModule(NovakitModule):
+    argument_spec = {
+        "name": {"type": "str", "required": True},
+        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "policy": {"type": "str", "choices": ["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"]},
+        "rules": {"type": "dict", "default": {}},
+    }
+    module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["policy"])]}
+
+    def run(self):
+        from novakit.compute import server_groups
+
+        db, ctx, p = self.database(), self.context(), self.params
+        group = server_groups.find(db, ctx, p["name"])
+        if p["state"] == "absent":
+            if group and not self.check_mode:
+                server_groups.delete_group(db, ctx, group["id"])
+            return self.with_diff({"changed": group is not None}, group, None)
+        rules = server_groups.validate(p["policy"], p["rules"])
+        if group:
+            if (group["policy"], group["rules"]) != (p["policy"], rules):
+                self.fail(f"server group {p['name']} exists with policy {group['policy']} and rules "
+                          f"{group['rules']}; a group's policy cannot change: delete it or use another name")
+            return {"changed": False, "server_group": group}
+        wanted = {"name": p["name"], "policy": p["policy"], "rules": rules}
+        if not self.check_mode:
+            wanted = server_groups.create(db, ctx, p["name"], p["policy"], rules)
+        return self.with_diff({"changed": True, "server_group": wanted}, None, wanted)
+
+
+def main():
+    ServerGroupModule()()
+
+
+if __name__ == "__main__":
+    main()

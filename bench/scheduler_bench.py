@@ -116,7 +116,7 @@ def pct(values: list[float], q: float) -> float:
 
 def _claimer(url: str, seconds: float, start: Any, results: Any) -> None:
     db = Database(url, auto_upgrade=False)
-    conf = load_config(db_url=url, quota={"instances": -1, "cores": -1, "ram": -1})
+    conf = load_config(db_url=url, quota={"instances": -1, "cores": -1, "ram": -1}, compute={"service_down_time": 86400})
     scheduler = SchedulerManager(db, conf)
     one = spec()
     scheduler.select_destinations(one, [str(uuidlib.uuid4())], dry_run=True)  # warm caches
@@ -148,7 +148,7 @@ def claims_per_second(url: str, seconds: float, processes: int = 8) -> float:
 
 def bench_one(backend: str, url: str, size: int, runs: int, claim_seconds: float) -> dict[str, Any]:
     db = Database(url, auto_upgrade=False)
-    conf = load_config(db_url=url, quota={"instances": -1, "cores": -1, "ram": -1})
+    conf = load_config(db_url=url, quota={"instances": -1, "cores": -1, "ram": -1}, compute={"service_down_time": 86400})
     scheduler = SchedulerManager(db, conf)
     scheduler.select_destinations(spec(), ["warm-up"], dry_run=True)
     decide = timed(lambda: scheduler.select_destinations(spec(), [str(uuidlib.uuid4())], dry_run=True), runs)

@@ -215,11 +215,11 @@ def host_add(
 
     opts: dict[str, Any] = {}
     for item in option or []:
-        key, _, value = item.partition("=")
-        opts[key] = value
-    for key, value in (("uri", uri), ("vcpus", vcpus), ("memory_mb", memory_mb), ("local_gb", disk_gb)):
-        if value is not None:
-            opts[key] = value
+        key, _, text_value = item.partition("=")
+        opts[key] = text_value
+    given: dict[str, str | int | None] = {
+        "uri": uri, "vcpus": vcpus, "memory_mb": memory_mb, "local_gb": disk_gb}
+    opts.update({k: v for k, v in given.items() if v is not None})
     if driver == "fake" and "state_dir" not in opts and not os.environ.get("NOVAKIT_FAKE_STATE_DIR"):
         # Where the compute module keeps fake hosts too, so a playbook and the CLI see the same guests.
         opts["state_dir"] = str(_conf().state_dir / "fake")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -93,10 +93,15 @@ class Conductor:
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
         with self.db.reader() as session:
-            rows = {r.instance_uuid: r for r in session.execute(
-                select(RequestSpec).where(RequestSpec.instance_uuid.in_(instance_uuids))
-            ).scalars()}
-            live = {i.uuid for i in db_api.instance_get_all(session, RequestContext.admin(), uuids=instance_uuids)}
+            rows = {
+                r.instance_uuid: r
+                for r in session.execute(
+                    select(RequestSpec).where(RequestSpec.instance_uuid.in_(instance_uuids))
+                ).scalars()
+            }
+            live = {
+                i.uuid for i in db_api.instance_get_all(session, RequestContext.admin(), uuids=instance_uuids)
+            }
         uuids = [u for u in instance_uuids if u in live and u in rows]
         if not uuids:
             return []
@@ -115,13 +120,20 @@ class Conductor:
         unplaced = [uuid for uuid, choices in zip(uuids, selections, strict=True) if not choices]
         if unplaced:
             # min_count was met but not every instance fitted: those go to error.
-            self._fail_unscheduled(ctx, unplaced, exceptions.NoValidHost(
-                reason=f"{len(unplaced)} of {len(uuids)} instances did not fit (min_count was met)"))
+            self._fail_unscheduled(
+                ctx,
+                unplaced,
+                exceptions.NoValidHost(
+                    reason=f"{len(unplaced)} of {len(uuids)} instances did not fit (min_count was met)"
+                ),
+            )
         for uuid, choices in zip(uuids, selections, strict=True):
             if not choices:
                 continue
             chosen, alternates = choices[0], choices[1:]
-            spec_ = self._claimed(ctx, uuid, chosen.host, chosen.nodename, [a.model_dump() for a in alternates])
+            spec_ = self._claimed(
+                ctx, uuid, chosen.host, chosen.nodename, [a.model_dump() for a in alternates]
+            )
             if spec_ is not None:
                 by_host[chosen.host].append(spec_)
         return [
@@ -156,8 +168,13 @@ class Conductor:
 
     def _fail_unscheduled(self, ctx: RequestContext, uuids: list[str], exc: exceptions.NoValidHost) -> None:
         fault = fault_from_exception(exc)
-        event = Event(event=SCHEDULE_EVENT, start_time=utcnow(), finish_time=utcnow(), result="Error",
-                      details=fault.message)
+        event = Event(
+            event=SCHEDULE_EVENT,
+            start_time=utcnow(),
+            finish_time=utcnow(),
+            result="Error",
+            details=fault.message,
+        )
         for uuid in uuids:
             self._set_error(ctx, uuid, fault, [event], expected=[TaskState.SCHEDULING])
 
@@ -165,15 +182,16 @@ class Conductor:
         self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
     ) -> list[ComputeRequest]:
         """Record a host's answer; returns what must be sent next (reschedules, clean-ups)."""
-        if result.resources is not None:
-            self._update_host_cache(request.host, result.resources.cached_images)
         by_uuid = {r.uuid: r for r in result.results}
         follow_up: dict[tuple[str, str], list[InstanceSpec]] = defaultdict(list)
         for spec in request.instances:
             res = by_uuid.get(spec.uuid) or InstanceResult(
-                uuid=spec.uuid, ok=False, fault=result.error or fault_from_exception(
+                uuid=spec.uuid,
+                ok=False,
+                fault=result.error
+                or fault_from_exception(
                     exceptions.ComputeError(reason=f"host {request.host} returned no result"), request.host
-                )
+                ),
             )
             if res.ok:
                 if not self._build_succeeded(ctx, request.host, res):
@@ -182,19 +200,24 @@ class Conductor:
                 nxt = self._build_failed(ctx, request.host, spec, res)
                 if nxt is not None:
                     follow_up[(nxt[0], "build")].append(nxt[1])
-        self._count_build(request.host, by_uuid.values())
+        self._host_reported(request.host, result, builds=list(by_uuid.values()))
         return [
             ComputeRequest(request_id=ctx.request_id, host=host, operation=op, instances=specs)  # type: ignore[arg-type]
             for (host, op), specs in follow_up.items()
         ]
 
-    def record_unreachable(self, ctx: RequestContext, request: ComputeRequest, reason: str) -> list[ComputeRequest]:
+    def record_unreachable(
+        self, ctx: RequestContext, request: ComputeRequest, reason: str
+    ) -> list[ComputeRequest]:
         """Ansible could not reach ``request.host``: its builds fail there and are rescheduled."""
         exc = exceptions.HypervisorUnavailable(host=request.host, reason=reason)
         fault = fault_from_exception(exc, request.host)
         fault.reschedule = True
         result = ComputeResult(
-            request_id=request.request_id, host=request.host, operation=request.operation, error=fault,
+            request_id=request.request_id,
+            host=request.host,
+            operation=request.operation,
+            error=fault,
             results=[InstanceResult(uuid=i.uuid, ok=False, fault=fault) for i in request.instances],
         )
         if request.operation == "build":
@@ -213,21 +236,28 @@ class Conductor:
             "host": host,
         }
 
-        def write(session: Session) -> None:
+        def write(session: Session) -> tuple[str, str | None]:
             old = db_api.instance_get(session, ctx_admin(ctx), res.uuid)
             old_state = (old.vm_state, old.task_state)
-            db_api.instance_update(session, res.uuid, values, expected_task_state=BUILD_TASK_STATES,
-                                   expected_vm_state=[VmState.BUILDING])
+            db_api.instance_update(
+                session,
+                res.uuid,
+                values,
+                expected_task_state=BUILD_TASK_STATES,
+                expected_vm_state=[VmState.BUILDING],
+            )
             actions.record_host_events(session, ctx, res.uuid, res.events)
             actions.action_finish(session, ctx, res.uuid, "create")
-            self.notifier.state_update(res.uuid, old_state, (VmState.ACTIVE.value, None), host=host)
+            return old_state
 
         try:
-            self.db.run_in_transaction(write)
+            old_state = self.db.run_in_transaction(write)
         except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
             LOG.info("instance %s was deleted while it built on %s; removing its guest", res.uuid, host)
             self._release(res.uuid)
             return False
+        # Notifications go out once the change is committed, never from inside a retried transaction.
+        self.notifier.state_update(res.uuid, old_state, (VmState.ACTIVE.value, None), host=host)
         self.notifier.emit("instance.create.end", res.uuid, host=host, timings=res.timings)
         return True
 
@@ -240,7 +270,9 @@ class Conductor:
         fault = res.fault or fault_from_exception(exceptions.ComputeError(reason="build failed"), host)
         placement.remove_allocations(self.db, spec.uuid)
         with self.db.reader() as session:
-            rs = session.execute(select(RequestSpec).where(RequestSpec.instance_uuid == spec.uuid)).scalar_one_or_none()
+            rs = session.execute(
+                select(RequestSpec).where(RequestSpec.instance_uuid == spec.uuid)
+            ).scalar_one_or_none()
             alternates = list(rs.alternates or []) if rs else []
             tried = list(rs.tried_hosts or []) if rs else [host]
         if fault.reschedule:
@@ -248,7 +280,12 @@ class Conductor:
                 alt = alternates.pop(0)
                 tried.append(alt["host"])
                 if not placement.claim_resources(
-                    self.db, spec.uuid, alt["provider_uuid"], alt["allocations"], spec.project_id, spec.user_id
+                    self.db,
+                    spec.uuid,
+                    alt["provider_uuid"],
+                    alt["allocations"],
+                    spec.project_id,
+                    spec.user_id,
                 ):
                     continue
                 if self._rescheduled(ctx, spec.uuid, res, alt, alternates, tried):
@@ -260,14 +297,25 @@ class Conductor:
         return None
 
     def _rescheduled(
-        self, ctx: RequestContext, uuid: str, res: InstanceResult, alt: dict[str, Any],
-        alternates: list[dict[str, Any]], tried: list[str],
+        self,
+        ctx: RequestContext,
+        uuid: str,
+        res: InstanceResult,
+        alt: dict[str, Any],
+        alternates: list[dict[str, Any]],
+        tried: list[str],
     ) -> bool:
         def write(session: Session) -> None:
             db_api.instance_update(
-                session, uuid, {"host": alt["host"], "node": alt.get("nodename", alt["host"]),
-                                "task_state": TaskState.SCHEDULING},
-                expected_task_state=BUILD_TASK_STATES, expected_vm_state=[VmState.BUILDING],
+                session,
+                uuid,
+                {
+                    "host": alt["host"],
+                    "node": alt.get("nodename", alt["host"]),
+                    "task_state": TaskState.SCHEDULING,
+                },
+                expected_task_state=BUILD_TASK_STATES,
+                expected_vm_state=[VmState.BUILDING],
             )
             actions.record_host_events(session, ctx, uuid, res.events)
             if res.fault is not None:
@@ -290,7 +338,9 @@ class Conductor:
 
         def write(session: Session) -> None:
             db_api.instance_update(
-                session, uuid, {"vm_state": VmState.ERROR, "task_state": None},
+                session,
+                uuid,
+                {"vm_state": VmState.ERROR, "task_state": None},
                 expected_task_state=expected,
             )
             actions.record_host_events(session, ctx, uuid, events)
@@ -309,32 +359,45 @@ class Conductor:
 
         placement.remove_allocations(self.db, uuid)
 
-    def _update_host_cache(self, host: str, cached: list[str]) -> None:
-        def write(session: Session) -> None:
-            node = session.execute(
-                select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
-            ).scalar_one_or_none()
-            if node is not None and sorted(node.cached_images or []) != sorted(cached):
-                node.cached_images = sorted(cached)
+    def _host_reported(
+        self, host: str, result: ComputeResult, builds: list[InstanceResult] | None = None
+    ) -> None:
+        """What a host's answer tells about the host, in one transaction.
 
-        self.db.run_in_transaction(write)
-
-    def _count_build(self, host: str, results: Iterable[InstanceResult]) -> None:
-        """Nova's BuildFailureWeigher input: failures since the last success."""
-        results = list(results)
-        if not results:
+        An answer without a host-level error is a heartbeat (as a Nova service's
+        report); a build answer also refreshes the host's image cache list
+        (ImageLocalityWeigher) and its count of failed builds since the last
+        success (BuildFailureWeigher).
+        """
+        if result.error is not None and not builds:
             return
-        failed = sum(1 for r in results if not r.ok)
 
         def write(session: Session) -> None:
+            from novakit.db.models import Service
+
+            if result.error is None:
+                svc = session.execute(
+                    select(Service).where(Service.host == host, Service.deleted == 0)
+                ).scalar_one_or_none()
+                if svc is not None:
+                    svc.last_seen_up = utcnow()
+                    svc.report_count = (svc.report_count or 0) + 1
             node = session.execute(
                 select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
             ).scalar_one_or_none()
             if node is None:
                 return
-            stats = dict(node.stats or {})
-            stats["failed_builds"] = 0 if failed < len(results) else int(stats.get("failed_builds", 0)) + failed
-            node.stats = stats
+            if result.resources is not None and sorted(node.cached_images or []) != sorted(
+                result.resources.cached_images
+            ):
+                node.cached_images = sorted(result.resources.cached_images)
+            if builds:
+                failed = sum(1 for r in builds if not r.ok)
+                stats = dict(node.stats or {})
+                previous = int(stats.get("failed_builds", 0))
+                stats["failed_builds"] = 0 if failed < len(builds) else previous + failed
+                if stats != (node.stats or {}):
+                    node.stats = stats
 
         self.db.run_in_transaction(write)
 
@@ -390,11 +453,19 @@ class Conductor:
         opts.pop("image", None)
         if action == "reboot_hard":
             opts["reboot_type"] = "HARD"
-        return ComputeRequest(request_id=ctx.request_id, host=inst.host, operation=op,  # type: ignore[arg-type]
-                              instances=[spec], options=opts)
+        return ComputeRequest(
+            request_id=ctx.request_id,
+            host=inst.host,
+            operation=op,  # type: ignore[arg-type]
+            instances=[spec],
+            options=opts,
+        )
 
-    def record_action_result(self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult) -> None:
+    def record_action_result(
+        self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
+    ) -> None:
         action = _action_name(request)
+        self._host_reported(request.host, result)
         for spec in request.instances:
             res = next((r for r in result.results if r.uuid == spec.uuid), None)
             if res is None:
@@ -411,7 +482,9 @@ class Conductor:
         ok = res is None or res.ok
         expected = [s for s in t.passes]
 
-        def write(session: Session) -> None:
+        StateChange = tuple[tuple[str, str | None], tuple[str, str | None]]
+
+        def write(session: Session) -> StateChange:
             inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
             old_state = (inst.vm_state, inst.task_state)
             if res is not None:
@@ -448,14 +521,17 @@ class Conductor:
                     actions.record_fault(session, uuid, res.fault)
                 new_state = (str(values.get("vm_state", inst.vm_state)), None)
             actions.action_finish(session, ctx, uuid, action if action != "reboot_hard" else "reboot")
-            self.notifier.state_update(uuid, old_state, new_state, host=host)
+            return old_state, new_state
 
-        self.db.run_in_transaction(write)
+        old_state, new_state = self.db.run_in_transaction(write)
+        self.notifier.state_update(uuid, old_state, new_state, host=host)
         if action == "delete" and ok:
             placement.remove_allocations(self.db, uuid)
         self.notifier.emit(f"instance.{_notify_name(action)}.{'end' if ok else 'error'}", uuid, host=host)
 
-    def run_action(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any] | None = None) -> None:
+    def run_action(
+        self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any] | None = None
+    ) -> None:
         """Direct mode: the whole round trip of an action the API has started."""
         self.notifier.emit(f"instance.{_notify_name(action)}.start", uuid)
         request = self.prepare_action(ctx, uuid, action, options)

@@ -95,9 +95,20 @@ def allowed_instances(
     wanted: int,
     *,
     exclude_consumers: Iterable[str] = (),
+    lock: bool = False,
 ) -> tuple[int, exceptions.OverQuota | None]:
-    """How many of ``wanted`` instances (each ``per_instance``) fit the quota, and the error if not all do."""
+    """How many of ``wanted`` instances (each ``per_instance``) fit the quota, and the error if not all do.
+
+    ``lock``: take the project lock (``lock_project``) before counting, as the recheck in the
+    claim transaction must. When no finite limit applies to what is asked for, nothing can be
+    exceeded: neither the count (which grows with the project's allocations) nor the lock (which
+    would serialise all of the project's claims) is taken.
+    """
     limits = get_limits(session, conf, project_id)
+    if all(limits[name] == UNLIMITED or not per_instance.get(name, 0) for name in RESOURCES):
+        return wanted, None
+    if lock:
+        lock_project(session, project_id)
     used = count_usage(session, project_id, exclude_consumers)
     allowed = wanted
     error = None

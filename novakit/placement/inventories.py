@@ -207,9 +207,9 @@ def set_inventory(
                 session.execute(
                     text(
                         "INSERT INTO inventories (resource_provider_id, resource_class, total, reserved, "
-                        "min_unit, max_unit, step_size, allocation_ratio, used, free, created_at) VALUES (:id, "
-                        ":rc, :total, :reserved, :min_unit, :max_unit, :step_size, :allocation_ratio, :used, "
-                        ":capacity - :used, :now)"
+                        "min_unit, max_unit, step_size, allocation_ratio, used, free, created_at) "
+                        "VALUES (:id, :rc, :total, :reserved, :min_unit, :max_unit, :step_size, "
+                        ":allocation_ratio, :used, :capacity - :used, :now)"
                     ),
                     {**params, "used": usage.get(rc, 0)},
                 )

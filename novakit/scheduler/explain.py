@@ -20,6 +20,9 @@ class Step:
     # How many rejections were not listed (the list is capped, the counts are not).
     not_listed: int = 0
     reason_counts: Counter[str] = field(default_factory=Counter)
+    # The SQL prefilter's step: how many providers passed, while hosts_in (every provider) is not
+    # counted yet. A successful decision never needs the count, so it is taken on failure only.
+    uncounted_passed: int | None = None
 
     def reject(self, host: str, reason: str, cap: int) -> None:
         self.hosts_out += 1

@@ -26,6 +26,8 @@ duration of its claims, a few milliseconds per instance.
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -43,14 +45,22 @@ from novakit.placement import allocations as placement_allocations
 from novakit.placement import candidates as placement_candidates
 from novakit.placement import traits as placement_traits
 from novakit.placement.providers import find_provider
+from novakit.placement.write_gate import run_in_write_transaction
 from novakit.scheduler.explain import Step, summary
 from novakit.scheduler.filters import BaseFilter, build_filters
-from novakit.scheduler.host_state import HostState, instance_hosts, load_host_states
+from novakit.scheduler.host_state import HostState, instance_hosts, load_candidate_hosts
 from novakit.scheduler.request_spec import RequestSpec
 from novakit.scheduler.resolved import ResolvedSpec
 from novakit.scheduler.weights import BaseWeigher, build_weighers, normalize
 
 REPLAN_ROUNDS = 3
+# Candidates weighed for a one-instance request before widening to max_placement_results. Nova
+# weighs whatever placement returned (up to 1,000, in an order it does not rely on). Here the
+# candidate query returns the providers with the most free capacity of the dominant weigher's
+# resource class first (least free that fits, when that weigher stacks), and every weigher then
+# ranks this pool with Nova's normalisation. The pool's cost, not the fleet's, is what a
+# decision pays; a host that is best by the other weighers but not among the pool's is missed.
+CANDIDATE_POOL = 64
 
 
 class Selection(BaseModel):
@@ -80,6 +90,40 @@ class _Plan:
     hosts: list[tuple[HostState, float]]  # chosen first, then alternates
 
 
+class _Ranker:
+    """Nova's weighing, with each weigher's raw value per host computed once per request.
+
+    A weigher's raw value depends on the host's state and the request (the
+    contract in ``weights/base.py``); placing an instance changes only the chosen
+    host's state, so only that host's raw values are computed again. Normalising
+    (to 0..1 across the hosts being weighed), multiplying and summing happen on
+    every ``rank``, exactly as Nova's ``weights.py`` does, on plain lists.
+    """
+
+    def __init__(self, hosts: list[HostState], spec: ResolvedSpec, weighers: list[BaseWeigher]) -> None:
+        self.spec = spec
+        self.weighers = weighers
+        self.multipliers = [w.multiplier() for w in weighers]
+        self.raw: dict[int, list[float]] = {h.provider_id: self._raw(h) for h in hosts}
+
+    def _raw(self, host: HostState) -> list[float]:
+        return [w.weigh(host, self.spec) for w in self.weighers]
+
+    def refresh(self, host: HostState, spec: ResolvedSpec) -> None:
+        self.spec = spec
+        self.raw[host.provider_id] = self._raw(host)
+
+    def rank(self, hosts: list[HostState], best: int) -> list[tuple[HostState, float]]:
+        """The ``best`` hosts with their weights, heaviest first, ties by provider id."""
+        rows = [self.raw[h.provider_id] for h in hosts]
+        totals = [0.0] * len(hosts)
+        for n, multiplier in enumerate(self.multipliers):
+            weights = normalize([row[n] for row in rows])
+            totals = [t + multiplier * w for t, w in zip(totals, weights, strict=True)]
+        order = heapq.nsmallest(best, range(len(hosts)), key=lambda i: (-totals[i], hosts[i].provider_id))
+        return [(hosts[i], totals[i]) for i in order]
+
+
 class SchedulerManager:
     def __init__(self, db: Database, conf: Config) -> None:
         self.db = db
@@ -87,6 +131,7 @@ class SchedulerManager:
         # Unknown names fail here, at start-up, with the known names.
         self.filters = build_filters(conf)
         self.weighers = build_weighers(conf)
+        self._trait_ids: dict[str, int] = {}
 
     # --- the entry point ----------------------------------------------------------------
 
@@ -142,7 +187,7 @@ class SchedulerManager:
         def _claim(session: Session) -> dict[str, list[Selection]]:
             return self._claim_all(session, prepared, plans, instance_uuids, needed, recheck_quota)
 
-        claimed = self.db.run_in_transaction(_claim)
+        claimed = run_in_write_transaction(self.db, _claim)
         return [claimed.get(uuid, []) for uuid in instance_uuids]
 
     # --- step 1: resolve and validate ---------------------------------------------------
@@ -154,7 +199,12 @@ class SchedulerManager:
             placement_traits.validate_trait(name)
         # A disabled compute service carries this trait (Nova's compute_status_filter).
         forbidden.add(placement_traits.COMPUTE_STATUS_DISABLED)
-        ids = placement_traits.trait_ids(session, required | forbidden)
+        wanted_traits = required | forbidden
+        unknown = wanted_traits - self._trait_ids.keys()
+        if unknown:
+            # Trait ids never change once created (traits are never deleted): remember the found ones.
+            self._trait_ids.update(placement_traits.trait_ids(session, unknown))
+        ids = {name: self._trait_ids[name] for name in wanted_traits if name in self._trait_ids}
         hopeless = ""
         missing = sorted(required - ids.keys())
         if missing:
@@ -201,7 +251,17 @@ class SchedulerManager:
         )
         filters = [f for f in self.filters if f.enabled_for(resolved)]
         weighers = [w for w in self.weighers if w.enabled_for(resolved) and w.multiplier() != 0]
+        dominant = self._dominant(resources, weighers)
+        if dominant is not None:
+            query.order_by, query.descending = dominant.resource_class, dominant.multiplier() > 0
         return _Prepared(resolved, query, filters, weighers, group_hosts, hopeless)
+
+    @staticmethod
+    def _dominant(resources: dict[str, int], weighers: list[BaseWeigher]) -> BaseWeigher | None:
+        """The weigher the candidate query orders by: the free-capacity weigher of a requested class
+        with the largest multiplier (the first configured on a tie), or None (provider id order)."""
+        orderable = [w for w in weighers if w.resource_class is not None and w.resource_class in resources]
+        return max(orderable, key=lambda w: abs(w.multiplier()), default=None)
 
     def _group_hosts(self, session: Session, spec: RequestSpec) -> Counter[str]:
         """Members per host: the group's live members from the database, and what the spec says."""
@@ -241,35 +301,61 @@ class SchedulerManager:
         instance_uuids: list[str],
         already_placed: list[str] | None = None,
     ) -> tuple[list[_Plan | None], list[Step]]:
-        """Choose a host and alternates for each instance; nothing is written."""
-        cap = self.conf.scheduler.explain_max_hosts
-        spec = prepared.spec
-        spec.batch_hosts = list(already_placed or [])
-        total = placement_candidates.count_providers(session)
-        prefilter = Step("placement (SQL prefilter)", hosts_in=total)
+        """Choose a host and alternates for each instance; nothing is written.
+
+        First on a small pool of candidates (the best by the dominant weigher's
+        resource class); only when that pool cannot place every instance and more
+        candidates exist, once more on ``max_placement_results`` of them, as Nova asks.
+        """
         if prepared.hopeless:
-            prefilter.hosts_out = total
+            total = placement_candidates.count_providers(session)
+            prefilter = Step("placement (SQL prefilter)", hosts_in=total, hosts_out=total)
             prefilter.reason_counts[prepared.hopeless] = total
             prefilter.rejected["*"] = prepared.hopeless
             return [None] * len(instance_uuids), [prefilter]
-        candidates = placement_candidates.get_allocation_candidates(session, prepared.query)
-        prefilter.hosts_out = total - len(candidates)
-        steps = [prefilter]
-        if not candidates:
-            return [None] * len(instance_uuids), steps
+        limit_all = max(1, self.conf.scheduler.max_placement_results)
+        limit = min(limit_all, self._pool_size(len(instance_uuids)))
+        while True:
+            query = dataclasses.replace(prepared.query, limit=limit)
+            plans, steps, rows = self._plan_on_pool(session, prepared, query, instance_uuids, already_placed)
+            if all(plans) or rows < limit or limit >= limit_all:
+                return plans, steps
+            limit = limit_all
 
+    def _pool_size(self, wanted: int) -> int:
+        """Candidates to weigh: enough for each instance of the request to get a host and alternates."""
+        conf = self.conf.scheduler
+        return max(CANDIDATE_POOL, 2 * wanted + conf.max_attempts + conf.host_subset_size)
+
+    def _plan_on_pool(
+        self,
+        session: Session,
+        prepared: _Prepared,
+        query: placement_candidates.CandidateRequest,
+        instance_uuids: list[str],
+        already_placed: list[str] | None,
+    ) -> tuple[list[_Plan | None], list[Step], int]:
+        cap = self.conf.scheduler.explain_max_hosts
+        spec = prepared.spec
+        spec.batch_hosts = list(already_placed or [])
         group_hosts = Counter(prepared.group_hosts)
         for placed_host in spec.batch_hosts:
             group_hosts[placed_host] += 1
         spec.group_hosts = group_hosts
-        hosts = load_host_states(
+        hosts, rows = load_candidate_hosts(
             session,
-            candidates,
+            query,
             with_instances=any(f.name in ("NumInstancesFilter", "IoOpsFilter") for f in prepared.filters)
             or any(w.name == "IoOpsWeigher" for w in prepared.weighers),
             with_aggregates=any(f.needs_aggregates for f in prepared.filters),
             group_hosts=group_hosts,
         )
+        # How many providers the prefilter dropped is counted only if "no valid host" needs it.
+        prefilter = Step("placement (SQL prefilter)", hosts_in=0)
+        prefilter.uncounted_passed = len(hosts)
+        steps = [prefilter]
+        if not hosts:
+            return [None] * len(instance_uuids), steps, rows
         for flt in (f for f in prepared.filters if not f.per_instance):
             step = Step(flt.name, hosts_in=len(hosts))
             kept = []
@@ -283,22 +369,18 @@ class SchedulerManager:
             steps.append(step)
 
         per_instance = [f for f in prepared.filters if f.per_instance]
+        ranker = _Ranker(hosts, spec, prepared.weighers)
+        subset = max(1, self.conf.scheduler.host_subset_size)
+        alternates_wanted = max(self.conf.scheduler.max_attempts - 1, 0)
+        # Hosts that earlier instances of this request filled; the step is cumulative, so the last
+        # instance's explanation lists every host that ran out.
+        capacity_step = Step("capacity left by earlier instances of this request", hosts_in=len(hosts))
+        roomy = hosts
         plans: list[_Plan | None] = []
         last_steps: list[Step] = []
         for uuid in instance_uuids:
-            instance_steps: list[Step] = []
-            live = hosts
-            if spec.batch_hosts:
-                step = Step("capacity left by earlier instances of this request", hosts_in=len(live))
-                kept = []
-                for host in live:
-                    reason = host.fits(spec.resources) if host.placed else ""
-                    if reason:
-                        step.reject(host.host, reason, cap)
-                    else:
-                        kept.append(host)
-                live = kept
-                instance_steps.append(step)
+            instance_steps: list[Step] = [capacity_step] if spec.batch_hosts else []
+            live = roomy
             for flt in per_instance:
                 step = Step(flt.name, hosts_in=len(live))
                 kept = []
@@ -314,31 +396,29 @@ class SchedulerManager:
             if not live:
                 plans.append(None)
                 break  # later instances would meet the same hosts
-            ranked = self._weigh(live, spec, prepared.weighers)
-            subset = max(1, self.conf.scheduler.host_subset_size)
+            ranked = ranker.rank(live, subset + alternates_wanted)
             pick = random.randrange(min(subset, len(ranked)))
             chosen = ranked[pick]
-            alternates = [r for i, r in enumerate(ranked) if i != pick][
-                : max(self.conf.scheduler.max_attempts - 1, 0)
-            ]
+            alternates = [r for i, r in enumerate(ranked) if i != pick][:alternates_wanted]
             plans.append(_Plan(uuid, [chosen, *alternates]))
-            chosen[0].consume(spec.resources, uuid)
-            spec.batch_hosts.append(chosen[0].host)
-            group_hosts[chosen[0].host] += 1
+            host = chosen[0]
+            host.consume(spec.resources, uuid)
+            spec.batch_hosts.append(host.host)
+            group_hosts[host.host] += 1
+            ranker.refresh(host, spec)
+            reason = host.fits(spec.resources)
+            if reason:
+                capacity_step.reject(host.host, reason, cap)
+                roomy = [h for h in roomy if h is not host]
         plans += [None] * (len(instance_uuids) - len(plans))
-        return plans, steps + last_steps
+        return plans, steps + last_steps, rows
 
     @staticmethod
     def _weigh(
         hosts: list[HostState], spec: ResolvedSpec, weighers: list[BaseWeigher]
     ) -> list[tuple[HostState, float]]:
-        totals = [0.0] * len(hosts)
-        for weigher in weighers:
-            multiplier = weigher.multiplier()
-            raw = [weigher.weigh(h, spec) for h in hosts]
-            totals = [t + multiplier * v for t, v in zip(totals, normalize(raw), strict=True)]
-        order = sorted(range(len(hosts)), key=lambda i: (-totals[i], hosts[i].provider_id))
-        return [(hosts[i], totals[i]) for i in order]
+        """Every host with its weight, best first (Nova's weighing; see _Ranker)."""
+        return _Ranker(hosts, spec, weighers).rank(hosts, len(hosts))
 
     @staticmethod
     def _selections(plan: _Plan, resources: dict[str, int]) -> list[Selection]:
@@ -369,7 +449,6 @@ class SchedulerManager:
         retries = self.conf.scheduler.claim_retries
         wanted = len(instance_uuids)
         if recheck_quota:
-            quota.lock_project(session, request.project_id)
             allowed, over = quota.allowed_instances(
                 session,
                 self.conf,
@@ -377,6 +456,7 @@ class SchedulerManager:
                 self._quota_per_instance(resources),
                 wanted,
                 exclude_consumers=instance_uuids,
+                lock=True,
             )
             if allowed < needed and over is not None:
                 raise over
@@ -440,21 +520,11 @@ class SchedulerManager:
         needed: int,
         session: Session | None = None,
     ) -> None:
-        cap = self.conf.scheduler.explain_max_hosts
-        prefilter = steps[0]
-        if prefilter.hosts_out and not prefilter.rejected:
-            # Only now, on the failure path, ask the database why each provider was dropped.
-            if session is None:
-                with self.db.reader() as own:
-                    reasons, _examined = placement_candidates.explain(own, prepared.query)
-            else:
-                reasons, _examined = placement_candidates.explain(session, prepared.query)
-            prefilter.hosts_out = 0
-            for host, reason in reasons.items():
-                if reason.startswith("fits now"):
-                    continue
-                prefilter.reject(host, reason, cap)
-            prefilter.hosts_out = max(prefilter.hosts_out, prefilter.hosts_in - self._passed(steps))
+        if session is None:
+            with self.db.reader() as own:
+                self._explain_prefilter(own, prepared, steps)
+        else:
+            self._explain_prefilter(session, prepared, steps)
         explanation: dict[str, Any] = {
             "request_id": prepared.spec.request.request_id,
             "instances_requested": wanted,
@@ -467,7 +537,21 @@ class SchedulerManager:
             reason=summary(steps, placed=placed, wanted=wanted, needed=needed), explanation=explanation
         )
 
-    @staticmethod
-    def _passed(steps: list[Step]) -> int:
-        first = steps[0]
-        return first.hosts_in - first.hosts_out if first.rejected else 0
+    def _explain_prefilter(self, session: Session, prepared: _Prepared, steps: list[Step]) -> None:
+        """Only now, on the failure path, count the providers and ask the database why each was dropped."""
+        cap = self.conf.scheduler.explain_max_hosts
+        prefilter = steps[0]
+        if prefilter.uncounted_passed is not None:
+            total = placement_candidates.count_providers(session)
+            prefilter.hosts_in, prefilter.hosts_out = total, total - prefilter.uncounted_passed
+            prefilter.uncounted_passed = None
+        if prefilter.hosts_out and not prefilter.rejected:
+            reasons, _examined = placement_candidates.explain(session, prepared.query)
+            prefilter.hosts_out = 0
+            # Providers that fit were not dropped by the prefilter (a later step or the candidate
+            # limit kept them out); hosts_out counts only those a condition of the query rejected.
+            for host, reason in reasons.items():
+                if reason.startswith("fits now"):
+                    continue
+                prefilter.reject(host, reason, cap)
+

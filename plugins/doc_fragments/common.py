@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Options every novakit controller-side module shares."""
 
 from __future__ import annotations

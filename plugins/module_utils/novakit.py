@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """The shared base of novakit's Ansible modules.
 
 A module is documentation plus a ``run()`` that calls the library; this class
@@ -45,16 +44,17 @@ REQUEST_ID_VARS = ("NOVAKIT_REQUEST_ID", "JOB_ID", "AWX_JOB_ID", "TOWER_JOB_ID",
 HOST_FAILURES_VAR = "NOVAKIT_ANSIBLE_FAILURES"
 
 
-def normalize_request_id(value, source=None):
+def normalize_request_id(value: Any, source: str | None = None) -> str:
     """``req-...`` as the audit trail keys it; AWX job ids become ``req-awx-<id>``."""
     value = str(value)
     if value.startswith("req-"):
         return value
-    prefix = "awx-" if source in ("JOB_ID", "AWX_JOB_ID", "TOWER_JOB_ID", "awx_job_id", "tower_job_id") else ""
-    return "req-%s%s" % (prefix, value)
+    awx = ("JOB_ID", "AWX_JOB_ID", "TOWER_JOB_ID", "awx_job_id", "tower_job_id")
+    prefix = "awx-" if source in awx else ""
+    return f"req-{prefix}{value}"
 
 
-def request_id_from_env():
+def request_id_from_env() -> str | None:
     """The run's request id, when the run has one (see REQUEST_ID_VARS)."""
     for var in REQUEST_ID_VARS:
         if os.environ.get(var):
@@ -62,7 +62,7 @@ def request_id_from_env():
     return None
 
 
-def host_failures_from_env():
+def host_failures_from_env() -> dict[str, str]:
     """{host: reason} for the hosts the callback plugin saw fail in this run."""
     try:
         data = json.loads(os.environ.get(HOST_FAILURES_VAR) or "{}")
@@ -94,7 +94,8 @@ class NovakitModule:
     # --- helpers for subclasses ------------------------------------------------
 
     def context(self) -> RequestContext:
-        base = RequestContext.from_env(self.params.get("request_id") or request_id_from_env())
+        given = self.params.get("request_id")
+        base = RequestContext.from_env(normalize_request_id(given) if given else request_id_from_env())
         roles = self.params.get("roles")
         return RequestContext(
             project_id=self.params.get("project") or base.project_id,

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Register a compute host from what its driver reported."""
 
 from __future__ import annotations
@@ -91,23 +90,32 @@ class ComputeNodeModule(NovakitModule):
         "reserved_host_disk_mb": {"type": "int"},
     }
 
+    module_kwargs = {"supports_check_mode": True}
+
     def run(self):
+        from novakit import exceptions
         from novakit.compute import hosts
         from novakit.compute.messages import HostResources
 
-        conf = self.config()
-        db = self.database()
-        resources = HostResources.model_validate(self.params["resources"])
-        overrides = {k: self.params[k] for k in RATIOS if self.params.get(k) is not None}
-        before = None
+        conf, db, p = self.config(), self.database(), self.params
+        resources = HostResources.model_validate(p["resources"])
+        overrides = {k: p[k] for k in RATIOS if p.get(k) is not None}
         try:
-            node = hosts.get_node(db, self.params["host"])
-            before = (node.vcpus, node.memory_mb, node.local_gb, sorted(node.cached_images or []))
-        except Exception:
+            node = hosts.get_node(db, p["host"])
+            before = {"vcpus": node.vcpus, "memory_mb": node.memory_mb, "local_gb": node.local_gb,
+                      "cached_images": sorted(node.cached_images or []), "driver": node.driver or None,
+                      **{k: getattr(node, k) for k in overrides}}
+        except exceptions.NotFound:
             before = None
-        out = hosts.register_host(db, conf, self.params["host"], resources, self.params.get("driver"), overrides)
-        after = (resources.vcpus, resources.memory_mb, resources.local_gb, sorted(resources.cached_images))
-        return {"changed": before != after, **out}
+        after = {"vcpus": resources.vcpus, "memory_mb": resources.memory_mb, "local_gb": resources.local_gb,
+                 "cached_images": sorted(resources.cached_images),
+                 "driver": p["driver"] if p["driver"] is not None else (before or {}).get("driver"), **overrides}
+        changed = before != after
+        if self.check_mode:
+            return self.with_diff({"changed": changed, "host": p["host"]}, before, after)
+        # Registering also beats the host's heartbeat, so it runs even when nothing changed.
+        out = hosts.register_host(db, conf, p["host"], resources, p["driver"], overrides)
+        return self.with_diff({"changed": changed, **out}, before, after)
 
 
 def main():

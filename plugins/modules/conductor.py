@@ -1,12 +1,11 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
-"""The controller steps of the orchestrated boot (playbooks/boot.yml)."""
+"""The controller steps of the orchestrated flows (boot, delete, lifecycle actions, image cache)."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: conductor
-short_description: Controller steps of the orchestrated boot flow
+short_description: Controller steps of the orchestrated boot and lifecycle flows
 description:
   - Runs on the controller in C(novakit.cloud.boot). O(step=schedule) records the servers
     (vm_state C(building), task_state C(scheduling), action C(create)), checks quota, and
@@ -16,6 +15,17 @@ description:
     next alternate, returning the reschedules for the next round. A host that Ansible could
     not reach counts as a failed build there.
   - O(step=summary) returns the servers of the request as they now are.
+  - O(step=action) starts a lifecycle action (O(action)) on O(servers) the way the Python API does
+    with C(defer=True): the lock and the state table are checked and the guarded write is made;
+    it returns one compute request per server for the server's host. Declarative actions already
+    in effect (a stopped server to stop, a deleted server to delete) are skipped.
+    O(step=record_action) records what the hosts returned (C(Conductor.record_action_result)).
+  - O(step=images) returns what a compute host needs to fetch O(images) into its image cache.
+  - In check mode, O(step=schedule) runs the scheduler as a dry run (nothing recorded or claimed)
+    and returns RV(would_schedule_to); O(step=action) checks each server as a real run would and
+    starts nothing; O(step=record) and O(step=record_action) do nothing.
+  - Hosts the novakit callback plugin saw fail in this run (unreachable, or their compute task
+    failed) count as failed there, with Ansible's message as the fault.
   - Build requests carry user data; tasks using this module should set C(no_log).
 version_added: 0.1.0
 author: novakit developers
@@ -25,7 +35,7 @@ options:
     description: Which step to run.
     type: str
     required: true
-    choices: [schedule, record, summary]
+    choices: [schedule, record, summary, action, record_action, images]
   server:
     description:
       - The servers to create, for O(step=schedule). Keys as the C(server) module's options.
@@ -37,8 +47,9 @@ options:
     elements: dict
   results:
     description:
-      - Compute results by host (the C(compute) module's RV(results)), for O(step=record).
-        A host of O(requests) missing here is treated as unreachable.
+      - What each host's C(compute) task returned (its registered result, or just its RV(results)),
+        by host, for O(step=record) and O(step=record_action). A host of O(requests) without
+        results here failed there (unreachable, or its task failed) and its builds are rescheduled.
     type: dict
   unreachable:
     description: Hosts Ansible could not reach in this round.
@@ -47,6 +58,25 @@ options:
     default: []
   instances:
     description: Server uuids for O(step=summary).
+    type: list
+    elements: str
+  action:
+    description: The lifecycle action, for O(step=action).
+    type: str
+    choices: [delete, stop, start, reboot, pause, unpause, suspend, resume, rebuild, lock, unlock, rename]
+  servers:
+    description: Servers (names or uuids) for O(step=action).
+    type: list
+    elements: str
+  options:
+    description:
+      - Options of the action, for O(step=action) - C(reboot_type) (V(SOFT), V(HARD)), C(timeout) (stop),
+        C(image), C(name), C(metadata), C(user_data), C(admin_password) (rebuild), C(reason) (lock),
+        C(name) (rename).
+    type: dict
+    default: {}
+  images:
+    description: Image names or ids, for O(step=images).
     type: list
     elements: str
 """
@@ -82,43 +112,94 @@ hosts:
   elements: str
 servers:
   description: The servers as they are now (status, host, addresses, fault).
-  returned: always
+  returned: except for step images
+  type: list
+  elements: dict
+would_schedule_to:
+  description: In check mode, for O(step=schedule), the host the scheduler would choose per server name.
+  returned: in check mode, step schedule
+  type: dict
+failed:
+  description: For O(step=record_action), the servers whose action failed, with the fault message.
+  returned: when step is record_action
+  type: list
+  elements: dict
+image_specs:
+  description: For O(step=images), one image description per image, for the C(compute) module.
+  returned: when step is images
   type: list
   elements: dict
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.novakit import (  # noqa: E402
+    NovakitModule,
+    host_failures_from_env,
+)
+
+STEPS = ["schedule", "record", "summary", "action", "record_action", "images"]
 
 
 class ConductorModule(NovakitModule):
     argument_spec = {
-        "step": {"type": "str", "required": True, "choices": ["schedule", "record", "summary"]},
+        "step": {"type": "str", "required": True, "choices": STEPS},
         "server": {"type": "dict"},
         "requests": {"type": "list", "elements": "dict"},
         "results": {"type": "dict"},
         "unreachable": {"type": "list", "elements": "str", "default": []},
         "instances": {"type": "list", "elements": "str"},
+        "action": {"type": "str", "choices": ["delete", "stop", "start", "reboot", "pause", "unpause", "suspend",
+                                              "resume", "rebuild", "lock", "unlock", "rename"]},
+        "servers": {"type": "list", "elements": "str"},
+        "options": {"type": "dict", "default": {}, "no_log": False},
+        "images": {"type": "list", "elements": "str"},
     }
     module_kwargs = {
-        "required_if": [("step", "schedule", ["server"]), ("step", "record", ["requests"])],
+        "supports_check_mode": True,
+        "required_if": [("step", "schedule", ["server"]), ("step", "record", ["requests"]),
+                        ("step", "action", ["action", "servers"]), ("step", "record_action", ["requests"]),
+                        ("step", "images", ["images"])],
     }
 
     def run(self):
-        from novakit.compute.messages import ComputeRequest, ComputeResult
-        from novakit.playflow import record_round, schedule, summary
+        from novakit import playflow
 
-        api, ctx = self.api(), self.context()
-        step = self.params["step"]
+        api, ctx, p = self.api(), self.context(), self.params
+        step = p["step"]
+        if step == "images":
+            return {"changed": False, "image_specs": playflow.image_specs(api, p["images"])}
         if step == "schedule":
-            return schedule(api, ctx, self.params["server"])
+            run = playflow.plan if self.check_mode else playflow.schedule
+            return run(api, ctx, p["server"])
+        if step == "action":
+            return playflow.start_actions(api, ctx, p["action"], p["servers"], p["options"],
+                                          check_mode=self.check_mode)
+        if step == "summary":
+            return playflow.summary(api, ctx, p.get("instances") or [])
+        requests, results, failures = self._requests_and_results()
+        if self.check_mode:
+            return {"changed": False, "request_id": ctx.request_id, "requests": [], "hosts": [], "servers": []}
+        failures.update({h: f"host {h} unreachable" for h in p["unreachable"]})
+        failures.update(host_failures_from_env())
+        # What Ansible said about a host explains a missing result; a host that answered speaks for itself.
+        failures = {h: why for h, why in failures.items() if h in {r.host for r in requests} and h not in results}
         if step == "record":
-            requests = [ComputeRequest.model_validate(r) for r in self.params["requests"]]
-            results = {}
-            for host, value in (self.params.get("results") or {}).items():
-                if isinstance(value, list):
-                    results[host] = [ComputeResult.model_validate(v) for v in value if isinstance(v, dict)]
-            return record_round(api, ctx, requests, results, set(self.params["unreachable"]))
-        return summary(api, ctx, self.params.get("instances") or [])
+            return playflow.record_round(api, ctx, requests, results, failures)
+        return playflow.record_actions(api, ctx, requests, results, failures)
+
+    def _requests_and_results(self):
+        from novakit.compute.messages import ComputeRequest, ComputeResult
+
+        requests = [ComputeRequest.model_validate(r) for r in self.params["requests"]]
+        results, failures = {}, {}
+        for host, value in (self.params.get("results") or {}).items():
+            if isinstance(value, dict):  # a registered task result
+                if value.get("unreachable") or value.get("failed"):
+                    what = "unreachable" if value.get("unreachable") else "compute task failed"
+                    failures[host] = f"host {host}: {what}"
+                value = value.get("results")
+            if isinstance(value, list) and value:
+                results[host] = [ComputeResult.model_validate(v) for v in value if isinstance(v, dict)]
+        return requests, results, failures
 
 
 def main():

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Flavors, declaratively."""
 
 from __future__ import annotations

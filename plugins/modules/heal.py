@@ -54,7 +54,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 report:
-  description: Every correction (kind, instance, host, before, after, detail, applied, error) and the hosts compared.
+  description:
+    - Every correction (kind, instance, host, before, after, detail, applied, error), the hosts
+      compared and the hosts that did not answer.
   returned: always
   type: dict
 """

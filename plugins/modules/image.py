@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Images, declaratively."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Servers, declaratively, in direct mode."""
 
 from __future__ import annotations

@@ -82,7 +82,8 @@ def test_hosts_flavors_and_images(cloud: Run) -> None:
     cloud("host", "enable", "compute-2")
     assert {h["status"] for h in _json(cloud("host", "list", "-o", "json"))} == {"enabled"}
 
-    cloud("flavor", "create", "m1.big", "--vcpus", "4", "--ram", "8192", "--disk", "40", "--property", "hw:x=y")
+    cloud("flavor", "create", "m1.big", "--vcpus", "4", "--ram", "8192", "--disk", "40",
+          "--property", "hw:x=y")
     assert {"m1.small", "m1.big"} <= {f["name"] for f in _json(cloud("flavor", "list", "-o", "json"))}
     assert "m1.big" in cloud("flavor", "list").stdout
     cloud("flavor", "delete", "m1.big")
@@ -112,7 +113,8 @@ def test_a_server_through_its_whole_life(cloud: Run, tmp_path: Path) -> None:
     steps = [
         (("stop", "web-1"), "SHUTOFF"), (("start", "web-1"), "ACTIVE"), (("reboot", "web-1"), "ACTIVE"),
         (("reboot", "web-1", "--hard"), "ACTIVE"), (("pause", "web-1"), "PAUSED"),
-        (("unpause", "web-1"), "ACTIVE"), (("suspend", "web-1"), "SUSPENDED"), (("resume", "web-1"), "ACTIVE"),
+        (("unpause", "web-1"), "ACTIVE"), (("suspend", "web-1"), "SUSPENDED"),
+        (("resume", "web-1"), "ACTIVE"),
         (("lock", "web-1", "--reason", "audit"), "ACTIVE"), (("unlock", "web-1"), "ACTIVE"),
         (("rebuild", "web-1", "--image", "tiny"), "ACTIVE"), (("rename", "web-1", "front"), "ACTIVE"),
     ]
@@ -122,8 +124,9 @@ def test_a_server_through_its_whole_life(cloud: Run, tmp_path: Path) -> None:
     assert _json(cloud("server", "show", "front", "-o", "json"))["id"] == web1["id"]
 
     events = _json(cloud("server", "events", "front", "-o", "json"))
-    assert [a["action"] for a in events] == ["create", "stop", "start", "reboot", "reboot", "pause", "unpause",
-                                             "suspend", "resume", "lock", "unlock", "rebuild", "rename"]
+    assert [a["action"] for a in events] == [
+        "create", "stop", "start", "reboot", "reboot", "pause", "unpause", "suspend", "resume", "lock",
+        "unlock", "rebuild", "rename"]
     assert events[1]["events"][0]["event"] == "compute_stop_instance"
     table = cloud("server", "events", "front").stdout
     assert "compute__do_build_and_run_instance" in table and "Success" in table
@@ -143,7 +146,8 @@ def test_errors_are_one_line_with_status_1(cloud: Run, tmp_path: Path) -> None:
                     "Flavor m9 could not be found")
     _one_line_error(cloud("heal", code=1, NOVAKIT_ROLES="member", NOVAKIT_PROJECT="p1"),
                     "Policy does not allow heal")
-    _one_line_error(cloud("host", "disable", "compute-9", code=1), "Compute host compute-9 could not be found")
+    _one_line_error(cloud("host", "disable", "compute-9", code=1),
+                    "Compute host compute-9 could not be found")
     down = cloud("server", "list", code=1, NOVAKIT_DB_URL="postgresql+psycopg://u:p@127.0.0.1:1/none")
     _one_line_error(down, "database error")
     bad_config = tmp_path / "novakit.toml"
@@ -155,7 +159,8 @@ def test_errors_are_one_line_with_status_1(cloud: Run, tmp_path: Path) -> None:
 
 
 def test_heal_from_the_command_line(cloud: Run, tmp_path: Path) -> None:
-    server = _json(cloud("server", "create", "lost", "--flavor", "m1.small", "--image", "tiny", "-o", "json"))[0]
+    created = cloud("server", "create", "lost", "--flavor", "m1.small", "--image", "tiny", "-o", "json")
+    server = _json(created)[0]
     load_driver("fake", server["host"], {"state_dir": str(tmp_path / "state" / "fake")}).vanish(server["id"])
 
     dry = cloud("heal", "--dry-run")

@@ -53,7 +53,8 @@ def test_running_a_request_on_the_compute_side_never_imports_the_database(tmp_pa
         "from novakit.compute.__main__ import main\n"
         "out = io.StringIO()\n"
         "status = main(io.StringIO(sys.argv[1]), out)\n"
-        "print(json.dumps({'status': status, 'result': json.loads(out.getvalue()), 'modules': sorted(sys.modules)}))\n"
+        "report = {'status': status, 'result': json.loads(out.getvalue()), 'modules': sorted(sys.modules)}\n"
+        "print(json.dumps(report))\n"
     )
     done = subprocess.run([sys.executable, "-c", code, json.dumps(request)], check=True, capture_output=True,
                           text=True)

@@ -21,6 +21,9 @@ class BaseWeigher:
     name: ClassVar[str] = ""
     # The SchedulerConfig field holding the multiplier.
     multiplier_option: ClassVar[str] = ""
+    # Set by weighers whose raw value is the free capacity of this resource class: the candidate
+    # query can then return the best hosts by it first (see scheduler.manager.CANDIDATE_POOL).
+    resource_class: ClassVar[str | None] = None
 
     def __init__(self, conf: Config) -> None:
         self.conf = conf
@@ -32,6 +35,8 @@ class BaseWeigher:
         return True
 
     def weigh(self, host: HostState, spec: ResolvedSpec) -> float:
+        """The raw value; it must depend only on the host's state and the request, because the
+        scheduler computes it once per host and again only for a host it placed an instance on."""
         raise NotImplementedError
 
 

@@ -10,6 +10,7 @@ from novakit.scheduler.weights.base import BaseWeigher
 class CPUWeigher(BaseWeigher):
     name = "CPUWeigher"
     multiplier_option = "cpu_weight_multiplier"
+    resource_class = "VCPU"
 
     def weigh(self, host: HostState, spec: ResolvedSpec) -> float:
         return host.free("VCPU")

@@ -10,6 +10,7 @@ from novakit.scheduler.weights.base import BaseWeigher
 class DiskWeigher(BaseWeigher):
     name = "DiskWeigher"
     multiplier_option = "disk_weight_multiplier"
+    resource_class = "DISK_GB"
 
     def weigh(self, host: HostState, spec: ResolvedSpec) -> float:
         return host.free("DISK_GB")

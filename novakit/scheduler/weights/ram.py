@@ -10,6 +10,7 @@ from novakit.scheduler.weights.base import BaseWeigher
 class RAMWeigher(BaseWeigher):
     name = "RAMWeigher"
     multiplier_option = "ram_weight_multiplier"
+    resource_class = "MEMORY_MB"
 
     def weigh(self, host: HostState, spec: ResolvedSpec) -> float:
         return host.free("MEMORY_MB")

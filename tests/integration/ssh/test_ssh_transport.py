@@ -37,7 +37,9 @@ def _guests(state_dir: Path, host: str) -> dict[str, int]:
     return {u: g["power_state"] for u, g in json.loads(path.read_text())["instances"].items()}
 
 
-def test_build_and_every_action_over_ssh(sqlite_db: Database, tmp_path: Path, sshd: Sshd, ctx: RequestContext) -> None:
+def test_build_and_every_action_over_ssh(
+    sqlite_db: Database, tmp_path: Path, sshd: Sshd, ctx: RequestContext
+) -> None:
     cloud = make_cloud(sqlite_db, tmp_path)
     info = _ssh_info(cloud, sshd)
     _register_over_ssh(cloud, "ssh-1", info)
@@ -75,8 +77,8 @@ def test_an_unreachable_ssh_host_is_rescheduled_and_named_in_the_fault(
     # The transport is what is under test, not the database: SQLite only, to keep SSH round trips few.
     cloud = make_cloud(sqlite_db, tmp_path)
     info = _ssh_info(cloud, sshd)
-    resources = get_transport("ssh-dead", info).call(
-        ComputeRequest(request_id="req-register", host="ssh-dead", operation="get_available_resource")).resources
+    resources = get_transport("ssh-dead", info).call(ComputeRequest(
+        request_id="req-register", host="ssh-dead", operation="get_available_resource")).resources
     assert resources is not None
     # The roomiest host, so it is chosen first; then it goes away: its registration points at a
     # loopback port nobody listens on.
@@ -86,8 +88,8 @@ def test_an_unreachable_ssh_host_is_rescheduled_and_named_in_the_fault(
     assert server["status"] == "ACTIVE"
     assert server["host"] in HOSTS
     with cloud.db.reader() as session:
-        faults = session.execute(select(InstanceFault).where(InstanceFault.instance_uuid == server["id"])).scalars()
-        messages = [(f.host, f.message) for f in faults]
+        faults = select(InstanceFault).where(InstanceFault.instance_uuid == server["id"])
+        messages = [(f.host, f.message) for f in session.execute(faults).scalars()]
     assert len(messages) == 1
     host, message = messages[0]
     assert host == "ssh-dead"

@@ -92,9 +92,15 @@ def upgrade() -> None:
         )
     }
     rows = [
-        {"id": inv_id, "used": used.get((rp, rc), 0), "free": int((total - reserved) * ratio) - used.get((rp, rc), 0)}
+        {
+            "id": inv_id,
+            "used": used.get((rp, rc), 0),
+            "free": int((total - reserved) * ratio) - used.get((rp, rc), 0),
+        }
         for inv_id, rp, rc, total, reserved, ratio in conn.execute(
-            sa.text("SELECT id, resource_provider_id, resource_class, total, reserved, allocation_ratio FROM inventories")
+            sa.text(
+                "SELECT id, resource_provider_id, resource_class, total, reserved, allocation_ratio FROM inventories"
+            )
         )
     ]
     if rows:

@@ -1,0 +1,226 @@
+"""Boot throughput through the Python API with the fake driver, and where the time goes.
+
+Two shapes of load, each on a fresh database and fresh fake hosts, repeated:
+
+* ``serial``: 200 one-server requests, one after another (200 users, one at a time);
+* ``burst``:  one request for 100 servers (``max_count=100``), built at once.
+
+For each: servers per second end to end (API call to ACTIVE), and the time
+per server spent in scheduling (``select_destinations``, its SQL included), in
+the database outside scheduling (SQL statements, as the driver executes them),
+and in the compute side (transport call: manager and fake driver), as Nova's
+logs split a boot ("Took N seconds to schedule / to spawn / to build"). The
+compute side runs on up to 16 hosts in parallel, so per-server sums can exceed
+the wall time per server. Anchors: a Nova deployment sustained 2.5 new VMs/s;
+OpenNebula's best storm was 512 VMs in 53.5 s (9.6/s). Goal here: over 50/s.
+
+    python bench/boot_api.py [--rounds 3] [--db-url postgresql+psycopg://...] [--profile burst]
+
+Figures only; nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import pstats
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from novakit.compute import flavors, hosts, images  # noqa: E402
+from novakit.compute.api import API  # noqa: E402
+from novakit.config import load_config  # noqa: E402
+from novakit.context import RequestContext  # noqa: E402
+from novakit.db.engine import Database  # noqa: E402
+from novakit.db.models import Base  # noqa: E402
+from novakit.transport import get_transport  # noqa: E402
+from novakit.virt.driver import load_driver  # noqa: E402
+
+HOSTS = 20
+
+
+class Split:
+    """Time per part, summed over threads. Nested calls count for the outermost part of their thread:
+    the SQL inside scheduling is scheduling; a transaction inside the API is database."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = defaultdict(float)
+        self.sql_statements = 0
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def add(self, part: str, seconds: float) -> None:
+        with self._lock:
+            self.totals[part] += seconds
+
+    def _enter(self, part: str) -> bool:
+        if getattr(self._local, "part", None) is not None:
+            return False
+        self._local.part = part
+        return True
+
+    def timed(self, part: str, fn: Callable[..., Any], exclusive: bool = True) -> Callable[..., Any]:
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            if not exclusive:
+                start = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self.add(part, time.perf_counter() - start)
+            if not self._enter(part):
+                return fn(*args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.add(part, time.perf_counter() - start)
+                self._local.part = None
+
+        return inner
+
+    def timed_context(self, part: str, cm: Callable[..., Any]) -> Callable[..., Any]:
+        @contextlib.contextmanager
+        def inner(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            if not self._enter(part):
+                with cm(*args, **kwargs) as value:
+                    yield value
+                return
+            start = time.perf_counter()
+            try:
+                with cm(*args, **kwargs) as value:
+                    yield value
+            finally:
+                self.add(part, time.perf_counter() - start)
+                self._local.part = None
+
+        return inner
+
+    def watch(self, db: Database) -> None:
+        """Database time: every transaction (ORM, SQL, commit) outside scheduling and compute calls."""
+        db.run_in_transaction = self.timed("database", db.run_in_transaction)  # type: ignore[method-assign]
+        db.reader = self.timed_context("database", db.reader)  # type: ignore[method-assign]
+
+        @event.listens_for(db.engine, "after_cursor_execute")
+        def count(*_: Any) -> None:
+            with self._lock:
+                self.sql_statements += 1
+
+
+def _fresh_cloud(db_url: str | None, area: Path) -> tuple[API, Database, Split]:
+    url = db_url or f"sqlite:///{area / 'novakit.db'}"
+    db = Database(url, auto_upgrade=False)
+    if not db.is_sqlite:
+        with db.engine.begin() as conn:
+            Base.metadata.drop_all(conn)
+            conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+    db.upgrade_if_needed()
+    conf = load_config(db_url=url, state_dir=area, quota={"instances": -1, "cores": -1, "ram": -1})
+    admin = RequestContext.admin()
+    for n in range(HOSTS):
+        name = f"bench-{n:02d}"
+        info = {"driver": "fake", "transport": "local",
+                "options": {"vcpus": 64, "memory_mb": 262144, "local_gb": 4000,
+                            "state_dir": str(area / "fake")}}
+        driver = load_driver("fake", name, info["options"])
+        driver.init_host()
+        hosts.register_host(db, conf, name, driver.get_available_resource(), info)
+    flavors.create(db, admin, {"name": "m1.tiny", "vcpus": 1, "memory_mb": 512, "root_gb": 1})
+    images.create(db, admin, {"name": "tiny"})
+    split = Split()
+    api = API(db, conf)
+    conductor = api.conductor
+    scheduler = conductor.scheduler
+    scheduler.select_destinations = split.timed("scheduling", scheduler.select_destinations)
+
+    def transport(host: str, info: dict[str, Any]) -> Any:
+        t = get_transport(host, info, conf.compute.max_concurrent_builds)
+        # Not exclusive: the compute time of every host counts, in whichever thread it ran.
+        t.call = split.timed("compute", t.call, exclusive=False)  # type: ignore[method-assign]
+        return t
+
+    conductor.transport_factory = transport
+    conductor._send_all = split.timed("compute_wall", conductor._send_all)
+    split.watch(db)
+    return api, db, split
+
+
+def _run(shape: str, db_url: str | None, profile: bool) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="novakit-bench-") as tmp:
+        api, db, split = _fresh_cloud(db_url, Path(tmp))
+        ctx = RequestContext("bench", "bench", ["member"])
+        prof = cProfile.Profile() if profile else None
+        start = time.perf_counter()
+        if prof:
+            prof.enable()
+        if shape == "serial":
+            count = 200
+            servers = [api.create(ctx, {"name": f"s{i}", "flavor": "m1.tiny", "image": "tiny"})[0]
+                       for i in range(count)]
+        else:
+            count = 100
+            servers = api.create(ctx, {"name": "b", "flavor": "m1.tiny", "image": "tiny", "max_count": count})
+        if prof:
+            prof.disable()
+        wall = time.perf_counter() - start
+        active = sum(1 for s in servers if s["status"] == "ACTIVE")
+        used_hosts = len({s["host"] for s in servers})
+        db.dispose()
+        if prof:
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+    out = {"wall": wall, "per_s": count / wall, "active": active, "hosts": used_hosts,
+           "sql": split.sql_statements / count}
+    for part in ("scheduling", "database", "compute", "compute_wall"):
+        out[part + "_ms"] = split.totals[part] / count * 1000
+    out["other_ms"] = max(0.0, wall / count * 1000 - out["scheduling_ms"] - out["database_ms"]
+                          - out["compute_wall_ms"])
+    return out
+
+
+def _summary(name: str, runs: list[dict[str, float]]) -> None:
+    def stat(key: str, fmt: str) -> str:
+        values = [r[key] for r in runs]
+        med = statistics.median(values)
+        return f"{fmt.format(med)} [{fmt.format(min(values))}..{fmt.format(max(values))}]"
+
+    print(f"{name}: {stat('per_s', '{:.1f}')} servers/s  (median [min..max] of {len(runs)} runs; "
+          f"{int(runs[0]['active'])} active on {int(runs[0]['hosts'])} hosts)")
+    print(f"    per server (ms): scheduling {stat('scheduling_ms', '{:.2f}')}, "
+          f"database {stat('database_ms', '{:.2f}')}, "
+          f"compute {stat('compute_ms', '{:.2f}')} summed over hosts / {stat('compute_wall_ms', '{:.2f}')} "
+          f"waited for, rest {stat('other_ms', '{:.2f}')}; SQL statements {stat('sql', '{:.0f}')}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--db-url", default=None,
+                        help="PostgreSQL URL (its tables are dropped!); default SQLite")
+    parser.add_argument("--profile", choices=["serial", "burst"], default=None,
+                        help="print a cProfile of one run of this shape")
+    parser.add_argument("--only", choices=["serial", "burst"], default=None)
+    args = parser.parse_args()
+    if args.profile:
+        _run(args.profile, args.db_url, profile=True)
+        return
+    for shape, label in (("serial", "200 single-server requests, 20 hosts"),
+                         ("burst", "1 request for 100 servers, 20 hosts")):
+        if args.only and shape != args.only:
+            continue
+        runs = [_run(shape, args.db_url, profile=False) for _ in range(args.rounds)]
+        _summary(label, runs)
+
+
+if __name__ == "__main__":
+    main()

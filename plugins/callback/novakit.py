@@ -1,0 +1,148 @@
+"""Ties an Ansible run to novakit's audit trail."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: novakit
+type: aggregate
+short_description: Tie the run to novakit's audit trail; report host failures as faults
+description:
+  - Gives the run one request id, used by every novakit module of the run for the instance
+    actions it records - the AWX job id when there is one (E(JOB_ID), or the extra variable
+    C(awx_job_id) or C(tower_job_id)), else the ansible-runner ident, else a new id. An extra
+    variable C(novakit_request_id) wins over all of them. Modules on the controller read it
+    from E(NOVAKIT_REQUEST_ID), which this plugin sets for the run.
+  - Compute hosts that Ansible cannot reach, and failed C(novakit.cloud.compute) tasks, are
+    handed to the controller's record steps (E(NOVAKIT_ANSIBLE_FAILURES)), which turn them into
+    instance faults with Ansible's message and reschedule the builds to alternate hosts.
+  - At the end of the run, prints a table of the run's servers (status, host, fault) and hosts.
+  - Enable it with C(callbacks_enabled = novakit.cloud.novakit) in C(ansible.cfg)
+    (E(ANSIBLE_CALLBACKS_ENABLED)); C(novakit.runner) enables it.
+version_added: 0.1.0
+author: novakit developers
+requirements:
+  - novakit (for the summary table)
+"""
+
+import json  # noqa: E402
+import os  # noqa: E402
+import uuid  # noqa: E402
+
+from ansible.plugins.callback import CallbackBase  # noqa: E402
+
+REQUEST_ID_VAR = "NOVAKIT_REQUEST_ID"
+HOST_FAILURES_VAR = "NOVAKIT_ANSIBLE_FAILURES"
+COMPUTE_ACTIONS = ("novakit.cloud.compute", "compute")
+
+
+def run_request_id(extra_vars):
+    """The run's request id, as the module documentation describes."""
+    if extra_vars.get("novakit_request_id"):
+        return _normalize(extra_vars["novakit_request_id"], "")
+    for name in ("awx_job_id", "tower_job_id"):
+        if extra_vars.get(name):
+            return _normalize(extra_vars[name], "awx-")
+    for name in ("JOB_ID", "AWX_JOB_ID", "TOWER_JOB_ID"):
+        if os.environ.get(name):
+            return _normalize(os.environ[name], "awx-")
+    if os.environ.get(REQUEST_ID_VAR):
+        return os.environ[REQUEST_ID_VAR]
+    artifacts = os.environ.get("AWX_ISOLATED_DATA_DIR")  # ansible-runner: <private dir>/artifacts/<ident>
+    if artifacts:
+        return _normalize(os.path.basename(artifacts.rstrip("/")), "")
+    return f"req-{uuid.uuid4()}"
+
+
+def _normalize(value, prefix):
+    value = str(value)
+    return value if value.startswith("req-") else f"req-{prefix}{value}"
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "novakit.cloud.novakit"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.request_id = None
+        self.failures = {}
+
+    def v2_playbook_on_play_start(self, play):
+        if self.request_id is None:
+            manager = getattr(play, "_variable_manager", None)
+            extra_vars = dict(getattr(manager, "extra_vars", None) or {})
+            self.request_id = run_request_id(extra_vars)
+            # Inherited by every task forked from now on: the controller's modules read it.
+            os.environ[REQUEST_ID_VAR] = self.request_id
+
+    def _host_failed(self, result, reason):
+        host = result._host.get_name()
+        self.failures[host] = reason
+        os.environ[HOST_FAILURES_VAR] = json.dumps(self.failures)
+
+    @staticmethod
+    def _message(result):
+        msg = str(result._result.get("msg", "")).strip()
+        if not msg or "censored" in msg or result._result.get("censored"):
+            return "details hidden by no_log; run the task's host by hand to see them"
+        return msg
+
+    def v2_runner_on_unreachable(self, result):
+        host = result._host.get_name()
+        self._host_failed(result, f"host {host} unreachable (task {result._task.get_name()}): "
+                                  f"{self._message(result)}"[:250])
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        # The playbooks ignore a compute task's failure so that the run goes on; it is still a failure.
+        if result._task.action in COMPUTE_ACTIONS:
+            host = result._host.get_name()
+            self._host_failed(result, f"compute task failed on host {host}: {self._message(result)}"[:250])
+
+    def v2_playbook_on_stats(self, stats):
+        if self.request_id is None:
+            return
+        try:
+            rows, hosts = self._summary()
+        except Exception as exc:  # the table is a courtesy: never fail the run over it
+            self._display.warning(f"novakit: no summary ({exc.__class__.__name__}: {exc})")
+            return
+        if not rows and not self.failures:
+            return
+        self._display.banner(f"NOVAKIT SUMMARY ({self.request_id})")
+        width = max([len(r[0]) for r in rows] + [6])
+        self._display.display(f"{'SERVER'.ljust(width)}  {'STATUS':8}  {'HOST':16}  FAULT")
+        for name, status, host, fault in rows:
+            self._display.display(f"{name.ljust(width)}  {status:8}  {host:16}  {fault}")
+        for host, count in sorted(hosts.items()):
+            self._display.display(f"host {host}: {count} server(s) of this run")
+        for host, reason in sorted(self.failures.items()):
+            self._display.display(f"host {host}: {reason}")
+
+    def _summary(self):
+        from sqlalchemy import select
+
+        from novakit.compute.api import API
+        from novakit.config import load_config
+        from novakit.context import RequestContext
+        from novakit.db.engine import Database
+        from novakit.db.models import InstanceAction, InstanceFault
+
+        conf = load_config()
+        api, ctx = API(Database(conf.database_url), conf), RequestContext.admin(self.request_id)
+        with api.db.reader() as session:
+            uuids = list(dict.fromkeys(session.execute(
+                select(InstanceAction.instance_uuid).where(InstanceAction.request_id == self.request_id)
+                .order_by(InstanceAction.id)).scalars()))
+            faults = {}
+            for fault in session.execute(select(InstanceFault).where(InstanceFault.instance_uuid.in_(uuids))
+                                         .order_by(InstanceFault.id)).scalars():
+                faults[fault.instance_uuid] = f"{fault.host or '-'}: {fault.message}"
+        servers = api.list(ctx, uuids=uuids, include_deleted=True) if uuids else []
+        rows, hosts = [], {}
+        for s in servers:
+            rows.append((s["name"], s["status"], s["host"] or "-", faults.get(s["id"], "")[:100]))
+            if s["host"]:
+                hosts[s["host"]] = hosts.get(s["host"], 0) + 1
+        return rows, hosts

@@ -1,0 +1,209 @@
+"""Failures on the testbed's real hosts; after each, nothing is lost.
+
+"Nothing lost" (``assert_nothing_lost``): every server ends ACTIVE with its guest running on its host,
+or ERROR with a fault; every guest on every host belongs to a server on that host; every claim belongs
+to a server whose guest runs; each host's usage is the sum of its guests' flavors.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+import pytest
+from sqlalchemy import create_engine, select, text
+from sqlalchemy.engine import make_url
+
+from novakit.context import RequestContext
+from novakit.db.engine import Database
+from novakit.db.models import InstanceFault
+from tests.e2e.runner import ROOT
+from tests.e2e.testbed import catalog
+from tests.e2e.testbed.bed import Testbed, _free_port
+from tests.e2e.testbed.fixtures import (
+    Cloud,
+    assert_nothing_lost,
+    domains_by_host,
+    make_cloud,
+    reset_hosts,
+    usage_by_host,
+)
+
+pytest_plugins = ["tests.e2e.testbed.fixtures"]
+pytestmark = pytest.mark.e2e
+
+ADMIN = RequestContext.admin()
+#: The database of the concurrency test: ours alone (the functional tests truncate ``novakit``).
+PG_DATABASE = "novakit_tb"
+
+
+def _create_events(cloud: Cloud, server: dict[str, Any]) -> list[tuple[str, str]]:
+    (create,) = [a for a in cloud.api().list_actions(ADMIN, server["id"]) if a["action"] == "create"]
+    return [(e["host"], e["result"]) for e in create["events"]]
+
+
+def _faults(db: Database, uuid: str) -> list[str]:
+    with db.reader() as session:
+        return list(session.execute(select(InstanceFault.message).where(InstanceFault.instance_uuid == uuid)).scalars())
+
+
+def test_builds_for_a_host_whose_libvirtd_is_down_land_on_alternates(cloud: Cloud) -> None:
+    bed = cloud.bed
+    down = bed.host("nk-h1")
+    bed.stop_libvirtd(down)
+    run = cloud.run("boot.yml", {"server_name": "alt", "count": 3, "flavor": "tb.small", "image": "tiny"})
+    assert run.rc == 0, run.stdout.read()
+
+    servers = cloud.api().list(ADMIN)
+    assert len(servers) == 3
+    assert all(s["status"] == "ACTIVE" and s["host"] in ("nk-h2", "nk-h3") for s in servers), servers
+    # The hosts were equal, so one build went to nk-h1 first, failed there and moved on.
+    tried = [s for s in servers if ("nk-h1", "Error") in _create_events(cloud, s)]
+    assert len(tried) == 1
+    assert _create_events(cloud, tried[0])[-1] == (tried[0]["host"], "Success")
+
+    # Started again, nk-h1's daemon shows nothing was left there.
+    bed.start_libvirtd(down)
+    assert domains_by_host(bed)["nk-h1"] == {}
+    assert_nothing_lost(cloud)
+
+
+def test_builds_for_a_host_ansible_cannot_reach_land_on_alternates_with_a_fault_naming_it(
+    cloud: Cloud, tmp_path: Path
+) -> None:
+    bed = cloud.bed
+    # A port nobody listens on: ssh to nk-h2 is refused, as for a host that is down.
+    cut = bed.write_inventory(tmp_path / "cut.yml", host_ports={"nk-h2": _free_port()})
+    run = cloud.run("boot.yml", {"server_name": "cut", "count": 3, "flavor": "tb.small", "image": "tiny"},
+                    inventory=cut)
+    # The run reports nk-h2 unreachable (rc 4); the controller's plays went on without it.
+    assert "nk-h2" in run.stdout.read()
+
+    api = cloud.api()
+    servers = api.list(ADMIN)
+    assert len(servers) == 3
+    assert all(s["status"] == "ACTIVE" and s["host"] in ("nk-h1", "nk-h3") for s in servers), servers
+    (moved,) = [s for s in servers if ("nk-h2", "Error") in _create_events(cloud, s)]
+    faults = _faults(api.db, moved["id"])
+    assert faults and all("nk-h2" in f for f in faults), faults
+    assert_nothing_lost(cloud)
+
+
+def _run_and_kill(cloud: Cloud, extravars: dict[str, Any], after_task: str, delay: float) -> ansible_runner.Runner:
+    """Run boot.yml and SIGKILL its process group ``delay`` s after ``after_task`` starts on a host."""
+    started: list[float] = []
+
+    def on_event(event: dict[str, Any]) -> bool:
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_start" and data.get("task") == after_task and not started:
+            started.append(time.monotonic())
+        return True
+
+    def cancel() -> bool:
+        return bool(started) and time.monotonic() - started[0] >= delay
+
+    private = cloud.dir / "killed-runner"
+    private.mkdir(exist_ok=True)
+    envvars = {"PATH": f"{Path(os.sys.executable).parent}:{os.environ.get('PATH', '')}",
+               "ANSIBLE_HOST_KEY_CHECKING": "False", **cloud.env}
+    runner = ansible_runner.run(
+        private_data_dir=str(private), playbook=str(ROOT / "playbooks" / "boot.yml"),
+        inventory=str(cloud.inventory), envvars=envvars, extravars=extravars, quiet=True,
+        event_handler=on_event, cancel_callback=cancel,
+    )
+    assert started, "the build play never started"
+    return runner
+
+
+def test_heal_after_a_boot_killed_half_way_leaves_every_server_in_a_true_state(
+    testbed: Testbed, tmp_path: Path
+) -> None:
+    reset_hosts(testbed)
+    # Builds older than a second count as stuck, so heal can settle them right after the kill.
+    cloud = make_cloud(testbed, tmp_path, config_extra="[compute]\nbuild_timeout = 1\n")
+    try:
+        cloud.register_hosts()
+        killed = _run_and_kill(cloud, {"server_name": "cut", "count": 3, "flavor": "tb.small", "image": "tiny"},
+                               "Build and run the instances scheduled here", delay=2.0)
+        assert killed.status == "canceled"
+        servers = cloud.api().list(ADMIN)
+        assert len(servers) == 3 and all(s["status"] == "BUILD" for s in servers), servers
+        time.sleep(1.5)
+
+        heal = cloud.run("heal.yml")
+        assert heal.rc == 0, heal.stdout.read()
+        # A second heal finds nothing more to correct.
+        again = cloud.run("heal.yml")
+        assert again.rc == 0
+        report = [e["event_data"]["res"] for e in again.events if e.get("event") == "runner_on_ok"
+                  and e["event_data"].get("task") == "Record the heal"]
+        assert report and report[0]["report"]["corrections"] == [], report
+
+        servers = assert_nothing_lost(cloud)
+        for s in servers:
+            if s["status"] == "ERROR":
+                assert "timed out" in s["fault"]["message"] or s["fault"]["message"], s
+    finally:
+        cloud.close()
+        reset_hosts(testbed)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A database of this test's own on the tests' PostgreSQL server, created empty."""
+    base = os.environ.get("NOVAKIT_TEST_PG_URL", "")
+    if not base:
+        if os.environ.get("NOVAKIT_REQUIRE_REAL") == "1":
+            pytest.fail("NOVAKIT_REQUIRE_REAL=1 but NOVAKIT_TEST_PG_URL is not set")
+        pytest.skip("NOVAKIT_TEST_PG_URL is not set (tests/services/postgres.sh start prints it)")
+    admin_url = make_url(base).set(database="postgres")
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)"))
+        conn.execute(text(f"CREATE DATABASE {PG_DATABASE}"))
+    url = make_url(base).set(database=PG_DATABASE).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)"))
+        engine.dispose()
+
+
+def test_four_boot_playbooks_at_once_never_overfill_a_host(testbed: Testbed, tmp_path: Path, pg_url: str) -> None:
+    """Eight servers asked at once of three hosts with room for one tb.large each."""
+    reset_hosts(testbed)
+    cloud = make_cloud(testbed, tmp_path, db_url=pg_url)
+    try:
+        cloud.register_hosts()
+        runs: dict[int, ansible_runner.Runner] = {}
+
+        def boot(i: int) -> None:
+            runs[i] = cloud.run("boot.yml", {"server_name": f"rush{i}", "count": 2, "min_count": 1,
+                                             "flavor": "tb.large", "image": "tiny"}, ident=f"rush-{i}")
+
+        threads = [threading.Thread(target=boot, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(runs) == 4
+
+        servers = assert_nothing_lost(cloud)
+        assert len(servers) == 8
+        active = [s for s in servers if s["status"] == "ACTIVE"]
+        assert sorted(s["host"] for s in active) == sorted(testbed.names()), [(s["name"], s["host"]) for s in active]
+        for s in servers:
+            if s["status"] == "ERROR":
+                assert "No valid host" in s["fault"]["message"], s["fault"]
+        usage = usage_by_host(cloud.api().db)
+        for host in testbed.names():
+            assert usage[host]["MEMORY_MB"] <= catalog.HOST_ROOM_MB
+    finally:
+        cloud.close()
+        reset_hosts(testbed)

@@ -127,44 +127,56 @@ class Conductor:
                     reason=f"{len(unplaced)} of {len(uuids)} instances did not fit (min_count was met)"
                 ),
             )
-        for uuid, choices in zip(uuids, selections, strict=True):
-            if not choices:
-                continue
-            chosen, alternates = choices[0], choices[1:]
-            spec_ = self._claimed(
-                ctx, uuid, chosen.host, chosen.nodename, [a.model_dump() for a in alternates]
-            )
-            if spec_ is not None:
-                by_host[chosen.host].append(spec_)
+        placed = [(uuid, choices) for uuid, choices in zip(uuids, selections, strict=True) if choices]
+        for host, spec_ in self._claimed(placed):
+            by_host[host].append(spec_)
         return [
             ComputeRequest(request_id=ctx.request_id, host=host, operation="build", instances=specs)
             for host, specs in by_host.items()
         ]
 
-    def _claimed(
-        self, ctx: RequestContext, uuid: str, host: str, node: str, alternates: list[dict[str, Any]]
-    ) -> InstanceSpec | None:
-        """Record the chosen host; if the instance went away meanwhile, free its claim."""
+    def _claimed(self, placed: list[tuple[str, list[Any]]]) -> list[tuple[str, InstanceSpec]]:
+        """Record each instance's chosen host and alternates, in one transaction for the request.
 
-        def write(session: Session) -> InstanceSpec:
-            inst = db_api.instance_update(
-                session,
-                uuid,
-                {"host": host, "node": node, "scheduled_at": utcnow()},
-                expected_task_state=[TaskState.SCHEDULING],
-                expected_vm_state=[VmState.BUILDING],
-            )
-            rs = session.execute(select(RequestSpec).where(RequestSpec.instance_uuid == uuid)).scalar_one()
-            rs.alternates = alternates
-            rs.attempts = (rs.attempts or 0) + 1
-            rs.tried_hosts = [*(rs.tried_hosts or []), host]
-            return instance_spec(session, inst)
+        An instance that was deleted meanwhile fails its guarded write and is
+        skipped (its claim freed); the others go ahead.
+        """
+        gone: list[str] = []
 
-        try:
-            return self.db.run_in_transaction(write)
-        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+        def write(session: Session) -> list[tuple[str, InstanceSpec]]:
+            gone.clear()
+            specs = {
+                rs.instance_uuid: rs
+                for rs in session.execute(
+                    select(RequestSpec).where(RequestSpec.instance_uuid.in_([u for u, _ in placed]))
+                ).scalars()
+            }
+            out = []
+            images_seen: dict[str, Any] = {}
+            for uuid, choices in placed:
+                chosen = choices[0]
+                try:
+                    inst = db_api.instance_update(
+                        session,
+                        uuid,
+                        {"host": chosen.host, "node": chosen.nodename, "scheduled_at": utcnow()},
+                        expected_task_state=[TaskState.SCHEDULING],
+                        expected_vm_state=[VmState.BUILDING],
+                    )
+                except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+                    gone.append(uuid)
+                    continue
+                rs = specs[uuid]
+                rs.alternates = [a.model_dump() for a in choices[1:]]
+                rs.attempts = (rs.attempts or 0) + 1
+                rs.tried_hosts = [*(rs.tried_hosts or []), chosen.host]
+                out.append((chosen.host, instance_spec(session, inst, images_seen)))
+            return out
+
+        result = self.db.run_in_transaction(write)
+        for uuid in gone:
             self._release(uuid)
-            return None
+        return result
 
     def _fail_unscheduled(self, ctx: RequestContext, uuids: list[str], exc: exceptions.NoValidHost) -> None:
         fault = fault_from_exception(exc)
@@ -184,6 +196,7 @@ class Conductor:
         """Record a host's answer; returns what must be sent next (reschedules, clean-ups)."""
         by_uuid = {r.uuid: r for r in result.results}
         follow_up: dict[tuple[str, str], list[InstanceSpec]] = defaultdict(list)
+        succeeded: list[tuple[InstanceSpec, InstanceResult]] = []
         for spec in request.instances:
             res = by_uuid.get(spec.uuid) or InstanceResult(
                 uuid=spec.uuid,
@@ -194,12 +207,14 @@ class Conductor:
                 ),
             )
             if res.ok:
-                if not self._build_succeeded(ctx, request.host, res):
-                    follow_up[(request.host, "destroy")].append(spec)
+                succeeded.append((spec, res))
             else:
                 nxt = self._build_failed(ctx, request.host, spec, res)
                 if nxt is not None:
                     follow_up[(nxt[0], "build")].append(nxt[1])
+        if succeeded:
+            for spec in self._build_succeeded(ctx, request.host, succeeded):
+                follow_up[(request.host, "destroy")].append(spec)
         self._host_reported(request.host, result, builds=list(by_uuid.values()))
         return [
             ComputeRequest(request_id=ctx.request_id, host=host, operation=op, instances=specs)  # type: ignore[arg-type]
@@ -225,41 +240,63 @@ class Conductor:
         self.record_action_result(ctx, request, result)
         return []
 
-    def _build_succeeded(self, ctx: RequestContext, host: str, res: InstanceResult) -> bool:
-        """Mark the instance active. False if it was deleted meanwhile (its guest must go)."""
-        values = {
-            "vm_state": VmState.ACTIVE,
-            "task_state": None,
-            "power_state": res.power_state if res.power_state is not None else int(PowerState.RUNNING),
-            "launched_at": utcnow(),
-            "addresses": res.addresses,
-            "host": host,
-        }
+    def _build_succeeded(
+        self, ctx: RequestContext, host: str, built: list[tuple[InstanceSpec, InstanceResult]]
+    ) -> list[InstanceSpec]:
+        """Mark built instances active, in one transaction per host's answer.
 
-        def write(session: Session) -> tuple[str, str | None]:
-            old = db_api.instance_get(session, ctx_admin(ctx), res.uuid)
-            old_state = (old.vm_state, old.task_state)
-            db_api.instance_update(
-                session,
-                res.uuid,
-                values,
-                expected_task_state=BUILD_TASK_STATES,
-                expected_vm_state=[VmState.BUILDING],
-            )
-            actions.record_host_events(session, ctx, res.uuid, res.events)
-            actions.action_finish(session, ctx, res.uuid, "create")
-            return old_state
+        Returns the instances deleted while they built: their guests must go.
+        """
+        now = utcnow()
+        gone: list[InstanceSpec] = []
+        changed: list[tuple[str, tuple[str, str | None]]] = []
 
-        try:
-            old_state = self.db.run_in_transaction(write)
-        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
-            LOG.info("instance %s was deleted while it built on %s; removing its guest", res.uuid, host)
-            self._release(res.uuid)
-            return False
+        def write(session: Session) -> None:
+            gone.clear()
+            changed.clear()
+            olds = {
+                i.uuid: (i.vm_state, i.task_state)
+                for i in db_api.instance_get_all(session, ctx_admin(ctx), uuids=[s.uuid for s, _ in built])
+            }
+            for spec, res in built:
+                values = {
+                    "vm_state": VmState.ACTIVE,
+                    "task_state": None,
+                    "power_state": res.power_state
+                    if res.power_state is not None
+                    else int(PowerState.RUNNING),
+                    "launched_at": now,
+                    "addresses": res.addresses,
+                    "host": host,
+                }
+                try:
+                    db_api.instance_update(
+                        session,
+                        res.uuid,
+                        values,
+                        expected_task_state=BUILD_TASK_STATES,
+                        expected_vm_state=[VmState.BUILDING],
+                        fetch=False,
+                    )
+                except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+                    LOG.info(
+                        "instance %s was deleted while it built on %s; removing its guest", res.uuid, host
+                    )
+                    gone.append(spec)
+                    continue
+                actions.record_host_events(session, ctx, res.uuid, res.events)
+                actions.action_finish(session, ctx, res.uuid, "create")
+                changed.append((res.uuid, olds.get(res.uuid, ("building", None))))
+
+        self.db.run_in_transaction(write)
+        for spec in gone:
+            self._release(spec.uuid)
         # Notifications go out once the change is committed, never from inside a retried transaction.
-        self.notifier.state_update(res.uuid, old_state, (VmState.ACTIVE.value, None), host=host)
-        self.notifier.emit("instance.create.end", res.uuid, host=host, timings=res.timings)
-        return True
+        timings = {res.uuid: res.timings for _, res in built}
+        for uuid, old_state in changed:
+            self.notifier.state_update(uuid, old_state, (VmState.ACTIVE.value, None), host=host)
+            self.notifier.emit("instance.create.end", uuid, host=host, timings=timings[uuid])
+        return gone
 
     def _build_failed(
         self, ctx: RequestContext, host: str, spec: InstanceSpec, res: InstanceResult
@@ -559,11 +596,20 @@ def ctx_admin(ctx: RequestContext) -> RequestContext:
     return RequestContext("admin", "admin", ["admin"], ctx.request_id)
 
 
-def instance_spec(session: Session, inst: Instance) -> InstanceSpec:
-    """Everything a compute host needs about one instance, from its records."""
+def instance_spec(
+    session: Session, inst: Instance, images_seen: dict[str, Any] | None = None
+) -> InstanceSpec:
+    """Everything a compute host needs about one instance, from its records.
+
+    ``images_seen`` caches image rows across the instances of one request.
+    """
     image: ImageSpec
     kernel = ramdisk = None
-    img = session.execute(select(Image).where(Image.uuid == inst.image_ref)).scalar_one_or_none()
+    cache = images_seen if images_seen is not None else {}
+    key = inst.image_ref or ""
+    if key not in cache:
+        cache[key] = session.execute(select(Image).where(Image.uuid == inst.image_ref)).scalar_one_or_none()
+    img = cache[key]
     if img is not None:
         image = images.spec(img)
         props = img.properties or {}

@@ -105,6 +105,7 @@ def instance_update(
     *,
     expected_task_state: Any = UNSET,
     expected_vm_state: Any = UNSET,
+    fetch: bool = True,
 ) -> Instance:
     """Write ``values`` only if the row still has the expected states.
 
@@ -127,9 +128,10 @@ def instance_update(
         .execution_options(synchronize_session=False)
     )
     if result.rowcount == 1:  # type: ignore[attr-defined]
-        inst = session.execute(select(Instance).where(Instance.uuid == uuid)).scalar_one()
-        session.refresh(inst)
-        return inst
+        if not fetch:
+            return None  # type: ignore[return-value]
+        stmt = select(Instance).where(Instance.uuid == uuid).execution_options(populate_existing=True)
+        return session.execute(stmt).scalar_one()
     current = session.execute(
         select(Instance).where(Instance.uuid == uuid, Instance.deleted == 0)
     ).scalar_one_or_none()

@@ -116,6 +116,23 @@ def why_not_fits(resources: dict[str, int], rows: Sequence[Any]) -> str:
     return ""
 
 
+_TRY_LOCK = text("SELECT id FROM resource_providers WHERE id = :id FOR NO KEY UPDATE SKIP LOCKED")
+
+
+def try_lock_provider(session: Session, provider_id: int) -> bool:
+    """PostgreSQL: lock the provider's row unless another transaction holds it; False if one does.
+
+    Lets a batch claim pass over a host that a concurrent claim is writing to
+    and take an alternate, instead of queueing behind it and then losing the
+    compare-and-swap to it (a convoy when every scheduler picked the same best
+    host). Our own transaction's locks never block us. On SQLite the write lock
+    is already exclusive: always True.
+    """
+    if session.get_bind().dialect.name != "postgresql":
+        return True
+    return session.execute(_TRY_LOCK, {"id": provider_id}).first() is not None
+
+
 def claim_in_session(
     session: Session,
     consumer_uuid: str,

@@ -469,22 +469,21 @@ class SchedulerManager:
         for round_ in range(REPLAN_ROUNDS):
             lost: list[str] = []
             for plan in pending:
-                selections = self._selections(plan, resources)
-                for i, (host, _weight) in enumerate(plan.hosts):
-                    outcome = placement_allocations.claim_in_session(
-                        session,
-                        plan.instance_uuid,
-                        host.provider_id,
-                        resources,
-                        request.project_id,
-                        request.user_id,
-                        retries=retries,
-                    )
-                    if outcome.claimed:
-                        claimed[plan.instance_uuid] = [selections[i], *selections[:i], *selections[i + 1 :]]
-                        break
-                else:
+                # First the hosts no concurrent claim is writing to (PostgreSQL; on SQLite all of
+                # them), best first; then, waiting for their locks, the ones that were busy.
+                order = list(range(len(plan.hosts)))
+                busy = [i for i in order if not placement_allocations.try_lock_provider(
+                    session, plan.hosts[i][0].provider_id
+                )] if len(order) > 1 else []  # fmt: skip
+                free = [i for i in order if i not in busy]
+                i = self._claim_first(session, request, resources, plan, free, retries)
+                if i is None:
+                    i = self._claim_first(session, request, resources, plan, busy, retries)
+                if i is None:
                     lost.append(plan.instance_uuid)
+                    continue
+                selections = self._selections(plan, resources)
+                claimed[plan.instance_uuid] = [selections[i], *selections[:i], *selections[i + 1 :]]
             unplanned = [u for u in instance_uuids if u in in_quota and u not in claimed and u not in lost]
             if not lost or round_ == REPLAN_ROUNDS - 1:
                 break
@@ -507,6 +506,30 @@ class SchedulerManager:
                 session=session,
             )
         return claimed
+
+    @staticmethod
+    def _claim_first(
+        session: Session,
+        request: RequestSpec,
+        resources: dict[str, int],
+        plan: _Plan,
+        indices: list[int],
+        retries: int,
+    ) -> int | None:
+        """Claim the first of ``plan.hosts[indices]`` that still fits; its index, or None."""
+        for i in indices:
+            outcome = placement_allocations.claim_in_session(
+                session,
+                plan.instance_uuid,
+                plan.hosts[i][0].provider_id,
+                resources,
+                request.project_id,
+                request.user_id,
+                retries=retries,
+            )
+            if outcome.claimed:
+                return i
+        return None
 
     # --- failure ---------------------------------------------------------------------------
 
@@ -554,4 +577,3 @@ class SchedulerManager:
                 if reason.startswith("fits now"):
                     continue
                 prefilter.reject(host, reason, cap)
-

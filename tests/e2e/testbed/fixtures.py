@@ -110,7 +110,9 @@ def make_cloud(bed: Testbed, tmp_path: Path, db_url: str = "", config_extra: str
     if db_url:
         env["NOVAKIT_DB_URL"] = db_url
     cloud = Cloud(bed, tmp_path, env, db_url)
-    catalog.register(cloud.api().db, bed.image_store)
+    db = cloud.api().db
+    db.upgrade_if_needed()  # SQLite upgrades on first use; PostgreSQL is migrated explicitly
+    catalog.register(db, bed.image_store)
     return cloud
 
 

@@ -38,6 +38,13 @@ from novakit.scheduler.request_spec import RequestSpec
 FLAVOR = FlavorSpec(name="m1.small", vcpus=1, memory_mb=2048, root_gb=20)
 
 
+def bench_config(url: str) -> Any:
+    """Unlimited quotas; heartbeats count as fresh for a day, since a large size runs for minutes."""
+    return load_config(
+        db_url=url, quota={"instances": -1, "cores": -1, "ram": -1}, compute={"service_down_time": 86400}
+    )
+
+
 def spec(n: int = 1) -> RequestSpec:
     return RequestSpec(
         request_id="bench",
@@ -116,7 +123,7 @@ def pct(values: list[float], q: float) -> float:
 
 def _claimer(url: str, seconds: float, start: Any, results: Any) -> None:
     db = Database(url, auto_upgrade=False)
-    conf = load_config(db_url=url, quota={"instances": -1, "cores": -1, "ram": -1}, compute={"service_down_time": 86400})
+    conf = bench_config(url)
     scheduler = SchedulerManager(db, conf)
     one = spec()
     scheduler.select_destinations(one, [str(uuidlib.uuid4())], dry_run=True)  # warm caches
@@ -148,7 +155,7 @@ def claims_per_second(url: str, seconds: float, processes: int = 8) -> float:
 
 def bench_one(backend: str, url: str, size: int, runs: int, claim_seconds: float) -> dict[str, Any]:
     db = Database(url, auto_upgrade=False)
-    conf = load_config(db_url=url, quota={"instances": -1, "cores": -1, "ram": -1}, compute={"service_down_time": 86400})
+    conf = bench_config(url)
     scheduler = SchedulerManager(db, conf)
     scheduler.select_destinations(spec(), ["warm-up"], dry_run=True)
     decide = timed(lambda: scheduler.select_destinations(spec(), [str(uuidlib.uuid4())], dry_run=True), runs)
@@ -200,7 +207,9 @@ def main() -> None:
             for size in (int(s) for s in args.sizes.split(",")):
                 url = fresh_database(backend, args.pg_url, Path(tmp), size)
                 setup = populate(url, size)
+                load_before = os.getloadavg()[0]
                 row = bench_one(backend, url, size, args.runs, args.claim_seconds)
+                row["load_before"], row["load_after"] = load_before, os.getloadavg()[0]
                 row["setup_s"] = setup
                 rows.append(row)
                 print(
@@ -212,19 +221,36 @@ def main() -> None:
                     f"setup {setup:.0f} s",
                     flush=True,
                 )
+    lines = table(rows)
     print()
-    print(
+    print("\n".join(lines))
+    out = Path(__file__).parent / "results" / "scheduler.md"
+    out.parent.mkdir(exist_ok=True)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    out.write_text(
+        f"# select_destinations benchmark\n\nMeasured {time.strftime('%Y-%m-%d %H:%M')} on {os.cpu_count()} "
+        f"cores, load average at the end {load} (shared machine). Command: "
+        f"`python bench/scheduler_bench.py --sizes {args.sizes} --runs {args.runs} "
+        f"--claim-seconds {args.claim_seconds}`.\n\n" + "\n".join(lines) + "\n"
+    )
+    print(f"written to {out}")
+
+
+def table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
         "| back end | providers | 1 decision median / p99 (ms) | decision + claim median / p99 (ms) "
         "| 100 instances claimed median / p99 (ms) | 100 instances dry run (ms) | claims/s, 8 processes "
-        "| heap peak per decision (KiB) |"
-    )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        "| heap peak per decision (KiB) | load before / after |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
     for r in rows:
-        print(
+        lines.append(
             f"| {r['backend']} | {r['size']:,} | {r['decide_med']:.2f} / {r['decide_p99']:.2f} "
             f"| {r['claim_med']:.2f} / {r['claim_p99']:.2f} | {r['big_med']:.0f} / {r['big_p99']:.0f} "
-            f"| {r['big_dry_med']:.0f} | {r['claims_per_s']:.0f} | {r['peak_kib']:.0f} |"
+            f"| {r['big_dry_med']:.0f} | {r['claims_per_s']:.0f} | {r['peak_kib']:.0f} "
+            f"| {r['load_before']:.1f} / {r['load_after']:.1f} |"
         )
+    return lines
 
 
 if __name__ == "__main__":

@@ -22,11 +22,14 @@ if ! grep -qs "get-pip.py.s own options" "$GET_PIP"; then
 # Offline stand-in for get-pip.py (written by novakit's tests/sanity.sh): pip from ensurepip,
 # then "pip install" with the arguments ansible-test gives get-pip.py.
 import ensurepip
+import os
 import subprocess
 import sys
 
 ensurepip.bootstrap(upgrade=True)
 args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]  # get-pip.py's own options
+if os.path.exists("/etc/ssl/certs/ca-certificates.crt"):  # ansible-test runs pip with a bare environment
+    args = ["--cert", "/etc/ssl/certs/ca-certificates.crt", *args]
 sys.exit(subprocess.call([sys.executable, "-m", "pip", "install", *args]))
 PYEOF
 fi

@@ -5,17 +5,25 @@ The flow for one request (one or many instances):
 1. Resolve names (traits, aggregates, availability zone, server group, hinted
    instances) and validate sizes; bad input fails here with a clear error and
    nothing claimed.
-2. Read (no lock): one candidate query, host state for those candidates only,
+2. Read (no lock): one candidate query, which walks the providers from the most
+   free capacity of the dominant weigher's resource class and brings the host
+   state of a small pool with it (``CANDIDATE_POOL``; widened to
+   ``max_placement_results`` only when that pool cannot place the request),
    filters that do not depend on the batch once, then per instance the
    batch-dependent filters and the weighers; each pick is consumed in memory
    so later instances of the same request see it (anti-affinity across the
    batch, capacity). Result: for each instance a chosen host and alternates.
-3. Write, in ONE transaction for the whole request: the per-project quota lock
-   and recount, then one compare-and-swap claim per instance. If another
-   request took a planned host meanwhile, the instance falls back to its
+3. Write, in ONE transaction for the whole request: the per-project quota
+   lock and recount (skipped when no finite limit applies), then one
+   compare-and-swap claim per instance. If another request took a planned
+   host meanwhile, the instance falls back to its
    alternates, then the remaining instances are re-planned inside the
    transaction against what is now committed. Fewer than ``min_count`` placed:
    the transaction rolls back, nothing stays claimed, NoValidHost explains.
+   On PostgreSQL a host whose row another claim holds is passed over for the
+   next alternate (SKIP LOCKED) and waited for only if no alternate fits, so
+   concurrent schedulers that all picked the same best host do not queue.
+   On SQLite writers queue on a file lock (``placement.write_gate``).
 
 Why one transaction per request rather than per instance: all-or-nothing and
 the quota recheck need it anyway, and it costs one commit (one fsync on SQLite)
@@ -471,12 +479,16 @@ class SchedulerManager:
             for plan in pending:
                 # First the hosts no concurrent claim is writing to (PostgreSQL; on SQLite all of
                 # them), best first; then, waiting for their locks, the ones that were busy.
-                order = list(range(len(plan.hosts)))
-                busy = [i for i in order if not placement_allocations.try_lock_provider(
-                    session, plan.hosts[i][0].provider_id
-                )] if len(order) > 1 else []  # fmt: skip
-                free = [i for i in order if i not in busy]
-                i = self._claim_first(session, request, resources, plan, free, retries)
+                busy: list[int] = []
+                i = None
+                for n, (host, _weight) in enumerate(plan.hosts):
+                    if len(plan.hosts) > 1 and not placement_allocations.try_lock_provider(
+                        session, host.provider_id
+                    ):
+                        busy.append(n)
+                    elif self._claim_first(session, request, resources, plan, [n], retries) is not None:
+                        i = n
+                        break
                 if i is None:
                     i = self._claim_first(session, request, resources, plan, busy, retries)
                 if i is None:

@@ -16,7 +16,7 @@ description:
     not reach counts as a failed build there.
   - O(step=summary) returns the servers of the request as they now are.
   - O(step=action) starts a lifecycle action (O(action)) on O(servers) the way the Python API does
-    with C(defer=True): the lock and the state table are checked and the guarded write is made;
+    with C(defer=True) - the lock and the state table are checked and the guarded write is made;
     it returns one compute request per server for the server's host. Declarative actions already
     in effect (a stopped server to stop, a deleted server to delete) are skipped.
     O(step=record_action) records what the hosts returned (C(Conductor.record_action_result)).

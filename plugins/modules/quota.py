@@ -11,7 +11,7 @@ description:
     Options left out keep their current limit. Limits not set for a project come from the
     configuration (C([quota]) section).
   - Usage is counted from the resources servers hold (as Nova counts from placement), so a lower
-    limit never removes servers: it refuses new ones.
+    limit never removes servers - it refuses new ones.
   - Setting quotas needs the C(admin) role.
 version_added: 0.1.0
 author: novakit developers

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 module: server
 short_description: Create, delete, start, stop, pause or suspend a novakit server
 description:
-  - Makes sure a server exists in the state asked for, in direct mode: the API records it, the
+  - Makes sure a server exists in the state asked for, in direct mode - the API records it, the
     conductor schedules it and builds it on the chosen compute host in this process (the host's
     registered driver and transport), and records the result, reschedules included.
   - For many servers at once across inventory hosts, use the C(novakit.cloud.boot) playbook instead.

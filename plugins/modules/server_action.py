@@ -9,7 +9,7 @@ short_description: Reboot, rebuild, lock, unlock or rename a novakit server
 description:
   - Runs one operation on an existing server, in direct mode (the conductor reaches the server's
     compute host from this process), and waits until it has finished on the host.
-  - O(action=lock), O(action=unlock) and O(action=rename) are declarative: when already in effect
+  - O(action=lock), O(action=unlock) and O(action=rename) are declarative - when already in effect
     they report no change. O(action=reboot) and O(action=rebuild) always act.
   - Power states (started, stopped, paused, suspended) belong to M(novakit.cloud.server) O(state).
   - In check mode the lock and the state table are checked as a real run would, and nothing is done.

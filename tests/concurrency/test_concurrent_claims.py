@@ -19,6 +19,7 @@ from novakit.placement.fake_fleet import FakeHost, register_fleet
 PROCESSES = 8
 PER_PROCESS = 50
 HOSTS, SLOTS_PER_HOST = 20, 10
+CHURN = 12
 
 
 def _worker(url: str, mode: str, start: Any, results: Any) -> None:
@@ -41,7 +42,23 @@ def _worker(url: str, mode: str, start: Any, results: Any) -> None:
     placed = no_host = over_quota = 0
     start.wait()
     try:
-        if mode == "one-request-of-50":
+        if mode == "churn":
+            # Every writer of allocations at once: batch claims, moves, releases.
+            from novakit import placement
+
+            others = [placement.get_provider(db, f"race{n}").uuid for n in range(HOSTS)]
+            for n in range(CHURN):
+                uuid = str(uuidlib.uuid4())
+                try:
+                    scheduler.select_destinations(spec, [uuid])
+                except exceptions.NoValidHost:
+                    no_host += 1
+                    continue
+                placed += 1
+                placement.claim_resources(db, uuid, others[n % HOSTS], {"VCPU": 1}, "p-race", "u")
+                if n % 2:
+                    placement.remove_allocations(db, uuid)
+        elif mode == "one-request-of-50":
             ids = [str(uuidlib.uuid4()) for _ in range(PER_PROCESS)]
             try:
                 result = scheduler.select_destinations(
@@ -101,6 +118,20 @@ def _over_committed(db: Database) -> list[Any]:
         ).all()
 
 
+def _usage_cache_drift(db: Database) -> list[Any]:
+    """Inventory rows whose trigger-kept ``used``/``free`` differ from SUM(allocations) / capacity - SUM."""
+    with db.reader() as session:
+        rows = session.execute(
+            text(
+                "SELECT i.resource_provider_id, i.resource_class, i.used, i.free, "
+                "CAST((i.total - i.reserved) * i.allocation_ratio AS INTEGER), "
+                "(SELECT COALESCE(SUM(a.used), 0) FROM allocations a WHERE a.resource_provider_id = "
+                "i.resource_provider_id AND a.resource_class = i.resource_class) FROM inventories i"
+            )
+        ).all()
+    return [r for r in rows if r[2] != r[5] or r[3] != r[4] - r[5]]
+
+
 def _consumers(db: Database) -> int:
     with db.reader() as session:
         return int(session.execute(text("SELECT COUNT(DISTINCT consumer_id) FROM allocations")).scalar_one())
@@ -115,6 +146,7 @@ def test_eight_processes_of_fifty_fill_exactly_the_fleet_and_no_more(db_url: str
     assert sorted(r[1] for r in results) == [0] * 4 + [50] * 4
     assert _consumers(db) == HOSTS * SLOTS_PER_HOST
     assert _over_committed(db) == []
+    assert _usage_cache_drift(db) == []
     db.dispose()
 
 
@@ -129,4 +161,16 @@ def test_project_quota_of_120_lets_exactly_120_through(db_url: str) -> None:
     assert sum(r[3] for r in results) == PROCESSES * PER_PROCESS - 120
     assert _consumers(db) == 120
     assert _over_committed(db) == []
+    assert _usage_cache_drift(db) == []
+    db.dispose()
+
+
+def test_usage_cache_equals_the_sum_of_allocations_after_every_writer_raced(db_url: str) -> None:
+    db = _fleet(db_url)
+    results = _race(db_url, "churn")
+    assert [r for r in results if r[0] != "ok"] == []
+    assert sum(r[1] for r in results) == PROCESSES * CHURN  # 96 live at most at once: the fleet holds 200
+    assert _consumers(db) == PROCESSES * CHURN // 2  # every other one released
+    assert _over_committed(db) == []
+    assert _usage_cache_drift(db) == []
     db.dispose()

@@ -194,3 +194,79 @@ def test_a_host_is_in_one_availability_zone_only(db: Database) -> None:
         placement.add_provider_to_aggregate(db, "c1", "az-b")
     assert placement.list_availability_zones(db) == ["zone-a", "zone-b"]
     assert [a.name for a in placement.get_provider_aggregates(db, "c1")] == ["az-a"]
+
+
+def usage_cache_drift(db: Database) -> list[tuple[str, str, int, int, int, int]]:
+    """Inventory rows whose cached ``used``/``free`` disagree with SUM(allocations) and the capacity."""
+    with db.reader() as session:
+        rows = session.execute(
+            text(
+                "SELECT rp.name, i.resource_class, i.used, i.free, i.total, i.reserved, i.allocation_ratio, "
+                "(SELECT COALESCE(SUM(a.used), 0) FROM allocations a WHERE a.resource_provider_id = "
+                "i.resource_provider_id AND a.resource_class = i.resource_class) "
+                "FROM inventories i JOIN resource_providers rp ON rp.id = i.resource_provider_id"
+            )
+        ).all()
+    return [
+        (name, rc, used, free, real, int((total - reserved) * ratio) - real)
+        for name, rc, used, free, total, reserved, ratio, real in rows
+        if used != real or free != int((total - reserved) * ratio) - real
+    ]
+
+
+def test_usage_cache_follows_every_writer_of_allocations_and_inventories(db: Database) -> None:
+    c1, c2 = host(db, "c1", vcpus=8), host(db, "c2", vcpus=8)
+    placement.claim_resources(db, "a", c1, {"VCPU": 3, "MEMORY_MB": 256}, "p", "u")
+    placement.claim_resources(db, "b", c1, {"VCPU": 2}, "p", "u")
+    placement.claim_resources(db, "a", c2, {"VCPU": 1}, "p", "u")  # moves "a": c1 frees 3 VCPU, 256 MB
+    placement.set_inventory(
+        db, "c1", {"VCPU": InventorySpec(total=6, reserved=1), "MEMORY_MB": InventorySpec(total=1024)}
+    )
+    assert placement.remove_allocations(db, "b") == 1
+    placement.claim_resources(db, "c", c1, {"VCPU": 5}, "p", "u")
+    # A row written around placement's functions is counted too: the triggers see every write.
+    with db.writer() as session:
+        provider_id = session.execute(
+            text("SELECT id FROM resource_providers WHERE name = 'c2'")
+        ).scalar_one()
+        session.execute(
+            text(
+                "INSERT INTO allocations (resource_provider_id, consumer_id, resource_class, used, "
+                "created_at) "
+                "VALUES (:p, 'raw', 'MEMORY_MB', 100, CURRENT_TIMESTAMP)"
+            ),
+            {"p": provider_id},
+        )
+        session.execute(text("UPDATE allocations SET used = 300 WHERE consumer_id = 'raw'"))
+    assert usage_cache_drift(db) == []
+    with db.reader() as session:
+        cached = dict(
+            session.execute(
+                text(
+                    "SELECT i.resource_class, i.free FROM inventories i JOIN resource_providers rp "
+                    "ON rp.id = i.resource_provider_id WHERE rp.name = 'c1'"
+                )
+            ).all()
+        )
+    assert cached == {"VCPU": 0, "MEMORY_MB": 1024}  # (6 - 1) * 1.0 - 5, and nothing of MEMORY_MB used
+    assert not placement.claim_resources(db, "d", c1, {"VCPU": 1}, "p", "u")
+
+
+def test_candidates_ordered_by_free_capacity_walk_from_most_or_least_free(db: Database) -> None:
+    for n in range(5):
+        host(db, f"c{n}", vcpus=8)
+    for n, used in enumerate([2, 7, 0, 5, 8]):  # free VCPU: 6, 1, 8, 3, 0
+        if used:
+            placement.claim_resources(
+                db, f"x{n}", placement.get_provider(db, f"c{n}").uuid, {"VCPU": used}, "p", "u"
+            )
+    with db.reader() as session:
+
+        def names(**kw: object) -> list[str]:
+            req = CandidateRequest(resources={"VCPU": 2}, order_by="VCPU", **kw)  # type: ignore[arg-type]
+            return [c.name for c in get_allocation_candidates(session, req)]
+
+        assert names() == ["c2", "c0", "c3"]  # spread: most free first; c1 and c4 cannot take 2
+        assert names(descending=False) == ["c3", "c0", "c2"]  # stack: least free that still fits
+        assert names(limit=1) == ["c2"]
+        assert names(descending=False, exclude_hosts=["c3"], limit=1) == ["c0"]

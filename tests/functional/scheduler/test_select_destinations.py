@@ -237,3 +237,45 @@ def test_quota_is_checked_and_partially_filled_down_to_min_count(db: Database, c
     with pytest.raises(exceptions.OverQuota):
         quota.check_quota(db, conf, "p1", {"instances": 1})
     quota.check_quota(db, conf, "p1", {"cores": 2})
+
+
+def test_a_pool_of_unusable_hosts_widens_to_max_placement_results(db: Database, sched_conf: Config) -> None:
+    from novakit.scheduler.manager import CANDIDATE_POOL
+
+    # The CANDIDATE_POOL hosts with the most free memory are down: the first pool holds no usable
+    # host, the widened query (max_placement_results) reaches the smaller, live ones.
+    register_fleet(db, [FakeHost(f"big{n}", memory_mb=131072, up=False) for n in range(CANDIDATE_POOL)])
+    register_fleet(db, [FakeHost(f"small{n}", memory_mb=16384) for n in range(3)])
+    result = SchedulerManager(db, sched_conf).select_destinations(request(), uuids(1), dry_run=True)
+    assert {s.host for s in result[0]} == {"small0", "small1", "small2"}
+    few = sched_conf.model_copy(
+        update={
+            "scheduler": sched_conf.scheduler.model_copy(update={"max_placement_results": CANDIDATE_POOL})
+        }
+    )
+    with pytest.raises(exceptions.NoValidHost) as err:
+        SchedulerManager(db, few).select_destinations(request(), uuids(1), dry_run=True)
+    steps = {s["step"]: s for s in err.value.explanation["steps"]}
+    assert steps["ComputeFilter"]["hosts_in"] == CANDIDATE_POOL
+    # Every provider could take the instance: none was dropped by the SQL prefilter itself.
+    prefilter = steps["placement (SQL prefilter)"]
+    assert (prefilter["hosts_in"], prefilter["hosts_out"]) == (CANDIDATE_POOL + 3, 0)
+
+
+def test_stacking_ram_weigher_fills_the_fullest_host_beyond_the_first_pool(
+    db: Database, sched_conf: Config
+) -> None:
+    from novakit.scheduler.manager import CANDIDATE_POOL
+
+    names = fleet(db, CANDIDATE_POOL + 10)
+    fullest = names[-1]
+    placement.claim_resources(
+        db, "filler", placement.get_provider(db, fullest).uuid, {"MEMORY_MB": 60000}, "p", "u"
+    )
+    stack = sched_conf.model_copy(
+        update={"scheduler": sched_conf.scheduler.model_copy(update={"ram_weight_multiplier": -1.0})}
+    )
+    result = SchedulerManager(db, stack).select_destinations(request(), uuids(1), dry_run=True)
+    assert result[0][0].host == fullest
+    spread = SchedulerManager(db, sched_conf).select_destinations(request(), uuids(1), dry_run=True)
+    assert spread[0][0].host != fullest

@@ -79,7 +79,9 @@ app.add_typer(flavor_app, name="flavor")
 app.add_typer(image_app, name="image")
 app.add_typer(server_app, name="server")
 
-console = Console()
+# Piped output (a log, `| less`) gets a wide table rather than rich's 80-column default,
+# so uuids and host names are not cut; COLUMNS still wins when set.
+console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=200)
 err_console = Console(stderr=True)
 T = TypeVar("T")
 

@@ -110,7 +110,6 @@ def main() -> None:
             env = prepare(work, args.hosts)
             floor_requests(work, env, args.servers, args.hosts)
             (work / "floor.yml").write_text(FLOOR_PLAYBOOK)
-            shutil.copytree(ROOT / "playbooks" / "collections", work / "collections", symlinks=True)
 
             def run_floor() -> None:
                 res = run(work / "floor.yml", inventory=inv, envvars=env, extravars={"bench_dir": str(work)},

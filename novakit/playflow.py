@@ -74,7 +74,7 @@ def schedule(api: API, ctx: RequestContext, server: dict[str, Any]) -> dict[str,
         "instances": uuids,
         "requests": _wire(requests),
         "hosts": sorted({r.host for r in requests}),
-        "servers": summary(api, ctx, uuids)["servers"],
+        **{k: v for k, v in summary(api, ctx, uuids).items() if k in ("servers", "report")},
     }
 
 
@@ -123,8 +123,9 @@ def plan(api: API, ctx: RequestContext, server: dict[str, Any]) -> dict[str, Any
         group_spec = (
             None
             if group is None
-            else InstanceGroupSpec(uuid=group.uuid, policy=group.policy, rules=dict(group.rules or {}))
-        )  # type: ignore[arg-type]
+            else InstanceGroupSpec(uuid=group.uuid, policy=group.policy,  # type: ignore[arg-type]
+                                   rules=dict(group.rules or {}))
+        )
     count = len(names)
     quota.check_quota(
         api.db,
@@ -192,8 +193,14 @@ def record_round(
         "instances": uuids,
         "requests": _wire(follow_up),
         "hosts": sorted({r.host for r in follow_up}),
-        "servers": summary(api, ctx, uuids)["servers"],
+        **{k: v for k, v in summary(api, ctx, uuids).items() if k in ("servers", "report")},
     }
+
+
+def report(servers: list[dict[str, Any]]) -> list[str]:
+    """One line per server, as the playbooks show them: ``name: STATUS on host - fault``."""
+    return [f"{s['name']}: {s['status']} on {s['host'] or '-'}"
+            + (f" - {s['fault']['message']}" if s.get("fault") else "") for s in servers]
 
 
 def summary(api: API, ctx: RequestContext, uuids: list[str]) -> dict[str, Any]:
@@ -205,6 +212,7 @@ def summary(api: API, ctx: RequestContext, uuids: list[str]) -> dict[str, Any]:
         "request_id": ctx.request_id,
         "instances": uuids,
         "servers": servers,
+        "report": report(servers),
         "active": sum(1 for s in servers if s["vm_state"] == VmState.ACTIVE.value),
         "error": sum(1 for s in servers if s["vm_state"] == VmState.ERROR.value),
     }

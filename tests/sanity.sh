@@ -49,6 +49,11 @@ cat > "$DEST/tests/config.yml" <<'YAML'
 modules:
   python_requires: ">=3.11"
 YAML
+# The collection is Apache-2.0, not GPLv3: validate-modules' licence-header check does not apply.
+VERSION=$("$BIN/python" -c 'import ansible.release as r; print(".".join(r.__version__.split(".")[:2]))')
+for f in "$DEST"/plugins/modules/*.py "$DEST"/plugins/inventory/*.py "$DEST"/plugins/callback/*.py; do
+  echo "${f#"$DEST"/} validate-modules:missing-gplv3-license"
+done > "$DEST/tests/sanity/ignore-$VERSION.txt"
 cd "$DEST"
 TESTS=(--test validate-modules --test pep8 --test yamllint --test compile --test action-plugin-docs
        --test ansible-doc --test changelog --test empty-init --test ignores --test import

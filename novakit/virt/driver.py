@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from novakit import exceptions
-from novakit.compute.messages import HostResources, InstanceSpec
+from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec
 from novakit.compute.states import PowerState
 
 
@@ -109,6 +109,15 @@ class ComputeDriver:
 
     def get_console_output(self, instance: InstanceSpec) -> str:
         """The guest's serial console log so far."""
+        raise NotImplementedError
+
+    def cache_image(self, image: ImageSpec) -> None:
+        """Fetch ``image`` into this host's image cache ahead of any build (Nova's pre-caching).
+
+        Post-condition: the image id is listed in get_available_resource().cached_images.
+        Idempotent; raises InvalidImage / ImageNotFound, leaving the cache as it was, when the
+        image cannot be used.
+        """
         raise NotImplementedError
 
 

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions
-from novakit.compute.messages import HostResources, InstanceSpec
+from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec
 from novakit.compute.states import PowerState
 from novakit.virt import guest_ready_line
 from novakit.virt.driver import ComputeDriver, InstanceInfo
@@ -366,6 +366,12 @@ class FakeDriver(ComputeDriver):
         with self._locked_state() as state:
             guest = self._guest(state, instance.uuid)
             return "".join(line + "\n" for line in guest["console"])
+
+    def cache_image(self, image: ImageSpec) -> None:
+        """The fake has no image bytes: caching records the id, as a spawn does."""
+        with self._locked_state() as state:
+            if image.id not in state["cached_images"]:
+                state["cached_images"].append(image.id)
 
     # --- test helpers -------------------------------------------------------
 

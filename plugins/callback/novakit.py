@@ -19,7 +19,7 @@ description:
   - Enable it with C(callbacks_enabled = novakit.cloud.novakit) in C(ansible.cfg)
     (E(ANSIBLE_CALLBACKS_ENABLED)); C(novakit.runner) enables it.
 version_added: 0.1.0
-author: novakit developers
+author: novakit developers (@novakit)
 requirements:
   - novakit (for the summary table)
 """

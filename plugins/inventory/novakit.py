@@ -14,7 +14,7 @@ description:
     C(groups) and C(keyed_groups) add more.
   - The inventory file's name must end in C(novakit.yml) or C(novakit.yaml).
 version_added: 0.1.0
-author: novakit developers
+author: novakit developers (@novakit)
 extends_documentation_fragment: [constructed]
 options:
   plugin:

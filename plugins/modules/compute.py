@@ -14,7 +14,7 @@ description:
   - It never opens the database and needs no database credentials.
   - A failed build is a result, not a task failure, so that the controller can reschedule it.
 version_added: 0.1.0
-author: novakit developers
+author: novakit developers (@novakit)
 options:
   requests:
     description: Requests for this host (from C(novakit.cloud.conductor) or the lifecycle playbooks).

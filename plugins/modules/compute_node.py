@@ -12,7 +12,7 @@ description:
     with reserved amounts and allocation ratios from configuration or from this task.
   - Runs on the controller (delegate it to C(localhost)); the compute host never needs the database.
 version_added: 0.1.0
-author: novakit developers
+author: novakit developers (@novakit)
 extends_documentation_fragment: [novakit.cloud.common]
 options:
   host:

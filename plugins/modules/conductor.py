@@ -28,7 +28,7 @@ description:
     failed) count as failed there, with Ansible's message as the fault.
   - Build requests carry user data; tasks using this module should set C(no_log).
 version_added: 0.1.0
-author: novakit developers
+author: novakit developers (@novakit)
 extends_documentation_fragment: [novakit.cloud.common]
 options:
   step:
@@ -47,7 +47,7 @@ options:
     elements: dict
   results:
     description:
-      - What each host's C(compute) task returned (its registered result, or just its RV(results)),
+      - What each host's C(compute) task returned (its registered result, or just its RV(novakit.cloud.compute#module:results)),
         by host, for O(step=record) and O(step=record_action). A host of O(requests) without
         results here failed there (unreachable, or its task failed) and its builds are rescheduled.
     type: dict

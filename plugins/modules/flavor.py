@@ -11,7 +11,7 @@ description:
   - A flavor's sizes cannot change once created (as in Nova); a different size for an existing
     name is an error that says so.
 version_added: 0.1.0
-author: novakit developers
+author: novakit developers (@novakit)
 extends_documentation_fragment: [novakit.cloud.common]
 options:
   name:

@@ -16,7 +16,7 @@ description:
     server are removed; guests no server owns are reported (and destroyed with O(destroy_orphans)).
   - A host without an answer in O(guests) is reported as unreachable and its servers are left alone.
 version_added: 0.1.0
-author: novakit developers
+author: novakit developers (@novakit)
 extends_documentation_fragment: [novakit.cloud.common]
 options:
   guests:

@@ -11,7 +11,7 @@ description:
     so that servers can boot from it. The bytes stay where they are; each compute host copies them
     into its image cache on first use and checks the checksum.
 version_added: 0.1.0
-author: novakit developers
+author: novakit developers (@novakit)
 extends_documentation_fragment: [novakit.cloud.common]
 options:
   name:

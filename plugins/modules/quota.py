@@ -14,7 +14,7 @@ description:
     limit never removes servers - it refuses new ones.
   - Setting quotas needs the C(admin) role.
 version_added: 0.1.0
-author: novakit developers
+author: novakit developers (@novakit)
 extends_documentation_fragment: [novakit.cloud.common]
 options:
   name:

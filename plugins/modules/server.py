@@ -18,7 +18,7 @@ description:
   - The options of an existing server (flavor, image) are not changed; a different value is an error
     that says what to do (rebuild with M(novakit.cloud.server_action), or a new server).
 version_added: 0.1.0
-author: novakit developers
+author: novakit developers (@novakit)
 extends_documentation_fragment: [novakit.cloud.common]
 options:
   name:

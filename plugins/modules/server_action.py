@@ -11,11 +11,11 @@ description:
     compute host from this process), and waits until it has finished on the host.
   - O(action=lock), O(action=unlock) and O(action=rename) are declarative - when already in effect
     they report no change. O(action=reboot) and O(action=rebuild) always act.
-  - Power states (started, stopped, paused, suspended) belong to M(novakit.cloud.server) O(state).
+  - Power states (started, stopped, paused, suspended) belong to M(novakit.cloud.server) O(novakit.cloud.server#module:state).
   - In check mode the lock and the state table are checked as a real run would, and nothing is done.
   - For many servers across inventory hosts, use the C(novakit.cloud.server_action) playbook.
 version_added: 0.1.0
-author: novakit developers
+author: novakit developers (@novakit)
 extends_documentation_fragment: [novakit.cloud.common]
 options:
   server:

@@ -16,7 +16,7 @@ description:
   - A group's policy and rules cannot change once it exists (as in Nova); other values for an
     existing name are an error that says so.
 version_added: 0.1.0
-author: novakit developers
+author: novakit developers (@novakit)
 extends_documentation_fragment: [novakit.cloud.common]
 options:
   name:

@@ -12,7 +12,7 @@ description:
     (instance actions with their events, as Nova's os-instance-actions).
   - Reads only; it never changes anything.
 version_added: 0.1.0
-author: novakit developers
+author: novakit developers (@novakit)
 extends_documentation_fragment: [novakit.cloud.common]
 options:
   server:
@@ -30,7 +30,7 @@ options:
     type: bool
     default: false
   with_actions:
-    description: Add each server's instance actions and events (RV(servers[].actions)).
+    description: Add each server's instance actions and events (in each server, key C(actions)).
     type: bool
     default: false
 """

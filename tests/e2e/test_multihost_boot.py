@@ -16,7 +16,13 @@ from novakit.placement.inventories import get_inventory
 from novakit.virt import guest_ready_line
 from tests.e2e.runner import task_results
 from tests.e2e.testbed import catalog
-from tests.e2e.testbed.fixtures import Cloud, assert_nothing_lost, console_output, usage_by_host, wait_for_marker
+from tests.e2e.testbed.fixtures import (
+    Cloud,
+    assert_nothing_lost,
+    console_output,
+    usage_by_host,
+    wait_for_marker,
+)
 
 pytest_plugins = ["tests.e2e.testbed.fixtures"]
 pytestmark = pytest.mark.e2e
@@ -37,8 +43,11 @@ def test_hosts_register_with_their_real_capacity(cloud: Cloud) -> None:
 
 
 def test_boot_playbook_boots_real_guests_across_the_hosts(cloud: Cloud) -> None:
-    run = cloud.run("boot.yml", {"server_name": "web", "count": 3, "flavor": "tb.small", "image": "tiny"},
-                    ident="tb-boot-1")
+    run = cloud.run(
+        "boot.yml",
+        {"server_name": "web", "count": 3, "flavor": "tb.small", "image": "tiny"},
+        ident="tb-boot-1",
+    )
     assert run.rc == 0, run.stdout.read()
 
     api = cloud.api()

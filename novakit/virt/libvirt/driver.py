@@ -455,6 +455,10 @@ class LibvirtDriver(ComputeDriver):
             return ""
         return data.decode("utf-8", errors="replace")
 
+    def cache_image(self, image: ImageSpec) -> None:
+        """Copy and verify the image into the cache now, so that the first build does not wait."""
+        self.image_cache.fetch(image)
+
 
 def _valid_uuid(value: str) -> str | None:
     """The canonical form of a uuid, or None: it becomes a path, so nothing else may pass."""

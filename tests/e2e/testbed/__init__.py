@@ -9,6 +9,6 @@ import pytest
 # The fixtures module's helpers assert; have pytest explain their failures as it does in test files.
 pytest.register_assert_rewrite("tests.e2e.testbed.fixtures")
 
-from tests.e2e.testbed.bed import Testbed, TestbedError, TestbedHost
+from tests.e2e.testbed.bed import Testbed, TestbedError, TestbedHost  # noqa: E402 (after the rewrite hook)
 
 __all__ = ["Testbed", "TestbedError", "TestbedHost"]

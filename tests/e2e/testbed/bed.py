@@ -17,6 +17,7 @@ Only 127.0.0.1 is ever listened on.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -141,18 +142,14 @@ def _pids_of_uid(uid: int) -> list[int]:
 def _terminate(pids: list[int], grace: float = 5.0) -> None:
     """SIGTERM these pids, then SIGKILL what is left after ``grace`` seconds."""
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
         time.sleep(0.1)
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _sha256(path: Path) -> str:
@@ -235,8 +232,13 @@ class Testbed:
 
     def status(self) -> dict[str, Any]:
         """What runs, per piece: for ``testbed.sh status`` and for the tests' preconditions."""
-        out: dict[str, Any] = {"base": str(self.base), "sshd": None, "port": self.state().get("port"),
-                               "inventory": str(self.inventory_path), "hosts": {}}
+        out: dict[str, Any] = {
+            "base": str(self.base),
+            "sshd": None,
+            "port": self.state().get("port"),
+            "inventory": str(self.inventory_path),
+            "hosts": {},
+        }
         out["sshd"] = self.sshd_pid()
         for name in self.state().get("hosts", self.names()):
             try:
@@ -244,20 +246,29 @@ class Testbed:
             except TestbedError:
                 out["hosts"][name] = {"user": False}
                 continue
-            out["hosts"][name] = {"user": True, "uid": h.uid, "libvirtd": self.libvirtd_pid(h),
-                                  "guests": len(self.domains(h)) if self.libvirtd_pid(h) else None}
+            out["hosts"][name] = {
+                "user": True,
+                "uid": h.uid,
+                "libvirtd": self.libvirtd_pid(h),
+                "guests": len(self.domains(h)) if self.libvirtd_pid(h) else None,
+            }
         return out
 
     def is_up(self) -> bool:
         st = self.status()
-        return bool(st["sshd"]) and len(st["hosts"]) == self.count and all(
-            h.get("libvirtd") for h in st["hosts"].values()
+        return (
+            bool(st["sshd"])
+            and len(st["hosts"]) == self.count
+            and all(h.get("libvirtd") for h in st["hosts"].values())
         )
 
     # --- running things as a host -----------------------------------------------------
 
-    def as_user(self, host: TestbedHost, argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
-        cmd = ["runuser", "-u", host.name, "--", "env", "-i", *(f"{k}={v}" for k, v in host.env().items()), *argv]
+    def as_user(
+        self, host: TestbedHost, argv: list[str], check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        env = [f"{k}={v}" for k, v in host.env().items()]
+        cmd = ["runuser", "-u", host.name, "--", "env", "-i", *env, *argv]
         if check:
             return _run(cmd)
         return subprocess.run(cmd, capture_output=True, text=True)
@@ -270,17 +281,38 @@ class Testbed:
         proc = self.virsh(host, "list", "--all", "--name", check=False)
         return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
 
-    def ssh(self, host: TestbedHost, command: str, port: int | None = None) -> subprocess.CompletedProcess[str]:
+    def ssh(
+        self, host: TestbedHost, command: str, port: int | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run a command on the host the way Ansible reaches it (for checks; never raises)."""
         return subprocess.run(
-            ["ssh", "-p", str(port or self.port), "-i", str(self.client_key), *self._ssh_options(),
-             "-o", "ConnectTimeout=5", f"{host.name}@127.0.0.1", command],
-            capture_output=True, text=True,
+            [
+                "ssh",
+                "-p",
+                str(port or self.port),
+                "-i",
+                str(self.client_key),
+                *self._ssh_options(),
+                "-o",
+                "ConnectTimeout=5",
+                f"{host.name}@127.0.0.1",
+                command,
+            ],
+            capture_output=True,
+            text=True,
         )
 
     def _ssh_options(self) -> list[str]:
-        return ["-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=no",
-                "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"]
+        return [
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "BatchMode=yes",
+        ]
 
     # --- bring-up ---------------------------------------------------------------------
 
@@ -288,7 +320,9 @@ class Testbed:
         """Make every piece run; pieces that already run are left as they are."""
         if os.geteuid() != 0:
             raise TestbedError("the testbed makes users and daemons: run it as root")
-        missing = sorted({pkg for cmd, pkg in NEEDED_COMMANDS.items() if shutil.which(cmd, path=SYSTEM_PATH) is None})
+        missing = sorted(
+            {pkg for cmd, pkg in NEEDED_COMMANDS.items() if shutil.which(cmd, path=SYSTEM_PATH) is None}
+        )
         if missing:
             raise TestbedError(f"missing Debian packages: {' '.join(missing)} (apt-get install them)")
         for d in (self.base, self.run_dir, self.homes, self.image_store, self.authorized_keys):
@@ -335,15 +369,39 @@ class Testbed:
     def _keys(self) -> None:
         for key in (self.client_key, self.host_key):
             if not key.exists():
-                _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"novakit-testbed {key.name}",
-                      "-f", str(key)])
+                _run(
+                    [
+                        "ssh-keygen",
+                        "-q",
+                        "-t",
+                        "ed25519",
+                        "-N",
+                        "",
+                        "-C",
+                        f"novakit-testbed {key.name}",
+                        "-f",
+                        str(key),
+                    ]
+                )
 
     def _user(self, name: str) -> TestbedHost:
         try:
             pwd.getpwnam(name)
         except KeyError:
-            _run(["useradd", "--create-home", "--home-dir", str(self.homes / name), "--shell", "/bin/sh",
-                  "--user-group", "--comment", "novakit testbed compute host", name])
+            _run(
+                [
+                    "useradd",
+                    "--create-home",
+                    "--home-dir",
+                    str(self.homes / name),
+                    "--shell",
+                    "/bin/sh",
+                    "--user-group",
+                    "--comment",
+                    "novakit testbed compute host",
+                    name,
+                ]
+            )
         # "*": no password login, yet not "locked" ("!"), which sshd without PAM refuses even for keys.
         _run(["usermod", "-p", "*", name])
         host = self.host(name)
@@ -396,10 +454,26 @@ class Testbed:
         host.libvirt_socket.unlink(missing_ok=True)
 
     def _sshd(self, hosts: list[TestbedHost]) -> None:
-        if self.sshd_pid() is not None and self.state().get("port"):
-            self._wait_ssh(hosts[0])
-            return
-        port = _free_port()
+        """One sshd for all hosts; a running one keeps its port and re-reads a changed config (SIGHUP)."""
+        pid = self.sshd_pid()
+        port = int(self.state().get("port") or 0) if pid is not None else 0
+        port = port or _free_port()
+        config = self._sshd_config(hosts, port)
+        sshd = shutil.which("sshd", path=SYSTEM_PATH) or "/usr/sbin/sshd"
+        changed = not self.sshd_config.exists() or self.sshd_config.read_text() != config
+        if changed:
+            self.sshd_config.write_text(config)
+            _run([sshd, "-t", "-f", str(self.sshd_config)])
+        if pid is None:
+            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+            _run([sshd, "-f", str(self.sshd_config)])
+        elif changed:
+            os.kill(pid, signal.SIGHUP)
+            time.sleep(0.3)
+        self.state_file.write_text(json.dumps({**self.state(), "port": port}, indent=2))
+        self._wait_ssh(hosts[0])
+
+    def _sshd_config(self, hosts: list[TestbedHost], port: int) -> str:
         lines = [
             "# novakit testbed: loopback only, keys only, this run's host key and users.",
             f"Port {port}",
@@ -415,21 +489,19 @@ class Testbed:
             "X11Forwarding no",
             "AllowTcpForwarding no",
             "PrintMotd no",
+            # Ansible copies modules with sftp when it does not pipeline.
+            "Subsystem sftp internal-sftp",
             "MaxStartups 100:30:200",
             "MaxSessions 50",
             f"AllowUsers {' '.join(h.name for h in hosts)}",
         ]
         # No systemd/PAM session here: sshd itself gives each user the runtime dir of its daemon.
         for h in hosts:
-            env = " ".join(f"{k}={v}" for k, v in h.env().items() if k in ("XDG_RUNTIME_DIR", "LIBVIRT_AUTOSTART"))
+            env = " ".join(
+                f"{k}={v}" for k, v in h.env().items() if k in ("XDG_RUNTIME_DIR", "LIBVIRT_AUTOSTART")
+            )
             lines += [f"Match User {h.name}", f"    SetEnv {env}"]
-        self.sshd_config.write_text("\n".join(lines) + "\n")
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-        sshd = shutil.which("sshd", path=SYSTEM_PATH) or "/usr/sbin/sshd"
-        _run([sshd, "-t", "-f", str(self.sshd_config)])
-        _run([sshd, "-f", str(self.sshd_config)])
-        self.state_file.write_text(json.dumps({**self.state(), "port": port}, indent=2))
-        self._wait_ssh(hosts[0])
+        return "\n".join(lines) + "\n"
 
     def _wait_ssh(self, host: TestbedHost, timeout: float = 15) -> None:
         deadline = time.monotonic() + timeout
@@ -439,7 +511,8 @@ class Testbed:
             if proc.returncode == 0:
                 return
             time.sleep(0.2)
-        raise TestbedError(f"cannot log in as {host.name} on port {self.port}: {proc.stderr.strip() if proc else ''}")
+        why = proc.stderr.strip() if proc else ""
+        raise TestbedError(f"cannot log in as {host.name} on port {self.port}: {why}")
 
     # --- the inventory ----------------------------------------------------------------
 
@@ -480,6 +553,8 @@ class Testbed:
                             "ansible_ssh_common_args": ssh_args,
                             "ansible_control_path_dir": str(self.control_path_dir),
                             "ansible_python_interpreter": str(self.python),
+                            # Modules go through the SSH session's stdin: no copy, no temp files.
+                            "ansible_pipelining": True,
                             "novakit_driver": "libvirt",
                         },
                         "hosts": hosts,
@@ -548,11 +623,33 @@ class Testbed:
             _terminate(pids)
 
 
+def catalog_flavors() -> list[str]:
+    from tests.e2e.testbed import catalog
+
+    return list(catalog.FLAVORS)
+
+
+def write_catalog(bed: Testbed) -> Path:
+    """For people trying the testbed: a config and a SQLite database with its flavors and image."""
+    from novakit.db.engine import Database
+    from tests.e2e.testbed import catalog
+
+    state = bed.run_dir / "state"
+    state.mkdir(exist_ok=True)
+    (bed.run_dir / "novakit.toml").write_text(catalog.config_toml(catalog.host_memory_mb(bed)))
+    db = Database(f"sqlite:///{state / 'novakit.db'}")
+    try:
+        catalog.register(db, bed.image_store)
+    finally:
+        db.dispose()
+    return state / "novakit.db"
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m tests.e2e.testbed", description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("command", choices=["up", "down", "status", "catalog"])
     parser.add_argument("--hosts", type=int, default=int(os.environ.get("NOVAKIT_TESTBED_HOSTS", "3")))
     parser.add_argument("--base", type=Path, default=DEFAULT_BASE)
     parser.add_argument("--purge", action="store_true", help="down: also remove the venv and image store")
@@ -562,8 +659,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             started = time.monotonic()
             bed.up()
-            print(f"testbed up in {time.monotonic() - started:.1f} s: {args.hosts} hosts, inventory "
-                  f"{bed.inventory_path}")
+            print(
+                f"testbed up in {time.monotonic() - started:.1f} s: {args.hosts} hosts, inventory "
+                f"{bed.inventory_path}"
+            )
+        elif args.command == "catalog":
+            path = write_catalog(bed)
+            print(f"flavors {', '.join(catalog_flavors())} and image tiny registered in {path}")
         elif args.command == "down":
             bed.down(purge=args.purge)
             print("testbed down")

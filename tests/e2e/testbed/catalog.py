@@ -1,4 +1,4 @@
-"""What a testbed cloud knows before its first boot: flavors, the tiny image, and a config that makes hosts small.
+"""What a testbed cloud knows before its first boot: flavors, the tiny image, a config making hosts small.
 
 Every testbed host is this machine, so the libvirt driver reports the machine's whole RAM for each of
 them. The config reserves all of it but ``HOST_ROOM_MB`` for the host itself (Nova's
@@ -59,14 +59,34 @@ def register(db: Database, image_store: Path) -> None:
             flavors.create(db, admin, {"name": name, "vcpus": vcpus, "memory_mb": ram, "root_gb": 0})
     have_images = {i["name"] for i in images.list_images(db)}
     wanted: list[dict[str, Any]] = [
-        {"uuid": KERNEL_ID, "name": "tiny-kernel", "disk_format": "aki", "container_format": "aki",
-         "location": str(image_store / "vmlinuz"), "checksum": _sha256(image_store / "vmlinuz")},
-        {"uuid": RAMDISK_ID, "name": "tiny-ramdisk", "disk_format": "ari", "container_format": "ari",
-         "location": str(image_store / "initrd.img"), "checksum": _sha256(image_store / "initrd.img")},
-        {"uuid": IMAGE_ID, "name": "tiny", "disk_format": "qcow2",
-         "location": str(image_store / "root.qcow2"), "checksum": _sha256(image_store / "root.qcow2"),
-         "properties": {"kernel_id": KERNEL_ID, "ramdisk_id": RAMDISK_ID,
-                        "os_command_line": (image_store / "cmdline").read_text().strip()}},
+        {
+            "uuid": KERNEL_ID,
+            "name": "tiny-kernel",
+            "disk_format": "aki",
+            "container_format": "aki",
+            "location": str(image_store / "vmlinuz"),
+            "checksum": _sha256(image_store / "vmlinuz"),
+        },
+        {
+            "uuid": RAMDISK_ID,
+            "name": "tiny-ramdisk",
+            "disk_format": "ari",
+            "container_format": "ari",
+            "location": str(image_store / "initrd.img"),
+            "checksum": _sha256(image_store / "initrd.img"),
+        },
+        {
+            "uuid": IMAGE_ID,
+            "name": "tiny",
+            "disk_format": "qcow2",
+            "location": str(image_store / "root.qcow2"),
+            "checksum": _sha256(image_store / "root.qcow2"),
+            "properties": {
+                "kernel_id": KERNEL_ID,
+                "ramdisk_id": RAMDISK_ID,
+                "os_command_line": (image_store / "cmdline").read_text().strip(),
+            },
+        },
     ]
     for data in wanted:
         if data["name"] not in have_images:

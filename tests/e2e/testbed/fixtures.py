@@ -76,16 +76,30 @@ class Cloud:
         return self.bed.inventory_path
 
     def api(self) -> API:
-        conf = load_config(Path(self.env["NOVAKIT_CONFIG"]), db_url=self.db_url,
-                           state_dir=self.env["NOVAKIT_STATE_DIR"])
+        conf = load_config(
+            Path(self.env["NOVAKIT_CONFIG"]), db_url=self.db_url, state_dir=self.env["NOVAKIT_STATE_DIR"]
+        )
         db = Database(conf.database_url)
         self._dbs.append(db)
         return API(db, conf)
 
-    def run(self, playbook: str, extravars: dict[str, Any] | None = None, inventory: Path | None = None,
-            ident: str | None = None, **kwargs: Any) -> ansible_runner.Runner:
-        return run_playbook(playbook, self.dir, self.env, extravars, inventory=inventory or self.inventory,
-                            ident=ident, **kwargs)
+    def run(
+        self,
+        playbook: str,
+        extravars: dict[str, Any] | None = None,
+        inventory: Path | None = None,
+        ident: str | None = None,
+        **kwargs: Any,
+    ) -> ansible_runner.Runner:
+        return run_playbook(
+            playbook,
+            self.dir,
+            self.env,
+            extravars,
+            inventory=inventory or self.inventory,
+            ident=ident,
+            **kwargs,
+        )
 
     def register_hosts(self) -> ansible_runner.Runner:
         run = self.run("compute_node.yml")
@@ -175,8 +189,12 @@ def console_output(cloud: Cloud, servers: list[dict[str, Any]]) -> dict[str, str
         for s in servers:
             inst = session.execute(select(Instance).where(Instance.uuid == s["id"])).scalar_one()
             requests.setdefault(s["host"], []).append(
-                {"request_id": "req-console", "host": s["host"], "operation": "console_output",
-                 "instances": [instance_spec(session, inst).to_wire()]}
+                {
+                    "request_id": "req-console",
+                    "host": s["host"],
+                    "operation": "console_output",
+                    "instances": [instance_spec(session, inst).to_wire()],
+                }
             )
     run = cloud.run(str(HERE / "console.yml"), {"console_requests": requests})
     assert run.rc == 0, run.stdout.read()
@@ -251,22 +269,27 @@ def assert_nothing_lost(cloud: Cloud) -> list[dict[str, Any]]:
     by_id = {s["id"]: s for s in servers}
     for s in servers:
         if s["status"] in LIVE:
-            assert guests.get(s["host"], {}).get(s["id"]) == LIVE[s["status"]], (s["name"], s["status"], guests)
+            found = guests.get(s["host"], {}).get(s["id"])
+            assert found == LIVE[s["status"]], (s["name"], s["status"], guests)
             assert allocations.get(s["id"]) == {s["host"]}, (s["name"], allocations.get(s["id"]))
         else:
             assert s["status"] == "ERROR", (s["name"], s["status"], s["task_state"])
             assert s.get("fault", {}).get("message"), s
             assert allocations.get(s["id"], set()) <= ({s["host"]} if s["host"] else set()), (
-                s["name"], s["host"], allocations.get(s["id"]))
+                s["name"],
+                s["host"],
+                allocations.get(s["id"]),
+            )
     for host, doms in guests.items():
         for uuid in doms:
-            assert uuid in by_id and by_id[uuid]["host"] == host, f"guest {uuid} on {host} has no server there"
+            assert uuid in by_id and by_id[uuid]["host"] == host, f"guest {uuid} on {host}: no server there"
             assert allocations.get(uuid) == {host}, f"guest {uuid} runs on {host} without a claim there"
     for consumer, providers in allocations.items():
         assert consumer in by_id, f"a claim on {providers} belongs to no server ({consumer})"
     usage = usage_by_host(api.db)
     for host in set(usage) | {s["host"] for s in servers if s["host"]}:
         mine = [s for s in servers if allocations.get(s["id"]) == {host}]
-        assert usage.get(host, {}).get("MEMORY_MB", 0) == sum(int(s["flavor"]["memory_mb"]) for s in mine), host
-        assert usage.get(host, {}).get("VCPU", 0) == sum(int(s["flavor"]["vcpus"]) for s in mine), host
+        used = usage.get(host, {})
+        assert used.get("MEMORY_MB", 0) == sum(int(s["flavor"]["memory_mb"]) for s in mine), host
+        assert used.get("VCPU", 0) == sum(int(s["flavor"]["vcpus"]) for s in mine), host
     return servers

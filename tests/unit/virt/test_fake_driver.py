@@ -312,3 +312,15 @@ def test_threads_power_cycling_concurrently_keep_a_consistent_file(
         t.join()
     assert errors == []
     assert driver.list_instances() == {g.uuid: PowerState.RUNNING for g in guests}
+
+
+def test_cache_image_lists_the_image_as_cached(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from novakit.compute.messages import ImageSpec
+    from novakit.virt.fake import FakeDriver
+
+    driver = FakeDriver("host-a", {"state_dir": str(tmp_path)})
+    assert driver.get_available_resource().cached_images == []
+    image = ImageSpec(id="1e0d7c3a-6c43-4a55-9a2e-6f6a1f1d7b90", name="tiny")
+    driver.cache_image(image)
+    driver.cache_image(image)  # idempotent
+    assert driver.get_available_resource().cached_images == [image.id]

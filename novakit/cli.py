@@ -577,6 +577,48 @@ def heal_command(
         err_console.print(f"host {name} did not answer: {escape(why)}", highlight=False, soft_wrap=True)
 
 
+@app.command("boot")
+def boot_command(
+    name: str,
+    flavor: str = typer.Option("m1.small", help="flavor name or id"),
+    image: str = typer.Option("tiny", help="image name or id"),
+    count: int = typer.Option(1, help="how many servers (names get -1, -2, ...)"),
+    inventory: Path | None = typer.Option(None, help="Ansible inventory (default: inventory/local.yml)"),
+    user_data: Path | None = typer.Option(None, help="file with cloud-init user data"),
+    check: bool = typer.Option(False, "--check", help="check mode: say where they would land"),
+    output: Output = OUTPUT,
+) -> None:
+    """Boot servers with playbooks/boot.yml through ansible-runner, showing its progress."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from novakit import runner
+
+    if user_data is not None and not user_data.is_file():
+        _fail(f"--user-data: no such file: {user_data}")
+    text = user_data.read_text() if user_data is not None else None
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=err_console, transient=True) as progress:
+        task = progress.add_task("starting ansible-playbook", total=None)
+
+        def on_event(event: dict[str, Any]) -> None:
+            data = event.get("event_data") or {}
+            if event.get("event") == "playbook_on_task_start" and data.get("task"):
+                progress.update(task, description=escape(str(data["task"])))
+
+        result = _guard(lambda: runner.boot(name, flavor=flavor, image=image, count=count,
+                                            inventory=inventory, user_data=text, check=check,
+                                            on_event=on_event))
+    servers = result.servers
+    if output == Output.json:
+        _json({"ok": result.ok, "request_id": result.request_id, "servers": servers})
+    else:
+        _table(servers, ["id", "name", "status", "host", "addresses"], f"request {result.request_id}")
+    if not result.ok:
+        err_console.print(f"ansible-playbook failed (rc {result.rc}); its output is in {result.artifact_dir}",
+                          highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
 def main() -> None:
     app()
 

@@ -196,25 +196,31 @@ def test_four_boot_playbooks_at_once_never_overfill_a_host(
     try:
         cloud.register_hosts()
         runs: dict[int, ansible_runner.Runner] = {}
+        errors: list[BaseException] = []
 
         def boot(i: int) -> None:
-            runs[i] = cloud.run(
-                "boot.yml",
-                {
-                    "server_name": f"rush{i}",
-                    "count": 2,
-                    "min_count": 1,
-                    "flavor": "tb.large",
-                    "image": "tiny",
-                },
-                ident=f"rush-{i}",
-            )
+            try:
+                runs[i] = cloud.run(
+                    "boot.yml",
+                    {
+                        "server_name": f"rush{i}",
+                        "count": 2,
+                        "min_count": 1,
+                        "flavor": "tb.large",
+                        "image": "tiny",
+                    },
+                    ident=f"rush-{i}",
+                    workdir=f"rush-{i}",
+                )
+            except BaseException as exc:  # reported below, with the others' outcome
+                errors.append(exc)
 
         threads = [threading.Thread(target=boot, args=(i,)) for i in range(4)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        assert not errors, errors
         assert len(runs) == 4
         outputs = "\n".join(
             f"--- run {i} rc={r.rc}\n{r.stdout.read()[-2500:]}" for i, r in sorted(runs.items())

@@ -62,6 +62,8 @@ class TestbedError(RuntimeError):
 class TestbedHost:
     """One compute "host": an inventory name that is also its Unix user."""
 
+    __test__ = False
+
     name: str
     uid: int
     home: Path
@@ -171,6 +173,8 @@ def _free_port() -> int:
 
 class Testbed:
     """Bring-up, tear-down and the handles the tests use (stop a daemon, run virsh as a host)."""
+
+    __test__ = False  # not a test class, whatever its name
 
     def __init__(self, base: Path = DEFAULT_BASE, hosts: int = 3, image_dir: Path = TINY_IMAGE_DIR) -> None:
         self.base = Path(base)

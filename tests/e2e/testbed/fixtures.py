@@ -89,11 +89,15 @@ class Cloud:
         extravars: dict[str, Any] | None = None,
         inventory: Path | None = None,
         ident: str | None = None,
+        workdir: str = "",
         **kwargs: Any,
     ) -> ansible_runner.Runner:
+        """Run a playbook through ansible-runner; runs at the same time need their own ``workdir``."""
+        where = self.dir / workdir if workdir else self.dir
+        where.mkdir(parents=True, exist_ok=True)
         return run_playbook(
             playbook,
-            self.dir,
+            where,
             self.env,
             extravars,
             inventory=inventory or self.inventory,

@@ -22,6 +22,7 @@ from novakit import exceptions
 from novakit.compute import schemas
 from novakit.compute.api import API, server_view
 from novakit.compute.messages import ComputeRequest, ComputeResult
+from novakit.compute.states import ACTIONS as STATE_ACTIONS
 from novakit.compute.states import VmState
 from novakit.context import RequestContext
 from novakit.db import api as db_api
@@ -37,13 +38,18 @@ def _wire(requests: list[ComputeRequest]) -> list[dict[str, Any]]:
     return [r.to_wire() for r in requests]
 
 
-def schedule(api: API, ctx: RequestContext, server: dict[str, Any]) -> dict[str, Any]:
-    """Play 1: record, check quota, schedule and claim. Idempotent by name."""
+def _parse_server(server: dict[str, Any]) -> tuple[schemas.ServerCreate, list[str]]:
+    """The playbook's server variables as a validated create request, and the names it makes."""
     data = {k: v for k, v in server.items() if v is not None}
     if "count" in data:
         data["max_count"] = data.pop("count")
     req = schemas.parse(schemas.ServerCreate, data)
-    names = _names(req)
+    return req, _names(req)
+
+
+def schedule(api: API, ctx: RequestContext, server: dict[str, Any]) -> dict[str, Any]:
+    """Play 1: record, check quota, schedule and claim. Idempotent by name."""
+    req, names = _parse_server(server)
     with api.db.reader() as session:
         existing = list(
             session.execute(
@@ -90,11 +96,7 @@ def plan(api: API, ctx: RequestContext, server: dict[str, Any]) -> dict[str, Any
     from novakit.scheduler.request_spec import InstanceGroupSpec
     from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
-    data = {k: v for k, v in server.items() if v is not None}
-    if "count" in data:
-        data["max_count"] = data.pop("count")
-    req = schemas.parse(schemas.ServerCreate, data)
-    names = _names(req)
+    req, names = _parse_server(server)
     with api.db.reader() as session:
         rows = session.execute(
             select(Instance).where(
@@ -221,20 +223,8 @@ def summary(api: API, ctx: RequestContext, uuids: list[str]) -> dict[str, Any]:
 # --------------------------------------------------------------- lifecycle actions
 
 #: actions the lifecycle playbooks may start, with the API call that starts each one
-ACTIONS = (
-    "delete",
-    "stop",
-    "start",
-    "reboot",
-    "pause",
-    "unpause",
-    "suspend",
-    "resume",
-    "rebuild",
-    "lock",
-    "unlock",
-    "rename",
-)
+#: (the state table's actions; a hard reboot is ``reboot`` with reboot_type HARD)
+ACTIONS = tuple(a for a in STATE_ACTIONS if a not in ("create", "reboot_hard"))
 
 
 def _start_one(api: API, ctx: RequestContext, ref: str, action: str, options: dict[str, Any]) -> Any:

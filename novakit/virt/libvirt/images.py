@@ -177,6 +177,14 @@ def create_swap(dest: Path, size_mb: int) -> None:
     version-1 header: info at byte 1024 of the first page, "SWAPSPACE2" at
     the end of it.
     """
+    size = size_mb * 1024 * 1024
+    with open(dest, "wb") as f:
+        f.write(swap_header(size_mb))
+        f.truncate(size)
+
+
+def swap_header(size_mb: int) -> bytes:
+    """The first page of a swap disk of ``size_mb`` MiB (the rest is zeros)."""
     page = 4096
     size = size_mb * 1024 * 1024
     pages = size // page
@@ -189,6 +197,4 @@ def create_swap(dest: Path, size_mb: int) -> None:
     header[1036:1052] = uuidlib.uuid4().bytes
     header[1052:1068] = b"novakit-swap".ljust(16, b"\0")
     header[page - 10 : page] = b"SWAPSPACE2"
-    with open(dest, "wb") as f:
-        f.write(header)
-        f.truncate(size)
+    return bytes(header)

@@ -56,6 +56,7 @@ BUILD_TASK_STATES = [
     TaskState.SPAWNING,
 ]
 SCHEDULE_EVENT = "conductor_schedule_and_build_instances"
+BUILD_EVENT = "compute__do_build_and_run_instance"
 
 TransportFactory = Callable[[str, dict[str, Any]], Transport]
 
@@ -305,6 +306,24 @@ class Conductor:
         from novakit import placement
 
         fault = res.fault or fault_from_exception(exceptions.ComputeError(reason="build failed"), host)
+        if not res.events:
+            # The host never ran the build (unreachable, no answer): the audit trail still
+            # shows an attempt on that host, failed, as for a build that raised there.
+            now = utcnow()
+            res = res.model_copy(
+                update={
+                    "events": [
+                        Event(
+                            event=BUILD_EVENT,
+                            start_time=now,
+                            finish_time=now,
+                            result="Error",
+                            host=host,
+                            details=fault.message,
+                        )
+                    ]
+                }
+            )
         placement.remove_allocations(self.db, spec.uuid)
         with self.db.reader() as session:
             rs = session.execute(

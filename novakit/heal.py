@@ -28,8 +28,11 @@ What it corrects, and why each rule is what it is:
   hard reboot, delete). An instance already in error gets NOSTATE only.
 
 * **Builds stuck in building** past ``conf.compute.build_timeout`` (counted
-  from ``created_at``, as Nova's ``_check_instance_build_time``): error, a
-  fault, an event on the ``create`` action, and their claim freed.
+  from ``created_at``, as Nova's ``_check_instance_build_time``): if the host
+  lists the guest, the build finished and only its result was lost (a killed
+  playbook): the server is recorded as built and keeps its claim. Otherwise:
+  error, a fault, an event on the ``create`` action, and the claim freed once
+  the host has answered without the guest.
 
 * **Orphan allocations** (their consumer is no live instance) are removed.
 
@@ -68,8 +71,17 @@ LOG = logging.getLogger(__name__)
 
 SYNC_EVENT = "compute_sync_power_state"
 BUILD_TIMEOUT_EVENT = "conductor_check_instance_build_time"
+BUILD_ADOPTED_EVENT = "conductor_heal_adopt_build"
 
-Kind = Literal["power_state", "stopped", "vanished", "build_timeout", "orphan_allocation", "orphan_guest"]
+Kind = Literal[
+    "power_state",
+    "stopped",
+    "vanished",
+    "build_timeout",
+    "build_adopted",
+    "orphan_allocation",
+    "orphan_guest",
+]
 
 _OFF = (PowerState.SHUTDOWN, PowerState.CRASHED)
 
@@ -181,7 +193,7 @@ class Healer:
                     report.corrections.append(c)
             report.corrections.extend(
                 self._orphan_guests(host, guests, reported_at, dry_run, destroy_orphans))
-        report.corrections.extend(self._reap_stuck_builds(wanted, dry_run))
+        report.corrections.extend(self._reap_stuck_builds(wanted, dry_run, reports))
         report.corrections.extend(self._orphan_allocations(wanted, dry_run))
         return report
 
@@ -385,8 +397,22 @@ class Healer:
 
     # ------------------------------------------------------------------ stuck builds
 
-    def _reap_stuck_builds(self, hosts: set[str] | None, dry_run: bool) -> list[Correction]:
+    def _reap_stuck_builds(
+        self, hosts: set[str] | None, dry_run: bool, reports: dict[str, dict[str, int]] | None = None
+    ) -> list[Correction]:
+        """Builds past build_timeout: adopt the ones whose guest runs, fail the others.
+
+        A build whose result never reached the controller (the playbook was killed
+        after the hosts started building) may well have finished: if its host lists
+        the guest, the server is recorded as built, with the power state the host
+        reports, and keeps its claim. Otherwise it goes to error with a fault; its
+        claim is freed only when its host answered without the guest (or it never
+        had a host): a host that did not answer may still run it, and freeing the
+        claim then would let the scheduler over-commit that host.
+        """
         from novakit import placement
+
+        reports = reports or {}
 
         timeout = self.conf.compute.build_timeout
         with self.db.reader() as session:
@@ -402,11 +428,17 @@ class Healer:
         for s in stuck:
             if hosts and s.host not in hosts:
                 continue
+            guests = reports.get(s.host) if s.host else None
+            if guests is not None and s.uuid in guests:
+                out.append(self._adopt_build(s, int(guests[s.uuid]), create_requests, dry_run))
+                continue
+            free_claim = s.host is None or guests is not None
             age = int((utcnow() - s.created_at).total_seconds())
             c = Correction(kind="build_timeout", instance=s.uuid, host=s.host,
                            before=f"building/{s.task_state or '-'}", after="error",
-                           detail=f"building for {age} s, longer than build_timeout "
-                                  f"({timeout} s); claim freed")
+                           detail=f"building for {age} s, longer than build_timeout ({timeout} s); "
+                                  + ("claim freed" if free_claim else
+                                     f"claim kept until {s.host} answers (it may still run the guest)"))
             if dry_run:
                 out.append(c)
                 continue
@@ -432,11 +464,44 @@ class Healer:
 
             c.applied = self._write(c, write)
             if c.applied:
-                placement.remove_allocations(self.db, s.uuid)
+                if free_claim:
+                    placement.remove_allocations(self.db, s.uuid)
                 self.notifier.state_update(s.uuid, ("building", s.task_state), ("error", None), host=s.host)
                 self.notifier.emit("instance.create.error", s.uuid, fault=fault.message)
             out.append(c)
         return out
+
+    def _adopt_build(
+        self, s: _Seen, power: int, create_requests: dict[str, str], dry_run: bool
+    ) -> Correction:
+        power_state = PowerState(power) if power in PowerState._value2member_map_ else PowerState.NOSTATE
+        running = power_state == PowerState.RUNNING
+        after = VmState.ACTIVE if running else VmState.STOPPED
+        c = Correction(kind="build_adopted", instance=s.uuid, host=s.host,
+                       before=f"building/{s.task_state or '-'}", after=after.value,
+                       detail=f"the build finished on {s.host} but its result never reached the "
+                              f"controller; the guest is {_power(power)}: recorded as built, claim kept")
+        if dry_run:
+            return c
+        create_ctx = self.ctx.with_request_id(create_requests.get(s.uuid, self.ctx.request_id))
+        now = utcnow()
+        event = Event(event=BUILD_ADOPTED_EVENT, start_time=now, finish_time=now, result="Success",
+                      host=s.host, details=c.detail)
+
+        def write(session: Session) -> None:
+            db_api.instance_update(
+                session, s.uuid,
+                {"vm_state": after, "task_state": None, "power_state": int(power_state), "launched_at": now},
+                expected_vm_state=[VmState.BUILDING], expected_task_state=[s.task_state],
+            )
+            actions.action_start(session, create_ctx, s.uuid, "create")
+            actions.record_host_events(session, create_ctx, s.uuid, [event])
+            actions.action_finish(session, create_ctx, s.uuid, "create")
+
+        c.applied = self._write(c, write)
+        if c.applied:
+            self.notifier.state_update(s.uuid, ("building", s.task_state), (after.value, None), host=s.host)
+        return c
 
 
 def heal(

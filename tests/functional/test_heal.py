@@ -130,6 +130,30 @@ def test_a_build_killed_half_way_is_reaped_and_its_claim_freed(cloud: Cloud, ctx
     assert cloud.api.delete(ctx, uuid)["status"] == "DELETED"
 
 
+def test_a_build_whose_result_was_lost_is_adopted_with_its_claim(cloud: Cloud, ctx: RequestContext) -> None:
+    # The host built the guest, but the playbook was killed before the controller recorded it.
+    [uuid] = [
+        s["id"]
+        for s in cloud.api.create(ctx, {"name": "lost", "flavor": "m1.small", "image": "tiny"}, build=False)
+    ]
+    [request] = cloud.api.conductor.schedule_instances(ctx, [uuid])
+    result = cloud.api.conductor.send(request)  # the host builds; nobody records the answer
+    assert result.results[0].ok
+    old = utcnow() - dt.timedelta(seconds=cloud.conf.compute.build_timeout + 5)
+    with cloud.db.writer() as session:
+        session.execute(update(Instance).where(Instance.uuid == uuid).values(created_at=old))
+
+    report = heal(cloud.db, cloud.conf)
+    assert _kinds(report) == [("build_adopted", uuid)]
+    shown = cloud.api.get(ctx, uuid)
+    assert (shown["status"], shown["power_state_name"], shown["host"]) == ("ACTIVE", "Running", request.host)
+    assert placement.get_allocations_for_consumer(cloud.db, uuid) != {}
+    assert ("conductor_heal_adopt_build", "Success") in _actions(cloud, ctx, shown)["create"]
+    # A second heal finds nothing left to do.
+    assert heal(cloud.db, cloud.conf).corrections == []
+    assert cloud.api.stop(ctx, uuid)["status"] == "SHUTOFF"
+
+
 def test_orphan_allocations_are_freed_and_orphan_guests_reported_until_asked(
     cloud: Cloud, ctx: RequestContext
 ) -> None:

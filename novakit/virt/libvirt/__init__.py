@@ -7,5 +7,6 @@ without libvirt on controllers and on hosts that run the fake driver.
 Files: ``driver`` (the ComputeDriver), ``host`` (the connection), ``guest``
 (power states and operations on one domain), ``config`` (domain XML as typed
 objects), ``imagecache`` and ``images`` (verified image copies, overlays),
-``configdrive`` (the NoCloud ISO).
+``configdrive`` (the NoCloud ISO), ``storage`` (disks as volumes in a storage
+pool of a remote daemon, reached through libvirt alone).
 """

@@ -12,11 +12,22 @@ Options (all optional):
                       ``bridge:<name>`` or ``user`` (default: one user-mode NIC)
 ``emulator``          the QEMU binary, when libvirt's default is not wanted
 ``shared_storage``    true if the paths above mean the same files to a remote daemon
+``remote_pool``       on a remote daemon without shared storage: the libvirt ``dir`` storage pool
+                      that holds every disk (default ``novakit``; created when missing)
+``remote_pool_path``  the remote directory of that pool when novakit creates it (default
+                      /var/lib/novakit/pool on system URIs; required on session URIs, whose
+                      directory is in the remote user's home)
 ``reboot_timeout``    seconds a soft reboot waits for the guest before resetting it (default 60)
 
 Every instance owns one directory, ``<instances_path>/<uuid>``; spawn either
 ends with a running domain or removes the domain and that directory again,
 and destroy removes both.
+
+On a remote daemon (``qemu+ssh://``...) without ``shared_storage`` the same
+disks are volumes in a storage pool on the remote host, made and filled
+through the libvirt connection (``storage.RemoteStorage``); the image cache
+stays local and verifies each image before its one upload. There an instance
+owns every volume named ``<uuid>.*`` instead of a directory.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 import uuid as uuidlib
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -40,6 +52,14 @@ from novakit.virt.libvirt.configdrive import ConfigDrive, guest_mac
 from novakit.virt.libvirt.guest import Guest
 from novakit.virt.libvirt.host import Host, is_remote_uri, is_session_uri
 from novakit.virt.libvirt.imagecache import CachedImage, ImageCache
+from novakit.virt.libvirt.storage import (
+    CONSOLE_HEADER,
+    DEFAULT_POOL,
+    RemoteStorage,
+    StorageVolumeConfig,
+    default_pool_path,
+    instance_volume_name,
+)
 
 GiB = 1024**3
 #: get_console_output returns at most this much of the end of the log (Nova's limit)
@@ -47,6 +67,9 @@ MAX_CONSOLE_BYTES = 100 * 1024
 DEFAULT_CMDLINE = "root=/dev/vda console=tty0 console=ttyS0"
 CONSOLE_LOG = "console.log"
 _DISK_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+# The file names of an instance's disks: in its directory, or after "<uuid>." in the remote pool.
+ROOT_DISK, EPHEMERAL_DISK, SWAP_DISK, CONFIG_DRIVE = "disk", "disk.eph0", "disk.swap", "disk.config"
+_INSTANCE_FILES = (ROOT_DISK, EPHEMERAL_DISK, SWAP_DISK, CONFIG_DRIVE, CONSOLE_LOG)
 
 
 class LibvirtDriver(ComputeDriver):
@@ -72,6 +95,15 @@ class LibvirtDriver(ComputeDriver):
         self.emulator = self.options.get("emulator") or None
         self.reboot_timeout = float(self.options.get("reboot_timeout", 60))
         self.files_are_local = not is_remote_uri(self.uri) or bool(self.options.get("shared_storage"))
+        self.remote: RemoteStorage | None = None
+        if not self.files_are_local:
+            self.remote = RemoteStorage(
+                self.libvirt,
+                self._conn,
+                str(self.options.get("remote_pool") or DEFAULT_POOL),
+                default_pool_path(session, self.options.get("remote_pool_path")),
+                lock_dir=self.image_cache_path,
+            )
 
     # --- plumbing -------------------------------------------------------------
 
@@ -119,6 +151,9 @@ class LibvirtDriver(ComputeDriver):
         if self.files_are_local:
             self.instances_path.mkdir(parents=True, exist_ok=True)
             self.image_cache_path.mkdir(parents=True, exist_ok=True)
+        else:
+            self.image_cache_path.mkdir(parents=True, exist_ok=True)
+            self._remote_call("prepare storage pool", lambda remote: remote.pool())
 
     def get_available_resource(self) -> HostResources:
         conn = self._conn()
@@ -137,11 +172,17 @@ class LibvirtDriver(ComputeDriver):
         except self.libvirt.libvirtError as exc:
             raise exceptions.HypervisorUnavailable(host=self.host, reason=exc.get_error_message()) from None
         local_gb = local_gb_used = 0
+        cached_images: list[str] = []
+        if self.remote is not None:
+            capacity, allocation = self._remote_call("read storage pool", lambda remote: remote.capacity())
+            local_gb, local_gb_used = capacity // GiB, allocation // GiB
+            cached_images = self._remote_call("read storage pool", lambda remote: remote.cached_image_ids())
         if self.files_are_local:
             self.instances_path.mkdir(parents=True, exist_ok=True)
             st = os.statvfs(self.instances_path)
             local_gb = st.f_blocks * st.f_frsize // GiB
             local_gb_used = (st.f_blocks - st.f_bfree) * st.f_frsize // GiB
+            cached_images = self.image_cache.cached_image_ids()
         return HostResources(
             hypervisor_hostname=self.host,
             hypervisor_type=self.hypervisor_type,
@@ -154,7 +195,7 @@ class LibvirtDriver(ComputeDriver):
             vcpus_used=vcpus_used,
             memory_mb_used=memory_kib_used // 1024,
             local_gb_used=local_gb_used,
-            cached_images=self.image_cache.cached_image_ids() if self.files_are_local else [],
+            cached_images=cached_images,
         )
 
     # --- spawn and destroy ----------------------------------------------------
@@ -165,14 +206,6 @@ class LibvirtDriver(ComputeDriver):
             raise exceptions.BuildAbortError(
                 instance_uuid=instance.uuid, reason="the instance uuid is not a UUID"
             )
-        if not self.files_are_local:
-            raise exceptions.RescheduledError(
-                instance_uuid=uuid,
-                reason=(
-                    f"{self.uri} is a remote daemon; novakit prepares disks in local paths, so set the "
-                    "option shared_storage when those paths are shared, or run novakit on that host"
-                ),
-            )
         if self._lookup(uuid) is not None:
             # Not rescheduled: another host would make a second copy of one instance.
             raise exceptions.BuildAbortError(
@@ -180,9 +213,13 @@ class LibvirtDriver(ComputeDriver):
             )
         inst_dir = self._instance_dir(uuid)
         try:
-            # A directory without a domain is what a crashed spawn leaves; nobody else uses it.
-            shutil.rmtree(inst_dir, ignore_errors=True)
-            inst_dir.mkdir(parents=True, mode=0o755)
+            if self.remote is None:
+                # A directory without a domain is what a crashed spawn leaves; nobody else uses it.
+                shutil.rmtree(inst_dir, ignore_errors=True)
+                inst_dir.mkdir(parents=True, mode=0o755)
+            else:
+                # Likewise volumes of this uuid without a domain.
+                self._remove_remote_volumes(uuid)
             guest_config = self._prepare_guest(instance, inst_dir)
             self._define_and_start(guest_config)
         except BaseException as exc:
@@ -225,28 +262,28 @@ class LibvirtDriver(ComputeDriver):
             root_size = flavor.root_gb * GiB
         letters = iter(_DISK_LETTERS)
         disks = []
-        root = inst_dir / "disk"
-        images.create_overlay(base.path, base.format, root, root_size)
-        disks.append(vconfig.GuestDisk(str(root), f"vd{next(letters)}", serial=instance.uuid[:20]))
-        if flavor.ephemeral_gb:
-            eph = inst_dir / "disk.eph0"
-            images.create_blank_qcow2(eph, flavor.ephemeral_gb * GiB)
-            disks.append(vconfig.GuestDisk(str(eph), f"vd{next(letters)}"))
-        if flavor.swap:
-            swap = inst_dir / "disk.swap"
-            images.create_swap(swap, flavor.swap)
-            disks.append(vconfig.GuestDisk(str(swap), f"vd{next(letters)}", driver_type="raw"))
-        interfaces = self._interfaces(instance)
-        if instance.config_drive:
-            iso = inst_dir / "disk.config"
-            ConfigDrive.from_instance(instance, [i.mac or "" for i in interfaces]).write_iso(iso)
-            disks.append(vconfig.GuestDisk(str(iso), f"vd{next(letters)}", driver_type="raw", readonly=True))
+        maker: _LocalDisks | _RemoteDisks
+        maker = _LocalDisks(inst_dir) if self.remote is None else _RemoteDisks(self.remote, instance.uuid)
+        # Kernel and ramdisk first: on a remote host they are uploads, cheaper to fail before disks.
         kernel = initrd = cmdline = None
         if instance.kernel is not None:
-            kernel = str(self._fetch_image(instance.kernel, "kernel").path)
+            kernel = maker.image_path(self._fetch_image(instance.kernel, "kernel"))
             if instance.ramdisk is not None:
-                initrd = str(self._fetch_image(instance.ramdisk, "ramdisk").path)
+                initrd = maker.image_path(self._fetch_image(instance.ramdisk, "ramdisk"))
             cmdline = instance.image.properties.get("os_command_line") or DEFAULT_CMDLINE
+        root = maker.overlay(base, root_size)
+        disks.append(vconfig.GuestDisk(root, f"vd{next(letters)}", serial=instance.uuid[:20]))
+        if flavor.ephemeral_gb:
+            eph = maker.blank_qcow2(flavor.ephemeral_gb * GiB)
+            disks.append(vconfig.GuestDisk(eph, f"vd{next(letters)}"))
+        if flavor.swap:
+            swap = maker.swap(flavor.swap)
+            disks.append(vconfig.GuestDisk(swap, f"vd{next(letters)}", driver_type="raw"))
+        interfaces = self._interfaces(instance)
+        if instance.config_drive:
+            iso = maker.config_drive(ConfigDrive.from_instance(instance, [i.mac or "" for i in interfaces]))
+            disks.append(vconfig.GuestDisk(iso, f"vd{next(letters)}", driver_type="raw", readonly=True))
+        console_log = maker.console_log()
         return vconfig.LibvirtConfigGuest(
             uuid=instance.uuid,
             name=vconfig.domain_name(instance.uuid),
@@ -261,7 +298,7 @@ class LibvirtDriver(ComputeDriver):
             emulator=self.emulator,
             disks=disks,
             interfaces=interfaces,
-            serial_log=vconfig.GuestSerialLog(str(inst_dir / CONSOLE_LOG)),
+            serial_log=vconfig.GuestSerialLog(console_log),
         )
 
     def _fetch_image(self, image: ImageSpec, role: str) -> CachedImage:
@@ -316,8 +353,31 @@ class LibvirtDriver(ComputeDriver):
             shutil.rmtree(self._instance_dir(uuid), ignore_errors=True)
             if self._instance_dir(uuid).exists():
                 errors.append(f"could not remove {self._instance_dir(uuid)}")
+        else:
+            errors.extend(self._remove_remote_volumes(uuid, raise_errors=False))
         if errors:
             raise exceptions.ComputeError(reason=f"destroying instance {uuid}: " + "; ".join(errors))
+
+    def _remove_remote_volumes(self, uuid: str, raise_errors: bool = True) -> list[str]:
+        """Delete every ``<uuid>.*`` volume; the base volumes they were made from stay."""
+        assert self.remote is not None
+        try:
+            errors = self.remote.delete_instance_volumes(uuid, _INSTANCE_FILES)
+        except (self.libvirt.libvirtError, exceptions.NovakitError) as exc:
+            errors = [_error_text(exc)]
+        if errors and raise_errors:
+            raise exceptions.ComputeError(reason=f"cleaning up volumes of {uuid}: " + "; ".join(errors))
+        return errors
+
+    def _remote_call(self, action: str, call: Any) -> Any:
+        """Run ``call(self.remote)`` with libvirt's errors said as novakit's."""
+        assert self.remote is not None
+        try:
+            return call(self.remote)
+        except self.libvirt.libvirtError as exc:
+            raise exceptions.HypervisorUnavailable(
+                host=self.host, reason=f"cannot {action} {self.remote.pool_name}: {exc.get_error_message()}"
+            ) from None
 
     def destroy(self, instance: InstanceSpec) -> None:
         uuid = _valid_uuid(instance.uuid)
@@ -445,6 +505,13 @@ class LibvirtDriver(ComputeDriver):
 
     def get_console_output(self, instance: InstanceSpec) -> str:
         guest = self._guest(instance)
+        if self.remote is not None:
+            # The log is a volume in the pool (see _RemoteDisks.console_log), read over the
+            # connection; the header novakit wrote before the guest's first byte is not console.
+            name = instance_volume_name(guest.uuid, CONSOLE_LOG)
+            data = self._remote_call("read console log from", lambda r: r.read_tail(name, MAX_CONSOLE_BYTES))
+            data = data.removeprefix(CONSOLE_HEADER)
+            return bytes(data).decode("utf-8", errors="replace")
         path = self._instance_dir(guest.uuid) / CONSOLE_LOG
         try:
             with open(path, "rb") as f:
@@ -457,7 +524,20 @@ class LibvirtDriver(ComputeDriver):
 
     def cache_image(self, image: ImageSpec) -> None:
         """Copy and verify the image into the cache now, so that the first build does not wait."""
-        self.image_cache.fetch(image)
+        cached = self.image_cache.fetch(image)
+        if self.remote is not None:
+            self._remote_call("upload image to", lambda remote: remote.ensure_base(cached))
+
+    def remove_cached_image(self, image_id: str) -> list[str]:
+        """Image-cache cleanup on a remote pool: delete the image's base volumes no instance uses.
+
+        Returns the volumes kept because overlays still use them. Bases are
+        never removed by destroy, since other instances may share them.
+        """
+        if self.remote is None:
+            return []
+        kept: list[str] = self._remote_call("clean image cache in", lambda r: r.remove_base_image(image_id))
+        return kept
 
 
 def _valid_uuid(value: str) -> str | None:
@@ -498,3 +578,95 @@ def _parse_networks(value: Any) -> list[tuple[str, str]]:
         else:
             parsed.append(("network", text.removeprefix("network:")))
     return parsed
+
+
+def _error_text(exc: Exception) -> str:
+    if isinstance(exc, exceptions.NovakitError):
+        return exc.format_message()
+    return str(exc.get_error_message()) if hasattr(exc, "get_error_message") else str(exc)
+
+
+class _LocalDisks:
+    """An instance's disks as files in its directory (local or shared storage)."""
+
+    def __init__(self, inst_dir: Path) -> None:
+        self.inst_dir = inst_dir
+
+    def image_path(self, cached: CachedImage) -> str:
+        return str(cached.path)
+
+    def overlay(self, base: CachedImage, size: int) -> str:
+        path = self.inst_dir / ROOT_DISK
+        images.create_overlay(base.path, base.format, path, size)
+        return str(path)
+
+    def blank_qcow2(self, size: int) -> str:
+        path = self.inst_dir / EPHEMERAL_DISK
+        images.create_blank_qcow2(path, size)
+        return str(path)
+
+    def swap(self, size_mb: int) -> str:
+        path = self.inst_dir / SWAP_DISK
+        images.create_swap(path, size_mb)
+        return str(path)
+
+    def config_drive(self, drive: ConfigDrive) -> str:
+        path = self.inst_dir / CONFIG_DRIVE
+        drive.write_iso(path)
+        return str(path)
+
+    def console_log(self) -> str:
+        return str(self.inst_dir / CONSOLE_LOG)
+
+
+class _RemoteDisks:
+    """The same disks as volumes in the remote pool; each returns the path the remote daemon sees.
+
+    Disks stay ``type='file'`` in the domain with the volume's remote path, so
+    the domain XML is the same in both modes and formats stay explicit.
+    """
+
+    def __init__(self, remote: RemoteStorage, uuid: str) -> None:
+        self.remote = remote
+        self.uuid = uuid
+
+    def _name(self, suffix: str) -> str:
+        return instance_volume_name(self.uuid, suffix)
+
+    def image_path(self, cached: CachedImage) -> str:
+        return str(self.remote.ensure_base(cached).path())
+
+    def overlay(self, base: CachedImage, size: int) -> str:
+        base_path = self.image_path(base)
+        config = StorageVolumeConfig(
+            self._name(ROOT_DISK), size, "qcow2", backing_path=base_path, backing_format=base.format
+        )
+        return str(self.remote.create(config).path())
+
+    def blank_qcow2(self, size: int) -> str:
+        return str(self.remote.create(StorageVolumeConfig(self._name(EPHEMERAL_DISK), size, "qcow2")).path())
+
+    def swap(self, size_mb: int) -> str:
+        header = images.swap_header(size_mb)
+        vol = self.remote.create(StorageVolumeConfig(self._name(SWAP_DISK), size_mb * 1024 * 1024, "raw"))
+        self.remote.write_bytes(vol, header)
+        return str(vol.path())
+
+    def config_drive(self, drive: ConfigDrive) -> str:
+        # Written locally (mode 0600, it holds user data) only for as long as the upload takes.
+        with tempfile.TemporaryDirectory(prefix="novakit-cd-") as tmp:
+            iso = Path(tmp) / CONFIG_DRIVE
+            drive.write_iso(iso)
+            return str(self.remote.upload_file(self._name(CONFIG_DRIVE), iso, "raw").path())
+
+    def console_log(self) -> str:
+        """A volume virtlogd appends the serial console to (append='on' in the domain).
+
+        Chosen over virDomainOpenConsole: a log keeps the whole boot, whoever
+        reads it and whenever, survives reboots, and leaves the console itself
+        free for ``virsh console``; a console stream sees only what the guest
+        prints while it is connected, and one client at a time.
+        """
+        vol = self.remote.create(StorageVolumeConfig(self._name(CONSOLE_LOG), len(CONSOLE_HEADER), "raw"))
+        self.remote.write_bytes(vol, CONSOLE_HEADER)
+        return str(vol.path())

@@ -37,9 +37,21 @@ def is_session_uri(uri: str) -> bool:
     return urllib.parse.urlparse(uri).path.rstrip("/") == "/session"
 
 
+#: libvirt transports that log in somewhere (libvirt's remote URI syntax: driver+transport://)
+_LOGIN_TRANSPORTS = {"ssh", "libssh", "libssh2", "tcp", "tls", "ext"}
+
+
 def is_remote_uri(uri: str) -> bool:
-    """Whether the daemon may run on another machine (so local paths mean nothing to it)."""
+    """Whether the daemon may not see this process's files (so local paths mean nothing to it).
+
+    True for another host, and for any transport that logs in (``qemu+ssh://``):
+    even on 127.0.0.1 that daemon may run as another user, with another home,
+    unable to read files made here. ``+unix`` and plain URIs are local.
+    """
     parsed = urllib.parse.urlparse(uri)
+    _, _, transport = parsed.scheme.partition("+")
+    if transport in _LOGIN_TRANSPORTS:
+        return True
     return parsed.hostname not in _LOCAL_HOSTS and parsed.hostname is not None
 
 

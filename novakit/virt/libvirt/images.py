@@ -177,9 +177,10 @@ def create_swap(dest: Path, size_mb: int) -> None:
     version-1 header: info at byte 1024 of the first page, "SWAPSPACE2" at
     the end of it.
     """
+    header = swap_header(size_mb)
     size = size_mb * 1024 * 1024
     with open(dest, "wb") as f:
-        f.write(swap_header(size_mb))
+        f.write(header)
         f.truncate(size)
 
 

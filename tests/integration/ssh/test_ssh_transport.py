@@ -94,6 +94,9 @@ def test_an_unreachable_ssh_host_is_rescheduled_and_named_in_the_fault(
     host, message = messages[0]
     assert host == "ssh-dead"
     assert "ssh-dead" in message and "cannot connect" in message
+    # The audit trail shows both attempts: the unreachable host's, failed, then the alternate's.
+    builds = [(e["host"], e["result"]) for e in cloud.api.list_actions(ctx, server["id"])[0]["events"]]
+    assert builds == [("ssh-dead", "Error"), (server["host"], "Success")]
 
 
 def test_broken_ssh_hosts_come_back_as_results_asking_for_a_reschedule(sshd: Sshd, tmp_path: Path,

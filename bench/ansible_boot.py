@@ -43,9 +43,17 @@ FLOOR_PLAYBOOK = """---
 
 
 def inventory(path: Path, n_hosts: int) -> Path:
-    lines = ["all:", "  vars:", "    ansible_connection: local",
-             "    ansible_python_interpreter: \"{{ ansible_playbook_python }}\"",
-             "  hosts:", "    localhost:", "  children:", "    novakit_compute:", "      hosts:"]
+    lines = [
+        "all:",
+        "  vars:",
+        "    ansible_connection: local",
+        '    ansible_python_interpreter: "{{ ansible_playbook_python }}"',
+        "  hosts:",
+        "    localhost:",
+        "  children:",
+        "    novakit_compute:",
+        "      hosts:",
+    ]
     lines += [f"        bench-{i:02d}:" for i in range(n_hosts)]
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -54,15 +62,27 @@ def inventory(path: Path, n_hosts: int) -> Path:
 def prepare(work: Path, n_hosts: int) -> dict[str, str]:
     state = work / "state"
     conf_file = work / "novakit.toml"
-    conf_file.write_text("[compute]\nservice_down_time = 86400\n[quota]\ninstances = -1\ncores = -1\nram = -1\n")
-    env = {"NOVAKIT_STATE_DIR": str(state), "NOVAKIT_FAKE_STATE_DIR": str(state / "fake"),
-           "NOVAKIT_CONFIG": str(conf_file)}
+    conf_file.write_text(
+        "[compute]\nservice_down_time = 86400\n[quota]\ninstances = -1\ncores = -1\nram = -1\n"
+    )
+    env = {
+        "NOVAKIT_STATE_DIR": str(state),
+        "NOVAKIT_FAKE_STATE_DIR": str(state / "fake"),
+        "NOVAKIT_CONFIG": str(conf_file),
+    }
     conf = load_config(conf_file, state_dir=str(state))
     db = Database(conf.database_url)
     for i in range(n_hosts):
         host = f"bench-{i:02d}"
-        hosts.register_host(db, conf, host, HostResources(hypervisor_hostname=host, hypervisor_type="fake",
-                            vcpus=64, memory_mb=262144, local_gb=4000), {"driver": "fake", "transport": "local"})
+        hosts.register_host(
+            db,
+            conf,
+            host,
+            HostResources(
+                hypervisor_hostname=host, hypervisor_type="fake", vcpus=64, memory_mb=262144, local_gb=4000
+            ),
+            {"driver": "fake", "transport": "local"},
+        )
     admin = RequestContext.admin()
     flavors.create(db, admin, {"name": "m1.tiny", "vcpus": 1, "memory_mb": 512, "root_gb": 1})
     images.create(db, admin, {"name": "tiny"})
@@ -77,16 +97,21 @@ def floor_requests(work: Path, env: dict[str, str], n: int, n_hosts: int) -> Non
 
     conf = load_config(env["NOVAKIT_CONFIG"], state_dir=env["NOVAKIT_STATE_DIR"])
     api = API(Database(conf.database_url), conf)
-    uuids = api.create_records(RequestContext.admin(), ServerCreate(name="floor", flavor="m1.tiny", image="tiny",
-                                                                    max_count=n))
+    uuids = api.create_records(
+        RequestContext.admin(), ServerCreate(name="floor", flavor="m1.tiny", image="tiny", max_count=n)
+    )
     with api.db.reader() as session:
         from novakit.db import api as db_api
 
-        specs = [instance_spec(session, i) for i in db_api.instance_get_all(session, RequestContext.admin(),
-                                                                            uuids=uuids)]
+        specs = [
+            instance_spec(session, i)
+            for i in db_api.instance_get_all(session, RequestContext.admin(), uuids=uuids)
+        ]
     for i in range(n_hosts):
         host = f"bench-{i:02d}"
-        req = ComputeRequest(request_id="req-floor", host=host, operation="build", instances=specs[i::n_hosts])
+        req = ComputeRequest(
+            request_id="req-floor", host=host, operation="build", instances=specs[i::n_hosts]
+        )
         (work / f"{host}.json").write_text(json.dumps([req.to_wire()]))
 
 
@@ -112,13 +137,23 @@ def main() -> None:
             (work / "floor.yml").write_text(FLOOR_PLAYBOOK)
 
             def run_floor() -> None:
-                res = run(work / "floor.yml", inventory=inv, envvars=env, extravars={"bench_dir": str(work)},
-                          private_data_dir=work / "rf")
+                res = run(
+                    work / "floor.yml",
+                    inventory=inv,
+                    envvars=env,
+                    extravars={"bench_dir": str(work)},
+                    private_data_dir=work / "rf",
+                )
                 assert res.ok, res.runner.stdout.read()
 
             def run_full() -> None:
-                res = run("boot", inventory=inv, envvars=env, private_data_dir=work / "rb",
-                          extravars={"server_name": f"b{r}", "count": args.servers, "flavor": "m1.tiny"})
+                res = run(
+                    "boot",
+                    inventory=inv,
+                    envvars=env,
+                    private_data_dir=work / "rb",
+                    extravars={"server_name": f"b{r}", "count": args.servers, "flavor": "m1.tiny"},
+                )
                 assert res.ok and all(s["status"] == "ACTIVE" for s in res.servers), res.runner.stdout.read()
 
             floor.append(timed(run_floor))
@@ -128,8 +163,10 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
     for name, values in (("floor (compute module only)", floor), ("boot.yml (full flow)", full)):
         med = statistics.median(values)
-        print(f"{name:30s} median {med:6.1f} s  spread {min(values):.1f}-{max(values):.1f} s  "
-              f"{1000 * med / args.servers:6.0f} ms/instance")
+        print(
+            f"{name:30s} median {med:6.1f} s  spread {min(values):.1f}-{max(values):.1f} s  "
+            f"{1000 * med / args.servers:6.0f} ms/instance"
+        )
     print(f"full / floor: {statistics.median(full) / statistics.median(floor):.2f}x (goal <= 1.5x)")
 
 

@@ -130,9 +130,11 @@ def _fresh_cloud(db_url: str | None, area: Path) -> tuple[API, Database, Split]:
     admin = RequestContext.admin()
     for n in range(HOSTS):
         name = f"bench-{n:02d}"
-        info = {"driver": "fake", "transport": "local",
-                "options": {"vcpus": 64, "memory_mb": 262144, "local_gb": 4000,
-                            "state_dir": str(area / "fake")}}
+        info = {
+            "driver": "fake",
+            "transport": "local",
+            "options": {"vcpus": 64, "memory_mb": 262144, "local_gb": 4000, "state_dir": str(area / "fake")},
+        }
         driver = load_driver("fake", name, info["options"])
         driver.init_host()
         hosts.register_host(db, conf, name, driver.get_available_resource(), info)
@@ -166,8 +168,10 @@ def _run(shape: str, db_url: str | None, profile: bool) -> dict[str, float]:
             prof.enable()
         if shape == "serial":
             count = 200
-            servers = [api.create(ctx, {"name": f"s{i}", "flavor": "m1.tiny", "image": "tiny"})[0]
-                       for i in range(count)]
+            servers = [
+                api.create(ctx, {"name": f"s{i}", "flavor": "m1.tiny", "image": "tiny"})[0]
+                for i in range(count)
+            ]
         else:
             count = 100
             servers = api.create(ctx, {"name": "b", "flavor": "m1.tiny", "image": "tiny", "max_count": count})
@@ -179,12 +183,18 @@ def _run(shape: str, db_url: str | None, profile: bool) -> dict[str, float]:
         db.dispose()
         if prof:
             pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
-    out = {"wall": wall, "per_s": count / wall, "active": active, "hosts": used_hosts,
-           "sql": split.sql_statements / count}
+    out = {
+        "wall": wall,
+        "per_s": count / wall,
+        "active": active,
+        "hosts": used_hosts,
+        "sql": split.sql_statements / count,
+    }
     for part in ("scheduling", "database", "compute", "compute_wall"):
         out[part + "_ms"] = split.totals[part] / count * 1000
-    out["other_ms"] = max(0.0, wall / count * 1000 - out["scheduling_ms"] - out["database_ms"]
-                          - out["compute_wall_ms"])
+    out["other_ms"] = max(
+        0.0, wall / count * 1000 - out["scheduling_ms"] - out["database_ms"] - out["compute_wall_ms"]
+    )
     return out
 
 
@@ -194,28 +204,39 @@ def _summary(name: str, runs: list[dict[str, float]]) -> None:
         med = statistics.median(values)
         return f"{fmt.format(med)} [{fmt.format(min(values))}..{fmt.format(max(values))}]"
 
-    print(f"{name}: {stat('per_s', '{:.1f}')} servers/s  (median [min..max] of {len(runs)} runs; "
-          f"{int(runs[0]['active'])} active on {int(runs[0]['hosts'])} hosts)")
-    print(f"    per server (ms): scheduling {stat('scheduling_ms', '{:.2f}')}, "
-          f"database {stat('database_ms', '{:.2f}')}, "
-          f"compute {stat('compute_ms', '{:.2f}')} summed over hosts / {stat('compute_wall_ms', '{:.2f}')} "
-          f"waited for, rest {stat('other_ms', '{:.2f}')}; SQL statements {stat('sql', '{:.0f}')}")
+    print(
+        f"{name}: {stat('per_s', '{:.1f}')} servers/s  (median [min..max] of {len(runs)} runs; "
+        f"{int(runs[0]['active'])} active on {int(runs[0]['hosts'])} hosts)"
+    )
+    print(
+        f"    per server (ms): scheduling {stat('scheduling_ms', '{:.2f}')}, "
+        f"database {stat('database_ms', '{:.2f}')}, "
+        f"compute {stat('compute_ms', '{:.2f}')} summed over hosts / {stat('compute_wall_ms', '{:.2f}')} "
+        f"waited for, rest {stat('other_ms', '{:.2f}')}; SQL statements {stat('sql', '{:.0f}')}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--db-url", default=None,
-                        help="PostgreSQL URL (its tables are dropped!); default SQLite")
-    parser.add_argument("--profile", choices=["serial", "burst"], default=None,
-                        help="print a cProfile of one run of this shape")
+    parser.add_argument(
+        "--db-url", default=None, help="PostgreSQL URL (its tables are dropped!); default SQLite"
+    )
+    parser.add_argument(
+        "--profile",
+        choices=["serial", "burst"],
+        default=None,
+        help="print a cProfile of one run of this shape",
+    )
     parser.add_argument("--only", choices=["serial", "burst"], default=None)
     args = parser.parse_args()
     if args.profile:
         _run(args.profile, args.db_url, profile=True)
         return
-    for shape, label in (("serial", "200 single-server requests, 20 hosts"),
-                         ("burst", "1 request for 100 servers, 20 hosts")):
+    for shape, label in (
+        ("serial", "200 single-server requests, 20 hosts"),
+        ("burst", "1 request for 100 servers, 20 hosts"),
+    ):
         if args.only and shape != args.only:
             continue
         runs = [_run(shape, args.db_url, profile=False) for _ in range(args.rounds)]

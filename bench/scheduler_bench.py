@@ -244,7 +244,8 @@ def main() -> None:
                     f"decide {row['decide_med']:.2f} ms (p99 {row['decide_p99']:.2f}), "
                     f"decide+claim {row['claim_med']:.2f} ms (p99 {row['claim_p99']:.2f}), "
                     f"100 instances {row['big_med']:.0f} ms (dry {row['big_dry_med']:.0f}), "
-                    f"{row['claims_per_s']:.0f} claims/s x8, {row['schedules_per_s']:.0f} decisions+claims/s x8, "
+                    f"{row['claims_per_s']:.0f} claims/s x8, "
+                    f"{row['schedules_per_s']:.0f} decisions+claims/s x8, "
                     f"heap peak {row['peak_kib']:.0f} KiB, "
                     f"setup {setup:.0f} s",
                     flush=True,
@@ -275,7 +276,8 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {r['backend']} | {r['size']:,} | {r['decide_med']:.2f} / {r['decide_p99']:.2f} "
             f"| {r['claim_med']:.2f} / {r['claim_p99']:.2f} | {r['big_med']:.0f} / {r['big_p99']:.0f} "
-            f"| {r['big_dry_med']:.0f} | {r['claims_per_s']:.0f} | {r['schedules_per_s']:.0f} | {r['peak_kib']:.0f} "
+            f"| {r['big_dry_med']:.0f} | {r['claims_per_s']:.0f} | {r['schedules_per_s']:.0f} "
+            f"| {r['peak_kib']:.0f} "
             f"| {r['load_before']:.1f} / {r['load_after']:.1f} |"
         )
     return lines

@@ -66,8 +66,11 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-app = typer.Typer(help="Nova-grade scheduling, states and audit for plain libvirt fleets.",
-                  no_args_is_help=True, cls=_OneLineErrors)
+app = typer.Typer(
+    help="Nova-grade scheduling, states and audit for plain libvirt fleets.",
+    no_args_is_help=True,
+    cls=_OneLineErrors,
+)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 host_app = typer.Typer(help="Compute hosts.", no_args_is_help=True)
 flavor_app = typer.Typer(help="Flavors.", no_args_is_help=True)
@@ -220,7 +223,11 @@ def host_add(
         key, _, text_value = item.partition("=")
         opts[key] = text_value
     given: dict[str, str | int | None] = {
-        "uri": uri, "vcpus": vcpus, "memory_mb": memory_mb, "local_gb": disk_gb}
+        "uri": uri,
+        "vcpus": vcpus,
+        "memory_mb": memory_mb,
+        "local_gb": disk_gb,
+    }
     opts.update({k: v for k, v in given.items() if v is not None})
     if driver == "fake" and "state_dir" not in opts and not os.environ.get("NOVAKIT_FAKE_STATE_DIR"):
         # Where the compute module keeps fake hosts too, so a playbook and the CLI see the same guests.
@@ -260,7 +267,10 @@ def host_list(output: Output = OUTPUT) -> None:
     for r in rows:
         status = r["status"] + (f" ({r['disabled_reason']})" if r["disabled_reason"] else "")
         table.add_row(
-            r["host"], status, r["state"], str(r["instances"]),
+            r["host"],
+            status,
+            r["state"],
+            str(r["instances"]),
             _bar(r["used"]["VCPU"], r["capacity"]["VCPU"]),
             _bar(r["used"]["MEMORY_MB"], r["capacity"]["MEMORY_MB"]),
             _bar(r["used"]["DISK_GB"], r["capacity"]["DISK_GB"]),
@@ -301,8 +311,16 @@ def flavor_create(
     from novakit.compute import flavors
 
     specs = dict(p.split("=", 1) for p in (prop or []) if "=" in p)
-    data = {"name": name, "vcpus": vcpus, "memory_mb": ram, "root_gb": disk, "ephemeral_gb": ephemeral,
-            "swap": swap, "flavorid": flavor_id, "extra_specs": specs}
+    data = {
+        "name": name,
+        "vcpus": vcpus,
+        "memory_mb": ram,
+        "root_gb": disk,
+        "ephemeral_gb": ephemeral,
+        "swap": swap,
+        "flavorid": flavor_id,
+        "extra_specs": specs,
+    }
     f = _guard(lambda: flavors.create(_db(), _ctx(), data))
     console.print(f"flavor {f['name']} created ({f['id']})")
 
@@ -337,8 +355,13 @@ def image_create(
     from novakit.compute import images
 
     props = dict(p.split("=", 1) for p in (prop or []) if "=" in p)
-    data = {"name": name, "location": location, "disk_format": disk_format, "checksum": checksum,
-            "properties": props}
+    data = {
+        "name": name,
+        "location": location,
+        "disk_format": disk_format,
+        "checksum": checksum,
+        "properties": props,
+    }
     i = _guard(lambda: images.create(_db(), _ctx(), data))
     console.print(f"image {i['name']} created ({i['id']})")
 
@@ -374,14 +397,18 @@ def server_create(
     image: str = typer.Option(..., help="image name or id"),
     count: int = typer.Option(1, help="how many servers (names get -1, -2, ...)"),
     min_count: int | None = typer.Option(None, help="fewer than this is a failure (default: count)"),
-    user_data: Path | None = typer.Option(None, help="file with cloud-init user data", exists=True,
-                                          dir_okay=False, readable=True),
+    user_data: Path | None = typer.Option(
+        None, help="file with cloud-init user data", exists=True, dir_okay=False, readable=True
+    ),
     meta: list[str] | None = typer.Option(None, "--meta", help="metadata key=value (repeat)"),
     group: str | None = typer.Option(None, help="server group name or id"),
     availability_zone: str | None = typer.Option(None, help="availability zone"),
-    wait: bool = typer.Option(True, "--wait/--no-wait",
-                              help="build now and wait (default); --no-wait only records the servers "
-                                   "(building/scheduling) for the boot playbook to build"),
+    wait: bool = typer.Option(
+        True,
+        "--wait/--no-wait",
+        help="build now and wait (default); --no-wait only records the servers "
+        "(building/scheduling) for the boot playbook to build",
+    ),
     output: Output = OUTPUT,
 ) -> None:
     """Create servers; with --wait (default) they are built before the command returns."""
@@ -389,9 +416,14 @@ def server_create(
 
     api = _api()
     data: dict[str, Any] = {
-        "name": name, "flavor": flavor, "image": image, "max_count": count, "min_count": min_count or count,
+        "name": name,
+        "flavor": flavor,
+        "image": image,
+        "max_count": count,
+        "min_count": min_count or count,
         "metadata": dict(m.split("=", 1) for m in (meta or []) if "=" in m),
-        "server_group": group, "availability_zone": availability_zone,
+        "server_group": group,
+        "availability_zone": availability_zone,
     }
     if user_data is not None:
         data["user_data"] = base64.b64encode(user_data.read_bytes()).decode()
@@ -444,8 +476,23 @@ def server_show(server: str, output: Output = OUTPUT) -> None:
         _json(s)
         return
     table = Table(show_header=False, title=s["name"])
-    for key in ("id", "name", "status", "vm_state", "task_state", "power_state_name", "host", "addresses",
-                "flavor", "image", "metadata", "locked", "locked_reason", "created", "launched_at"):
+    for key in (
+        "id",
+        "name",
+        "status",
+        "vm_state",
+        "task_state",
+        "power_state_name",
+        "host",
+        "addresses",
+        "flavor",
+        "image",
+        "metadata",
+        "locked",
+        "locked_reason",
+        "created",
+        "launched_at",
+    ):
         value = s.get(key)
         if key == "flavor" and isinstance(value, dict):
             value = f"{value.get('name')} ({value.get('vcpus')} vCPU, {value.get('memory_mb')} MB)"
@@ -466,11 +513,27 @@ def server_events(server: str, output: Output = OUTPUT) -> None:
     for col in ("action", "request_id", "start", "finish", "message", "event", "host", "result"):
         table.add_column(col)
     for a in acts:
-        table.add_row(a["action"], a["request_id"], _fmt(a["start_time"]), _fmt(a["finish_time"]),
-                      _fmt(a["message"]), "", "", "")
+        table.add_row(
+            a["action"],
+            a["request_id"],
+            _fmt(a["start_time"]),
+            _fmt(a["finish_time"]),
+            _fmt(a["message"]),
+            "",
+            "",
+            "",
+        )
         for e in a["events"]:
-            table.add_row("", "", _fmt(e["start_time"]), _fmt(e["finish_time"]), "", e["event"],
-                          _fmt(e["host"]), _fmt(e["result"]))
+            table.add_row(
+                "",
+                "",
+                _fmt(e["start_time"]),
+                _fmt(e["finish_time"]),
+                "",
+                e["event"],
+                _fmt(e["host"]),
+                _fmt(e["result"]),
+            )
     console.print(table)
 
 
@@ -550,8 +613,9 @@ def server_rebuild(server: str, image: str = typer.Option(..., help="new image n
 def heal_command(
     host: list[str] | None = typer.Option(None, "--host", help="only this host (repeat)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="report what would change, change nothing"),
-    destroy_orphans: bool = typer.Option(False, "--destroy-orphans",
-                                         help="destroy guests that no server on their host owns"),
+    destroy_orphans: bool = typer.Option(
+        False, "--destroy-orphans", help="destroy guests that no server on their host owns"
+    ),
     output: Output = OUTPUT,
 ) -> None:
     """Make the database agree with the hypervisors (power states, vanished guests, stuck builds, orphans)."""
@@ -559,8 +623,9 @@ def heal_command(
 
     if not _ctx().is_admin:
         raise exceptions.PolicyNotAuthorized(action="heal")
-    report = heal(_db(), _conf(), hosts=host or None, dry_run=dry_run, destroy_orphans=destroy_orphans,
-                  ctx=_ctx())
+    report = heal(
+        _db(), _conf(), hosts=host or None, dry_run=dry_run, destroy_orphans=destroy_orphans, ctx=_ctx()
+    )
     if output == Output.json:
         _json(report.model_dump(mode="json"))
         return
@@ -596,8 +661,13 @@ def boot_command(
     if user_data is not None and not user_data.is_file():
         _fail(f"--user-data: no such file: {user_data}")
     text = user_data.read_text() if user_data is not None else None
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=err_console, transient=True) as progress:
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    ) as progress:
         task = progress.add_task("starting ansible-playbook", total=None)
 
         def on_event(event: dict[str, Any]) -> None:
@@ -605,17 +675,29 @@ def boot_command(
             if event.get("event") == "playbook_on_task_start" and data.get("task"):
                 progress.update(task, description=escape(str(data["task"])))
 
-        result = _guard(lambda: runner.boot(name, flavor=flavor, image=image, count=count,
-                                            inventory=inventory, user_data=text, check=check,
-                                            on_event=on_event))
+        result = _guard(
+            lambda: runner.boot(
+                name,
+                flavor=flavor,
+                image=image,
+                count=count,
+                inventory=inventory,
+                user_data=text,
+                check=check,
+                on_event=on_event,
+            )
+        )
     servers = result.servers
     if output == Output.json:
         _json({"ok": result.ok, "request_id": result.request_id, "servers": servers})
     else:
         _table(servers, ["id", "name", "status", "host", "addresses"], f"request {result.request_id}")
     if not result.ok:
-        err_console.print(f"ansible-playbook failed (rc {result.rc}); its output is in {result.artifact_dir}",
-                          highlight=False, soft_wrap=True)
+        err_console.print(
+            f"ansible-playbook failed (rc {result.rc}); its output is in {result.artifact_dir}",
+            highlight=False,
+            soft_wrap=True,
+        )
         raise typer.Exit(1)
 
 

@@ -133,8 +133,9 @@ class _Seen:
 
 
 class Healer:
-    def __init__(self, db: Database, conf: Config, ctx: RequestContext | None = None,
-                 conductor: Any | None = None) -> None:
+    def __init__(
+        self, db: Database, conf: Config, ctx: RequestContext | None = None, conductor: Any | None = None
+    ) -> None:
         self.db = db
         self.conf = conf
         base = ctx or RequestContext.admin()
@@ -164,8 +165,9 @@ class Healer:
         unreachable: dict[str, str] | None = None,
     ) -> HealReport:
         """Compare, correct, report. ``reports`` (host -> uuid -> power state) skips asking the hosts."""
-        report = HealReport(request_id=self.ctx.request_id, dry_run=dry_run,
-                            unreachable=dict(unreachable or {}))
+        report = HealReport(
+            request_id=self.ctx.request_id, dry_run=dry_run, unreachable=dict(unreachable or {})
+        )
         wanted = set(hosts) if hosts else None
         known = self._registered_hosts()
         if wanted and wanted - set(known):
@@ -192,7 +194,8 @@ class Healer:
                 if c is not None:
                     report.corrections.append(c)
             report.corrections.extend(
-                self._orphan_guests(host, guests, reported_at, dry_run, destroy_orphans))
+                self._orphan_guests(host, guests, reported_at, dry_run, destroy_orphans)
+            )
         report.corrections.extend(self._reap_stuck_builds(wanted, dry_run, reports))
         report.corrections.extend(self._orphan_allocations(wanted, dry_run))
         return report
@@ -253,24 +256,36 @@ class Healer:
         return None
 
     def _guarded(self, s: _Seen, values: dict[str, Any], session: Session) -> None:
-        db_api.instance_update(session, s.uuid, values, expected_task_state=[None],
-                               expected_vm_state=[s.vm_state])
+        db_api.instance_update(
+            session, s.uuid, values, expected_task_state=[None], expected_vm_state=[s.vm_state]
+        )
 
     def _set_power(self, s: _Seen, power: int, host: str, dry_run: bool) -> Correction:
-        c = Correction(kind="power_state", instance=s.uuid, host=host, before=s.state,
-                       after=f"{s.vm_state}/{_power(power)}",
-                       detail=f"the guest on {host} is {_power(power)}; "
-                              f"the record said {_power(s.power_state)}")
+        c = Correction(
+            kind="power_state",
+            instance=s.uuid,
+            host=host,
+            before=s.state,
+            after=f"{s.vm_state}/{_power(power)}",
+            detail=f"the guest on {host} is {_power(power)}; the record said {_power(s.power_state)}",
+        )
         if not dry_run:
             c.applied = self._write(c, lambda session: self._guarded(s, {"power_state": power}, session))
         return c
 
     def _stop(self, s: _Seen, power: PowerState, host: str, dry_run: bool, power_off: bool) -> Correction:
-        c = Correction(kind="stopped", instance=s.uuid, host=host, before=s.state,
-                       after=f"stopped/{_power(PowerState.SHUTDOWN if power_off else power)}",
-                       detail=(f"the guest on {host} was found {_power(power)} "
-                               f"while the record said {s.vm_state}; stopped as Nova's power-state sync does"
-                               + (" (powered off on the host)" if power_off else "")))
+        c = Correction(
+            kind="stopped",
+            instance=s.uuid,
+            host=host,
+            before=s.state,
+            after=f"stopped/{_power(PowerState.SHUTDOWN if power_off else power)}",
+            detail=(
+                f"the guest on {host} was found {_power(power)} "
+                f"while the record said {s.vm_state}; stopped as Nova's power-state sync does"
+                + (" (powered off on the host)" if power_off else "")
+            ),
+        )
         if dry_run:
             return c
         end_power = int(power)
@@ -287,8 +302,9 @@ class Healer:
             host_events = list(res.events)
             end_power = res.power_state if res.power_state is not None else int(PowerState.SHUTDOWN)
         now = utcnow()
-        event = Event(event=SYNC_EVENT, start_time=now, finish_time=now, result="Success", host=host,
-                      details=c.detail)
+        event = Event(
+            event=SYNC_EVENT, start_time=now, finish_time=now, result="Success", host=host, details=c.detail
+        )
 
         def write(session: Session) -> None:
             self._guarded(s, {"vm_state": VmState.STOPPED, "power_state": end_power}, session)
@@ -308,21 +324,33 @@ class Healer:
 
         with self.db.reader() as session:
             spec = instance_spec(session, db_api.instance_get(session, self.ctx, uuid))
-        req = ComputeRequest(request_id=self.ctx.request_id, host=host, operation="stop", instances=[spec],
-                             options={"timeout": self.conf.compute.shutdown_timeout})
+        req = ComputeRequest(
+            request_id=self.ctx.request_id,
+            host=host,
+            operation="stop",
+            instances=[spec],
+            options={"timeout": self.conf.compute.shutdown_timeout},
+        )
         return self.conductor.send(req)
 
     def _vanished(self, s: _Seen, host: str, dry_run: bool) -> Correction:
-        c = Correction(kind="vanished", instance=s.uuid, host=host, before=s.state, after="error/NOSTATE",
-                       detail=f"host {host} has no guest for this instance any more")
+        c = Correction(
+            kind="vanished",
+            instance=s.uuid,
+            host=host,
+            before=s.state,
+            after="error/NOSTATE",
+            detail=f"host {host} has no guest for this instance any more",
+        )
         if dry_run:
             return c
         exc = exceptions.InstanceNotFound(instance_id=s.uuid)
         fault = fault_from_exception(exc, host)
         fault.message = f"The guest of instance {s.uuid} vanished from host {host}; set to error by heal"
         now = utcnow()
-        event = Event(event=SYNC_EVENT, start_time=now, finish_time=now, result="Error", host=host,
-                      details=c.detail)
+        event = Event(
+            event=SYNC_EVENT, start_time=now, finish_time=now, result="Error", host=host, details=c.detail
+        )
 
         def write(session: Session) -> None:
             self._guarded(s, {"vm_state": VmState.ERROR, "power_state": int(PowerState.NOSTATE)}, session)
@@ -346,27 +374,46 @@ class Healer:
 
     # ------------------------------------------------------------------ orphans
 
-    def _orphan_guests(self, host: str, guests: dict[str, int], reported_at: dt.datetime, dry_run: bool,
-                       destroy: bool) -> list[Correction]:
+    def _orphan_guests(
+        self, host: str, guests: dict[str, int], reported_at: dt.datetime, dry_run: bool, destroy: bool
+    ) -> list[Correction]:
         if not guests:
             return []
         with self.db.reader() as session:
             rows = list(session.execute(select(Instance).where(Instance.uuid.in_(list(guests)))).scalars())
         owned = {i.uuid for i in rows if i.deleted == 0 and i.host == host}
         # A row that changed after the host answered is in flux (a reschedule, a delete): not an orphan yet.
-        moving = {i.uuid for i in rows if (i.updated_at or i.created_at) >= reported_at
-                  or (i.deleted_at is not None and i.deleted_at >= reported_at)}
+        moving = {
+            i.uuid
+            for i in rows
+            if (i.updated_at or i.created_at) >= reported_at
+            or (i.deleted_at is not None and i.deleted_at >= reported_at)
+        }
         out = []
         for uuid in sorted(set(guests) - owned - moving):
-            c = Correction(kind="orphan_guest", instance=uuid, host=host, before=_power(guests[uuid]),
-                           after="destroyed" if destroy else _power(guests[uuid]),
-                           detail=f"a guest on {host} that no live instance on that host owns")
+            c = Correction(
+                kind="orphan_guest",
+                instance=uuid,
+                host=host,
+                before=_power(guests[uuid]),
+                after="destroyed" if destroy else _power(guests[uuid]),
+                detail=f"a guest on {host} that no live instance on that host owns",
+            )
             if destroy and not dry_run:
-                spec = InstanceSpec(uuid=uuid, name=f"orphan-{uuid}", hostname="orphan", project_id="",
-                                    user_id="", flavor=FlavorSpec(name="", vcpus=0, memory_mb=0, root_gb=0),
-                                    image=ImageSpec(id=""))
-                result = self.conductor.send(ComputeRequest(request_id=self.ctx.request_id, host=host,
-                                                            operation="destroy", instances=[spec]))
+                spec = InstanceSpec(
+                    uuid=uuid,
+                    name=f"orphan-{uuid}",
+                    hostname="orphan",
+                    project_id="",
+                    user_id="",
+                    flavor=FlavorSpec(name="", vcpus=0, memory_mb=0, root_gb=0),
+                    image=ImageSpec(id=""),
+                )
+                result = self.conductor.send(
+                    ComputeRequest(
+                        request_id=self.ctx.request_id, host=host, operation="destroy", instances=[spec]
+                    )
+                )
                 ok = bool(result.results) and result.results[0].ok
                 c.applied = ok
                 if not ok:
@@ -379,16 +426,25 @@ class Healer:
         from novakit import placement
 
         with self.db.reader() as session:
-            stmt = (select(Allocation.consumer_id, ResourceProvider.name).distinct()
-                    .join(ResourceProvider, ResourceProvider.id == Allocation.resource_provider_id)
-                    .where(~Allocation.consumer_id.in_(select(Instance.uuid).where(Instance.deleted == 0))))
+            stmt = (
+                select(Allocation.consumer_id, ResourceProvider.name)
+                .distinct()
+                .join(ResourceProvider, ResourceProvider.id == Allocation.resource_provider_id)
+                .where(~Allocation.consumer_id.in_(select(Instance.uuid).where(Instance.deleted == 0)))
+            )
             if hosts:
                 stmt = stmt.where(ResourceProvider.name.in_(sorted(hosts)))
             found = sorted(session.execute(stmt).all())
         out = []
         for consumer, provider in found:
-            c = Correction(kind="orphan_allocation", instance=consumer, host=provider, before="allocated",
-                           after="freed", detail=f"resources on {provider} held by no live instance")
+            c = Correction(
+                kind="orphan_allocation",
+                instance=consumer,
+                host=provider,
+                before="allocated",
+                after="freed",
+                detail=f"resources on {provider} held by no live instance",
+            )
             if not dry_run:
                 placement.remove_allocations(self.db, consumer)
                 c.applied = True
@@ -418,10 +474,12 @@ class Healer:
         with self.db.reader() as session:
             stuck = [_Seen(i) for i in db_api.stuck_builds(session, utcnow() - dt.timedelta(seconds=timeout))]
             create_requests = {
-                uuid: request_id for uuid, request_id in session.execute(
-                    select(InstanceAction.instance_uuid, InstanceAction.request_id)
-                    .where(InstanceAction.instance_uuid.in_([s.uuid for s in stuck]),
-                           InstanceAction.action == "create")
+                uuid: request_id
+                for uuid, request_id in session.execute(
+                    select(InstanceAction.instance_uuid, InstanceAction.request_id).where(
+                        InstanceAction.instance_uuid.in_([s.uuid for s in stuck]),
+                        InstanceAction.action == "create",
+                    )
                 ).all()
             }
         out = []
@@ -434,29 +492,53 @@ class Healer:
                 continue
             free_claim = s.host is None or guests is not None
             age = int((utcnow() - s.created_at).total_seconds())
-            c = Correction(kind="build_timeout", instance=s.uuid, host=s.host,
-                           before=f"building/{s.task_state or '-'}", after="error",
-                           detail=f"building for {age} s, longer than build_timeout ({timeout} s); "
-                                  + ("claim freed" if free_claim else
-                                     f"claim kept until {s.host} answers (it may still run the guest)"))
+            c = Correction(
+                kind="build_timeout",
+                instance=s.uuid,
+                host=s.host,
+                before=f"building/{s.task_state or '-'}",
+                after="error",
+                detail=f"building for {age} s, longer than build_timeout ({timeout} s); "
+                + (
+                    "claim freed"
+                    if free_claim
+                    else f"claim kept until {s.host} answers (it may still run the guest)"
+                ),
+            )
             if dry_run:
                 out.append(c)
                 continue
             exc = exceptions.ComputeError(
                 reason=f"build of instance {s.uuid} timed out after {timeout} seconds "
-                       f"(stuck in {s.task_state or 'building'}); set to error state")
+                f"(stuck in {s.task_state or 'building'}); set to error state"
+            )
             fault = fault_from_exception(exc, s.host)
             fault.details = None  # no traceback: nothing raised, a clock ran out
             create_ctx = self.ctx.with_request_id(create_requests.get(s.uuid, self.ctx.request_id))
             now = utcnow()
-            event = Event(event=BUILD_TIMEOUT_EVENT, start_time=now, finish_time=now, result="Error",
-                          host=s.host, details=c.detail)
+            event = Event(
+                event=BUILD_TIMEOUT_EVENT,
+                start_time=now,
+                finish_time=now,
+                result="Error",
+                host=s.host,
+                details=c.detail,
+            )
 
-            def write(session: Session, s: _Seen = s, create_ctx: RequestContext = create_ctx,
-                      event: Event = event, fault: Any = fault) -> None:
-                db_api.instance_update(session, s.uuid, {"vm_state": VmState.ERROR, "task_state": None},
-                                       expected_vm_state=[VmState.BUILDING],
-                                       expected_task_state=[s.task_state])
+            def write(
+                session: Session,
+                s: _Seen = s,
+                create_ctx: RequestContext = create_ctx,
+                event: Event = event,
+                fault: Any = fault,
+            ) -> None:
+                db_api.instance_update(
+                    session,
+                    s.uuid,
+                    {"vm_state": VmState.ERROR, "task_state": None},
+                    expected_vm_state=[VmState.BUILDING],
+                    expected_task_state=[s.task_state],
+                )
                 actions.action_start(session, create_ctx, s.uuid, "create")
                 actions.record_host_events(session, create_ctx, s.uuid, [event])
                 actions.record_fault(session, s.uuid, fault)
@@ -477,22 +559,35 @@ class Healer:
         power_state = PowerState(power) if power in PowerState._value2member_map_ else PowerState.NOSTATE
         running = power_state == PowerState.RUNNING
         after = VmState.ACTIVE if running else VmState.STOPPED
-        c = Correction(kind="build_adopted", instance=s.uuid, host=s.host,
-                       before=f"building/{s.task_state or '-'}", after=after.value,
-                       detail=f"the build finished on {s.host} but its result never reached the "
-                              f"controller; the guest is {_power(power)}: recorded as built, claim kept")
+        c = Correction(
+            kind="build_adopted",
+            instance=s.uuid,
+            host=s.host,
+            before=f"building/{s.task_state or '-'}",
+            after=after.value,
+            detail=f"the build finished on {s.host} but its result never reached the "
+            f"controller; the guest is {_power(power)}: recorded as built, claim kept",
+        )
         if dry_run:
             return c
         create_ctx = self.ctx.with_request_id(create_requests.get(s.uuid, self.ctx.request_id))
         now = utcnow()
-        event = Event(event=BUILD_ADOPTED_EVENT, start_time=now, finish_time=now, result="Success",
-                      host=s.host, details=c.detail)
+        event = Event(
+            event=BUILD_ADOPTED_EVENT,
+            start_time=now,
+            finish_time=now,
+            result="Success",
+            host=s.host,
+            details=c.detail,
+        )
 
         def write(session: Session) -> None:
             db_api.instance_update(
-                session, s.uuid,
+                session,
+                s.uuid,
                 {"vm_state": after, "task_state": None, "power_state": int(power_state), "launched_at": now},
-                expected_vm_state=[VmState.BUILDING], expected_task_state=[s.task_state],
+                expected_vm_state=[VmState.BUILDING],
+                expected_task_state=[s.task_state],
             )
             actions.action_start(session, create_ctx, s.uuid, "create")
             actions.record_host_events(session, create_ctx, s.uuid, [event])
@@ -523,8 +618,14 @@ def heal(
     mode); a playbook passes the guest lists its ``compute`` tasks returned and
     the time it asked (``reported_at``, UTC) and the hosts it could not reach.
     """
-    return Healer(db, conf, ctx, conductor).run(hosts, reports, reported_at=reported_at, dry_run=dry_run,
-                                                destroy_orphans=destroy_orphans, unreachable=unreachable)
+    return Healer(db, conf, ctx, conductor).run(
+        hosts,
+        reports,
+        reported_at=reported_at,
+        dry_run=dry_run,
+        destroy_orphans=destroy_orphans,
+        unreachable=unreachable,
+    )
 
 
 def reports_from_compute_results(

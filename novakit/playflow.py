@@ -125,8 +125,11 @@ def plan(api: API, ctx: RequestContext, server: dict[str, Any]) -> dict[str, Any
         group_spec = (
             None
             if group is None
-            else InstanceGroupSpec(uuid=group.uuid, policy=group.policy,  # type: ignore[arg-type]
-                                   rules=dict(group.rules or {}))
+            else InstanceGroupSpec(
+                uuid=group.uuid,
+                policy=group.policy,  # type: ignore[arg-type]
+                rules=dict(group.rules or {}),
+            )
         )
     count = len(names)
     quota.check_quota(
@@ -201,8 +204,11 @@ def record_round(
 
 def report(servers: list[dict[str, Any]]) -> list[str]:
     """One line per server, as the playbooks show them: ``name: STATUS on host - fault``."""
-    return [f"{s['name']}: {s['status']} on {s['host'] or '-'}"
-            + (f" - {s['fault']['message']}" if s.get("fault") else "") for s in servers]
+    return [
+        f"{s['name']}: {s['status']} on {s['host'] or '-'}"
+        + (f" - {s['fault']['message']}" if s.get("fault") else "")
+        for s in servers
+    ]
 
 
 def summary(api: API, ctx: RequestContext, uuids: list[str]) -> dict[str, Any]:

@@ -80,10 +80,17 @@ def playbook_path(playbook: str | os.PathLike[str]) -> str:
 
 
 def _prepare(
-    playbook: str | os.PathLike[str], *, inventory: str | os.PathLike[str] | None,
-    extravars: dict[str, Any] | None, envvars: dict[str, str] | None,
-    private_data_dir: str | os.PathLike[str] | None, ident: str | None, request_id: str | None,
-    verbosity: int, check: bool, on_event: EventHandler | None,
+    playbook: str | os.PathLike[str],
+    *,
+    inventory: str | os.PathLike[str] | None,
+    extravars: dict[str, Any] | None,
+    envvars: dict[str, str] | None,
+    private_data_dir: str | os.PathLike[str] | None,
+    ident: str | None,
+    request_id: str | None,
+    verbosity: int,
+    check: bool,
+    on_event: EventHandler | None,
 ) -> tuple[dict[str, Any], RunResult, Path]:
     ident = ident or uuid.uuid4().hex
     private = Path(private_data_dir or tempfile.mkdtemp(prefix="novakit-runner-"))
@@ -127,8 +134,9 @@ def _prepare(
         "event_handler": handler,
         "cmdline": cmdline,
     }
-    result = RunResult(status="unstarted", rc=-1, ident=ident, request_id=rid,
-                       artifact_dir=private / "artifacts" / ident)
+    result = RunResult(
+        status="unstarted", rc=-1, ident=ident, request_id=rid, artifact_dir=private / "artifacts" / ident
+    )
     return kwargs, result, private
 
 
@@ -156,18 +164,33 @@ def _forget_extravars(private: Path) -> None:
         (private / "env" / name).unlink(missing_ok=True)
 
 
-def run(playbook: str | os.PathLike[str], *, inventory: str | os.PathLike[str] | None = None,
-        extravars: dict[str, Any] | None = None, envvars: dict[str, str] | None = None,
-        private_data_dir: str | os.PathLike[str] | None = None, ident: str | None = None,
-        request_id: str | None = None, verbosity: int = 0, check: bool = False,
-        on_event: EventHandler | None = None) -> RunResult:
+def run(
+    playbook: str | os.PathLike[str],
+    *,
+    inventory: str | os.PathLike[str] | None = None,
+    extravars: dict[str, Any] | None = None,
+    envvars: dict[str, str] | None = None,
+    private_data_dir: str | os.PathLike[str] | None = None,
+    ident: str | None = None,
+    request_id: str | None = None,
+    verbosity: int = 0,
+    check: bool = False,
+    on_event: EventHandler | None = None,
+) -> RunResult:
     """Run one of the playbooks (``boot``, ``delete``, ``server_action``, ...) and wait for it."""
     import ansible_runner
 
     kwargs, result, private = _prepare(
-        playbook, inventory=inventory, extravars=extravars, envvars=envvars,
-        private_data_dir=private_data_dir, ident=ident, request_id=request_id, verbosity=verbosity,
-        check=check, on_event=on_event,
+        playbook,
+        inventory=inventory,
+        extravars=extravars,
+        envvars=envvars,
+        private_data_dir=private_data_dir,
+        ident=ident,
+        request_id=request_id,
+        verbosity=verbosity,
+        check=check,
+        on_event=on_event,
     )
     try:
         runner = ansible_runner.run(**kwargs)
@@ -176,18 +199,33 @@ def run(playbook: str | os.PathLike[str], *, inventory: str | os.PathLike[str] |
     return _finish(runner, result, private)
 
 
-def run_async(playbook: str | os.PathLike[str], *, inventory: str | os.PathLike[str] | None = None,
-              extravars: dict[str, Any] | None = None, envvars: dict[str, str] | None = None,
-              private_data_dir: str | os.PathLike[str] | None = None, ident: str | None = None,
-              request_id: str | None = None, verbosity: int = 0, check: bool = False,
-              on_event: EventHandler | None = None) -> tuple[threading.Thread, Callable[[], RunResult]]:
+def run_async(
+    playbook: str | os.PathLike[str],
+    *,
+    inventory: str | os.PathLike[str] | None = None,
+    extravars: dict[str, Any] | None = None,
+    envvars: dict[str, str] | None = None,
+    private_data_dir: str | os.PathLike[str] | None = None,
+    ident: str | None = None,
+    request_id: str | None = None,
+    verbosity: int = 0,
+    check: bool = False,
+    on_event: EventHandler | None = None,
+) -> tuple[threading.Thread, Callable[[], RunResult]]:
     """Start a run in a thread; returns the thread and a function that waits and returns the result."""
     import ansible_runner
 
     kwargs, result, private = _prepare(
-        playbook, inventory=inventory, extravars=extravars, envvars=envvars,
-        private_data_dir=private_data_dir, ident=ident, request_id=request_id, verbosity=verbosity,
-        check=check, on_event=on_event,
+        playbook,
+        inventory=inventory,
+        extravars=extravars,
+        envvars=envvars,
+        private_data_dir=private_data_dir,
+        ident=ident,
+        request_id=request_id,
+        verbosity=verbosity,
+        check=check,
+        on_event=on_event,
     )
     thread, runner = ansible_runner.run_async(**kwargs)
 
@@ -199,11 +237,20 @@ def run_async(playbook: str | os.PathLike[str], *, inventory: str | os.PathLike[
 
 
 def boot(
-    server_name: str, *, flavor: str = "m1.small", image: str = "tiny", count: int = 1,
-    min_count: int | None = None, user_data: str | None = None, availability_zone: str | None = None,
-    server_group: str | None = None, inventory: str | os.PathLike[str] | None = None,
-    request_id: str | None = None, check: bool = False,
-    private_data_dir: str | os.PathLike[str] | None = None, on_event: EventHandler | None = None,
+    server_name: str,
+    *,
+    flavor: str = "m1.small",
+    image: str = "tiny",
+    count: int = 1,
+    min_count: int | None = None,
+    user_data: str | None = None,
+    availability_zone: str | None = None,
+    server_group: str | None = None,
+    inventory: str | os.PathLike[str] | None = None,
+    request_id: str | None = None,
+    check: bool = False,
+    private_data_dir: str | os.PathLike[str] | None = None,
+    on_event: EventHandler | None = None,
 ) -> RunResult:
     """Boot ``count`` servers through ``playbooks/boot.yml`` and return the result.
 
@@ -215,8 +262,19 @@ def boot(
     the playbook succeeded (a server in ERROR does not fail it: check ``servers``).
     """
     extravars: dict[str, Any] = {"server_name": server_name, "flavor": flavor, "image": image, "count": count}
-    optional = {"min_count": min_count, "user_data": user_data, "availability_zone": availability_zone,
-                "server_group": server_group}
+    optional = {
+        "min_count": min_count,
+        "user_data": user_data,
+        "availability_zone": availability_zone,
+        "server_group": server_group,
+    }
     extravars.update({k: v for k, v in optional.items() if v is not None})
-    return run("boot", inventory=inventory, extravars=extravars, request_id=request_id, check=check,
-               private_data_dir=private_data_dir, on_event=on_event)
+    return run(
+        "boot",
+        inventory=inventory,
+        extravars=extravars,
+        request_id=request_id,
+        check=check,
+        private_data_dir=private_data_dir,
+        on_event=on_event,
+    )

@@ -53,7 +53,10 @@ def run(request: ComputeRequest) -> tuple[ComputeResult, int]:
         fault = fault_from_exception(exc, request.host)
         fault.reschedule = True
         result = ComputeResult(
-            request_id=request.request_id, host=request.host, operation=request.operation, error=fault,
+            request_id=request.request_id,
+            host=request.host,
+            operation=request.operation,
+            error=fault,
             results=[InstanceResult(uuid=i.uuid, ok=False, fault=fault) for i in request.instances],
         )
         return result, 1

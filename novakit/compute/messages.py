@@ -97,9 +97,7 @@ class InstanceSpec(_Model):
         """Serialise for the compute host, secrets included (never for logs)."""
         data = self.model_dump(mode="json")
         data["user_data"] = self.user_data.get_secret_value() if self.user_data else None
-        data["admin_password"] = (
-            self.admin_password.get_secret_value() if self.admin_password else None
-        )
+        data["admin_password"] = self.admin_password.get_secret_value() if self.admin_password else None
         return data
 
 

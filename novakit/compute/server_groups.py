@@ -124,8 +124,12 @@ def create(
                 "delete it first or choose another name"
             )
         group = InstanceGroup(
-            uuid=str(uuidlib.uuid4()), name=req.name, project_id=ctx.project_id, user_id=ctx.user_id,
-            policy=policy, rules=clean_rules,
+            uuid=str(uuidlib.uuid4()),
+            name=req.name,
+            project_id=ctx.project_id,
+            user_id=ctx.user_id,
+            policy=policy,
+            rules=clean_rules,
         )
         session.add(group)
         session.flush()
@@ -152,7 +156,10 @@ def delete_group(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
 
 def count(db: Database, ctx: RequestContext) -> int:
     with db.reader() as session:
-        return int(session.execute(
-            select(func.count(InstanceGroup.id)).where(
-                InstanceGroup.deleted == 0, InstanceGroup.project_id == ctx.project_id)
-        ).scalar_one())
+        return int(
+            session.execute(
+                select(func.count(InstanceGroup.id)).where(
+                    InstanceGroup.deleted == 0, InstanceGroup.project_id == ctx.project_id
+                )
+            ).scalar_one()
+        )

@@ -87,7 +87,11 @@ POWER_STATE_NAMES = {
 V, T = VmState, TaskState
 
 # (vm_state) -> {task_state or "default": status}; Nova's _STATE_MAP.
-_REBUILD: dict[TaskState | str, str] = {T.REBUILDING: "REBUILD", T.REBUILD_BLOCK_DEVICE_MAPPING: "REBUILD", T.REBUILD_SPAWNING: "REBUILD"}
+_REBUILD: dict[TaskState | str, str] = {
+    T.REBUILDING: "REBUILD",
+    T.REBUILD_BLOCK_DEVICE_MAPPING: "REBUILD",
+    T.REBUILD_SPAWNING: "REBUILD",
+}
 STATUS_MAP: dict[VmState, dict[TaskState | str, str]] = {
     V.ACTIVE: {
         "default": "ACTIVE",

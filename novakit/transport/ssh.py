@@ -58,11 +58,15 @@ class SSHTransport:
         return f"{shlex.quote(self.python)} -m novakit.compute"
 
     def call(self, request: ComputeRequest) -> ComputeResult:
-        wire = request.model_copy(update={"driver": {
-            "driver": self.driver_info.get("driver", "fake"),
-            "options": dict(self.driver_info.get("options") or {}),
-            "max_concurrent_builds": self.max_concurrent_builds,
-        }})
+        wire = request.model_copy(
+            update={
+                "driver": {
+                    "driver": self.driver_info.get("driver", "fake"),
+                    "options": dict(self.driver_info.get("options") or {}),
+                    "max_concurrent_builds": self.max_concurrent_builds,
+                }
+            }
+        )
         try:
             status, out, err = self._run(json.dumps(wire.to_wire()))
         except Exception as exc:
@@ -97,8 +101,13 @@ class SSHTransport:
         connect_kwargs: dict[str, Any] = {"allow_agent": False, "look_for_keys": self.key_filename is None}
         if self.key_filename:
             connect_kwargs["key_filename"] = str(self.key_filename)
-        conn = Connection(self.address, user=self.user, port=self.port, connect_timeout=self.connect_timeout,
-                          connect_kwargs=connect_kwargs)
+        conn = Connection(
+            self.address,
+            user=self.user,
+            port=self.port,
+            connect_timeout=self.connect_timeout,
+            connect_kwargs=connect_kwargs,
+        )
         if self.known_hosts:
             conn.client.load_host_keys(str(self.known_hosts))
             conn.client.set_missing_host_key_policy(RejectPolicy())

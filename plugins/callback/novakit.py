@@ -91,8 +91,9 @@ class CallbackModule(CallbackBase):
 
     def v2_runner_on_unreachable(self, result):
         host = result._host.get_name()
-        self._host_failed(result, f"host {host} unreachable (task {result._task.get_name()}): "
-                                  f"{self._message(result)}"[:250])
+        self._host_failed(
+            result, f"host {host} unreachable (task {result._task.get_name()}): {self._message(result)}"[:250]
+        )
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
         # The playbooks ignore a compute task's failure so that the run goes on; it is still a failure.
@@ -132,12 +133,19 @@ class CallbackModule(CallbackBase):
         conf = load_config()
         api, ctx = API(Database(conf.database_url), conf), RequestContext.admin(self.request_id)
         with api.db.reader() as session:
-            uuids = list(dict.fromkeys(session.execute(
-                select(InstanceAction.instance_uuid).where(InstanceAction.request_id == self.request_id)
-                .order_by(InstanceAction.id)).scalars()))
+            uuids = list(
+                dict.fromkeys(
+                    session.execute(
+                        select(InstanceAction.instance_uuid)
+                        .where(InstanceAction.request_id == self.request_id)
+                        .order_by(InstanceAction.id)
+                    ).scalars()
+                )
+            )
             faults = {}
-            for fault in session.execute(select(InstanceFault).where(InstanceFault.instance_uuid.in_(uuids))
-                                         .order_by(InstanceFault.id)).scalars():
+            for fault in session.execute(
+                select(InstanceFault).where(InstanceFault.instance_uuid.in_(uuids)).order_by(InstanceFault.id)
+            ).scalars():
                 faults[fault.instance_uuid] = f"{fault.host or '-'}: {fault.message}"
         servers = api.list(ctx, uuids=uuids, include_deleted=True) if uuids else []
         rows, hosts = [], {}

@@ -89,20 +89,31 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
 
     def _populate(self, servers, server_groups):
         project, statuses = self.get_option("project"), [s.upper() for s in self.get_option("statuses")]
-        servers = [s for s in servers if (not project or s["project_id"] == project)
-                   and (not statuses or s["status"] in statuses)]
+        servers = [
+            s
+            for s in servers
+            if (not project or s["project_id"] == project) and (not statuses or s["status"] in statuses)
+        ]
         names = [s["name"] for s in servers]
         strict = self.get_option("strict")
         for server in servers:
             # Names are unique per project; across projects the uuid tells two apart.
-            name = server["name"] if names.count(server["name"]) == 1 else f"{server['name']}_{server['id'][:8]}"
+            name = (
+                server["name"] if names.count(server["name"]) == 1 else f"{server['name']}_{server['id'][:8]}"
+            )
             self.inventory.add_host(name)
             hostvars = {
-                "novakit_id": server["id"], "novakit_name": server["name"], "novakit_status": server["status"],
-                "novakit_vm_state": server["vm_state"], "novakit_host": server["host"],
-                "novakit_project": server["project_id"], "novakit_flavor": server["flavor"].get("name"),
-                "novakit_image": server["image"], "novakit_availability_zone": server["availability_zone"],
-                "novakit_addresses": server["addresses"], "novakit_metadata": server["metadata"],
+                "novakit_id": server["id"],
+                "novakit_name": server["name"],
+                "novakit_status": server["status"],
+                "novakit_vm_state": server["vm_state"],
+                "novakit_host": server["host"],
+                "novakit_project": server["project_id"],
+                "novakit_flavor": server["flavor"].get("name"),
+                "novakit_image": server["image"],
+                "novakit_availability_zone": server["availability_zone"],
+                "novakit_addresses": server["addresses"],
+                "novakit_metadata": server["metadata"],
                 "novakit_server_groups": server_groups.get(server["id"], []),
             }
             if server["addresses"]:

@@ -127,8 +127,10 @@ class NovakitModule:
     def with_diff(self, result: dict[str, Any], before: Any, after: Any) -> dict[str, Any]:
         """Add Ansible's diff (``--diff``) of two plain views to ``result``."""
         if self.ansible._diff:
-            result["diff"] = {"before": before if before is not None else {},
-                              "after": after if after is not None else {}}
+            result["diff"] = {
+                "before": before if before is not None else {},
+                "after": after if after is not None else {},
+            }
         return result
 
     # --- the run ------------------------------------------------------------------

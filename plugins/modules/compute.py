@@ -140,8 +140,10 @@ class ComputeModule(NovakitModule):
         from novakit.compute.messages import ImageSpec
 
         if not hasattr(driver, "cache_image"):
-            self.fail(f"the {self.params['driver']} driver cannot pre-cache images: it has no "
-                      "cache_image(image) method (novakit/virt must provide it)")
+            self.fail(
+                f"the {self.params['driver']} driver cannot pre-cache images: it has no "
+                "cache_image(image) method (novakit/virt must provide it)"
+            )
         before = set(driver.get_available_resource().cached_images)
         for raw in self.params["images"]:
             if self.check_mode:

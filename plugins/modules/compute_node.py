@@ -73,8 +73,14 @@ provider_uuid:
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
 
-RATIOS = ("cpu_allocation_ratio", "ram_allocation_ratio", "disk_allocation_ratio",
-          "reserved_host_memory_mb", "reserved_host_cpus", "reserved_host_disk_mb")
+RATIOS = (
+    "cpu_allocation_ratio",
+    "ram_allocation_ratio",
+    "disk_allocation_ratio",
+    "reserved_host_memory_mb",
+    "reserved_host_cpus",
+    "reserved_host_disk_mb",
+)
 
 
 class ComputeNodeModule(NovakitModule):
@@ -102,14 +108,24 @@ class ComputeNodeModule(NovakitModule):
         overrides = {k: p[k] for k in RATIOS if p.get(k) is not None}
         try:
             node = hosts.get_node(db, p["host"])
-            before = {"vcpus": node.vcpus, "memory_mb": node.memory_mb, "local_gb": node.local_gb,
-                      "cached_images": sorted(node.cached_images or []), "driver": node.driver or None,
-                      **{k: getattr(node, k) for k in overrides}}
+            before = {
+                "vcpus": node.vcpus,
+                "memory_mb": node.memory_mb,
+                "local_gb": node.local_gb,
+                "cached_images": sorted(node.cached_images or []),
+                "driver": node.driver or None,
+                **{k: getattr(node, k) for k in overrides},
+            }
         except exceptions.NotFound:
             before = None
-        after = {"vcpus": resources.vcpus, "memory_mb": resources.memory_mb, "local_gb": resources.local_gb,
-                 "cached_images": sorted(resources.cached_images),
-                 "driver": p["driver"] if p["driver"] is not None else (before or {}).get("driver"), **overrides}
+        after = {
+            "vcpus": resources.vcpus,
+            "memory_mb": resources.memory_mb,
+            "local_gb": resources.local_gb,
+            "cached_images": sorted(resources.cached_images),
+            "driver": p["driver"] if p["driver"] is not None else (before or {}).get("driver"),
+            **overrides,
+        }
         changed = before != after
         if self.check_mode:
             return self.with_diff({"changed": changed, "host": p["host"]}, before, after)

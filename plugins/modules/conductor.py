@@ -147,17 +147,36 @@ class ConductorModule(NovakitModule):
         "results": {"type": "dict"},
         "unreachable": {"type": "list", "elements": "str", "default": []},
         "instances": {"type": "list", "elements": "str"},
-        "action": {"type": "str", "choices": ["delete", "stop", "start", "reboot", "pause", "unpause", "suspend",
-                                              "resume", "rebuild", "lock", "unlock", "rename"]},
+        "action": {
+            "type": "str",
+            "choices": [
+                "delete",
+                "stop",
+                "start",
+                "reboot",
+                "pause",
+                "unpause",
+                "suspend",
+                "resume",
+                "rebuild",
+                "lock",
+                "unlock",
+                "rename",
+            ],
+        },
         "servers": {"type": "list", "elements": "str"},
         "options": {"type": "dict", "default": {}, "no_log": False},
         "images": {"type": "list", "elements": "str"},
     }
     module_kwargs = {
         "supports_check_mode": True,
-        "required_if": [("step", "schedule", ["server"]), ("step", "record", ["requests"]),
-                        ("step", "action", ["action", "servers"]), ("step", "record_action", ["requests"]),
-                        ("step", "images", ["images"])],
+        "required_if": [
+            ("step", "schedule", ["server"]),
+            ("step", "record", ["requests"]),
+            ("step", "action", ["action", "servers"]),
+            ("step", "record_action", ["requests"]),
+            ("step", "images", ["images"]),
+        ],
     }
 
     def run(self):
@@ -171,17 +190,26 @@ class ConductorModule(NovakitModule):
             run = playflow.plan if self.check_mode else playflow.schedule
             return run(api, ctx, p["server"])
         if step == "action":
-            return playflow.start_actions(api, ctx, p["action"], p["servers"], p["options"],
-                                          check_mode=self.check_mode)
+            return playflow.start_actions(
+                api, ctx, p["action"], p["servers"], p["options"], check_mode=self.check_mode
+            )
         if step == "summary":
             return playflow.summary(api, ctx, p.get("instances") or [])
         requests, results, failures = self._requests_and_results()
         if self.check_mode:
-            return {"changed": False, "request_id": ctx.request_id, "requests": [], "hosts": [], "servers": []}
+            return {
+                "changed": False,
+                "request_id": ctx.request_id,
+                "requests": [],
+                "hosts": [],
+                "servers": [],
+            }
         failures.update({h: f"host {h} unreachable" for h in p["unreachable"]})
         failures.update(host_failures_from_env())
         # What Ansible said about a host explains a missing result; a host that answered speaks for itself.
-        failures = {h: why for h, why in failures.items() if h in {r.host for r in requests} and h not in results}
+        failures = {
+            h: why for h, why in failures.items() if h in {r.host for r in requests} and h not in results
+        }
         if step == "record":
             return playflow.record_round(api, ctx, requests, results, failures)
         return playflow.record_actions(api, ctx, requests, results, failures)

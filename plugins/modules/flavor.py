@@ -88,19 +88,37 @@ class FlavorModule(NovakitModule):
             if existing and not self.check_mode:
                 flavors.delete(db, ctx, p["name"])
             return {"changed": existing is not None}
-        wanted = {"vcpus": p["vcpus"], "ram": p["ram"], "disk": p["disk"], "ephemeral": p["ephemeral"],
-                  "swap": p["swap"], "extra_specs": {k: str(v) for k, v in p["extra_specs"].items()}}
+        wanted = {
+            "vcpus": p["vcpus"],
+            "ram": p["ram"],
+            "disk": p["disk"],
+            "ephemeral": p["ephemeral"],
+            "swap": p["swap"],
+            "extra_specs": {k: str(v) for k, v in p["extra_specs"].items()},
+        }
         if existing:
             diff = {k: (existing[k], v) for k, v in wanted.items() if existing[k] != v}
             if diff:
-                self.ansible.fail_json(msg=f"flavor {p['name']} exists with other values {diff}; "
-                                           "flavors cannot change: create one with a new name")
+                self.ansible.fail_json(
+                    msg=f"flavor {p['name']} exists with other values {diff}; "
+                    "flavors cannot change: create one with a new name"
+                )
             return {"changed": False, "flavor": existing}
         if self.check_mode:
             return {"changed": True}
-        flavor = flavors.create(db, ctx, {"name": p["name"], "vcpus": p["vcpus"], "memory_mb": p["ram"],
-                                          "root_gb": p["disk"], "ephemeral_gb": p["ephemeral"], "swap": p["swap"],
-                                          "extra_specs": wanted["extra_specs"]})
+        flavor = flavors.create(
+            db,
+            ctx,
+            {
+                "name": p["name"],
+                "vcpus": p["vcpus"],
+                "memory_mb": p["ram"],
+                "root_gb": p["disk"],
+                "ephemeral_gb": p["ephemeral"],
+                "swap": p["swap"],
+                "extra_specs": wanted["extra_specs"],
+            },
+        )
         return {"changed": True, "flavor": flavor}
 
 

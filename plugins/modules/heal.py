@@ -85,10 +85,17 @@ class HealModule(NovakitModule):
         asked_at = None
         if self.params["asked_at"]:
             asked_at = dt.datetime.fromisoformat(self.params["asked_at"]).replace(tzinfo=None)
-        report = heal(Database(conf.database_url), conf, hosts=self.params["hosts"], reports=reports,
-                      reported_at=asked_at, unreachable=unreachable, ctx=self.context(),
-                      dry_run=self.params["dry_run"] or self.check_mode,
-                      destroy_orphans=self.params["destroy_orphans"])
+        report = heal(
+            Database(conf.database_url),
+            conf,
+            hosts=self.params["hosts"],
+            reports=reports,
+            reported_at=asked_at,
+            unreachable=unreachable,
+            ctx=self.context(),
+            dry_run=self.params["dry_run"] or self.check_mode,
+            destroy_orphans=self.params["destroy_orphans"],
+        )
         changed = any(c.applied for c in report.corrections)
         return {"changed": changed, "report": report.model_dump(mode="json")}
 

@@ -81,16 +81,31 @@ class ImageModule(NovakitModule):
             return {"changed": existing is not None}
         props = {k: str(v) for k, v in p["properties"].items()}
         if existing:
-            same = (existing["location"] == p["location"] and existing["disk_format"] == p["disk_format"]
-                    and existing["checksum"] == p["checksum"] and existing["properties"] == props)
+            same = (
+                existing["location"] == p["location"]
+                and existing["disk_format"] == p["disk_format"]
+                and existing["checksum"] == p["checksum"]
+                and existing["properties"] == props
+            )
             if same:
                 return {"changed": False, "image": existing}
-            self.ansible.fail_json(msg=f"image {p['name']} is registered with other values; "
-                                       "register the new file under a new name")
+            self.ansible.fail_json(
+                msg=f"image {p['name']} is registered with other values; "
+                "register the new file under a new name"
+            )
         if self.check_mode:
             return {"changed": True}
-        image = images.create(db, ctx, {"name": p["name"], "location": p["location"], "disk_format": p["disk_format"],
-                                        "checksum": p["checksum"], "properties": props})
+        image = images.create(
+            db,
+            ctx,
+            {
+                "name": p["name"],
+                "location": p["location"],
+                "disk_format": p["disk_format"],
+                "checksum": p["checksum"],
+                "properties": props,
+            },
+        )
         return {"changed": True, "image": image}
 
 

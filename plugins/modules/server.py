@@ -131,8 +131,11 @@ SHOWN = ("id", "name", "status", "host", "flavor", "image", "addresses", "power_
 class ServerModule(NovakitModule):
     argument_spec = {
         "name": {"type": "str", "required": True},
-        "state": {"type": "str", "default": "present",
-                  "choices": ["present", "absent", "started", "stopped", "paused", "suspended"]},
+        "state": {
+            "type": "str",
+            "default": "present",
+            "choices": ["present", "absent", "started", "stopped", "paused", "suspended"],
+        },
         "flavor": {"type": "str"},
         "image": {"type": "str"},
         "availability_zone": {"type": "str"},
@@ -159,19 +162,26 @@ class ServerModule(NovakitModule):
         if p["state"] == "absent":
             if server and not self.check_mode:
                 api.delete(ctx, server["id"])
-            return self.with_diff({"changed": server is not None, "actions": ["delete"] if server else []},
-                                  before, None)
+            return self.with_diff(
+                {"changed": server is not None, "actions": ["delete"] if server else []}, before, None
+            )
         if server is None:
             return self._create()
         self._check_same(server)
         todo = PATHS.get(p["state"], {}).get(server["vm_state"], [])
         if server["vm_state"] == "error" or (server["task_state"] and todo):
-            self.fail(f"server {server['name']} is {server['status']} (task: {server['task_state'] or 'none'}); "
-                      f"it cannot be brought to state {p['state']} now", server=server)
+            self.fail(
+                f"server {server['name']} is {server['status']} (task: {server['task_state'] or 'none'}); "
+                f"it cannot be brought to state {p['state']} now",
+                server=server,
+            )
         for action in [] if self.check_mode else todo:
             server = self._act(api, ctx, action, server)
-        return self.with_diff({"changed": bool(todo), "actions": todo, "server": server, "id": server["id"]},
-                              before, {k: server[k] for k in SHOWN})
+        return self.with_diff(
+            {"changed": bool(todo), "actions": todo, "server": server, "id": server["id"]},
+            before,
+            {k: server[k] for k in SHOWN},
+        )
 
     def _act(self, api, ctx, action, server):
         if action == "stop":
@@ -184,38 +194,68 @@ class ServerModule(NovakitModule):
         api, ctx, p = self.api(), self.context(), self.params
         if not (p["flavor"] and p["image"]):
             self.fail(f"server {p['name']} does not exist; flavor and image are needed to create it")
-        request = {k: p[k] for k in ("name", "flavor", "image", "availability_zone", "server_group",
-                                     "metadata", "networks", "config_drive", "key_name", "admin_password")}
+        request = {
+            k: p[k]
+            for k in (
+                "name",
+                "flavor",
+                "image",
+                "availability_zone",
+                "server_group",
+                "metadata",
+                "networks",
+                "config_drive",
+                "key_name",
+                "admin_password",
+            )
+        }
         if p["user_data"] is not None:
             request["user_data"] = base64.b64encode(p["user_data"].encode()).decode()
         todo = ["create", *PATHS.get(p["state"], {}).get("active", [])]
         if self.check_mode:
             host = plan(api, ctx, request)["would_schedule_to"][p["name"]]
-            return self.with_diff({"changed": True, "actions": todo, "would_schedule_to": host},
-                                  None, {"name": p["name"], "host": host})
+            return self.with_diff(
+                {"changed": True, "actions": todo, "would_schedule_to": host},
+                None,
+                {"name": p["name"], "host": host},
+            )
         (server,) = api.create(ctx, request, build=True)
         if server["vm_state"] == "error":
             fault = server.get("fault") or {}
-            self.fail(f"server {p['name']} failed to build: {fault.get('message', 'no fault recorded')}",
-                      server=server, id=server["id"], fault=fault)
+            self.fail(
+                f"server {p['name']} failed to build: {fault.get('message', 'no fault recorded')}",
+                server=server,
+                id=server["id"],
+                fault=fault,
+            )
         for action in todo[1:]:
             server = self._act(api, ctx, action, server)
-        return self.with_diff({"changed": True, "actions": todo, "server": server, "id": server["id"]},
-                              None, {k: server[k] for k in SHOWN})
+        return self.with_diff(
+            {"changed": True, "actions": todo, "server": server, "id": server["id"]},
+            None,
+            {k: server[k] for k in SHOWN},
+        )
 
     def _check_same(self, server):
         p = self.params
-        if p["flavor"] and p["flavor"] not in (server["flavor"].get("name"), server["flavor"].get("flavorid")):
-            self.fail(f"server {server['name']} exists with flavor {server['flavor'].get('name')}; resizing is "
-                      "not supported: delete it and create it again, or use another name")
+        if p["flavor"] and p["flavor"] not in (
+            server["flavor"].get("name"),
+            server["flavor"].get("flavorid"),
+        ):
+            self.fail(
+                f"server {server['name']} exists with flavor {server['flavor'].get('name')}; resizing is "
+                "not supported: delete it and create it again, or use another name"
+            )
         if p["image"]:
             from novakit.compute import images
 
             with self.database().reader() as session:
                 image = images.get(session, p["image"])
             if image.uuid != server["image"]:
-                self.fail(f"server {server['name']} runs another image; rebuild it with "
-                          "novakit.cloud.server_action (action: rebuild) to change it")
+                self.fail(
+                    f"server {server['name']} runs another image; rebuild it with "
+                    "novakit.cloud.server_action (action: rebuild) to change it"
+                )
 
 
 def main():

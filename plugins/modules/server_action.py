@@ -82,7 +82,11 @@ from ansible_collections.novakit.cloud.plugins.module_utils.novakit import Novak
 class ServerActionModule(NovakitModule):
     argument_spec = {
         "server": {"type": "str", "required": True, "aliases": ["name"]},
-        "action": {"type": "str", "required": True, "choices": ["reboot", "rebuild", "lock", "unlock", "rename"]},
+        "action": {
+            "type": "str",
+            "required": True,
+            "choices": ["reboot", "rebuild", "lock", "unlock", "rename"],
+        },
         "reboot_type": {"type": "str", "choices": ["soft", "hard"], "default": "soft"},
         "image": {"type": "str"},
         "new_name": {"type": "str"},
@@ -111,8 +115,12 @@ class ServerActionModule(NovakitModule):
         if action == "reboot":
             server = api.reboot(ctx, server["id"], p["reboot_type"].upper())
         elif action == "rebuild":
-            data = {"image": p["image"], "name": p["new_name"], "metadata": p["metadata"],
-                    "admin_password": p["admin_password"]}
+            data = {
+                "image": p["image"],
+                "name": p["new_name"],
+                "metadata": p["metadata"],
+                "admin_password": p["admin_password"],
+            }
             if p["user_data"] is not None:
                 data["user_data"] = base64.b64encode(p["user_data"].encode()).decode()
             server = api.rebuild(ctx, server["id"], {k: v for k, v in data.items() if v is not None})
@@ -123,10 +131,16 @@ class ServerActionModule(NovakitModule):
         else:
             server = api.rename(ctx, server["id"], p["new_name"])
         if server["vm_state"] == "error":
-            self.fail(f"{action} of server {server['name']} failed: "
-                      f"{(server.get('fault') or {}).get('message', 'see its instance actions')}", server=server)
-        return self.with_diff({"changed": True, "server": server}, before,
-                              {k: server[k] for k in ("name", "status", "locked", "image")})
+            self.fail(
+                f"{action} of server {server['name']} failed: "
+                f"{(server.get('fault') or {}).get('message', 'see its instance actions')}",
+                server=server,
+            )
+        return self.with_diff(
+            {"changed": True, "server": server},
+            before,
+            {k: server[k] for k in ("name", "status", "locked", "image")},
+        )
 
 
 def main():

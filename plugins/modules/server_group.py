@@ -61,7 +61,10 @@ class ServerGroupModule(NovakitModule):
     argument_spec = {
         "name": {"type": "str", "required": True},
         "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-        "policy": {"type": "str", "choices": ["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"]},
+        "policy": {
+            "type": "str",
+            "choices": ["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"],
+        },
         "rules": {"type": "dict", "default": {}},
     }
     module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["policy"])]}
@@ -78,8 +81,10 @@ class ServerGroupModule(NovakitModule):
         rules = server_groups.validate(p["policy"], p["rules"])
         if group:
             if (group["policy"], group["rules"]) != (p["policy"], rules):
-                self.fail(f"server group {p['name']} exists with policy {group['policy']} and rules "
-                          f"{group['rules']}; a group's policy cannot change: delete it or use another name")
+                self.fail(
+                    f"server group {p['name']} exists with policy {group['policy']} and rules "
+                    f"{group['rules']}; a group's policy cannot change: delete it or use another name"
+                )
             return {"changed": False, "server_group": group}
         wanted = {"name": p["name"], "policy": p["policy"], "rules": rules}
         if not self.check_mode:

@@ -73,8 +73,12 @@ class ServerInfoModule(NovakitModule):
             self.fail("all_projects needs the admin role")
         else:
             servers = [api.get(ctx, p["server"])] if p["server"] else api.list(ctx)
-        servers = [s for s in servers if (not p["status"] or s["status"] == p["status"].upper())
-                   and (not p["host"] or s["host"] == p["host"])]
+        servers = [
+            s
+            for s in servers
+            if (not p["status"] or s["status"] == p["status"].upper())
+            and (not p["host"] or s["host"] == p["host"])
+        ]
         if p["with_actions"]:
             for s in servers:
                 s["actions"] = api.list_actions(ctx, s["id"])

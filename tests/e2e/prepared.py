@@ -26,8 +26,11 @@ BASE_CONFIG = "[compute]\nservice_down_time = 86400\n"
 def prepared_fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("fleet")
     (root / "novakit.toml").write_text(BASE_CONFIG)
-    env = {"NOVAKIT_STATE_DIR": str(root / "state"), "NOVAKIT_FAKE_STATE_DIR": str(root / "state" / "fake"),
-           "NOVAKIT_CONFIG": str(root / "novakit.toml")}
+    env = {
+        "NOVAKIT_STATE_DIR": str(root / "state"),
+        "NOVAKIT_FAKE_STATE_DIR": str(root / "state" / "fake"),
+        "NOVAKIT_CONFIG": str(root / "novakit.toml"),
+    }
     run = run_playbook("compute_node.yml", root, env)
     assert run.rc == 0, run.stdout.read()
     return root / "state"
@@ -39,8 +42,11 @@ def fleet_env(prepared: Path, tmp_path: Path, config: str = "") -> dict[str, str
     shutil.copytree(prepared, state)
     conf = tmp_path / "novakit.toml"
     conf.write_text(BASE_CONFIG + config)
-    return {"NOVAKIT_STATE_DIR": str(state), "NOVAKIT_FAKE_STATE_DIR": str(state / "fake"),
-            "NOVAKIT_CONFIG": str(conf)}
+    return {
+        "NOVAKIT_STATE_DIR": str(state),
+        "NOVAKIT_FAKE_STATE_DIR": str(state / "fake"),
+        "NOVAKIT_CONFIG": str(conf),
+    }
 
 
 def api_for(env: dict[str, str]) -> API:

@@ -18,7 +18,7 @@ from novakit.compute import flavors, hosts, images
 from novakit.compute.messages import HostResources
 from novakit.context import RequestContext
 from novakit.runner import RunResult, run
-from tests.e2e.prepared import api_for, fleet_env, prepared_fleet  # noqa: F401 (fixture)
+from tests.e2e.prepared import api_for, fleet_env
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,15 +28,21 @@ FREE_RAM = {"compute-small": 8192 - 512, "compute-medium": 16384 - 512, "compute
 
 
 def play(
-    playbook: str | Path, tmp_path: Path, env: dict[str, str], extravars: dict[str, Any] | None = None,
+    playbook: str | Path,
+    tmp_path: Path,
+    env: dict[str, str],
+    extravars: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> RunResult:
     return run(playbook, private_data_dir=tmp_path / "runner", envvars=env, extravars=extravars, **kwargs)
 
 
 def results_of(result: RunResult, task: str) -> list[dict[str, Any]]:
-    return [e["event_data"]["res"] for e in result.runner.events
-            if e.get("event") in ("runner_on_ok", "runner_on_failed") and e["event_data"].get("task") == task]
+    return [
+        e["event_data"]["res"]
+        for e in result.runner.events
+        if e.get("event") in ("runner_on_ok", "runner_on_failed") and e["event_data"].get("task") == task
+    ]
 
 
 def allocations(env: dict[str, str]) -> int:
@@ -63,9 +69,12 @@ def expected_placement(count: int, ram: int, multiplier: float) -> Counter[str]:
 
 
 @pytest.mark.parametrize("multiplier", [1.0, -1.0], ids=["spread", "stack"])
-def test_servers_land_where_the_weighers_say(prepared_fleet: Path, tmp_path: Path, multiplier: float) -> None:  # noqa: F811
-    env = fleet_env(prepared_fleet, tmp_path,
-                    f'[scheduler]\nweighers = ["RAMWeigher"]\nram_weight_multiplier = {multiplier}\n')
+def test_servers_land_where_the_weighers_say(prepared_fleet: Path, tmp_path: Path, multiplier: float) -> None:
+    env = fleet_env(
+        prepared_fleet,
+        tmp_path,
+        f'[scheduler]\nweighers = ["RAMWeigher"]\nram_weight_multiplier = {multiplier}\n',
+    )
     api = api_for(env)
     flavors.create(api.db, ADMIN, {"name": "m1.6g", "vcpus": 1, "memory_mb": 6000, "root_gb": 1})
     result = play("boot", tmp_path, env, {"server_name": "w", "count": 6, "flavor": "m1.6g"}, ident="weigh")
@@ -78,7 +87,7 @@ def test_servers_land_where_the_weighers_say(prepared_fleet: Path, tmp_path: Pat
     assert {api.list_actions(ADMIN, s["id"])[0]["request_id"] for s in servers} == {"req-weigh"}
 
 
-def test_lifecycle_playbooks_and_the_inventory_plugin(prepared_fleet: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_lifecycle_playbooks_and_the_inventory_plugin(prepared_fleet: Path, tmp_path: Path) -> None:
     env = fleet_env(prepared_fleet, tmp_path)
     api = api_for(env)
     assert play("boot", tmp_path, env, {"server_name": "life", "count": 2}).ok
@@ -97,12 +106,19 @@ def test_lifecycle_playbooks_and_the_inventory_plugin(prepared_fleet: Path, tmp_
     # The inventory plugin lists what was booted, grouped by host and status.
     source = tmp_path / "servers.novakit.yml"
     source.write_text(
-        "plugin: novakit.cloud.novakit\nkeyed_groups:\n  - key: novakit_flavor\n    prefix: flavor\n")
+        "plugin: novakit.cloud.novakit\nkeyed_groups:\n  - key: novakit_flavor\n    prefix: flavor\n"
+    )
     listing = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(source), "--list"],
-        capture_output=True, text=True, check=True,
-        env={**os.environ, **env, "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "playbooks" / "collections"),
-             "ANSIBLE_INVENTORY_ENABLED": "novakit.cloud.novakit"},
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            **os.environ,
+            **env,
+            "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "playbooks" / "collections"),
+            "ANSIBLE_INVENTORY_ENABLED": "novakit.cloud.novakit",
+        },
     )
     inventory = json.loads(listing.stdout)
     hostvars = inventory["_meta"]["hostvars"]
@@ -123,7 +139,8 @@ def test_lifecycle_playbooks_and_the_inventory_plugin(prepared_fleet: Path, tmp_
 
 
 def test_modules_in_direct_mode_keep_secrets_out_of_the_artifacts(
-    prepared_fleet: Path, tmp_path: Path,  # noqa: F811
+    prepared_fleet: Path,
+    tmp_path: Path,
 ) -> None:
     env = fleet_env(prepared_fleet, tmp_path)
     api = api_for(env)
@@ -177,20 +194,40 @@ def _assert_no_secret(private_dir: Path, secrets: list[str]) -> None:
 def test_an_unreachable_host_becomes_a_fault_and_its_build_goes_elsewhere(tmp_path: Path) -> None:
     state = tmp_path / "state"
     (tmp_path / "novakit.toml").write_text(
-        '[compute]\nservice_down_time = 86400\n[scheduler]\nweighers = ["RAMWeigher"]\n')
-    env = {"NOVAKIT_STATE_DIR": str(state), "NOVAKIT_FAKE_STATE_DIR": str(state / "fake"),
-           "NOVAKIT_CONFIG": str(tmp_path / "novakit.toml")}
+        '[compute]\nservice_down_time = 86400\n[scheduler]\nweighers = ["RAMWeigher"]\n'
+    )
+    env = {
+        "NOVAKIT_STATE_DIR": str(state),
+        "NOVAKIT_FAKE_STATE_DIR": str(state / "fake"),
+        "NOVAKIT_CONFIG": str(tmp_path / "novakit.toml"),
+    }
     api = api_for(env)
     # compute-dead is the biggest host, so the scheduler sends the build there first.
     for host, ram in (("compute-alive", 16384), ("compute-dead", 65536)):
-        hosts.register_host(api.db, api.conf, host, HostResources(
-            hypervisor_hostname=host, hypervisor_type="fake", vcpus=16, memory_mb=ram, local_gb=500,
-        ), {"driver": "fake", "options": {}, "transport": "local"})
+        hosts.register_host(
+            api.db,
+            api.conf,
+            host,
+            HostResources(
+                hypervisor_hostname=host,
+                hypervisor_type="fake",
+                vcpus=16,
+                memory_mb=ram,
+                local_gb=500,
+            ),
+            {"driver": "fake", "options": {}, "transport": "local"},
+        )
     flavors.create(api.db, ADMIN, {"name": "m1.small", "vcpus": 1, "memory_mb": 2048, "root_gb": 20})
     images.create(api.db, ADMIN, {"name": "tiny"})
 
-    result = play("boot", tmp_path, env, {"server_name": "far", "user_data": "ud-secret-unreach"},
-                  inventory=ROOT / "tests" / "e2e" / "inventory" / "unreachable.yml", verbosity=3)
+    result = play(
+        "boot",
+        tmp_path,
+        env,
+        {"server_name": "far", "user_data": "ud-secret-unreach"},
+        inventory=ROOT / "tests" / "e2e" / "inventory" / "unreachable.yml",
+        verbosity=3,
+    )
     out = result.runner.stdout.read()
     assert result.ok, out
     server = api.get(ADMIN, "far")
@@ -199,8 +236,9 @@ def test_an_unreachable_host_becomes_a_fault_and_its_build_goes_elsewhere(tmp_pa
     events = api.list_actions(ADMIN, "far")[0]["events"]
     assert [(e["host"], e["result"]) for e in events] == [("compute-alive", "Success")]
     with api.db.reader() as session:
-        faults = session.execute(text("SELECT host, message FROM instance_faults WHERE instance_uuid = :u"),
-                                 {"u": server["id"]}).all()
+        faults = session.execute(
+            text("SELECT host, message FROM instance_faults WHERE instance_uuid = :u"), {"u": server["id"]}
+        ).all()
     assert [f.host for f in faults] == ["compute-dead"]
     assert "host compute-dead unreachable" in faults[0].message
     # The callback's table closes the run.
@@ -208,7 +246,7 @@ def test_an_unreachable_host_becomes_a_fault_and_its_build_goes_elsewhere(tmp_pa
     _assert_no_secret(tmp_path / "runner", ["ud-secret-unreach"])
 
 
-def test_image_cache_playbook_fills_each_hosts_cache(prepared_fleet: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_image_cache_playbook_fills_each_hosts_cache(prepared_fleet: Path, tmp_path: Path) -> None:
     env = fleet_env(prepared_fleet, tmp_path)
     result = play("image_cache", tmp_path, env, {"images": "tiny"})
     assert result.ok, result.runner.stdout.read()

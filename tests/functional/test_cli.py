@@ -56,8 +56,10 @@ def cloud(nk: Run) -> Run:
     assert "database at revision" in nk("db", "upgrade").stdout
     nk("host", "add", "compute-1", "--vcpus", "8", "--memory-mb", "16384", "--disk-gb", "200")
     nk("host", "add", "compute-2", "--vcpus", "16", "--memory-mb", "32768", "--disk-gb", "400")
-    assert "flavor m1.small created" in nk("flavor", "create", "m1.small", "--vcpus", "1", "--ram", "1024",
-                                           "--disk", "10").stdout
+    assert (
+        "flavor m1.small created"
+        in nk("flavor", "create", "m1.small", "--vcpus", "1", "--ram", "1024", "--disk", "10").stdout
+    )
     assert "image tiny created" in nk("image", "create", "tiny").stdout
     return nk
 
@@ -82,8 +84,9 @@ def test_hosts_flavors_and_images(cloud: Run) -> None:
     cloud("host", "enable", "compute-2")
     assert {h["status"] for h in _json(cloud("host", "list", "-o", "json"))} == {"enabled"}
 
-    cloud("flavor", "create", "m1.big", "--vcpus", "4", "--ram", "8192", "--disk", "40",
-          "--property", "hw:x=y")
+    cloud(
+        "flavor", "create", "m1.big", "--vcpus", "4", "--ram", "8192", "--disk", "40", "--property", "hw:x=y"
+    )
     assert {"m1.small", "m1.big"} <= {f["name"] for f in _json(cloud("flavor", "list", "-o", "json"))}
     assert "m1.big" in cloud("flavor", "list").stdout
     cloud("flavor", "delete", "m1.big")
@@ -98,8 +101,21 @@ def test_hosts_flavors_and_images(cloud: Run) -> None:
 def test_a_server_through_its_whole_life(cloud: Run, tmp_path: Path) -> None:
     user_data = tmp_path / "user-data"
     user_data.write_text(f"#cloud-config\npassword: {SECRET}\n")
-    created = cloud("server", "create", "web", "--flavor", "m1.small", "--image", "tiny", "--count", "3",
-                    "--user-data", str(user_data), "--meta", "role=web")
+    created = cloud(
+        "server",
+        "create",
+        "web",
+        "--flavor",
+        "m1.small",
+        "--image",
+        "tiny",
+        "--count",
+        "3",
+        "--user-data",
+        str(user_data),
+        "--meta",
+        "role=web",
+    )
     assert "3 of 3 server(s) active" in created.stderr
     assert all(f"web-{i}" in created.stdout for i in (1, 2, 3))
 
@@ -111,12 +127,18 @@ def test_a_server_through_its_whole_life(cloud: Run, tmp_path: Path) -> None:
     assert "ACTIVE" in shown and web1["host"] in shown and "192.0.2." in shown and "role=web" in shown
 
     steps = [
-        (("stop", "web-1"), "SHUTOFF"), (("start", "web-1"), "ACTIVE"), (("reboot", "web-1"), "ACTIVE"),
-        (("reboot", "web-1", "--hard"), "ACTIVE"), (("pause", "web-1"), "PAUSED"),
-        (("unpause", "web-1"), "ACTIVE"), (("suspend", "web-1"), "SUSPENDED"),
+        (("stop", "web-1"), "SHUTOFF"),
+        (("start", "web-1"), "ACTIVE"),
+        (("reboot", "web-1"), "ACTIVE"),
+        (("reboot", "web-1", "--hard"), "ACTIVE"),
+        (("pause", "web-1"), "PAUSED"),
+        (("unpause", "web-1"), "ACTIVE"),
+        (("suspend", "web-1"), "SUSPENDED"),
         (("resume", "web-1"), "ACTIVE"),
-        (("lock", "web-1", "--reason", "audit"), "ACTIVE"), (("unlock", "web-1"), "ACTIVE"),
-        (("rebuild", "web-1", "--image", "tiny"), "ACTIVE"), (("rename", "web-1", "front"), "ACTIVE"),
+        (("lock", "web-1", "--reason", "audit"), "ACTIVE"),
+        (("unlock", "web-1"), "ACTIVE"),
+        (("rebuild", "web-1", "--image", "tiny"), "ACTIVE"),
+        (("rename", "web-1", "front"), "ACTIVE"),
     ]
     for args, status in steps:
         out = cloud("server", *args).stdout
@@ -125,16 +147,32 @@ def test_a_server_through_its_whole_life(cloud: Run, tmp_path: Path) -> None:
 
     events = _json(cloud("server", "events", "front", "-o", "json"))
     assert [a["action"] for a in events] == [
-        "create", "stop", "start", "reboot", "reboot", "pause", "unpause", "suspend", "resume", "lock",
-        "unlock", "rebuild", "rename"]
+        "create",
+        "stop",
+        "start",
+        "reboot",
+        "reboot",
+        "pause",
+        "unpause",
+        "suspend",
+        "resume",
+        "lock",
+        "unlock",
+        "rebuild",
+        "rename",
+    ]
     assert events[1]["events"][0]["event"] == "compute_stop_instance"
     table = cloud("server", "events", "front").stdout
     assert "compute__do_build_and_run_instance" in table and "Success" in table
 
     assert "DELETED" in cloud("server", "delete", "front").stdout
     assert "front" not in cloud("server", "list").stdout
-    for args in (("server", "list", "-o", "json"), ("server", "show", "web-2", "-o", "json"),
-                 ("server", "events", "web-2", "-o", "json"), ("server", "events", "web-2")):
+    for args in (
+        ("server", "list", "-o", "json"),
+        ("server", "show", "web-2", "-o", "json"),
+        ("server", "events", "web-2", "-o", "json"),
+        ("server", "events", "web-2"),
+    ):
         assert SECRET not in cloud(*args).output
 
 
@@ -142,19 +180,33 @@ def test_errors_are_one_line_with_status_1(cloud: Run, tmp_path: Path) -> None:
     _one_line_error(cloud("server", "show", "nope", code=1), "Instance nope could not be found.")
     cloud("server", "create", "solo", "--flavor", "m1.small", "--image", "tiny")
     _one_line_error(cloud("server", "start", "solo", code=1), "Cannot 'start' instance")
-    _one_line_error(cloud("server", "create", "x", "--flavor", "m9", "--image", "tiny", code=1),
-                    "Flavor m9 could not be found")
-    _one_line_error(cloud("heal", code=1, NOVAKIT_ROLES="member", NOVAKIT_PROJECT="p1"),
-                    "Policy does not allow heal")
-    _one_line_error(cloud("host", "disable", "compute-9", code=1),
-                    "Compute host compute-9 could not be found")
+    _one_line_error(
+        cloud("server", "create", "x", "--flavor", "m9", "--image", "tiny", code=1),
+        "Flavor m9 could not be found",
+    )
+    _one_line_error(
+        cloud("heal", code=1, NOVAKIT_ROLES="member", NOVAKIT_PROJECT="p1"), "Policy does not allow heal"
+    )
+    _one_line_error(
+        cloud("host", "disable", "compute-9", code=1), "Compute host compute-9 could not be found"
+    )
     down = cloud("server", "list", code=1, NOVAKIT_DB_URL="postgresql+psycopg://u:p@127.0.0.1:1/none")
     _one_line_error(down, "database error")
     bad_config = tmp_path / "novakit.toml"
     bad_config.write_text("[compute]\nmax_concurent_builds = 3\n")
     _one_line_error(cloud("server", "list", code=1, NOVAKIT_CONFIG=str(bad_config)), "max_concurent_builds")
-    missing = cloud("server", "create", "y", "--flavor", "m1.small", "--image", "tiny",
-                    "--user-data", str(tmp_path / "missing"), code=2)
+    missing = cloud(
+        "server",
+        "create",
+        "y",
+        "--flavor",
+        "m1.small",
+        "--image",
+        "tiny",
+        "--user-data",
+        str(tmp_path / "missing"),
+        code=2,
+    )
     assert "Traceback" not in missing.output and "missing" in missing.stderr
 
 
@@ -169,7 +221,8 @@ def test_heal_from_the_command_line(cloud: Run, tmp_path: Path) -> None:
 
     report = _json(cloud("heal", "--host", server["host"], "-o", "json"))
     assert [(c["kind"], c["instance"], c["applied"]) for c in report["corrections"]] == [
-        ("vanished", server["id"], True)]
+        ("vanished", server["id"], True)
+    ]
     shown = cloud("server", "show", "lost").stdout
     assert "ERROR" in shown and "vanished from host" in shown  # the last fault
     assert "0 correction(s) on 2 host(s)" in cloud("heal").stdout

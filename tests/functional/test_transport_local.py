@@ -12,9 +12,15 @@ from novakit.transport.local import LocalTransport
 
 
 def _spec(n: int) -> InstanceSpec:
-    return InstanceSpec(uuid=f"00000000-0000-0000-0000-{n:012d}", name=f"s{n}", hostname=f"s{n}",
-                        project_id="p", user_id="u", image=ImageSpec(id="img"),
-                        flavor=FlavorSpec(name="f", vcpus=1, memory_mb=64, root_gb=1))
+    return InstanceSpec(
+        uuid=f"00000000-0000-0000-0000-{n:012d}",
+        name=f"s{n}",
+        hostname=f"s{n}",
+        project_id="p",
+        user_id="u",
+        image=ImageSpec(id="img"),
+        flavor=FlavorSpec(name="f", vcpus=1, memory_mb=64, root_gb=1),
+    )
 
 
 class _Gauge:
@@ -42,8 +48,11 @@ class _Gauge:
 
 
 def test_at_most_max_concurrent_builds_run_at_once_on_a_host(tmp_path: Path) -> None:
-    info = {"driver": "fake", "transport": "local",
-            "options": {"state_dir": str(tmp_path), "failure_mode": "slow_spawn", "spawn_delay": 0.2}}
+    info = {
+        "driver": "fake",
+        "transport": "local",
+        "options": {"state_dir": str(tmp_path), "failure_mode": "slow_spawn", "spawn_delay": 0.2},
+    }
     transport = LocalTransport("busy-host", info, max_concurrent_builds=2)
     gauge = _Gauge()
     gauge.wrap(transport._manager().driver)
@@ -52,8 +61,12 @@ def test_at_most_max_concurrent_builds_run_at_once_on_a_host(tmp_path: Path) -> 
     results: list[Any] = []
 
     def boot(first: int) -> None:
-        req = ComputeRequest(request_id=f"req-{first}", host="busy-host", operation="build",
-                             instances=[_spec(first + i) for i in range(4)])
+        req = ComputeRequest(
+            request_id=f"req-{first}",
+            host="busy-host",
+            operation="build",
+            instances=[_spec(first + i) for i in range(4)],
+        )
         results.append(transport.call(req))
 
     started = time.monotonic()
@@ -74,7 +87,8 @@ def test_a_host_whose_driver_cannot_start_asks_for_a_reschedule(tmp_path: Path) 
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
     transport = LocalTransport("broken", {"driver": "fake", "options": {"state_dir": str(blocker)}})
-    result = transport.call(ComputeRequest(request_id="r", host="broken", operation="build",
-                                           instances=[_spec(1)]))
+    result = transport.call(
+        ComputeRequest(request_id="r", host="broken", operation="build", instances=[_spec(1)])
+    )
     assert result.error is not None and result.error.reschedule
     assert [(r.ok, r.fault.host if r.fault else None) for r in result.results] == [(False, "broken")]

@@ -46,8 +46,12 @@ def test_the_compute_side_never_imports_the_database() -> None:
 
 
 def test_running_a_request_on_the_compute_side_never_imports_the_database(tmp_path: object) -> None:
-    request = {"request_id": "req-1", "host": "h1", "operation": "get_available_resource",
-               "driver": {"driver": "fake", "options": {"state_dir": str(tmp_path)}}}
+    request = {
+        "request_id": "req-1",
+        "host": "h1",
+        "operation": "get_available_resource",
+        "driver": {"driver": "fake", "options": {"state_dir": str(tmp_path)}},
+    }
     code = (
         "import io, json, sys\n"
         "from novakit.compute.__main__ import main\n"
@@ -56,8 +60,9 @@ def test_running_a_request_on_the_compute_side_never_imports_the_database(tmp_pa
         "report = {'status': status, 'result': json.loads(out.getvalue()), 'modules': sorted(sys.modules)}\n"
         "print(json.dumps(report))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(request)], check=True, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(request)], check=True, capture_output=True, text=True
+    )
     report = json.loads(done.stdout)
     assert report["status"] == 0
     assert report["result"]["resources"]["hypervisor_type"] == "fake"

@@ -30,8 +30,15 @@ class Sshd:
     user: str
 
     def ssh_info(self, **extra: Any) -> dict[str, Any]:
-        return {"host": "127.0.0.1", "port": self.port, "user": self.user, "key_filename": self.key,
-                "python": sys.executable, "connect_timeout": 5, **extra}
+        return {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "user": self.user,
+            "key_filename": self.key,
+            "python": sys.executable,
+            "connect_timeout": 5,
+            **extra,
+        }
 
 
 @pytest.fixture(scope="session")

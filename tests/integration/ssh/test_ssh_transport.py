@@ -26,7 +26,8 @@ def _ssh_info(cloud: Cloud, sshd: Sshd, **ssh: object) -> dict[str, object]:
 def _register_over_ssh(cloud: Cloud, host: str, info: dict[str, object]) -> None:
     """Register the host from what it reports about itself over SSH, as a real one would."""
     res = get_transport(host, info).call(
-        ComputeRequest(request_id="req-register", host=host, operation="get_available_resource"))
+        ComputeRequest(request_id="req-register", host=host, operation="get_available_resource")
+    )
     assert res.error is None, res.error
     assert res.resources is not None
     hosts.register_host(cloud.db, cloud.conf, host, res.resources, info)
@@ -47,22 +48,37 @@ def test_build_and_every_action_over_ssh(
         hosts.set_disabled(cloud.db, cloud.admin, host, True, "test: ssh only")
     state_dir = Path(info["options"]["state_dir"])  # type: ignore[index]
 
-    server = cloud.api.create(ctx, {"name": "far", "flavor": "m1.small", "image": "tiny",
-                                    "user_data": "IyEvYmluL3NoCmVjaG8gc2VjcmV0Cg=="})[0]
+    server = cloud.api.create(
+        ctx,
+        {
+            "name": "far",
+            "flavor": "m1.small",
+            "image": "tiny",
+            "user_data": "IyEvYmluL3NoCmVjaG8gc2VjcmV0Cg==",
+        },
+    )[0]
     assert (server["status"], server["host"], server["power_state_name"]) == ("ACTIVE", "ssh-1", "Running")
     assert server["addresses"] and server["addresses"][0].startswith("192.0.2.")
     assert _guests(state_dir, "ssh-1") == {server["id"]: 1}
 
-    expected = [("stop", "SHUTOFF", 4), ("start", "ACTIVE", 1), ("pause", "PAUSED", 3),
-                ("unpause", "ACTIVE", 1), ("suspend", "SUSPENDED", 7), ("resume", "ACTIVE", 1),
-                ("reboot", "ACTIVE", 1)]
+    expected = [
+        ("stop", "SHUTOFF", 4),
+        ("start", "ACTIVE", 1),
+        ("pause", "PAUSED", 3),
+        ("unpause", "ACTIVE", 1),
+        ("suspend", "SUSPENDED", 7),
+        ("resume", "ACTIVE", 1),
+        ("reboot", "ACTIVE", 1),
+    ]
     for action, status, power in expected:
         after = getattr(cloud.api, action)(ctx, server["id"])
         assert (action, after["status"], after["power_state"]) == (action, status, power)
         assert _guests(state_dir, "ssh-1")[server["id"]] == power
 
-    events = {a["action"]: [(e["event"], e["host"], e["result"]) for e in a["events"]]
-              for a in cloud.api.list_actions(ctx, server["id"])}
+    events = {
+        a["action"]: [(e["event"], e["host"], e["result"]) for e in a["events"]]
+        for a in cloud.api.list_actions(ctx, server["id"])
+    }
     assert events["create"] == [("compute__do_build_and_run_instance", "ssh-1", "Success")]
     assert events["stop"] == [("compute_stop_instance", "ssh-1", "Success")]
 
@@ -77,8 +93,11 @@ def test_an_unreachable_ssh_host_is_rescheduled_and_named_in_the_fault(
     # The transport is what is under test, not the database: SQLite only, to keep SSH round trips few.
     cloud = make_cloud(sqlite_db, tmp_path)
     info = _ssh_info(cloud, sshd)
-    resources = get_transport("ssh-dead", info).call(ComputeRequest(
-        request_id="req-register", host="ssh-dead", operation="get_available_resource")).resources
+    resources = (
+        get_transport("ssh-dead", info)
+        .call(ComputeRequest(request_id="req-register", host="ssh-dead", operation="get_available_resource"))
+        .resources
+    )
     assert resources is not None
     # The roomiest host, so it is chosen first; then it goes away: its registration points at a
     # loopback port nobody listens on.
@@ -99,13 +118,21 @@ def test_an_unreachable_ssh_host_is_rescheduled_and_named_in_the_fault(
     assert builds == [("ssh-dead", "Error"), (server["host"], "Success")]
 
 
-def test_broken_ssh_hosts_come_back_as_results_asking_for_a_reschedule(sshd: Sshd, tmp_path: Path,
-                                                                        closed_port: int) -> None:
+def test_broken_ssh_hosts_come_back_as_results_asking_for_a_reschedule(
+    sshd: Sshd, tmp_path: Path, closed_port: int
+) -> None:
     from novakit.compute.messages import FlavorSpec, ImageSpec, InstanceSpec
 
-    spec = InstanceSpec(uuid="11111111-2222-3333-4444-555555555555", name="x", hostname="x", project_id="p",
-                        user_id="u", flavor=FlavorSpec(name="f", vcpus=1, memory_mb=64, root_gb=1),
-                        image=ImageSpec(id="img"), user_data="c2VjcmV0LXVzZXItZGF0YQ==")  # type: ignore[arg-type]
+    spec = InstanceSpec(
+        uuid="11111111-2222-3333-4444-555555555555",
+        name="x",
+        hostname="x",
+        project_id="p",
+        user_id="u",
+        flavor=FlavorSpec(name="f", vcpus=1, memory_mb=64, root_gb=1),
+        image=ImageSpec(id="img"),
+        user_data="c2VjcmV0LXVzZXItZGF0YQ==",
+    )  # type: ignore[arg-type]
     request = ComputeRequest(request_id="req-1", host="h1", operation="build", instances=[spec])
     base = {"driver": "fake", "options": {"state_dir": str(tmp_path)}, "transport": "ssh"}
     wrong_key = tmp_path / "wrong"

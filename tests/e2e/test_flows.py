@@ -234,7 +234,11 @@ def test_an_unreachable_host_becomes_a_fault_and_its_build_goes_elsewhere(tmp_pa
     assert server["status"] == "ACTIVE" and server["host"] == "compute-alive"
     # compute-dead never answered, so it left no event of its own: its trace is the fault.
     events = api.list_actions(ADMIN, "far")[0]["events"]
-    assert [(e["host"], e["result"]) for e in events] == [("compute-alive", "Success")]
+    # The unreachable host's attempt is in the audit trail too, failed, before the one that worked.
+    assert [(e["host"], e["result"]) for e in events] == [
+        ("compute-dead", "Error"),
+        ("compute-alive", "Success"),
+    ]
     with api.db.reader() as session:
         faults = session.execute(
             text("SELECT host, message FROM instance_faults WHERE instance_uuid = :u"), {"u": server["id"]}

@@ -68,7 +68,7 @@ REPLAN_ROUNDS = 3
 # resource class first (least free that fits, when that weigher stacks), and every weigher then
 # ranks this pool with Nova's normalisation. The pool's cost, not the fleet's, is what a
 # decision pays; a host that is best by the other weighers but not among the pool's is missed.
-CANDIDATE_POOL = 64
+CANDIDATE_POOL = 32
 
 
 class Selection(BaseModel):

@@ -226,16 +226,10 @@ class Conductor:
         self, ctx: RequestContext, request: ComputeRequest, reason: str
     ) -> list[ComputeRequest]:
         """Ansible could not reach ``request.host``: its builds fail there and are rescheduled."""
+        from novakit.transport.local import unusable
+
         exc = exceptions.HypervisorUnavailable(host=request.host, reason=reason)
-        fault = fault_from_exception(exc, request.host)
-        fault.reschedule = True
-        result = ComputeResult(
-            request_id=request.request_id,
-            host=request.host,
-            operation=request.operation,
-            error=fault,
-            results=[InstanceResult(uuid=i.uuid, ok=False, fault=fault) for i in request.instances],
-        )
+        result = unusable(request, exc, request.host)
         if request.operation == "build":
             return self.record_build_result(ctx, request, result)
         self.record_action_result(ctx, request, result)

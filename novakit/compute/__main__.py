@@ -24,9 +24,8 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from novakit.compute.faults import fault_from_exception
 from novakit.compute.manager import ComputeManager
-from novakit.compute.messages import ComputeRequest, ComputeResult, InstanceResult
+from novakit.compute.messages import ComputeRequest, ComputeResult
 from novakit.virt.driver import load_driver
 
 ENV_DRIVER = "NOVAKIT_COMPUTE_DRIVER"
@@ -50,16 +49,9 @@ def run(request: ComputeRequest) -> tuple[ComputeResult, int]:
         driver = load_driver(str(info.get("driver", "fake")), request.host, info.get("options") or {})
         manager = ComputeManager(request.host, driver, int(info.get("max_concurrent_builds", 10)))
     except Exception as exc:
-        fault = fault_from_exception(exc, request.host)
-        fault.reschedule = True
-        result = ComputeResult(
-            request_id=request.request_id,
-            host=request.host,
-            operation=request.operation,
-            error=fault,
-            results=[InstanceResult(uuid=i.uuid, ok=False, fault=fault) for i in request.instances],
-        )
-        return result, 1
+        from novakit.transport.local import unusable
+
+        return unusable(request, exc, request.host), 1
     return manager.handle(request), 0
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, notifications
@@ -91,32 +91,60 @@ class Conductor:
         Instances that cannot be placed go to ``error`` with a fault that
         carries the scheduler's explanation; nothing stays claimed for them.
         """
+        return self._schedule(ctx, instance_uuids)[0]
+
+    def _schedule(
+        self,
+        ctx: RequestContext,
+        instance_uuids: list[str],
+        records: dict[str, tuple[Instance, RequestSpec]] | None = None,
+    ) -> tuple[list[ComputeRequest], dict[str, dict[str, Any]]]:
+        """``schedule_instances``, and how to reach each chosen host (read in the claims' transaction).
+
+        ``records``: the instances and request specs as the caller has just written them (direct
+        mode); otherwise they are read. Either way the claims' guarded writes check that each
+        instance is still building, so one deleted meanwhile is skipped.
+        """
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
-        with self.db.reader() as session:
-            rows = {
-                r.instance_uuid: r
-                for r in session.execute(
-                    select(RequestSpec).where(RequestSpec.instance_uuid.in_(instance_uuids))
-                ).scalars()
-            }
-            live = {
-                i.uuid for i in db_api.instance_get_all(session, RequestContext.admin(), uuids=instance_uuids)
-            }
-        uuids = [u for u in instance_uuids if u in live and u in rows]
+        if records is None:
+            with self.db.reader() as session:
+                found = {
+                    inst.uuid: (inst, rs)
+                    for inst, rs in session.execute(
+                        select(Instance, RequestSpec)
+                        .join(RequestSpec, RequestSpec.instance_uuid == Instance.uuid)
+                        .where(Instance.uuid.in_(instance_uuids), Instance.deleted == 0)
+                    ).all()
+                }
+        else:
+            found = records
+        uuids = [u for u in instance_uuids if u in found]
         if not uuids:
-            return []
+            return [], {}
         for uuid in uuids:
             self.notifier.emit("instance.create.start", uuid)
-        spec = SchedSpec.model_validate(rows[uuids[0]].spec)
+        spec = SchedSpec.model_validate(found[uuids[0]][1].spec)
         spec.num_instances = len(uuids)
         if spec.min_count is not None:
             spec.min_count = min(spec.min_count, len(uuids))
+        recorded: list[tuple[str, InstanceSpec]] = []
+        gone: list[str] = []
+        infos: dict[str, dict[str, Any]] = {}
+
+        def on_claimed(session: Session, claimed: dict[str, list[Any]]) -> None:
+            # In the claims' own transaction: an instance never holds a claim without its host.
+            recorded[:] = self._claimed(
+                session, found, [(u, claimed[u]) for u in uuids if claimed.get(u)], gone
+            )
+            infos.clear()
+            infos.update(_driver_infos(session, {host for host, _ in recorded}))
+
         try:
-            selections = self.scheduler.select_destinations(spec, uuids)
+            selections = self.scheduler.select_destinations(spec, uuids, on_claimed=on_claimed)
         except exceptions.NoValidHost as exc:
             self._fail_unscheduled(ctx, uuids, exc)
-            return []
+            return [], {}
         by_host: dict[str, list[InstanceSpec]] = defaultdict(list)
         unplaced = [uuid for uuid, choices in zip(uuids, selections, strict=True) if not choices]
         if unplaced:
@@ -128,56 +156,62 @@ class Conductor:
                     reason=f"{len(unplaced)} of {len(uuids)} instances did not fit (min_count was met)"
                 ),
             )
-        placed = [(uuid, choices) for uuid, choices in zip(uuids, selections, strict=True) if choices]
-        for host, spec_ in self._claimed(placed):
+        for uuid in gone:
+            LOG.info("instance %s was deleted while it was scheduled; its claim is freed", uuid)
+        for host, spec_ in recorded:
             by_host[host].append(spec_)
-        return [
+        requests = [
             ComputeRequest(request_id=ctx.request_id, host=host, operation="build", instances=specs)
             for host, specs in by_host.items()
         ]
+        return requests, infos
 
-    def _claimed(self, placed: list[tuple[str, list[Any]]]) -> list[tuple[str, InstanceSpec]]:
-        """Record each instance's chosen host and alternates, in one transaction for the request.
+    @staticmethod
+    def _claimed(
+        session: Session,
+        found: dict[str, tuple[Instance, RequestSpec]],
+        placed: list[tuple[str, list[Any]]],
+        gone: list[str],
+    ) -> list[tuple[str, InstanceSpec]]:
+        """Record each claimed instance's host and alternates (inside the claim transaction).
 
-        An instance that was deleted meanwhile fails its guarded write and is
-        skipped (its claim freed); the others go ahead.
+        An instance that was deleted meanwhile fails its guarded write: its claim is
+        removed in the same transaction and it is skipped; the others go ahead.
         """
-        gone: list[str] = []
+        from novakit.placement.allocations import remove_allocations_in_session
 
-        def write(session: Session) -> list[tuple[str, InstanceSpec]]:
-            gone.clear()
-            specs = {
-                rs.instance_uuid: rs
-                for rs in session.execute(
-                    select(RequestSpec).where(RequestSpec.instance_uuid.in_([u for u, _ in placed]))
-                ).scalars()
-            }
-            out = []
-            images_seen: dict[str, Any] = {}
-            for uuid, choices in placed:
-                chosen = choices[0]
-                try:
-                    inst = db_api.instance_update(
-                        session,
-                        uuid,
-                        {"host": chosen.host, "node": chosen.nodename, "scheduled_at": utcnow()},
-                        expected_task_state=[TaskState.SCHEDULING],
-                        expected_vm_state=[VmState.BUILDING],
-                    )
-                except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
-                    gone.append(uuid)
-                    continue
-                rs = specs[uuid]
-                rs.alternates = [a.model_dump() for a in choices[1:]]
-                rs.attempts = (rs.attempts or 0) + 1
-                rs.tried_hosts = [*(rs.tried_hosts or []), chosen.host]
-                out.append((chosen.host, instance_spec(session, inst, images_seen)))
-            return out
-
-        result = self.db.run_in_transaction(write)
-        for uuid in gone:
-            self._release(uuid)
-        return result
+        gone.clear()
+        out = []
+        images_seen: dict[str, Any] = {}
+        now = utcnow()
+        for uuid, choices in placed:
+            chosen = choices[0]
+            inst, rs = found[uuid]
+            try:
+                db_api.instance_update(
+                    session,
+                    uuid,
+                    {"host": chosen.host, "node": chosen.nodename, "scheduled_at": now},
+                    expected_task_state=[TaskState.SCHEDULING],
+                    expected_vm_state=[VmState.BUILDING],
+                    fetch=False,
+                )
+            except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+                gone.append(uuid)
+                remove_allocations_in_session(session, uuid)
+                continue
+            session.execute(
+                update(RequestSpec)
+                .where(RequestSpec.instance_uuid == uuid)
+                .values(
+                    alternates=[a.model_dump() for a in choices[1:]],
+                    attempts=(rs.attempts or 0) + 1,
+                    tried_hosts=[*(rs.tried_hosts or []), chosen.host],
+                )
+                .execution_options(synchronize_session=False)
+            )
+            out.append((chosen.host, instance_spec(session, inst, images_seen)))
+        return out
 
     def _fail_unscheduled(self, ctx: RequestContext, uuids: list[str], exc: exceptions.NoValidHost) -> None:
         fault = fault_from_exception(exc)
@@ -213,10 +247,12 @@ class Conductor:
                 nxt = self._build_failed(ctx, request.host, spec, res)
                 if nxt is not None:
                     follow_up[(nxt[0], "build")].append(nxt[1])
+        builds = list(by_uuid.values())
         if succeeded:
-            for spec in self._build_succeeded(ctx, request.host, succeeded):
+            for spec in self._build_succeeded(ctx, request.host, succeeded, result, builds):
                 follow_up[(request.host, "destroy")].append(spec)
-        self._host_reported(request.host, result, builds=list(by_uuid.values()))
+        else:
+            self._host_reported(request.host, result, builds=builds)
         return [
             ComputeRequest(request_id=ctx.request_id, host=host, operation=op, instances=specs)  # type: ignore[arg-type]
             for (host, op), specs in follow_up.items()
@@ -236,9 +272,14 @@ class Conductor:
         return []
 
     def _build_succeeded(
-        self, ctx: RequestContext, host: str, built: list[tuple[InstanceSpec, InstanceResult]]
+        self,
+        ctx: RequestContext,
+        host: str,
+        built: list[tuple[InstanceSpec, InstanceResult]],
+        result: ComputeResult,
+        builds: list[InstanceResult],
     ) -> list[InstanceSpec]:
-        """Mark built instances active, in one transaction per host's answer.
+        """Mark built instances active and take in the host's report, in one transaction per answer.
 
         Returns the instances deleted while they built: their guests must go.
         """
@@ -250,9 +291,14 @@ class Conductor:
             gone.clear()
             changed.clear()
             olds = {
-                i.uuid: (i.vm_state, i.task_state)
-                for i in db_api.instance_get_all(session, ctx_admin(ctx), uuids=[s.uuid for s, _ in built])
+                uuid: (vm_state, task_state)
+                for uuid, vm_state, task_state in session.execute(
+                    select(Instance.uuid, Instance.vm_state, Instance.task_state).where(
+                        Instance.uuid.in_([s.uuid for s, _ in built])
+                    )
+                ).all()
             }
+            events: dict[str, list[Event]] = {}
             for spec, res in built:
                 values = {
                     "vm_state": VmState.ACTIVE,
@@ -279,9 +325,11 @@ class Conductor:
                     )
                     gone.append(spec)
                     continue
-                actions.record_host_events(session, ctx, res.uuid, res.events)
-                actions.action_finish(session, ctx, res.uuid, "create")
+                events[res.uuid] = res.events
                 changed.append((res.uuid, olds.get(res.uuid, ("building", None))))
+            actions.record_events_many(session, ctx, events)
+            actions.actions_finish(session, ctx, list(events), "create")
+            self._host_report_in(session, host, result, builds)
 
         self.db.run_in_transaction(write)
         for spec in gone:
@@ -421,65 +469,95 @@ class Conductor:
         """
         if result.error is not None and not builds:
             return
+        self.db.run_in_transaction(lambda session: self._host_report_in(session, host, result, builds))
 
-        def write(session: Session) -> None:
-            from novakit.db.models import Service
+    @staticmethod
+    def _host_report_in(
+        session: Session, host: str, result: ComputeResult, builds: list[InstanceResult] | None
+    ) -> None:
+        """``_host_reported``'s writes, inside the caller's transaction."""
+        from novakit.db.models import Service
 
-            if result.error is None:
-                svc = session.execute(
-                    select(Service).where(Service.host == host, Service.deleted == 0)
-                ).scalar_one_or_none()
-                if svc is not None:
-                    svc.last_seen_up = utcnow()
-                    svc.report_count = (svc.report_count or 0) + 1
-            node = session.execute(
-                select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
-            ).scalar_one_or_none()
-            if node is None:
-                return
-            if result.resources is not None and sorted(node.cached_images or []) != sorted(
-                result.resources.cached_images
-            ):
-                node.cached_images = sorted(result.resources.cached_images)
-            if builds:
-                failed = sum(1 for r in builds if not r.ok)
-                stats = dict(node.stats or {})
-                previous = int(stats.get("failed_builds", 0))
-                stats["failed_builds"] = 0 if failed < len(builds) else previous + failed
-                if stats != (node.stats or {}):
-                    node.stats = stats
+        if result.error is not None and not builds:
+            return
+        if result.error is None:
+            session.execute(
+                update(Service)
+                .where(Service.host == host, Service.deleted == 0)
+                .values(last_seen_up=utcnow(), report_count=func.coalesce(Service.report_count, 0) + 1)
+                .execution_options(synchronize_session=False)
+            )
+        node = session.execute(
+            select(ComputeNode.id, ComputeNode.cached_images, ComputeNode.stats).where(
+                ComputeNode.host == host, ComputeNode.deleted == 0
+            )
+        ).first()
+        if node is None:
+            return
+        values: dict[str, Any] = {}
+        if result.resources is not None and sorted(node.cached_images or []) != sorted(
+            result.resources.cached_images
+        ):
+            values["cached_images"] = sorted(result.resources.cached_images)
+        if builds:
+            failed = sum(1 for r in builds if not r.ok)
+            stats = dict(node.stats or {})
+            previous = int(stats.get("failed_builds", 0))
+            stats["failed_builds"] = 0 if failed < len(builds) else previous + failed
+            if stats != (node.stats or {}):
+                values["stats"] = stats
+        if values:
+            session.execute(
+                update(ComputeNode)
+                .where(ComputeNode.id == node.id)
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
 
-        self.db.run_in_transaction(write)
+    def build_instances(
+        self,
+        ctx: RequestContext,
+        instance_uuids: list[str],
+        records: dict[str, tuple[Instance, RequestSpec]] | None = None,
+    ) -> None:
+        """Direct mode: schedule, build on each host in parallel, record, reschedule, until done.
 
-    def build_instances(self, ctx: RequestContext, instance_uuids: list[str]) -> None:
-        """Direct mode: schedule, build on each host in parallel, record, reschedule, until done."""
-        pending = self.schedule_instances(ctx, instance_uuids)
+        ``records``: the instances and request specs the caller has just written (see _schedule).
+        """
+        pending, infos = self._schedule(ctx, instance_uuids, records)
         while pending:
-            results = self._send_all(pending)
+            results = self._send_all(pending, infos)
+            infos = {}
             nxt: list[ComputeRequest] = []
             for req, res in zip(pending, results, strict=True):
                 if req.operation == "build":
                     nxt.extend(self.record_build_result(ctx, req, res))
             pending = nxt
 
-    def _send_all(self, requests: list[ComputeRequest]) -> list[ComputeResult]:
+    def _send_all(
+        self, requests: list[ComputeRequest], infos: dict[str, dict[str, Any]] | None = None
+    ) -> list[ComputeResult]:
+        hosts = {r.host for r in requests}
+        if not infos or not hosts <= infos.keys():
+            infos = self._driver_infos(hosts)
         if len(requests) == 1:
-            return [self.send(requests[0])]
+            return [self.send(requests[0], infos)]
         with ThreadPoolExecutor(max_workers=min(16, len(requests))) as pool:
-            return list(pool.map(self.send, requests))
+            return list(pool.map(lambda r: self.send(r, infos), requests))
 
-    def send(self, request: ComputeRequest) -> ComputeResult:
+    def _driver_infos(self, hosts: set[str]) -> dict[str, dict[str, Any]]:
+        with self.db.reader() as session:
+            return _driver_infos(session, hosts)
+
+    def send(self, request: ComputeRequest, infos: dict[str, dict[str, Any]] | None = None) -> ComputeResult:
         from novakit.transport.local import unusable
 
         try:
-            with self.db.reader() as session:
-                node = session.execute(
-                    select(ComputeNode).where(ComputeNode.host == request.host, ComputeNode.deleted == 0)
-                ).scalar_one_or_none()
-                if node is None:
-                    raise exceptions.ComputeHostNotFound(host=request.host)
-                info = dict(node.driver or {})
-            return self.transport_factory(request.host, info).call(request)
+            if infos is None:
+                infos = self._driver_infos({request.host})
+            if request.host not in infos:
+                raise exceptions.ComputeHostNotFound(host=request.host)
+            return self.transport_factory(request.host, infos[request.host]).call(request)
         except Exception as exc:
             return unusable(request, exc, request.host)
 
@@ -607,6 +685,20 @@ def _notify_name(action: str) -> str:
 def ctx_admin(ctx: RequestContext) -> RequestContext:
     """The conductor acts for the system once the API has checked the caller."""
     return RequestContext("admin", "admin", ["admin"], ctx.request_id)
+
+
+def _driver_infos(session: Session, hosts: set[str]) -> dict[str, dict[str, Any]]:
+    """How to reach each host (its registered driver and transport), in one query."""
+    if not hosts:
+        return {}
+    return {
+        host: dict(driver or {})
+        for host, driver in session.execute(
+            select(ComputeNode.host, ComputeNode.driver).where(
+                ComputeNode.host.in_(sorted(hosts)), ComputeNode.deleted == 0
+            )
+        ).all()
+    }
 
 
 def instance_spec(

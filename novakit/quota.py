@@ -144,6 +144,8 @@ def check_quota(
 
 def _check(session: Session, conf: Config, project_id: str, deltas: dict[str, int]) -> None:
     limits = get_limits(session, conf, project_id)
+    if all(limits[name] == UNLIMITED or not deltas.get(name, 0) for name in RESOURCES):
+        return  # nothing asked for has a finite limit: no need to count the project's usage
     used = count_usage(session, project_id)
     for name in RESOURCES:
         want = deltas.get(name, 0)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from sqlalchemy import select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
@@ -71,6 +71,28 @@ def action_start(session: Session, ctx: RequestContext, instance_uuid: str, acti
     session.add(row)
     session.flush()
     return row
+
+
+def actions_start_new(session: Session, ctx: RequestContext, instance_uuids: list[str], action: str) -> None:
+    """Start ``action`` for instances created in this transaction: they can have no action yet,
+    so there is nothing to look up; one statement for all of them."""
+    if not instance_uuids:
+        return
+    now = utcnow()
+    session.execute(
+        insert(InstanceAction),
+        [
+            {
+                "action": action,
+                "instance_uuid": uuid,
+                "request_id": ctx.request_id,
+                "user_id": ctx.user_id,
+                "project_id": ctx.project_id,
+                "start_time": now,
+            }
+            for uuid in instance_uuids
+        ],
+    )
 
 
 def action_finish(
@@ -126,6 +148,71 @@ def record_host_events(
     action = _action_for(session, ctx, instance_uuid)
     for event in events:
         _add_event(session, action, event)
+
+
+def record_events_many(session: Session, ctx: RequestContext, events: dict[str, list[Event]]) -> None:
+    """``record_host_events`` for many instances at once: one look-up of their actions in this
+    request (the latest of each), one insert of all the events, one update of the failed ones."""
+    events = {uuid: evs for uuid, evs in events.items() if evs}
+    if not events:
+        return
+    action_ids = dict(
+        session.execute(
+            select(InstanceAction.instance_uuid, func.max(InstanceAction.id))
+            .where(
+                InstanceAction.instance_uuid.in_(list(events)),
+                InstanceAction.request_id == ctx.request_id,
+            )
+            .group_by(InstanceAction.instance_uuid)
+        ).all()
+    )
+    missing = sorted(events.keys() - action_ids.keys())
+    if missing:
+        raise exceptions.NotFound(
+            f"No action for instance {missing[0]} in request {ctx.request_id}: "
+            "an event needs its action recorded first"
+        )
+    session.execute(
+        insert(InstanceActionEvent),
+        [
+            {
+                "event": event.event,
+                "action_id": action_ids[uuid],
+                "start_time": event.start_time.replace(tzinfo=None),
+                "finish_time": event.finish_time.replace(tzinfo=None) if event.finish_time else None,
+                "result": event.result,
+                "traceback": event.traceback,
+                "host": event.host,
+                "details": event.details,
+            }
+            for uuid, evs in events.items()
+            for event in evs
+        ],
+    )
+    failed = [action_ids[uuid] for uuid, evs in events.items() if any(e.result == "Error" for e in evs)]
+    if failed:
+        session.execute(
+            update(InstanceAction)
+            .where(InstanceAction.id.in_(failed))
+            .values(message="Error")
+            .execution_options(synchronize_session=False)
+        )
+
+
+def actions_finish(session: Session, ctx: RequestContext, instance_uuids: list[str], action: str) -> None:
+    """``action_finish`` for many instances of this request in one statement."""
+    if not instance_uuids:
+        return
+    session.execute(
+        update(InstanceAction)
+        .where(
+            InstanceAction.instance_uuid.in_(instance_uuids),
+            InstanceAction.request_id == ctx.request_id,
+            InstanceAction.action == action,
+        )
+        .values(finish_time=utcnow())
+        .execution_options(synchronize_session=False)
+    )
 
 
 def record_fault(session: Session, instance_uuid: str, fault: Fault) -> InstanceFault:

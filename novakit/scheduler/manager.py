@@ -38,6 +38,7 @@ import dataclasses
 import heapq
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,6 +151,7 @@ class SchedulerManager:
         *,
         dry_run: bool = False,
         recheck_quota: bool = True,
+        on_claimed: Callable[[Session, dict[str, list[Selection]]], None] | None = None,
     ) -> list[list[Selection]]:
         """For each instance uuid: [claimed host, alternate, ...] (up to max_attempts - 1 alternates).
 
@@ -159,7 +161,9 @@ class SchedulerManager:
         unplaced instances get an empty list. ``dry_run`` claims nothing.
         ``recheck_quota``: count the project's usage under the project lock in the
         claim transaction (Nova's recheck); reschedules of an already-counted
-        instance may pass False.
+        instance may pass False. ``on_claimed(session, {uuid: selections})`` runs in
+        the claims' transaction, so what the caller records there commits with them
+        (or not at all); it may run again if the transaction is retried.
         """
         wanted = len(instance_uuids)
         needed = min(spec.effective_min_count, wanted)
@@ -193,7 +197,10 @@ class SchedulerManager:
             return [self._selections(p, resources) if p else [] for p in plans]
 
         def _claim(session: Session) -> dict[str, list[Selection]]:
-            return self._claim_all(session, prepared, plans, instance_uuids, needed, recheck_quota)
+            claimed = self._claim_all(session, prepared, plans, instance_uuids, needed, recheck_quota)
+            if on_claimed is not None:
+                on_claimed(session, claimed)
+            return claimed
 
         claimed = run_in_write_transaction(self.db, _claim)
         return [claimed.get(uuid, []) for uuid in instance_uuids]

@@ -132,17 +132,21 @@ class FakeDriver(ComputeDriver):
     # --- the state file -----------------------------------------------------
 
     @contextlib.contextmanager
-    def _locked_state(self) -> Iterator[dict[str, Any]]:
+    def _locked_state(self, readonly: bool = False) -> Iterator[dict[str, Any]]:
         """Yield the host's state under an exclusive lock; write it back if it changed.
 
+        ``readonly``: a shared lock, and whatever the block does to the state is not saved.
         The lock sits on a separate file because the state file itself is
         replaced on every write, and a lock on a replaced inode guards nothing.
         """
         self.state_dir.mkdir(parents=True, exist_ok=True)
         with open(self._lock_file, "a+") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            fcntl.flock(lock.fileno(), fcntl.LOCK_SH if readonly else fcntl.LOCK_EX)
             try:
                 state = self._read()
+                if readonly:
+                    yield state
+                    return
                 before = json.dumps(state, sort_keys=True)
                 yield state
                 if json.dumps(state, sort_keys=True) != before:
@@ -166,9 +170,9 @@ class FakeDriver(ComputeDriver):
         fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=f".{self.state_file.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
+                # No fsync: the atomic replace keeps the file whole if a process dies mid-write,
+                # which is all a fake hypervisor promises (it is not meant to survive a power cut).
                 json.dump(state, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
             os.replace(tmp, self.state_file)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
@@ -198,7 +202,7 @@ class FakeDriver(ComputeDriver):
                 self._write(state)
 
     def get_available_resource(self) -> HostResources:
-        with self._locked_state() as state:
+        with self._locked_state(readonly=True) as state:
             guests = list(state["instances"].values())
             cached = sorted(state["cached_images"])
         return HostResources(
@@ -236,11 +240,22 @@ class FakeDriver(ComputeDriver):
                 )
             else:
                 failure = None
+            if failure is None and mode != "slow_spawn":
+                # Nothing to wait for: the guest is defined under the same lock.
+                self._define(state, instance, mode)
+                return
         # Raised outside the lock block so the remembered first failure is saved.
         if failure is not None:
             raise failure
-        if mode == "slow_spawn":
-            time.sleep(self.spawn_delay)
+        time.sleep(self.spawn_delay)
+        with self._locked_state() as state:
+            # A slow spawn of the same uuid from elsewhere may have won meanwhile.
+            self._refuse_duplicate(state, uuid)
+            self._define(state, instance, mode)
+
+    @staticmethod
+    def _define(state: dict[str, Any], instance: InstanceSpec, mode: str) -> None:
+        uuid = instance.uuid
         flavor = instance.flavor
         guest: dict[str, Any] = {
             "name": instance.name,
@@ -261,12 +276,9 @@ class FakeDriver(ComputeDriver):
         if mode == "crash_running":
             guest["crash_pending"] = True
         _boot_console(guest, uuid)
-        with self._locked_state() as state:
-            # A slow spawn of the same uuid from elsewhere may have won meanwhile.
-            self._refuse_duplicate(state, uuid)
-            state["instances"][uuid] = guest
-            if instance.image.id not in state["cached_images"]:
-                state["cached_images"].append(instance.image.id)
+        state["instances"][uuid] = guest
+        if instance.image.id not in state["cached_images"]:
+            state["cached_images"].append(instance.image.id)
 
     def _refuse_duplicate(self, state: dict[str, Any], uuid: str) -> None:
         if uuid in state["instances"]:
@@ -357,13 +369,13 @@ class FakeDriver(ComputeDriver):
             return {uuid: PowerState(g["power_state"]) for uuid, g in state["instances"].items()}
 
     def get_interface_addresses(self, instance: InstanceSpec) -> list[str]:
-        with self._locked_state() as state:
+        with self._locked_state(readonly=True) as state:
             guest = self._guest(state, instance.uuid)
             count = int(guest.get("networks", 1))
         return [fake_address(instance.uuid, i) for i in range(count)]
 
     def get_console_output(self, instance: InstanceSpec) -> str:
-        with self._locked_state() as state:
+        with self._locked_state(readonly=True) as state:
             guest = self._guest(state, instance.uuid)
             return "".join(line + "\n" for line in guest["console"])
 

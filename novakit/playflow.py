@@ -10,6 +10,11 @@ The lifecycle playbooks (``delete.yml``, ``server_action.yml``) take the same
 round trip: ``start_actions`` makes the API's guarded write and returns one
 compute request per server (``API.<action>(..., defer=True)``); the hosts run
 them; ``record_actions`` hands each result to ``Conductor.record_action_result``.
+
+``run_step`` is the one entry of the ``novakit.cloud.conductor`` task, whichever
+way it runs: its action plugin calls it inside Ansible's worker process on the
+controller, the module (kept for hosts where the action plugin cannot run it)
+calls it in a process of its own. Both hand it the task's validated options.
 """
 
 from __future__ import annotations
@@ -211,6 +216,15 @@ def report(servers: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+#: what the boot playbook publishes of each server with ``set_stats`` (for AWX and ``novakit.runner``)
+PUBLISHED = ("id", "name", "host", "addresses", "status")
+
+
+def published(servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each server as ``set_stats`` publishes it; shaped here, where it costs nothing next to Jinja."""
+    return [{k: s[k] for k in PUBLISHED if k in s} for s in servers]
+
+
 def summary(api: API, ctx: RequestContext, uuids: list[str]) -> dict[str, Any]:
     with api.db.reader() as session:
         rows = db_api.instance_get_all(session, ctx, uuids=uuids, include_deleted=True)
@@ -398,3 +412,75 @@ def image_specs(api: API, names: list[str]) -> list[dict[str, Any]]:
 
     with api.db.reader() as session:
         return [images.spec(images.get(session, name)).model_dump(mode="json") for name in names]
+
+
+# --------------------------------------------------------------- the conductor task
+
+#: the steps of the ``novakit.cloud.conductor`` task
+STEPS = ("schedule", "record", "summary", "action", "record_action", "images")
+
+
+def parse_results(
+    raw: dict[str, Any] | None,
+) -> tuple[dict[str, list[ComputeResult]], dict[str, str]]:
+    """Each host's compute results, from what its ``compute`` task registered (or just its results).
+
+    Returns the results by host, and the hosts whose task says it failed or was
+    unreachable, with a reason.
+    """
+    results: dict[str, list[ComputeResult]] = {}
+    failures: dict[str, str] = {}
+    for host, value in (raw or {}).items():
+        if isinstance(value, dict):  # a registered task result
+            if value.get("unreachable") or value.get("failed"):
+                what = "unreachable" if value.get("unreachable") else "compute task failed"
+                failures[host] = f"host {host}: {what}"
+            value = value.get("results")
+        if isinstance(value, list) and value:
+            results[host] = [ComputeResult.model_validate(v) for v in value if isinstance(v, dict)]
+    return results, failures
+
+
+def run_step(
+    api: API,
+    ctx: RequestContext,
+    params: dict[str, Any],
+    *,
+    check_mode: bool = False,
+    host_failures: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One step of the ``novakit.cloud.conductor`` task, ``params`` being its options.
+
+    ``host_failures`` are the hosts the novakit callback plugin saw fail in this
+    run (``{host: reason}``): a host of the round without results fails with
+    that reason as its fault.
+    """
+    step = params["step"]
+    if step not in STEPS:
+        raise exceptions.ValidationError("step", f"{step!r} is not one of {', '.join(STEPS)}")
+    if step == "images":
+        return {"changed": False, "image_specs": image_specs(api, params["images"])}
+    if step == "action":
+        return start_actions(
+            api, ctx, params["action"], params["servers"], params.get("options"), check_mode=check_mode
+        )
+    if step in ("schedule", "summary"):
+        if step == "schedule":
+            out = (plan if check_mode else schedule)(api, ctx, params["server"])
+        else:
+            out = summary(api, ctx, params.get("instances") or [])
+        return {**out, "published": published(out["servers"])}
+    requests = [ComputeRequest.model_validate(r) for r in params["requests"]]
+    results, failures = parse_results(params.get("results"))
+    if check_mode:  # the record steps record what a real round returned: nothing here
+        out = {"changed": False, "request_id": ctx.request_id, "requests": [], "hosts": [], "servers": []}
+        return {**out, "published": []} if step == "record" else out
+    failures.update({h: f"host {h} unreachable" for h in params.get("unreachable") or []})
+    failures.update(host_failures or {})
+    # What Ansible said about a host explains a missing result; a host that answered speaks for itself.
+    round_hosts = {r.host for r in requests}
+    failures = {h: why for h, why in failures.items() if h in round_hosts and h not in results}
+    if step == "record":
+        out = record_round(api, ctx, requests, results, failures)
+        return {**out, "published": published(out["servers"])}
+    return record_actions(api, ctx, requests, results, failures)

@@ -207,15 +207,7 @@ class API:
         ]
 
         def write(session: Session) -> None:
-            taken = session.execute(
-                select(Instance.display_name).where(
-                    Instance.project_id == ctx.project_id,
-                    Instance.deleted == 0,
-                    Instance.display_name.in_(names),
-                )
-            ).first()
-            if taken is not None:
-                raise exceptions.DuplicateName(name=taken[0], project_id=ctx.project_id)
+            # A name already taken fails the insert on the (project, name, deleted) unique key.
             # One statement per table for the whole request: a burst of 100 costs what one does.
             session.execute(insert(Instance), rows)
             session.execute(
@@ -235,8 +227,17 @@ class API:
         try:
             self.db.run_in_transaction(write)
         except IntegrityError:
-            # Another request took one of the names between our check and our insert.
-            raise exceptions.DuplicateName(name=names[0], project_id=ctx.project_id) from None
+            with self.db.reader() as session:
+                taken = session.execute(
+                    select(Instance.display_name).where(
+                        Instance.project_id == ctx.project_id,
+                        Instance.deleted == 0,
+                        Instance.display_name.in_(names),
+                    )
+                ).first()
+            raise exceptions.DuplicateName(
+                name=taken[0] if taken else names[0], project_id=ctx.project_id
+            ) from None
         records = {
             str(row["uuid"]): (
                 Instance(**row),

@@ -46,6 +46,7 @@ def register_host(
 ) -> dict[str, Any]:
     """Create or refresh a host's service, compute node and resource provider. Idempotent."""
     from novakit import placement
+    from novakit.placement import traits as placement_traits
 
     overrides = dict(overrides or {})
     unknown = set(overrides) - set(RATIO_KEYS)
@@ -87,6 +88,9 @@ def register_host(
             node.driver = driver_info
         for key, value in settings.items():
             setattr(node, key, value)
+        # The trait every scheduling request forbids exists from the first host on, so the
+        # scheduler finds (and remembers) its id instead of looking for it on every request.
+        placement_traits.ensure_traits(session, {placement_traits.COMPUTE_STATUS_DISABLED})
         session.flush()
         return node
 

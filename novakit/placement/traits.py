@@ -38,7 +38,8 @@ def trait_ids(session: Session, names: Iterable[str]) -> dict[str, int]:
     return dict(session.execute(_IDS, {"names": names}).all()) if names else {}
 
 
-def _ensure_traits(session: Session, names: set[str]) -> dict[str, int]:
+def ensure_traits(session: Session, names: set[str]) -> dict[str, int]:
+    """Create the traits that do not exist yet; the ids of all of ``names``."""
     known = trait_ids(session, names)
     for name in sorted(names - known.keys()):
         try:
@@ -69,7 +70,7 @@ def _change_traits(db: Database, provider_name: str, add: set[str], remove: set[
 
     def _write(session: Session) -> bool | None:
         provider = lookup_provider(session, provider_name)
-        ids = _ensure_traits(session, add) if add else {}
+        ids = ensure_traits(session, add) if add else {}
         if replace:
             session.execute(
                 text("DELETE FROM resource_provider_traits WHERE resource_provider_id = :id"),

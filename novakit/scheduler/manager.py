@@ -178,7 +178,8 @@ class SchedulerManager:
 
         with self.db.reader() as session:
             prepared = self._prepare(session, spec, resources)
-            if recheck_quota:
+            if recheck_quota and dry_run:
+                # A real run counts quota once, under the project's lock in the claim transaction.
                 allowed, over = quota.allowed_instances(
                     session,
                     self.conf,

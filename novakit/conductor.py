@@ -655,13 +655,12 @@ class Conductor:
         self.notifier.state_update(uuid, old_state, new_state, host=host)
         if action == "delete" and ok:
             placement.remove_allocations(self.db, uuid)
-        self.notifier.emit(f"instance.{_notify_name(action)}.{'end' if ok else 'error'}", uuid, host=host)
+        self.notifier.emit(f"instance.{notify_name(action)}.{'end' if ok else 'error'}", uuid, host=host)
 
     def run_action(
         self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any] | None = None
     ) -> None:
-        """Direct mode: the whole round trip of an action the API has started."""
-        self.notifier.emit(f"instance.{_notify_name(action)}.start", uuid)
+        """Direct mode: the whole round trip of an action the API has started (and announced)."""
         request = self.prepare_action(ctx, uuid, action, options)
         if request is None:
             self.finish_action(ctx, uuid, action, None)
@@ -678,7 +677,8 @@ def _action_name(request: ComputeRequest) -> str:
     return request.operation
 
 
-def _notify_name(action: str) -> str:
+def notify_name(action: str) -> str:
+    """The name Nova's notifications give an action (instance.<name>.start/end)."""
     return {"reboot_hard": "reboot", "stop": "power_off", "start": "power_on"}.get(action, action)
 
 

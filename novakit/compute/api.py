@@ -361,10 +361,16 @@ class API:
         defer: bool = False,
         extra: dict[str, Any] | None = None,
     ) -> dict[str, Any] | ComputeRequest | None:
+        from novakit.conductor import notify_name
+
         uuid, changed = self.start_action(ctx, ref, action, extra)
         t = ACTIONS[action]
+        if changed:
+            # Announced once the guarded write is committed, whichever way the action goes on.
+            self.conductor.notifier.emit(f"instance.{notify_name(action)}.start", uuid)
         if changed and not t.compute:
             self._finish_local(ctx, uuid, action)
+            self.conductor.notifier.emit(f"instance.{notify_name(action)}.end", uuid)
         elif changed:
             if defer:
                 request = self.conductor.prepare_action(ctx, uuid, action, options)

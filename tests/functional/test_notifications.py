@@ -104,3 +104,27 @@ def test_heal_announces_the_state_it_corrects(
     last = _lines(path)[-1]
     assert last["event_type"] == "instance.update"
     assert (last["payload"]["old_state"], last["payload"]["state"]) == ("active", "error")
+
+
+def test_an_action_run_through_the_playbook_path_is_announced_as_in_direct_mode(
+    cloud: Cloud, ctx: RequestContext, notes: tuple[Path, list[dict[str, Any]]]
+) -> None:
+    """The playbooks start an action with defer=True, a compute host runs it and the conductor
+    records the answer: the same start, update and end as the direct path; lock, which needs no
+    host, is announced too."""
+    path, received = notes
+    server = cloud.api.create(ctx, {"name": "played", "flavor": "m1.small", "image": "tiny"})[0]
+    request = cloud.api.stop(ctx, server["id"], defer=True)
+    assert _of(received, server["id"])[-1] == "instance.power_off.start"  # before any host acted
+    result = cloud.api.conductor.send(request)
+    cloud.api.conductor.record_action_result(ctx, request, result)
+    cloud.api.lock(ctx, server["id"])
+
+    assert _of(_lines(path), server["id"])[3:] == [
+        "instance.power_off.start",
+        "instance.update",
+        "instance.power_off.end",
+        "instance.lock.start",
+        "instance.lock.end",
+    ]
+    assert cloud.api.get(ctx, server["id"])["status"] == "SHUTOFF"

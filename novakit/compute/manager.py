@@ -9,18 +9,23 @@ the conductor on the controller records the result.
 
 A build goes through Nova's task states (networking -> block_device_mapping
 -> spawning) and reports "Took N seconds to spawn / to build" as Nova logs.
-At most ``max_concurrent_builds`` builds run at once on a host.
+At most ``max_concurrent_builds`` builds run at once on a host, counted across
+every process that drives it (``BuildSlots``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import logging
+import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from novakit import exceptions
@@ -93,6 +98,43 @@ _LIFECYCLE: dict[str, tuple[str, Callable[[ComputeDriver, InstanceSpec, dict[str
 }
 
 
+class BuildSlots:
+    """At most ``count`` builds at once on one host, across every process that drives it.
+
+    Over SSH each request runs its own ``python -m novakit.compute``, so a semaphore
+    in one process cannot see the builds of another. A slot is a lock file in the
+    driver's lock directory; a build holds one with ``flock``, and the kernel frees it
+    when the holder ends, however it ends, so a killed build never keeps its slot.
+    Separate opens conflict even within one process, so threads are counted too.
+    """
+
+    def __init__(self, directory: Path, host: str, count: int, poll: float = 0.02) -> None:
+        self.directory = directory
+        stem = re.sub(r"[^A-Za-z0-9._-]", "_", host)
+        self.paths = [directory / f"build-slot-{stem}-{i}.lock" for i in range(max(1, count))]
+        self.poll = poll
+
+    @contextmanager
+    def hold(self) -> Iterator[int]:
+        """Wait for a free slot and hold it for the block; yields the slot's number."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        while True:
+            for number, path in enumerate(self.paths):
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                try:
+                    yield number
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    os.close(fd)
+                return
+            time.sleep(self.poll)
+
+
 class ComputeManager:
     """One host's compute service; stateless between requests except the driver."""
 
@@ -100,7 +142,9 @@ class ComputeManager:
         self.host = host
         self.driver = driver
         self.max_concurrent_builds = max(1, max_concurrent_builds)
-        self._build_slots = threading.BoundedSemaphore(self.max_concurrent_builds)
+        # Threads of this process queue on the semaphore; the slots count the other processes.
+        self._build_threads = threading.BoundedSemaphore(self.max_concurrent_builds)
+        self._build_slots = BuildSlots(driver.lock_dir(), host, self.max_concurrent_builds)
         self.driver.init_host()
 
     # --- entry point ------------------------------------------------------------
@@ -160,7 +204,7 @@ class ComputeManager:
     ) -> InstanceResult:
         rec = _Recorder(self.host, instance.uuid)
         start = time.monotonic()
-        with self._build_slots:
+        with self._build_threads, self._build_slots.hold():
             try:
                 with rec.event("compute__do_build_and_run_instance"):
                     rec.task(TaskState.NETWORKING)

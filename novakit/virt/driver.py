@@ -13,7 +13,9 @@ an unknown name fails at once with the list of known names.
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from novakit import exceptions
@@ -41,6 +43,12 @@ class ComputeDriver:
 
     def init_host(self) -> None:
         """Prepare the host (connect, create directories). Safe to call again."""
+
+    def lock_dir(self) -> Path:
+        """A directory for lock files shared by every process that drives this host here
+        (the compute manager's build slots). Default: ``$XDG_STATE_HOME/novakit/locks``."""
+        state_home = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
+        return Path(state_home) / "novakit" / "locks"
 
     def get_available_resource(self) -> HostResources:
         """The host's total resources and the images its cache holds."""

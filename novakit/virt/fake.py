@@ -195,6 +195,10 @@ class FakeDriver(ComputeDriver):
 
     # --- ComputeDriver ------------------------------------------------------
 
+    def lock_dir(self) -> Path:
+        # Next to the host's state: hosts of separate state directories never share slots.
+        return self.state_dir
+
     def init_host(self) -> None:
         # Writing an empty state now makes a wrong state_dir fail at start-up.
         with self._locked_state() as state:

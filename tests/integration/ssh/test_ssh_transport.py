@@ -154,3 +154,64 @@ def test_broken_ssh_hosts_come_back_as_results_asking_for_a_reschedule(
         [inst] = result.results
         assert not inst.ok and inst.fault is not None and inst.fault.host == "h1", name
         assert "c2VjcmV0" not in result.model_dump_json(), name
+
+
+def _most_builds_at_once(results: list[object]) -> int:
+    """The most build events of these results whose [start, finish] intervals overlap."""
+    marks = []
+    for res in results:
+        for inst in res.results:  # type: ignore[attr-defined]
+            assert inst.ok, inst.fault
+            [event] = [e for e in inst.events if e.event == "compute__do_build_and_run_instance"]
+            marks += [(event.start_time, 1), (event.finish_time, -1)]
+    now = most = 0
+    for _, step in sorted(marks, key=lambda m: (m[0], m[1])):
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_max_concurrent_builds_holds_across_separate_ssh_requests_to_one_host(
+    sshd: Sshd, tmp_path: Path
+) -> None:
+    """Each SSH request is its own `python -m novakit.compute` on the host: the limit must count
+    the builds of the other processes too (Nova's max_concurrent_builds is per host)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from novakit.compute.messages import FlavorSpec, ImageSpec, InstanceSpec
+
+    def run(limit: int) -> int:
+        state_dir = tmp_path / f"limit-{limit}"
+        info = {
+            "driver": "fake",
+            "transport": "ssh",
+            "ssh": sshd.ssh_info(),
+            "max_concurrent_builds": limit,
+            "options": {"state_dir": str(state_dir), "failure_mode": "slow_spawn", "spawn_delay": 1.0},
+        }
+        requests = [
+            ComputeRequest(
+                request_id=f"req-{n}",
+                host="busy-1",
+                operation="build",
+                instances=[
+                    InstanceSpec(
+                        uuid=f"00000000-0000-0000-0000-{limit:06d}{n:06d}",
+                        name=f"s{n}",
+                        hostname=f"s{n}",
+                        project_id="p",
+                        user_id="u",
+                        flavor=FlavorSpec(name="f", vcpus=1, memory_mb=64, root_gb=1),
+                        image=ImageSpec(id="img"),
+                    )
+                ],
+            )
+            for n in range(3)
+        ]
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            results = list(pool.map(lambda r: get_transport("busy-1", info).call(r), requests))
+        assert len(_guests(state_dir, "busy-1")) == 3  # every build ran, one after another or not
+        return _most_builds_at_once(results)
+
+    assert run(1) == 1
+    assert run(3) > 1  # the same three requests overlap when the limit lets them

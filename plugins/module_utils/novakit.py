@@ -146,3 +146,74 @@ class NovakitModule:
         except nk_exceptions.NovakitError as exc:
             self.ansible.fail_json(msg=exc.format_message(), error=exc.__class__.__name__)
         self.ansible.exit_json(**result)
+
+
+# --- wait and timeout (the server and server_action modules) -----------------------
+
+WAIT_ARGS: dict[str, Any] = {
+    "wait": {"type": "bool", "default": True},
+    "timeout": {"type": "int", "default": 180},
+}
+
+
+def carry_on(module: NovakitModule, ctx: Any, server: str, **job: Any) -> tuple[Any, str]:
+    """Hand the rest of a started request to a detached worker (``novakit.worker``).
+
+    ``job`` takes the fields of ``novakit.worker.Job``: ``build`` (uuids),
+    ``request`` (a deferred action's ComputeRequest), ``then`` (later actions).
+    Returns the worker process and the path of its log.
+    """
+    from novakit import worker
+
+    request = job.pop("request", None)
+    spec = worker.Job.for_context(
+        ctx,
+        server,
+        config=module.params.get("config"),
+        db_url=module.params.get("db_url"),
+        request=request.to_wire() if request is not None else None,
+        **job,
+    )
+    proc, log = worker.start(module.config(), spec)
+    return proc, str(log)
+
+
+def wait_until(
+    module: NovakitModule,
+    api: Any,
+    ctx: Any,
+    server: dict[str, Any],
+    settled: Any,
+    wanted: str,
+    proc: Any = None,
+    log: str | None = None,
+    changed: bool = True,
+) -> dict[str, Any] | None:
+    """Poll the server until ``settled(view)`` (the view is None once deleted), within ``timeout``.
+
+    Fails the module, naming the server, its status and task_state, when the
+    timeout passes first or the worker ends without the server getting there;
+    ``changed`` says whether the task had started work before it waited.
+    """
+    from novakit import worker
+
+    def read() -> dict[str, Any] | None:
+        try:
+            return api.get(ctx, server["id"])
+        except nk_exceptions.InstanceNotFound:
+            return None
+
+    timeout = module.params["timeout"]
+    view, why = worker.wait_for(read, settled, timeout, proc)
+    if why is None:
+        return view
+    now = view or server
+    where = f"it is {now['status']} (task_state: {now['task_state'] or 'none'})"
+    if why == "timeout":
+        msg = f"timed out after {timeout} s waiting for server {now['name']} to be {wanted}: {where}"
+        if proc is not None:
+            msg += f"; the work goes on in the background (log: {log})"
+    else:
+        msg = f"server {now['name']} is not {wanted} and its background worker has ended: {where}; see {log}"
+    module.fail(msg, server=view, id=server["id"], changed=changed)
+    return None

@@ -7,8 +7,10 @@ DOCUMENTATION = r"""
 module: server_action
 short_description: Reboot, rebuild, lock, unlock or rename a novakit server
 description:
-  - Runs one operation on an existing server, in direct mode (the conductor reaches the server's
-    compute host from this process), and waits until it has finished on the host.
+  - Runs one operation on an existing server, in direct mode - the API checks and starts it in this
+    process, and a background process of its own (C(python -m novakit.worker)) has the server's
+    compute host run it and records the result. O(wait) and O(timeout) say whether and how long the
+    task waits for that, as for C(openstack.cloud.server).
   - O(action=lock), O(action=unlock) and O(action=rename) are declarative - when already in effect
     they report no change. O(action=reboot) and O(action=rebuild) always act.
   - Power states (started, stopped, paused, suspended) belong to M(novakit.cloud.server) O(novakit.cloud.server#module:state).
@@ -51,6 +53,23 @@ options:
   admin_password:
     description: New administrator password, for O(action=rebuild). Never logged.
     type: str
+  wait:
+    description:
+      - V(true) returns once the host has finished a reboot or rebuild and the server is steady
+        again (ACTIVE, SHUTOFF for a rebuild of a stopped server, PAUSED, SUSPENDED, or ERROR when
+        the operation failed).
+      - V(false) returns as soon as the operation is accepted and started (the server is REBOOT,
+        HARD_REBOOT or REBUILD) and leaves the host's part to a background process that outlives the
+        task, logging to RV(worker_log).
+      - Lock, unlock and rename are done on the spot either way.
+    type: bool
+    default: true
+  timeout:
+    description:
+      - Seconds O(wait) waits. When they pass first the task fails with the server's status and
+        task state, and the operation goes on in the background.
+    type: int
+    default: 180
 """
 
 EXAMPLES = r"""
@@ -59,6 +78,19 @@ EXAMPLES = r"""
     server: web-1
     action: reboot
     reboot_type: hard
+
+- name: Rebuild without waiting for the host
+  novakit.cloud.server_action:
+    server: web-2
+    action: rebuild
+    image: tiny
+    wait: false
+
+- name: Reboot, waiting at most two minutes
+  novakit.cloud.server_action:
+    server: web-3
+    action: reboot
+    timeout: 120
 
 - name: Lock it against changes by others
   novakit.cloud.server_action:
@@ -69,14 +101,23 @@ EXAMPLES = r"""
 
 RETURN = r"""
 server:
-  description: The server after the operation.
+  description: The server after the operation (with O(wait=false), as the operation started).
   returned: always
   type: dict
+worker_log:
+  description: The log of the background process that has the host run the operation; it holds no secrets.
+  returned: when a reboot or rebuild was started on a compute host
+  type: str
 """
 
 import base64  # noqa: E402
 
-from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.novakit import (  # noqa: E402
+    WAIT_ARGS,
+    NovakitModule,
+    carry_on,
+    wait_until,
+)
 
 
 class ServerActionModule(NovakitModule):
@@ -94,6 +135,7 @@ class ServerActionModule(NovakitModule):
         "metadata": {"type": "dict"},
         "user_data": {"type": "str", "no_log": True},
         "admin_password": {"type": "str", "no_log": True},
+        **WAIT_ARGS,
     }
     module_kwargs = {
         "supports_check_mode": True,
@@ -101,6 +143,7 @@ class ServerActionModule(NovakitModule):
     }
 
     def run(self):
+        from novakit.compute.messages import ComputeRequest
         from novakit.playflow import already_done, check_action
 
         api, ctx, p = self.api(), self.context(), self.params
@@ -113,7 +156,7 @@ class ServerActionModule(NovakitModule):
             check_action(api, ctx, {**server, "_hard": p["reboot_type"] == "hard"}, action)
             return {"changed": True, "server": server}
         if action == "reboot":
-            server = api.reboot(ctx, server["id"], p["reboot_type"].upper())
+            started = api.reboot(ctx, server["id"], p["reboot_type"].upper(), defer=True)
         elif action == "rebuild":
             data = {
                 "image": p["image"],
@@ -123,21 +166,42 @@ class ServerActionModule(NovakitModule):
             }
             if p["user_data"] is not None:
                 data["user_data"] = base64.b64encode(p["user_data"].encode()).decode()
-            server = api.rebuild(ctx, server["id"], {k: v for k, v in data.items() if v is not None})
+            started = api.rebuild(
+                ctx, server["id"], {k: v for k, v in data.items() if v is not None}, defer=True
+            )
         elif action == "lock":
-            server = api.lock(ctx, server["id"], p["lock_reason"])
+            started = api.lock(ctx, server["id"], p["lock_reason"])
         elif action == "unlock":
-            server = api.unlock(ctx, server["id"])
+            started = api.unlock(ctx, server["id"])
         else:
-            server = api.rename(ctx, server["id"], p["new_name"])
+            started = api.rename(ctx, server["id"], p["new_name"])
+        result = {"changed": True}
+        if isinstance(started, ComputeRequest):
+            proc, result["worker_log"] = carry_on(self, ctx, server["id"], request=started)
+            server = api.get(ctx, server["id"])
+            if p["wait"]:
+                server = wait_until(
+                    self,
+                    api,
+                    ctx,
+                    server,
+                    lambda s: s is not None and s["task_state"] is None,
+                    f"finished with its {action}",
+                    proc,
+                    result["worker_log"],
+                )
+        else:
+            server = started
         if server["vm_state"] == "error":
             self.fail(
                 f"{action} of server {server['name']} failed: "
                 f"{(server.get('fault') or {}).get('message', 'see its instance actions')}",
                 server=server,
+                changed=True,
             )
+        result["server"] = server
         return self.with_diff(
-            {"changed": True, "server": server},
+            result,
             before,
             {k: server[k] for k in ("name", "status", "locked", "image")},
         )

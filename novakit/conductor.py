@@ -114,7 +114,7 @@ class Conductor:
                     for inst, rs in session.execute(
                         select(Instance, RequestSpec)
                         .join(RequestSpec, RequestSpec.instance_uuid == Instance.uuid)
-                        .where(Instance.uuid.in_(instance_uuids), Instance.deleted == 0)
+                        .where(db_api.one_of(Instance.uuid, instance_uuids), Instance.deleted == 0)
                     ).all()
                 }
         else:
@@ -294,7 +294,7 @@ class Conductor:
                 uuid: (vm_state, task_state)
                 for uuid, vm_state, task_state in session.execute(
                     select(Instance.uuid, Instance.vm_state, Instance.task_state).where(
-                        Instance.uuid.in_([s.uuid for s, _ in built])
+                        db_api.one_of(Instance.uuid, [s.uuid for s, _ in built])
                     )
                 ).all()
             }
@@ -695,7 +695,7 @@ def _driver_infos(session: Session, hosts: set[str]) -> dict[str, dict[str, Any]
         host: dict(driver or {})
         for host, driver in session.execute(
             select(ComputeNode.host, ComputeNode.driver).where(
-                ComputeNode.host.in_(sorted(hosts)), ComputeNode.deleted == 0
+                db_api.one_of(ComputeNode.host, sorted(hosts)), ComputeNode.deleted == 0
             )
         ).all()
     }

@@ -31,6 +31,7 @@ from novakit import exceptions
 from novakit.compute.faults import _truncate, fault_from_exception, fault_is_internal
 from novakit.compute.messages import Event, Fault
 from novakit.context import RequestContext
+from novakit.db.api import one_of
 from novakit.db.engine import Database
 from novakit.db.models import InstanceAction, InstanceActionEvent, InstanceFault, utcnow
 
@@ -160,7 +161,7 @@ def record_events_many(session: Session, ctx: RequestContext, events: dict[str, 
         session.execute(
             select(InstanceAction.instance_uuid, func.max(InstanceAction.id))
             .where(
-                InstanceAction.instance_uuid.in_(list(events)),
+                one_of(InstanceAction.instance_uuid, list(events)),
                 InstanceAction.request_id == ctx.request_id,
             )
             .group_by(InstanceAction.instance_uuid)
@@ -193,7 +194,7 @@ def record_events_many(session: Session, ctx: RequestContext, events: dict[str, 
     if failed:
         session.execute(
             update(InstanceAction)
-            .where(InstanceAction.id.in_(failed))
+            .where(one_of(InstanceAction.id, failed))
             .values(message="Error")
             .execution_options(synchronize_session=False)
         )
@@ -206,7 +207,7 @@ def actions_finish(session: Session, ctx: RequestContext, instance_uuids: list[s
     session.execute(
         update(InstanceAction)
         .where(
-            InstanceAction.instance_uuid.in_(instance_uuids),
+            one_of(InstanceAction.instance_uuid, instance_uuids),
             InstanceAction.request_id == ctx.request_id,
             InstanceAction.action == action,
         )

@@ -128,8 +128,12 @@ class API:
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
         count = int(req.max_count or req.min_count)
-        # Every look-up and the early quota check in one read transaction.
-        with self.db.reader() as session:
+        names = [req.name] if count == 1 else [f"{req.name}-{i + 1}" for i in range(count)]
+        uuids = [str(uuidlib.uuid4()) for _ in names]
+        reservation = f"r-{uuidlib.uuid4().hex[:8]}"
+
+        def write(session: Session) -> tuple[builtins.list[dict[str, Any]], dict[str, Any]]:
+            # The look-ups, the early quota check and the inserts in one transaction.
             flavor = flavors.get(session, req.flavor)
             image = images.get(session, req.image)
             group = self._group(session, ctx, req.server_group or req.scheduler_hints.group)
@@ -151,62 +155,57 @@ class API:
                 ctx.project_id,
                 {"instances": count, "cores": count * flavor.vcpus, "ram": count * flavor.memory_mb},
             )
-        names = [req.name] if count == 1 else [f"{req.name}-{i + 1}" for i in range(count)]
-        uuids = [str(uuidlib.uuid4()) for _ in names]
-        reservation = f"r-{uuidlib.uuid4().hex[:8]}"
-        snapshot = flavors.snapshot(flavor)
-        spec = SchedSpec(
-            request_id=ctx.request_id,
-            project_id=ctx.project_id,
-            user_id=ctx.user_id,
-            flavor=self._flavor_spec(snapshot),
-            image=images.spec(image),
-            availability_zone=req.availability_zone,
-            num_instances=count,
-            min_count=req.min_count,
-            instance_group=None,
-            scheduler_hints=req.scheduler_hints.model_dump(exclude_none=True),
-        ).model_dump(mode="json")
-        if group is not None:
-            spec["instance_group"] = {
-                "uuid": group.uuid,
-                "policy": group.policy,
-                "rules": dict(group.rules or {}),
+            snapshot = flavors.snapshot(flavor)
+            spec = SchedSpec(
+                request_id=ctx.request_id,
+                project_id=ctx.project_id,
+                user_id=ctx.user_id,
+                flavor=self._flavor_spec(snapshot),
+                image=images.spec(image),
+                availability_zone=req.availability_zone,
+                num_instances=count,
+                min_count=req.min_count,
+                instance_group=None,
+                scheduler_hints=req.scheduler_hints.model_dump(exclude_none=True),
+            ).model_dump(mode="json")
+            if group is not None:
+                spec["instance_group"] = {
+                    "uuid": group.uuid,
+                    "policy": group.policy,
+                    "rules": dict(group.rules or {}),
+                }
+            common = {
+                "project_id": ctx.project_id,
+                "user_id": ctx.user_id,
+                "availability_zone": req.availability_zone,
+                "reservation_id": reservation,
+                "flavor": snapshot,
+                "instance_type_id": flavor.id,
+                "vcpus": flavor.vcpus,
+                "memory_mb": flavor.memory_mb,
+                "root_gb": flavor.root_gb,
+                "ephemeral_gb": flavor.ephemeral_gb,
+                "image_ref": image.uuid,
+                "vm_state": VmState.BUILDING.value,
+                "task_state": TaskState.SCHEDULING.value,
+                "power_state": int(PowerState.NOSTATE),
+                "instance_metadata": dict(req.metadata),
+                "user_data": req.user_data.get_secret_value() if req.user_data else None,
+                "config_drive": req.config_drive,
+                "key_name": req.key_name,
+                "networks": [n.model_dump() for n in req.networks],
+                "addresses": [],
             }
-        common = {
-            "project_id": ctx.project_id,
-            "user_id": ctx.user_id,
-            "availability_zone": req.availability_zone,
-            "reservation_id": reservation,
-            "flavor": snapshot,
-            "instance_type_id": flavor.id,
-            "vcpus": flavor.vcpus,
-            "memory_mb": flavor.memory_mb,
-            "root_gb": flavor.root_gb,
-            "ephemeral_gb": flavor.ephemeral_gb,
-            "image_ref": image.uuid,
-            "vm_state": VmState.BUILDING.value,
-            "task_state": TaskState.SCHEDULING.value,
-            "power_state": int(PowerState.NOSTATE),
-            "instance_metadata": dict(req.metadata),
-            "user_data": req.user_data.get_secret_value() if req.user_data else None,
-            "config_drive": req.config_drive,
-            "key_name": req.key_name,
-            "networks": [n.model_dump() for n in req.networks],
-            "addresses": [],
-        }
-        rows = [
-            {
-                **common,
-                "uuid": uuid,
-                "display_name": name,
-                "hostname": hostname_for(name),
-                "launch_index": index,
-            }
-            for index, (uuid, name) in enumerate(zip(uuids, names, strict=True))
-        ]
-
-        def write(session: Session) -> None:
+            rows = [
+                {
+                    **common,
+                    "uuid": uuid,
+                    "display_name": name,
+                    "hostname": hostname_for(name),
+                    "launch_index": index,
+                }
+                for index, (uuid, name) in enumerate(zip(uuids, names, strict=True))
+            ]
             # A name already taken fails the insert on the (project, name, deleted) unique key.
             # One statement per table for the whole request: a burst of 100 costs what one does.
             session.execute(insert(Instance), rows)
@@ -223,9 +222,10 @@ class API:
                     insert(InstanceGroupMember),
                     [{"group_id": group.id, "instance_uuid": uuid} for uuid in uuids],
                 )
+            return rows, spec
 
         try:
-            self.db.run_in_transaction(write)
+            rows, spec = self.db.run_in_transaction(write)
         except IntegrityError:
             with self.db.reader() as session:
                 taken = session.execute(

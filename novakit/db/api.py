@@ -82,17 +82,24 @@ def instance_get_all(
     if vm_states is not None:
         stmt = stmt.where(Instance.vm_state.in_(list(vm_states)))
     if uuids is not None:
-        stmt = stmt.where(Instance.uuid.in_(list(uuids)))
+        stmt = stmt.where(one_of(Instance.uuid, uuids))
     return list(session.execute(stmt.order_by(Instance.created_at, Instance.id)).scalars())
+
+
+def one_of(column: Any, values: Sequence[Any]) -> Any:
+    """``column IN values``, as a plain comparison when there is one value: the usual case on the
+    hot paths, and SQLAlchemy re-renders an IN list on every execution while ``=`` compiles once."""
+    values = list(values)
+    return column == values[0] if len(values) == 1 else column.in_(values)
 
 
 def _state_clause(column: Any, expected: Any) -> Any:
     values = list(expected) if isinstance(expected, list | tuple | set | frozenset) else [expected]
     values = [v.value if isinstance(v, TaskState) else v for v in values]
     not_null = [v for v in values if v is not None]
-    clauses = []
-    if not_null:
-        clauses.append(column.in_(not_null))
+    clauses: list[Any] = []
+    # Plain comparisons, not IN: an IN list is re-rendered on every execution, these compile once.
+    clauses.extend(column == v for v in not_null)
     if None in values:
         clauses.append(column.is_(None))
     return or_(*clauses) if clauses else false()

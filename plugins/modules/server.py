@@ -228,7 +228,9 @@ class ServerModule(NovakitModule):
         if server is None:
             return self._create(api, ctx)
         self._check_same(server)
-        todo = PATHS.get(p["state"], {}).get(server["vm_state"], [])
+        # A server still building (wait: false) is on its way to active.
+        now = "active" if server["vm_state"] == "building" else server["vm_state"]
+        todo = PATHS.get(p["state"], {}).get(now, [])
         if server["vm_state"] == "error" or (server["task_state"] and todo):
             self.fail(
                 f"server {server['name']} is {server['status']} (task: {server['task_state'] or 'none'}); "

@@ -3,7 +3,11 @@
 Two shapes of load, each on a fresh database and fresh fake hosts, repeated:
 
 * ``serial``: 200 one-server requests, one after another (200 users, one at a time);
-* ``burst``:  one request for 100 servers (``max_count=100``), built at once.
+* ``burst``:  one request for 100 servers (``max_count=100``), built at once;
+* ``clients``: 200 one-server requests from 4 processes at once (50 each, one
+  after another), as several AWX jobs or API users share one database: the
+  figure is servers per second over all of them (no per-part split: the parts
+  run in other processes). Afterwards no host may hold more than its capacity.
 
 For each: servers per second end to end (API call to ACTIVE), and the time
 per server spent in scheduling (``select_destinations``, its SQL included), in
@@ -158,7 +162,60 @@ def _fresh_cloud(db_url: str | None, area: Path) -> tuple[API, Database, Split]:
     return api, db, split
 
 
+CLIENTS = 4
+PER_CLIENT = 50
+
+
+def _client(url: str, area: Path, index: int, start: Any, done: Any) -> None:
+    """One client process: its own engine and API, 50 requests one after another."""
+    db = Database(url, auto_upgrade=False)
+    conf = load_config(db_url=url, state_dir=area, quota={"instances": -1, "cores": -1, "ram": -1})
+    api = API(db, conf)
+    ctx = RequestContext("bench", "bench", ["member"])
+    start.wait()
+    active = 0
+    for i in range(PER_CLIENT):
+        server = api.create(ctx, {"name": f"c{index}-{i}", "flavor": "m1.tiny", "image": "tiny"})[0]
+        active += server["status"] == "ACTIVE"
+    done.put(active)
+    db.dispose()
+
+
+def _run_clients(db_url: str | None) -> dict[str, float]:
+    import multiprocessing
+
+    with tempfile.TemporaryDirectory(prefix="novakit-bench-") as tmp:
+        area = Path(tmp)
+        _api, db, _split = _fresh_cloud(db_url, area)
+        url = db.url
+        db.dispose()
+        mp = multiprocessing.get_context("fork")
+        start, done = mp.Barrier(CLIENTS + 1), mp.Queue()
+        procs = [mp.Process(target=_client, args=(url, area, n, start, done)) for n in range(CLIENTS)]
+        for p in procs:
+            p.start()
+        start.wait()
+        began = time.perf_counter()
+        active = sum(done.get() for _ in procs)
+        wall = time.perf_counter() - began
+        for p in procs:
+            p.join()
+        check = Database(url, auto_upgrade=False)
+        with check.reader() as session:
+            over = session.execute(
+                text("SELECT COUNT(*) FROM inventories WHERE used > (total - reserved) * allocation_ratio")
+            ).scalar_one()
+            hosts_used = session.execute(
+                text("SELECT COUNT(DISTINCT host) FROM instances WHERE deleted = 0")
+            ).scalar_one()
+        check.dispose()
+    count = CLIENTS * PER_CLIENT
+    return {"wall": wall, "per_s": count / wall, "active": active, "hosts": hosts_used, "over": over}
+
+
 def _run(shape: str, db_url: str | None, profile: bool) -> dict[str, float]:
+    if shape == "clients":
+        return _run_clients(db_url)
     with tempfile.TemporaryDirectory(prefix="novakit-bench-") as tmp:
         api, db, split = _fresh_cloud(db_url, Path(tmp))
         ctx = RequestContext("bench", "bench", ["member"])
@@ -208,6 +265,9 @@ def _summary(name: str, runs: list[dict[str, float]]) -> None:
         f"{name}: {stat('per_s', '{:.1f}')} servers/s  (median [min..max] of {len(runs)} runs; "
         f"{int(runs[0]['active'])} active on {int(runs[0]['hosts'])} hosts)"
     )
+    if "over" in runs[0]:
+        print(f"    inventories over capacity afterwards: {max(int(r['over']) for r in runs)}")
+        return
     print(
         f"    per server (ms): scheduling {stat('scheduling_ms', '{:.2f}')}, "
         f"database {stat('database_ms', '{:.2f}')}, "
@@ -228,7 +288,7 @@ def main() -> None:
         default=None,
         help="print a cProfile of one run of this shape",
     )
-    parser.add_argument("--only", choices=["serial", "burst"], default=None)
+    parser.add_argument("--only", choices=["serial", "burst", "clients"], default=None)
     args = parser.parse_args()
     if args.profile:
         _run(args.profile, args.db_url, profile=True)
@@ -236,6 +296,7 @@ def main() -> None:
     for shape, label in (
         ("serial", "200 single-server requests, 20 hosts"),
         ("burst", "1 request for 100 servers, 20 hosts"),
+        ("clients", f"{CLIENTS} clients x {PER_CLIENT} single-server requests at once, 20 hosts"),
     ):
         if args.only and shape != args.only:
             continue

@@ -28,7 +28,6 @@ from novakit.db.engine import Database
 from novakit.db.models import utcnow
 from novakit.placement.inventories import bump_generation, validate_resource_class
 from novakit.placement.providers import lookup_provider
-from novakit.placement.write_gate import run_in_write_transaction
 
 T = TypeVar("T")
 
@@ -56,7 +55,7 @@ def retry_on_conflict(
 
     for attempt in range(retries + 1):
         try:
-            return run_in_write_transaction(db, _attempt)
+            return db.run_in_transaction(_attempt)
         except _LostRace:
             time.sleep(random.uniform(0.001, 0.01) * (attempt + 1))
     raise exceptions.ConcurrentUpdateDetected(attempts=retries + 1, what=what)
@@ -219,7 +218,7 @@ def claim_resources(
         )
         return outcome.claimed
 
-    return run_in_write_transaction(db, _claim)
+    return db.run_in_transaction(_claim)
 
 
 def remove_allocations_in_session(session: Session, consumer_uuid: str) -> int:
@@ -233,7 +232,7 @@ def remove_allocations_in_session(session: Session, consumer_uuid: str) -> int:
 
 def remove_allocations(db: Database, consumer_uuid: str) -> int:
     """Release everything the consumer holds; idempotent, returns the number of rows removed."""
-    return run_in_write_transaction(db, lambda session: remove_allocations_in_session(session, consumer_uuid))
+    return db.run_in_transaction(lambda session: remove_allocations_in_session(session, consumer_uuid))
 
 
 def get_allocations_for_consumer(db: Database, consumer_uuid: str) -> dict[str, dict[str, int]]:

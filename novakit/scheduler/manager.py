@@ -23,7 +23,7 @@ The flow for one request (one or many instances):
    On PostgreSQL a host whose row another claim holds is passed over for the
    next alternate (SKIP LOCKED) and waited for only if no alternate fits, so
    concurrent schedulers that all picked the same best host do not queue.
-   On SQLite writers queue on a file lock (``placement.write_gate``).
+   On SQLite writers queue on a file lock (``novakit.db.engine.write_gate``).
 
 Why one transaction per request rather than per instance: all-or-nothing and
 the quota recheck need it anyway, and it costs one commit (one fsync on SQLite)
@@ -54,7 +54,6 @@ from novakit.placement import allocations as placement_allocations
 from novakit.placement import candidates as placement_candidates
 from novakit.placement import traits as placement_traits
 from novakit.placement.providers import find_provider
-from novakit.placement.write_gate import run_in_write_transaction
 from novakit.scheduler.explain import Step, summary
 from novakit.scheduler.filters import BaseFilter, build_filters
 from novakit.scheduler.host_state import HostState, instance_hosts, load_candidate_hosts
@@ -203,7 +202,7 @@ class SchedulerManager:
                 on_claimed(session, claimed)
             return claimed
 
-        claimed = run_in_write_transaction(self.db, _claim)
+        claimed = self.db.run_in_transaction(_claim)
         return [claimed.get(uuid, []) for uuid in instance_uuids]
 
     # --- step 1: resolve and validate ---------------------------------------------------

@@ -172,7 +172,8 @@ class FakeDriver(ComputeDriver):
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 # No fsync: the atomic replace keeps the file whole if a process dies mid-write,
                 # which is all a fake hypervisor promises (it is not meant to survive a power cut).
-                json.dump(state, f, indent=1, sort_keys=True)
+                # One C-encoded string: json.dump to a file, or any indent, takes the pure-Python encoder.
+                f.write(json.dumps(state, sort_keys=True, separators=(",", ":")))
             os.replace(tmp, self.state_file)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):

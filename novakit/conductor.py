@@ -327,8 +327,7 @@ class Conductor:
                     continue
                 events[res.uuid] = res.events
                 changed.append((res.uuid, olds.get(res.uuid, ("building", None))))
-            actions.record_events_many(session, ctx, events)
-            actions.actions_finish(session, ctx, list(events), "create")
+            actions.record_events_many(session, ctx, events, finish="create")
             self._host_report_in(session, host, result, builds)
 
         self.db.run_in_transaction(write)

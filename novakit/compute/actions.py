@@ -151,22 +151,46 @@ def record_host_events(
         _add_event(session, action, event)
 
 
-def record_events_many(session: Session, ctx: RequestContext, events: dict[str, list[Event]]) -> None:
+def record_events_many(
+    session: Session, ctx: RequestContext, events: dict[str, list[Event]], *, finish: str | None = None
+) -> None:
     """``record_host_events`` for many instances at once: one look-up of their actions in this
-    request (the latest of each), one insert of all the events, one update of the failed ones."""
+    request (the latest of each), one insert of all the events, one update of the failed ones.
+
+    ``finish``: the name of the action the events belong to, which they end (``action_finish``):
+    the look-up is then the finishing update itself, returning the actions' ids.
+    """
+    if finish is not None:
+        uuids = list(events)
+        if not uuids:
+            return
+        action_ids = dict(
+            session.execute(
+                update(InstanceAction)
+                .where(
+                    one_of(InstanceAction.instance_uuid, uuids),
+                    InstanceAction.request_id == ctx.request_id,
+                    InstanceAction.action == finish,
+                )
+                .values(finish_time=utcnow())
+                .returning(InstanceAction.instance_uuid, InstanceAction.id)
+                .execution_options(synchronize_session=False)
+            ).all()
+        )
     events = {uuid: evs for uuid, evs in events.items() if evs}
     if not events:
         return
-    action_ids = dict(
-        session.execute(
-            select(InstanceAction.instance_uuid, func.max(InstanceAction.id))
-            .where(
-                one_of(InstanceAction.instance_uuid, list(events)),
-                InstanceAction.request_id == ctx.request_id,
-            )
-            .group_by(InstanceAction.instance_uuid)
-        ).all()
-    )
+    if finish is None:
+        action_ids = dict(
+            session.execute(
+                select(InstanceAction.instance_uuid, func.max(InstanceAction.id))
+                .where(
+                    one_of(InstanceAction.instance_uuid, list(events)),
+                    InstanceAction.request_id == ctx.request_id,
+                )
+                .group_by(InstanceAction.instance_uuid)
+            ).all()
+        )
     missing = sorted(events.keys() - action_ids.keys())
     if missing:
         raise exceptions.NotFound(
@@ -198,22 +222,6 @@ def record_events_many(session: Session, ctx: RequestContext, events: dict[str, 
             .values(message="Error")
             .execution_options(synchronize_session=False)
         )
-
-
-def actions_finish(session: Session, ctx: RequestContext, instance_uuids: list[str], action: str) -> None:
-    """``action_finish`` for many instances of this request in one statement."""
-    if not instance_uuids:
-        return
-    session.execute(
-        update(InstanceAction)
-        .where(
-            one_of(InstanceAction.instance_uuid, instance_uuids),
-            InstanceAction.request_id == ctx.request_id,
-            InstanceAction.action == action,
-        )
-        .values(finish_time=utcnow())
-        .execution_options(synchronize_session=False)
-    )
 
 
 def record_fault(session: Session, instance_uuid: str, fault: Fault) -> InstanceFault:

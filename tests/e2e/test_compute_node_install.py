@@ -46,7 +46,7 @@ all:
       hosts:
         compute-installed:
           # root on the host itself: nothing to become (a fresh Debian has no sudo)
-          ansible_become: false
+          compute_node_become: false
           novakit_driver: fake
           novakit_driver_options: {vcpus: 6, memory_mb: 12288, local_gb: 77}
 """

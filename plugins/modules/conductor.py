@@ -27,6 +27,11 @@ description:
   - Hosts the novakit callback plugin saw fail in this run (unreachable, or their compute task
     failed) count as failed there, with Ansible's message as the fault.
   - Build requests carry user data; tasks using this module should set C(no_log).
+  - On the controller (a C(local) connection, with novakit importable by the Python that runs
+    C(ansible-playbook)) the task runs in Ansible's own worker process through this collection's
+    action plugin of the same name - no module is transferred and no interpreter started. Elsewhere
+    (the task delegated to another host, or novakit missing next to Ansible) the action plugin runs
+    this module on the target, with the same result.
 version_added: 0.1.0
 author: novakit developers (@novakit)
 extends_documentation_fragment: [novakit.cloud.common]
@@ -115,6 +120,13 @@ servers:
   returned: except for step images
   type: list
   elements: dict
+published:
+  description:
+    - The servers of RV(servers) as the boot playbook publishes them with C(set_stats) - C(id), C(name),
+      C(host), C(addresses) and C(status).
+  returned: when step is schedule, record or summary
+  type: list
+  elements: dict
 would_schedule_to:
   description: In check mode, for O(step=schedule), the host the scheduler would choose per server name.
   returned: in check mode, step schedule
@@ -182,52 +194,13 @@ class ConductorModule(NovakitModule):
     def run(self):
         from novakit import playflow
 
-        api, ctx, p = self.api(), self.context(), self.params
-        step = p["step"]
-        if step == "images":
-            return {"changed": False, "image_specs": playflow.image_specs(api, p["images"])}
-        if step == "schedule":
-            run = playflow.plan if self.check_mode else playflow.schedule
-            return run(api, ctx, p["server"])
-        if step == "action":
-            return playflow.start_actions(
-                api, ctx, p["action"], p["servers"], p["options"], check_mode=self.check_mode
-            )
-        if step == "summary":
-            return playflow.summary(api, ctx, p.get("instances") or [])
-        requests, results, failures = self._requests_and_results()
-        if self.check_mode:
-            return {
-                "changed": False,
-                "request_id": ctx.request_id,
-                "requests": [],
-                "hosts": [],
-                "servers": [],
-            }
-        failures.update({h: f"host {h} unreachable" for h in p["unreachable"]})
-        failures.update(host_failures_from_env())
-        # What Ansible said about a host explains a missing result; a host that answered speaks for itself.
-        failures = {
-            h: why for h, why in failures.items() if h in {r.host for r in requests} and h not in results
-        }
-        if step == "record":
-            return playflow.record_round(api, ctx, requests, results, failures)
-        return playflow.record_actions(api, ctx, requests, results, failures)
-
-    def _requests_and_results(self):
-        from novakit.compute.messages import ComputeRequest, ComputeResult
-
-        requests = [ComputeRequest.model_validate(r) for r in self.params["requests"]]
-        results, failures = {}, {}
-        for host, value in (self.params.get("results") or {}).items():
-            if isinstance(value, dict):  # a registered task result
-                if value.get("unreachable") or value.get("failed"):
-                    what = "unreachable" if value.get("unreachable") else "compute task failed"
-                    failures[host] = f"host {host}: {what}"
-                value = value.get("results")
-            if isinstance(value, list) and value:
-                results[host] = [ComputeResult.model_validate(v) for v in value if isinstance(v, dict)]
-        return requests, results, failures
+        return playflow.run_step(
+            self.api(),
+            self.context(),
+            self.params,
+            check_mode=self.check_mode,
+            host_failures=host_failures_from_env(),
+        )
 
 
 def main():

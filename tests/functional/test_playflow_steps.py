@@ -1,0 +1,74 @@
+"""The conductor task's steps (``playflow.run_step``) as the action plugin and the module call them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from novakit import playflow
+from novakit.compute.manager import ComputeManager
+from novakit.compute.messages import ComputeRequest
+from novakit.context import RequestContext
+from novakit.db.models import InstanceFault
+from tests.functional.cloud import Cloud
+
+
+def build_on_hosts(cloud: Cloud, requests: list[dict[str, Any]], skip: str | None = None) -> dict[str, Any]:
+    """What each host's compute task would register, except ``skip``'s (it never answered)."""
+    out: dict[str, Any] = {}
+    for raw in requests:
+        request = ComputeRequest.model_validate(raw)
+        if request.host == skip:
+            continue
+        result = ComputeManager(request.host, cloud.fake(request.host)).handle(request)
+        out.setdefault(request.host, {"changed": True, "results": []})["results"].append(
+            result.model_dump(mode="json")
+        )
+    return out
+
+
+def test_a_host_the_callback_saw_fail_is_rescheduled_with_its_reason(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    server = {"name": "step", "flavor": "m1.small", "image": "tiny", "count": 3}
+    scheduled = playflow.run_step(cloud.api, ctx, {"step": "schedule", "server": server})
+    assert scheduled["changed"] and len(scheduled["instances"]) == 3
+    assert [p["status"] for p in scheduled["published"]] == ["BUILD"] * 3
+    assert set(scheduled["published"][0]) == set(playflow.PUBLISHED)
+    silent = scheduled["hosts"][0]
+    params = {
+        "step": "record",
+        "requests": scheduled["requests"],
+        "results": build_on_hosts(cloud, scheduled["requests"], skip=silent),
+    }
+    recorded = playflow.run_step(
+        cloud.api, ctx, params, host_failures={silent: "host gone (task Build)", "other": "not in this round"}
+    )
+    moved = {i["uuid"] for r in recorded["requests"] for i in r["instances"]}
+    assert moved and silent not in recorded["hosts"]
+    by_id = {s["id"]: s for s in recorded["servers"]}
+    for uuid in moved:
+        assert by_id[uuid]["status"] == "BUILD"
+        (action,) = cloud.api.list_actions(ctx, uuid)
+        assert [(e["host"], e["result"]) for e in action["events"]] == [(silent, "Error")]
+    with cloud.db.reader() as session:
+        columns = (InstanceFault.instance_uuid, InstanceFault.host, InstanceFault.message)
+        faults = session.execute(select(*columns)).all()
+    # The callback's reason, not the other host's, is the fault of each moved server.
+    assert {(f.instance_uuid, f.host) for f in faults} == {(u, silent) for u in moved}
+    assert all(f.message.endswith("Ansible: host gone (task Build)") for f in faults), faults
+    for uuid in set(by_id) - moved:
+        assert by_id[uuid]["status"] == "ACTIVE"
+    assert {p["id"]: p["status"] for p in recorded["published"]} == {u: s["status"] for u, s in by_id.items()}
+
+
+def test_check_mode_steps_write_nothing(cloud: Cloud, ctx: RequestContext) -> None:
+    before = cloud.snapshot()
+    server = {"name": "dry", "flavor": "m1.small", "image": "tiny", "count": 2}
+    plan = playflow.run_step(cloud.api, ctx, {"step": "schedule", "server": server}, check_mode=True)
+    assert sorted(plan["would_schedule_to"]) == ["dry-1", "dry-2"]
+    assert plan["requests"] == [] and plan["published"] == []
+    record = playflow.run_step(cloud.api, ctx, {"step": "record", "requests": []}, check_mode=True)
+    assert record["changed"] is False and record["published"] == []
+    assert cloud.snapshot() == before

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import JSON, Integer, String, bindparam, delete, select, text, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, notifications
@@ -201,14 +201,13 @@ class Conductor:
                 remove_allocations_in_session(session, uuid)
                 continue
             session.execute(
-                update(RequestSpec)
-                .where(RequestSpec.instance_uuid == uuid)
-                .values(
-                    alternates=[a.model_dump() for a in choices[1:]],
-                    attempts=(rs.attempts or 0) + 1,
-                    tried_hosts=[*(rs.tried_hosts or []), chosen.host],
-                )
-                .execution_options(synchronize_session=False)
+                _RS_SCHEDULED,
+                {
+                    "uuid": uuid,
+                    "alternates": [a.model_dump() for a in choices[1:]],
+                    "attempts": (rs.attempts or 0) + 1,
+                    "tried": [*(rs.tried_hosts or []), chosen.host],
+                },
             )
             out.append((chosen.host, instance_spec(session, inst, images_seen)))
         return out
@@ -290,13 +289,19 @@ class Conductor:
         def write(session: Session) -> None:
             gone.clear()
             changed.clear()
-            olds = {
-                uuid: (vm_state, task_state)
-                for uuid, vm_state, task_state in session.execute(
+            uuids = [s.uuid for s, _ in built]
+            stmt, params = (
+                (_STATES_OF_ONE, {"uuid": uuids[0]})
+                if len(uuids) == 1
+                else (
                     select(Instance.uuid, Instance.vm_state, Instance.task_state).where(
-                        db_api.one_of(Instance.uuid, [s.uuid for s, _ in built])
-                    )
-                ).all()
+                        Instance.uuid.in_(uuids)
+                    ),
+                    {},
+                )
+            )
+            olds = {
+                uuid: (vm_state, task_state) for uuid, vm_state, task_state in session.execute(stmt, params)
             }
             events: dict[str, list[Event]] = {}
             for spec, res in built:
@@ -475,22 +480,12 @@ class Conductor:
         session: Session, host: str, result: ComputeResult, builds: list[InstanceResult] | None
     ) -> None:
         """``_host_reported``'s writes, inside the caller's transaction."""
-        from novakit.db.models import Service
-
         if result.error is not None and not builds:
             return
         if result.error is None:
-            session.execute(
-                update(Service)
-                .where(Service.host == host, Service.deleted == 0)
-                .values(last_seen_up=utcnow(), report_count=func.coalesce(Service.report_count, 0) + 1)
-                .execution_options(synchronize_session=False)
-            )
-        node = session.execute(
-            select(ComputeNode.id, ComputeNode.cached_images, ComputeNode.stats).where(
-                ComputeNode.host == host, ComputeNode.deleted == 0
-            )
-        ).first()
+            now = utcnow()
+            session.execute(_HEARTBEAT, {"host": host, "now": now})
+        node = session.execute(_NODE_REPORT_STATE, {"host": host}).first()
         if node is None:
             return
         values: dict[str, Any] = {}
@@ -686,18 +681,37 @@ def ctx_admin(ctx: RequestContext) -> RequestContext:
     return RequestContext("admin", "admin", ["admin"], ctx.request_id)
 
 
+# The statements of the hot path, built once (building a statement costs more than running it).
+_RS_SCHEDULED = text(
+    "UPDATE request_specs SET alternates = :alternates, attempts = :attempts, tried_hosts = :tried "
+    "WHERE instance_uuid = :uuid"
+).bindparams(bindparam("alternates", type_=JSON), bindparam("tried", type_=JSON))
+_STATES_OF_ONE = text("SELECT uuid, vm_state, task_state FROM instances WHERE uuid = :uuid")
+_HEARTBEAT = text(
+    "UPDATE services SET last_seen_up = :now, report_count = COALESCE(report_count, 0) + 1, "
+    "updated_at = :now WHERE host = :host AND deleted = 0"
+)
+_NODE_REPORT_STATE = text(
+    "SELECT id, cached_images, stats FROM compute_nodes WHERE host = :host AND deleted = 0"
+).columns(id=Integer, cached_images=JSON, stats=JSON)
+_DRIVER_OF_ONE = text("SELECT host, driver FROM compute_nodes WHERE host = :host AND deleted = 0").columns(
+    host=String, driver=JSON
+)
+
+
 def _driver_infos(session: Session, hosts: set[str]) -> dict[str, dict[str, Any]]:
     """How to reach each host (its registered driver and transport), in one query."""
     if not hosts:
         return {}
-    return {
-        host: dict(driver or {})
-        for host, driver in session.execute(
+    if len(hosts) == 1:
+        rows = session.execute(_DRIVER_OF_ONE, {"host": next(iter(hosts))}).all()
+    else:
+        rows = session.execute(
             select(ComputeNode.host, ComputeNode.driver).where(
-                db_api.one_of(ComputeNode.host, sorted(hosts)), ComputeNode.deleted == 0
+                ComputeNode.host.in_(sorted(hosts)), ComputeNode.deleted == 0
             )
         ).all()
-    }
+    return {host: dict(driver or {}) for host, driver in rows}
 
 
 def instance_spec(

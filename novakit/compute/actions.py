@@ -22,9 +22,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Table, bindparam, func, select, text, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
@@ -36,6 +36,17 @@ from novakit.db.engine import Database
 from novakit.db.models import InstanceAction, InstanceActionEvent, InstanceFault, utcnow
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# The statements of the hot path, built once (building a statement costs more than running it).
+_FINISH = (
+    "UPDATE instance_actions SET finish_time = :now, updated_at = :now "
+    "WHERE request_id = :request_id AND action = :action AND instance_uuid {} "
+    "RETURNING instance_uuid, id"
+)
+_FINISH_ONE = text(_FINISH.format("= :uuid"))
+_FINISH_MANY = text(_FINISH.format("IN :uuids")).bindparams(bindparam("uuids", expanding=True))
+_INSERT_EVENT = cast(Table, InstanceActionEvent.__table__).insert()
+_INSERT_ACTION = cast(Table, InstanceAction.__table__).insert()
 
 
 def fault_view(fault: InstanceFault, ctx: RequestContext) -> dict[str, Any]:
@@ -81,7 +92,7 @@ def actions_start_new(session: Session, ctx: RequestContext, instance_uuids: lis
         return
     now = utcnow()
     session.execute(
-        insert(InstanceAction),
+        _INSERT_ACTION,
         [
             {
                 "action": action,
@@ -164,19 +175,12 @@ def record_events_many(
         uuids = list(events)
         if not uuids:
             return
-        action_ids = dict(
-            session.execute(
-                update(InstanceAction)
-                .where(
-                    one_of(InstanceAction.instance_uuid, uuids),
-                    InstanceAction.request_id == ctx.request_id,
-                    InstanceAction.action == finish,
-                )
-                .values(finish_time=utcnow())
-                .returning(InstanceAction.instance_uuid, InstanceAction.id)
-                .execution_options(synchronize_session=False)
-            ).all()
-        )
+        params = {"request_id": ctx.request_id, "action": finish, "now": utcnow()}
+        if len(uuids) == 1:
+            rows = session.execute(_FINISH_ONE, {**params, "uuid": uuids[0]}).all()
+        else:
+            rows = session.execute(_FINISH_MANY, {**params, "uuids": uuids}).all()
+        action_ids = dict(rows)
     events = {uuid: evs for uuid, evs in events.items() if evs}
     if not events:
         return
@@ -198,7 +202,7 @@ def record_events_many(
             "an event needs its action recorded first"
         )
     session.execute(
-        insert(InstanceActionEvent),
+        _INSERT_EVENT,
         [
             {
                 "event": event.event,

@@ -15,11 +15,11 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Select, and_, false, or_, select, update
+from sqlalchemy import Select, and_, bindparam, false, or_, select, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
-from novakit.compute.states import TaskState
+from novakit.compute.states import TaskState, VmState
 from novakit.context import RequestContext
 from novakit.db.models import Instance, utcnow
 
@@ -105,6 +105,41 @@ def _state_clause(column: Any, expected: Any) -> Any:
     return or_(*clauses) if clauses else false()
 
 
+def _expected_key(expected: Any) -> tuple[Any, ...] | None:
+    if expected is UNSET:
+        return None
+    values = list(expected) if isinstance(expected, list | tuple | set | frozenset) else [expected]
+    return tuple(sorted({v.value if isinstance(v, TaskState | VmState) else v for v in values}, key=str))
+
+
+# Guarded UPDATE statements, one per (columns written, expected task states, expected vm states):
+# a handful of shapes in all, each built once. Building a statement costs more than running it.
+_GUARDED: dict[tuple[Any, ...], Any] = {}
+
+
+def _guarded_update(
+    columns: tuple[str, ...], task_states: tuple[Any, ...] | None, vm_states: tuple[Any, ...] | None
+) -> Any:
+    key = (columns, task_states, vm_states)
+    stmt = _GUARDED.get(key)
+    if stmt is None:
+        conditions = [Instance.uuid == bindparam("w_uuid"), Instance.deleted == 0]
+        if task_states is not None:
+            conditions.append(_state_clause(Instance.task_state, list(task_states)))
+        if vm_states is not None:
+            conditions.append(_state_clause(Instance.vm_state, list(vm_states)))
+        table = Instance.__table__
+        mapper = Instance.__mapper__
+        targets = {name: mapper.attrs[name].columns[0] for name in columns}  # type: ignore[union-attr]
+        stmt = (
+            update(table)  # type: ignore[arg-type]
+            .where(and_(*conditions))
+            .values({col.name: bindparam(f"v_{name}", type_=col.type) for name, col in targets.items()})
+        )
+        _GUARDED[key] = stmt
+    return stmt
+
+
 def instance_update(
     session: Session,
     uuid: str,
@@ -123,17 +158,10 @@ def instance_update(
         k: (v.value if hasattr(v, "value") and not isinstance(v, int) else v) for k, v in values.items()
     }
     values.setdefault("updated_at", utcnow())
-    conditions = [Instance.uuid == uuid, Instance.deleted == 0]
-    if expected_task_state is not UNSET:
-        conditions.append(_state_clause(Instance.task_state, expected_task_state))
-    if expected_vm_state is not UNSET:
-        conditions.append(_state_clause(Instance.vm_state, expected_vm_state))
-    result = session.execute(
-        update(Instance)
-        .where(and_(*conditions))
-        .values(**values)
-        .execution_options(synchronize_session=False)
+    stmt = _guarded_update(
+        tuple(sorted(values)), _expected_key(expected_task_state), _expected_key(expected_vm_state)
     )
+    result = session.execute(stmt, {"w_uuid": uuid, **{f"v_{k}": v for k, v in values.items()}})
     if result.rowcount == 1:  # type: ignore[attr-defined]
         if not fetch:
             return None  # type: ignore[return-value]

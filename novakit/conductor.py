@@ -44,7 +44,7 @@ from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
-from novakit.db.models import ComputeNode, Image, Instance, InstanceGroupMember, RequestSpec, utcnow
+from novakit.db.models import ComputeNode, Instance, InstanceGroupMember, RequestSpec, utcnow
 from novakit.transport import Transport, get_transport
 
 LOG = logging.getLogger(__name__)
@@ -726,7 +726,7 @@ def instance_spec(
     cache = images_seen if images_seen is not None else {}
     key = inst.image_ref or ""
     if key not in cache:
-        cache[key] = session.execute(select(Image).where(Image.uuid == inst.image_ref)).scalar_one_or_none()
+        cache[key] = images.by_uuid(session, inst.image_ref or "")
     img = cache[key]
     if img is not None:
         image = images.spec(img)
@@ -734,7 +734,7 @@ def instance_spec(
         for key in ("kernel_id", "ramdisk_id"):
             ref = props.get(key)
             if ref:
-                sub = session.execute(select(Image).where(Image.uuid == ref)).scalar_one_or_none()
+                sub = images.by_uuid(session, ref)
                 if sub is not None:
                     if key == "kernel_id":
                         kernel = images.spec(sub)

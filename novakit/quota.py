@@ -48,11 +48,12 @@ def lock_project(session: Session, project_id: str) -> None:
     # SQLite: the writer transaction began with BEGIN IMMEDIATE and holds the database write lock.
 
 
+_LIMITS = text("SELECT resource, hard_limit FROM quotas WHERE project_id = :p")
+
+
 def get_limits(session: Session, conf: Config, project_id: str) -> dict[str, int]:
     limits = {name: int(getattr(conf.quota, name)) for name in RESOURCES}
-    for resource, limit in session.execute(
-        text("SELECT resource, hard_limit FROM quotas WHERE project_id = :p"), {"p": project_id}
-    ):
+    for resource, limit in session.execute(_LIMITS, {"p": project_id}):
         if resource in limits:
             limits[resource] = int(limit)
     return limits

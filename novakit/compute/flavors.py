@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
@@ -35,10 +35,14 @@ def view(f: Flavor) -> dict[str, Any]:
     }
 
 
+# Built once: every boot looks its flavor up, and building the query costs more than running it.
+_BY_REF = select(Flavor).where(
+    or_(Flavor.flavorid == bindparam("ref"), Flavor.name == bindparam("ref")), Flavor.disabled.is_(False)
+)
+
+
 def get(session: Session, ref: str) -> Flavor:
-    row = session.execute(
-        select(Flavor).where(or_(Flavor.flavorid == ref, Flavor.name == ref), Flavor.disabled.is_(False))
-    ).scalar_one_or_none()
+    row = session.execute(_BY_REF, {"ref": ref}).scalar_one_or_none()
     if row is None:
         raise exceptions.FlavorNotFound(flavor_id=ref)
     return row

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
@@ -37,17 +37,28 @@ def view(i: Image) -> dict[str, Any]:
     }
 
 
+# Built once: every boot looks its image up, and building the query costs more than running it.
+_BY_REF = (
+    select(Image)
+    .where(or_(Image.uuid == bindparam("ref"), Image.name == bindparam("ref")), Image.status == "active")
+    .limit(2)
+)
+_BY_UUID = select(Image).where(Image.uuid == bindparam("uuid"))
+
+
 def get(session: Session, ref: str) -> Image:
-    rows = list(
-        session.execute(
-            select(Image).where(or_(Image.uuid == ref, Image.name == ref), Image.status == "active").limit(2)
-        ).scalars()
-    )
+    rows = list(session.execute(_BY_REF, {"ref": ref}).scalars())
     if not rows:
         raise exceptions.ImageNotFound(image_id=ref)
     if len(rows) > 1:
         raise exceptions.Invalid(reason=f"more than one image is named {ref!r}; use its id")
     return rows[0]
+
+
+def by_uuid(session: Session, uuid: str) -> Image | None:
+    """The image record with this uuid, whatever its status (a server keeps its image)."""
+    row: Image | None = session.execute(_BY_UUID, {"uuid": uuid}).scalar_one_or_none()
+    return row
 
 
 def spec(i: Image) -> ImageSpec:

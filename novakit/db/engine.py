@@ -29,6 +29,7 @@ from __future__ import annotations
 import fcntl
 import os
 import random
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -58,7 +59,16 @@ def _setup_sqlite(engine: Engine) -> None:
         # Let SQLAlchemy's "begin" event decide how each transaction starts.
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
+        # Turning a new file to WAL needs it to itself, and SQLite's busy handler does not wait
+        # for that: retry briefly if another process has it open at that moment.
+        for attempt in range(50):
+            try:
+                cur.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 49:
+                    raise
+                time.sleep(0.02)
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cur.execute("PRAGMA synchronous=NORMAL")
@@ -195,12 +205,16 @@ class Database:
         from novakit.db import migration
 
         head = migration.head_revision()
-        if self.current_revision() == head:
+        path = self.sqlite_path
+        new_file = (
+            bool(path) and path != ":memory:" and (not os.path.exists(path) or not os.path.getsize(path))
+        )
+        # A new file is first touched under the lock below: turning it to WAL is a write of its own.
+        if not new_file and self.current_revision() == head:
             return
         if self.is_sqlite:
-            # Several processes may open a new file at once: one upgrades.
-            lock_path = self.url.split("///", 1)[-1] + ".migrate.lock"
-            with open(lock_path, "w") as lock:
+            # Several processes may open a new file at once: one upgrades, the others wait for it.
+            with open(path + ".migrate.lock", "w") as lock, write_gate(self):
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 if self.current_revision() != head:
                     migration.upgrade(self.engine)

@@ -58,6 +58,8 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     from alembic import command
 
     cfg = alembic_config()
-    with engine.begin() as conn:
+    # A writer transaction from the start (BEGIN IMMEDIATE on SQLite): a deferred one that read
+    # the schema first could not take the write lock if another process wrote meanwhile.
+    with engine.execution_options(novakit_write=True).begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)

@@ -65,7 +65,7 @@ def test_a_failing_host_in_the_inventory_sends_builds_to_alternates(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     prep = run_playbook("compute_node.yml", tmp_path, env)
-    assert prep.rc == 0
+    assert prep.rc == 0, prep.stdout.read()
     env = {**env, "NOVAKIT_FAKE_FAILURE_COMPUTE_LARGE": "fail_every_spawn"}
     run = run_playbook("boot.yml", tmp_path, env, {"server_name": "rescued", "count": 2})
     assert run.rc == 0, run.stdout.read()

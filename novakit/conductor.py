@@ -289,20 +289,7 @@ class Conductor:
         def write(session: Session) -> None:
             gone.clear()
             changed.clear()
-            uuids = [s.uuid for s, _ in built]
-            stmt, params = (
-                (_STATES_OF_ONE, {"uuid": uuids[0]})
-                if len(uuids) == 1
-                else (
-                    select(Instance.uuid, Instance.vm_state, Instance.task_state).where(
-                        Instance.uuid.in_(uuids)
-                    ),
-                    {},
-                )
-            )
-            olds = {
-                uuid: (vm_state, task_state) for uuid, vm_state, task_state in session.execute(stmt, params)
-            }
+            olds = _states_of(session, [s.uuid for s, _ in built])
             events: dict[str, list[Event]] = {}
             for spec, res in built:
                 values = {
@@ -480,8 +467,6 @@ class Conductor:
         session: Session, host: str, result: ComputeResult, builds: list[InstanceResult] | None
     ) -> None:
         """``_host_reported``'s writes, inside the caller's transaction."""
-        if result.error is not None and not builds:
-            return
         if result.error is None:
             now = utcnow()
             session.execute(_HEARTBEAT, {"host": host, "now": now})
@@ -697,6 +682,17 @@ _NODE_REPORT_STATE = text(
 _DRIVER_OF_ONE = text("SELECT host, driver FROM compute_nodes WHERE host = :host AND deleted = 0").columns(
     host=String, driver=JSON
 )
+
+
+def _states_of(session: Session, uuids: list[str]) -> dict[str, tuple[str, str | None]]:
+    """(vm_state, task_state) of each instance, by uuid."""
+    if len(uuids) == 1:
+        rows = session.execute(_STATES_OF_ONE, {"uuid": uuids[0]}).all()
+    else:
+        rows = session.execute(
+            select(Instance.uuid, Instance.vm_state, Instance.task_state).where(Instance.uuid.in_(uuids))
+        ).all()
+    return {uuid: (vm_state, task_state) for uuid, vm_state, task_state in rows}
 
 
 def _driver_infos(session: Session, hosts: set[str]) -> dict[str, dict[str, Any]]:

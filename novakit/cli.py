@@ -537,8 +537,8 @@ def server_events(server: str, output: Output = OUTPUT) -> None:
     console.print(table)
 
 
-def _action(fn_name: str, server: str, **kwargs: Any) -> None:
-    s = _guard(lambda: getattr(_api(), fn_name)(_ctx(), server, **kwargs))
+def _action(action: str, server: str, options: dict[str, Any] | None = None) -> None:
+    s = _guard(lambda: _api().act(_ctx(), server, action, options).server)
     console.print(f"{s['name']}: {s['status']} (vm_state {s['vm_state']}, power {s['power_state_name']})")
     if s.get("fault") and s["status"] == "ERROR":
         err_console.print(f"fault: {escape(s['fault']['message'])}", highlight=False)
@@ -553,7 +553,7 @@ def server_delete(server: str) -> None:
 def server_stop(
     server: str, timeout: int | None = typer.Option(None, help="graceful shutdown seconds")
 ) -> None:
-    _action("stop", server, timeout=timeout)
+    _action("stop", server, {"timeout": timeout})
 
 
 @server_app.command("start")
@@ -563,7 +563,7 @@ def server_start(server: str) -> None:
 
 @server_app.command("reboot")
 def server_reboot(server: str, hard: bool = typer.Option(False, "--hard", help="hard reboot")) -> None:
-    _action("reboot", server, reboot_type="HARD" if hard else "SOFT")
+    _action("reboot", server, {"reboot_type": "HARD" if hard else "SOFT"})
 
 
 @server_app.command("pause")
@@ -588,7 +588,7 @@ def server_resume(server: str) -> None:
 
 @server_app.command("lock")
 def server_lock(server: str, reason: str | None = typer.Option(None, help="why")) -> None:
-    _action("lock", server, reason=reason)
+    _action("lock", server, {"reason": reason})
 
 
 @server_app.command("unlock")
@@ -598,12 +598,12 @@ def server_unlock(server: str) -> None:
 
 @server_app.command("rename")
 def server_rename(server: str, name: str) -> None:
-    _action("rename", server, name=name)
+    _action("rename", server, {"name": name})
 
 
 @server_app.command("rebuild")
 def server_rebuild(server: str, image: str = typer.Option(..., help="new image name or id")) -> None:
-    _action("rebuild", server, data={"image": image})
+    _action("rebuild", server, {"image": image})
 
 
 # ----------------------------------------------------------------------- heal

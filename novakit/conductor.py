@@ -545,25 +545,27 @@ class Conductor:
     def prepare_action(
         self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any] | None = None
     ) -> ComputeRequest | None:
-        """The compute request for an action the API has started; None if no host must act."""
+        """The compute request for an action the API has started; None if no host holds the instance.
+
+        ``action`` is the state table's row; ``options`` what the host needs of it
+        (an ``image`` to rebuild with goes into the instance's spec).
+        """
+        t = ACTIONS[action]
+        opts = dict(options or {})
         with self.db.reader() as session:
             inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
             if not inst.host:
                 return None
             spec = instance_spec(session, inst)
-            if action == "rebuild" and options and options.get("image"):
-                img = images.get(session, options["image"])
-                spec.image = images.spec(img)
-                spec.preserve_power_off = bool(options.get("preserve_power_off"))
-        op = {"delete": "destroy", "reboot_hard": "reboot"}.get(action, action)
-        opts = dict(options or {})
-        opts.pop("image", None)
-        if action == "reboot_hard":
-            opts["reboot_type"] = "HARD"
+            image = opts.pop("image", None)
+            if image:
+                spec.image = images.spec(images.get(session, image))
+                spec.preserve_power_off = bool(opts.pop("preserve_power_off", False))
         return ComputeRequest(
             request_id=ctx.request_id,
             host=inst.host,
-            operation=op,  # type: ignore[arg-type]
+            operation=t.operation,  # type: ignore[arg-type]
+            action=t.action,
             instances=[spec],
             options=opts,
         )
@@ -571,7 +573,7 @@ class Conductor:
     def record_action_result(
         self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
     ) -> None:
-        action = _action_name(request)
+        action = request.action or request.operation
         self._host_reported(request.host, result)
         for spec in request.instances:
             res = next((r for r in result.results if r.uuid == spec.uuid), None)
@@ -582,12 +584,13 @@ class Conductor:
     def finish_action(
         self, ctx: RequestContext, uuid: str, action: str, res: InstanceResult | None, host: str | None = None
     ) -> None:
-        """Write where ``action`` ends (or revert its task state on failure), with its events."""
+        """Write where ``action`` ends (or, on failure, where the table says), with its events."""
         from novakit import placement
 
         t = ACTIONS[action]
         ok = res is None or res.ok
-        expected = [s for s in t.passes]
+        expected = list(t.passes)
+        deletes = t.end_vm_state == VmState.DELETED
 
         StateChange = tuple[tuple[str, str | None], tuple[str, str | None]]
 
@@ -596,69 +599,44 @@ class Conductor:
             old_state = (inst.vm_state, inst.task_state)
             if res is not None:
                 actions.record_host_events(session, ctx, uuid, res.events)
-            if action == "delete" and ok:
+            if deletes and ok:
                 db_api.instance_soft_delete(session, uuid, expected_task_state=expected)
                 session.execute(delete(InstanceGroupMember).where(InstanceGroupMember.instance_uuid == uuid))
                 new_state: tuple[str, str | None] = (VmState.DELETED.value, None)
-            elif ok:
+            else:
                 values: dict[str, Any] = {"task_state": None}
-                if t.end_vm_state is not None:
-                    values["vm_state"] = t.end_vm_state
-                if res is not None and res.power_state is not None:
-                    values["power_state"] = res.power_state
-                elif t.end_power_state is not None:
-                    values["power_state"] = int(t.end_power_state)
-                if action == "rebuild":
-                    if inst.vm_state == VmState.STOPPED.value:
-                        values["vm_state"] = VmState.STOPPED
+                if ok:
+                    end = t.end_vm_state
+                    if t.keeps_stopped and inst.vm_state == VmState.STOPPED.value:
+                        end = VmState.STOPPED
+                    if end is not None:
+                        values["vm_state"] = end
                     if res is not None and res.addresses:
                         values["addresses"] = res.addresses
-                db_api.instance_update(session, uuid, values, expected_task_state=expected)
-                new_state = (str(values.get("vm_state", inst.vm_state)), None)
-            else:
-                # Nova's reverts_task_state: the action failed, the instance is where it was,
-                # except a failed delete or hard reboot leaves it in error.
-                values = {"task_state": None}
-                if action in ("delete", "reboot_hard", "rebuild"):
-                    values["vm_state"] = VmState.ERROR
+                elif t.on_failure is not None:
+                    # Nova's reverts_task_state puts the instance back where it was; some
+                    # failures (a delete, a hard reboot, a rebuild) leave it in error instead.
+                    values["vm_state"] = t.on_failure
                 if res is not None and res.power_state is not None:
                     values["power_state"] = res.power_state
+                elif ok and t.end_power_state is not None:
+                    values["power_state"] = int(t.end_power_state)
                 db_api.instance_update(session, uuid, values, expected_task_state=expected)
-                if res is not None and res.fault is not None:
+                if not ok and res is not None and res.fault is not None:
                     actions.record_fault(session, uuid, res.fault)
                 new_state = (str(values.get("vm_state", inst.vm_state)), None)
-            actions.action_finish(session, ctx, uuid, action if action != "reboot_hard" else "reboot")
+            actions.action_finish(session, ctx, uuid, t.record_as)
             return old_state, new_state
 
         old_state, new_state = self.db.run_in_transaction(write)
         self.notifier.state_update(uuid, old_state, new_state, host=host)
-        if action == "delete" and ok:
+        if deletes and ok:
             placement.remove_allocations(self.db, uuid)
-        self.notifier.emit(f"instance.{notify_name(action)}.{'end' if ok else 'error'}", uuid, host=host)
+        self.notifier.emit(f"instance.{t.notify_as}.{'end' if ok else 'error'}", uuid, host=host)
 
-    def run_action(
-        self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any] | None = None
-    ) -> None:
-        """Direct mode: the whole round trip of an action the API has started (and announced)."""
-        request = self.prepare_action(ctx, uuid, action, options)
-        if request is None:
-            self.finish_action(ctx, uuid, action, None)
-            return
-        result = self.send(request)
-        self.record_action_result(ctx, request, result)
-
-
-def _action_name(request: ComputeRequest) -> str:
-    if request.operation == "destroy":
-        return "delete"
-    if request.operation == "reboot" and str(request.options.get("reboot_type", "SOFT")).upper() == "HARD":
-        return "reboot_hard"
-    return request.operation
-
-
-def notify_name(action: str) -> str:
-    """The name Nova's notifications give an action (instance.<name>.start/end)."""
-    return {"reboot_hard": "reboot", "stop": "power_off", "start": "power_on"}.get(action, action)
+    def run_action(self, ctx: RequestContext, request: ComputeRequest) -> None:
+        """Direct mode: send an action's request to its host and record what it did."""
+        self.record_action_result(ctx, request, self.send(request))
 
 
 def ctx_admin(ctx: RequestContext) -> RequestContext:

@@ -21,152 +21,51 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
-
 from novakit import exceptions
-from novakit.compute import schemas
 from novakit.compute.api import API, server_view
 from novakit.compute.messages import ComputeRequest, ComputeResult
-from novakit.compute.states import ACTIONS as STATE_ACTIONS
 from novakit.compute.states import VmState
 from novakit.context import RequestContext
 from novakit.db import api as db_api
-from novakit.db.models import Instance
-
-
-def _names(req: schemas.ServerCreate) -> list[str]:
-    count = int(req.max_count or req.min_count)
-    return [req.name] if count == 1 else [f"{req.name}-{i + 1}" for i in range(count)]
 
 
 def _wire(requests: list[ComputeRequest]) -> list[dict[str, Any]]:
     return [r.to_wire() for r in requests]
 
 
-def _parse_server(server: dict[str, Any]) -> tuple[schemas.ServerCreate, list[str]]:
-    """The playbook's server variables as a validated create request, and the names it makes."""
+def schedule(
+    api: API, ctx: RequestContext, server: dict[str, Any], *, dry_run: bool = False
+) -> dict[str, Any]:
+    """Play 1: record, check quota, schedule and claim. Idempotent by name.
+
+    The create is the API's (``create_servers``, declarative): servers that
+    exist already are left alone, except those recorded and never scheduled,
+    which are scheduled now. ``dry_run`` (check mode) runs the same checks and
+    the scheduler's dry run, and says where each server would go.
+    """
     data = {k: v for k, v in server.items() if v is not None}
     if "count" in data:
         data["max_count"] = data.pop("count")
-    req = schemas.parse(schemas.ServerCreate, data)
-    return req, _names(req)
-
-
-def schedule(api: API, ctx: RequestContext, server: dict[str, Any]) -> dict[str, Any]:
-    """Play 1: record, check quota, schedule and claim. Idempotent by name."""
-    req, names = _parse_server(server)
-    with api.db.reader() as session:
-        existing = list(
-            session.execute(
-                select(Instance).where(
-                    Instance.project_id == ctx.project_id,
-                    Instance.deleted == 0,
-                    Instance.display_name.in_(names),
-                )
-            ).scalars()
-        )
-        if existing:
-            if len(existing) == len(names):
-                views = [server_view(i, ctx) for i in existing]
-                return {
-                    "changed": False,
-                    "request_id": ctx.request_id,
-                    "instances": [v["id"] for v in views],
-                    "requests": [],
-                    "hosts": [],
-                    "servers": views,
-                }
-            raise exceptions.DuplicateName(name=existing[0].display_name, project_id=ctx.project_id)
-    uuids = api.create_records(ctx, req)
-    requests = api.conductor.schedule_instances(ctx, uuids)
+    outcome = api.create_servers(ctx, data, dry_run=dry_run, declarative=True)
+    if dry_run:
+        chosen = outcome.would_schedule_to
+        return {
+            "changed": outcome.changed,
+            "request_id": ctx.request_id,
+            "instances": outcome.uuids,
+            "servers": outcome.servers,
+            "requests": [],
+            "would_schedule_to": chosen,
+            "hosts": sorted({h for h in chosen.values() if h}),
+        }
+    requests = api.conductor.schedule_instances(ctx, outcome.unbuilt) if outcome.unbuilt else []
     return {
-        "changed": True,
+        "changed": outcome.changed,
         "request_id": ctx.request_id,
-        "instances": uuids,
+        "instances": outcome.uuids,
         "requests": _wire(requests),
         "hosts": sorted({r.host for r in requests}),
-        **{k: v for k, v in summary(api, ctx, uuids).items() if k in ("servers", "report")},
-    }
-
-
-def plan(api: API, ctx: RequestContext, server: dict[str, Any]) -> dict[str, Any]:
-    """Check mode of play 1: what ``schedule`` would do, claiming and writing nothing.
-
-    Validation, quota and the scheduler's filters and weighers run as in a real
-    request (``select_destinations(dry_run=True)``), so a request that would be
-    refused is refused here with the same error.
-    """
-    from novakit import quota
-    from novakit.compute import flavors, images
-    from novakit.scheduler.request_spec import InstanceGroupSpec
-    from novakit.scheduler.request_spec import RequestSpec as SchedSpec
-
-    req, names = _parse_server(server)
-    with api.db.reader() as session:
-        rows = session.execute(
-            select(Instance).where(
-                Instance.project_id == ctx.project_id, Instance.deleted == 0, Instance.display_name.in_(names)
-            )
-        ).scalars()
-        existing = {i.display_name: i for i in rows}
-        if existing:
-            if len(existing) == len(names):
-                views = [server_view(i, ctx) for i in existing.values()]
-                return {
-                    "changed": False,
-                    "request_id": ctx.request_id,
-                    "instances": [v["id"] for v in views],
-                    "would_schedule_to": {},
-                    "servers": views,
-                    "requests": [],
-                    "hosts": [],
-                }
-            raise exceptions.DuplicateName(name=next(iter(existing)), project_id=ctx.project_id)
-        flavor = flavors.get(session, req.flavor)
-        image = images.get(session, req.image)
-        group = api._group(session, ctx, req.server_group or req.scheduler_hints.group)
-        if req.availability_zone is not None:
-            api._check_az(session, req.availability_zone)
-        group_spec = (
-            None
-            if group is None
-            else InstanceGroupSpec(
-                uuid=group.uuid,
-                policy=group.policy,  # type: ignore[arg-type]
-                rules=dict(group.rules or {}),
-            )
-        )
-    count = len(names)
-    quota.check_quota(
-        api.db,
-        api.conf,
-        ctx.project_id,
-        {"instances": count, "cores": count * flavor.vcpus, "ram": count * flavor.memory_mb},
-    )
-    spec = SchedSpec(
-        request_id=ctx.request_id,
-        project_id=ctx.project_id,
-        user_id=ctx.user_id,
-        flavor=api._flavor_spec(flavors.snapshot(flavor)),
-        image=images.spec(image),
-        availability_zone=req.availability_zone,
-        num_instances=count,
-        min_count=req.min_count,
-        instance_group=group_spec,
-        scheduler_hints=req.scheduler_hints.model_dump(exclude_none=True),
-    )
-    # Placeholder consumers: nothing is written, they only keep the instances apart.
-    uuids = [f"00000000-0000-4000-8000-{i:012d}" for i in range(count)]
-    selections = api.conductor.scheduler.select_destinations(spec, uuids, dry_run=True)
-    chosen = {name: (sel[0].host if sel else None) for name, sel in zip(names, selections, strict=True)}
-    return {
-        "changed": True,
-        "request_id": ctx.request_id,
-        "instances": [],
-        "servers": [],
-        "requests": [],
-        "would_schedule_to": chosen,
-        "hosts": sorted({h for h in chosen.values() if h}),
+        **{k: v for k, v in summary(api, ctx, outcome.uuids).items() if k in ("servers", "report")},
     }
 
 
@@ -242,66 +141,6 @@ def summary(api: API, ctx: RequestContext, uuids: list[str]) -> dict[str, Any]:
 
 # --------------------------------------------------------------- lifecycle actions
 
-#: actions the lifecycle playbooks may start, with the API call that starts each one
-#: (the state table's actions; a hard reboot is ``reboot`` with reboot_type HARD)
-ACTIONS = tuple(a for a in STATE_ACTIONS if a not in ("create", "reboot_hard"))
-
-
-def _start_one(api: API, ctx: RequestContext, ref: str, action: str, options: dict[str, Any]) -> Any:
-    if action == "reboot":
-        return api.reboot(ctx, ref, str(options.get("reboot_type") or "SOFT"), defer=True)
-    if action == "stop":
-        return api.stop(ctx, ref, timeout=options.get("timeout"), defer=True)
-    if action == "rebuild":
-        data = {
-            k: options[k]
-            for k in ("image", "name", "metadata", "user_data", "admin_password")
-            if options.get(k) is not None
-        }
-        return api.rebuild(ctx, ref, data, defer=True)
-    if action == "lock":
-        return api.lock(ctx, ref, options.get("reason"))
-    if action == "unlock":
-        return api.unlock(ctx, ref)
-    if action == "rename":
-        return api.rename(ctx, ref, str(options.get("name") or ""))
-    return getattr(api, action)(ctx, ref, defer=True)
-
-
-def already_done(server: dict[str, Any], action: str, options: dict[str, Any]) -> bool:
-    """Whether a declarative action is in effect already (a second run changes nothing)."""
-    if action == "lock":
-        return bool(server["locked"])
-    if action == "unlock":
-        return not server["locked"]
-    if action == "rename":
-        return server["name"] == options.get("name")
-    wanted = {
-        "stop": "stopped",
-        "start": "active",
-        "pause": "paused",
-        "unpause": "active",
-        "suspend": "suspended",
-        "resume": "active",
-    }.get(action)
-    return wanted is not None and server["vm_state"] == wanted and server["task_state"] is None
-
-
-def check_action(api: API, ctx: RequestContext, server: dict[str, Any], action: str) -> None:
-    """Raise what the API would raise for ``action``, without writing (check mode)."""
-    from novakit.compute.states import ACTIONS as TABLE
-
-    if server["locked"] and not ctx.is_admin and action not in ("unlock", "delete", "lock"):
-        raise exceptions.InstanceIsLocked(server["id"], server.get("locked_reason"))
-    t = TABLE["reboot_hard" if action == "reboot" and server.get("_hard") else action]
-    if not t.allows(server["vm_state"], server["task_state"]):
-        raise exceptions.InstanceInvalidState(
-            action=action,
-            instance_uuid=server["id"],
-            vm_state=server["vm_state"],
-            task_state=server["task_state"],
-        )
-
 
 def start_actions(
     api: API,
@@ -312,46 +151,25 @@ def start_actions(
     *,
     check_mode: bool = False,
 ) -> dict[str, Any]:
-    """Controller play 1 of a lifecycle playbook: start ``action`` on each server.
+    """Controller play 1 of a lifecycle playbook: ``API.act`` on each server, declaratively.
 
-    Returns the compute requests for the hosts (``requests``, ``hosts``) and the
-    servers that need none (lock, unlock, rename; a server with no host).
-    Declarative actions already in effect are skipped, and deleting a server
-    that does not exist is not an error, so a second run changes nothing.
+    Returns the compute requests for the hosts (``requests``, ``hosts``) and
+    the servers as they now are. An action already in effect changes nothing
+    and deleting a server that does not exist is not an error, so a second run
+    changes nothing. In check mode each server gets the API's dry run.
     """
-    if action not in ACTIONS:
-        raise exceptions.ValidationError("action", f"{action!r} is not one of {', '.join(ACTIONS)}")
-    options = dict(options or {})
     requests: list[ComputeRequest] = []
     changed: list[str] = []
     views: list[dict[str, Any]] = []
     for ref in servers:
-        try:
-            server = api.get(ctx, ref)
-        except exceptions.InstanceNotFound:
-            if action == "delete":
-                continue
-            raise
-        if action == "delete" and server["task_state"] == "deleting":
-            views.append(server)
+        out = api.act(ctx, ref, action, options, dry_run=check_mode, defer=True, declarative=True)
+        if out.server is None:
             continue
-        if already_done(server, action, options):
-            views.append(server)
-            continue
-        if check_mode:
-            check_action(
-                api, ctx, {**server, "_hard": str(options.get("reboot_type", "")).upper() == "HARD"}, action
-            )
-            changed.append(server["id"])
-            views.append(server)
-            continue
-        out = _start_one(api, ctx, server["id"], action, options)
-        changed.append(server["id"])
-        if isinstance(out, ComputeRequest):
-            requests.append(out)
-            views.append(api.get(ctx, server["id"]))
-        else:
-            views.append(out)
+        if out.changed:
+            changed.append(out.server["id"])
+        if out.request is not None:
+            requests.append(out.request)
+        views.append(out.server)
     return {
         "changed": bool(changed),
         "request_id": ctx.request_id,
@@ -466,7 +284,7 @@ def run_step(
         )
     if step in ("schedule", "summary"):
         if step == "schedule":
-            out = (plan if check_mode else schedule)(api, ctx, params["server"])
+            out = schedule(api, ctx, params["server"], dry_run=check_mode)
         else:
             out = summary(api, ctx, params.get("instances") or [])
         return {**out, "published": published(out["servers"])}

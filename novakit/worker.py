@@ -128,10 +128,7 @@ def run(job: Job) -> None:
             LOG.warning("server %s is in error; %s not attempted", job.server, step.action)
             return
         LOG.info("%s of %s", step.action, job.server)
-        if step.action == "stop":
-            api.stop(ctx, job.server, timeout=step.options.get("timeout"))
-        else:
-            getattr(api, step.action)(ctx, job.server)
+        api.act(ctx, job.server, step.action, step.options, declarative=True)
     LOG.info("done: %s", job.server)
 
 

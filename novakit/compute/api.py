@@ -12,6 +12,9 @@ from __future__ import annotations
 import builtins
 import re
 import uuid as uuidlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from typing import Any, cast
 
 from sqlalchemy import Table, insert, select
@@ -19,13 +22,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
-from novakit.compute import actions, flavors, images, schemas
+from novakit.compute import actions, flavors, images, schemas, states
 from novakit.compute.messages import ComputeRequest
 from novakit.compute.states import (
-    ACTIONS,
     POWER_STATE_NAMES,
     PowerState,
     TaskState,
+    Transition,
     VmState,
     status_from_state,
 )
@@ -103,77 +106,155 @@ class API:
     # ------------------------------------------------------------------ create
 
     def create(
-        self, ctx: RequestContext, data: dict[str, Any] | schemas.ServerCreate, *, build: bool = True
+        self,
+        ctx: RequestContext,
+        data: dict[str, Any] | schemas.ServerCreate,
+        *,
+        build: bool = True,
+        dry_run: bool = False,
     ) -> builtins.list[dict[str, Any]]:
         """Record the servers (building/scheduling) and, unless ``build`` is False, build them.
 
-        With ``build=False`` the caller (the boot playbook) drives the conductor itself.
+        With ``build=False`` the caller drives the conductor itself (the boot
+        playbook) or hands the build to a worker. ``dry_run`` runs every check of
+        the real create and then the scheduler's dry run, writes and claims
+        nothing, and returns ``{"name", "host"}`` per server: where it would go
+        (``host`` None for one that would not fit although ``min_count`` did).
+        """
+        outcome = self.create_servers(ctx, data, dry_run=dry_run)
+        if dry_run:
+            return [{"name": n, "host": h} for n, h in outcome.would_schedule_to.items()]
+        if build and outcome.unbuilt:
+            # The conductor starts from the records just written instead of reading them back.
+            self.conductor.build_instances(ctx, outcome.unbuilt, records=outcome.records)
+            with self.db.reader() as session:
+                return [
+                    server_view(i, ctx) for i in db_api.instance_get_all(session, ctx, uuids=outcome.uuids)
+                ]
+        return outcome.servers
+
+    def create_servers(
+        self,
+        ctx: RequestContext,
+        data: dict[str, Any] | schemas.ServerCreate,
+        *,
+        dry_run: bool = False,
+        declarative: bool = False,
+    ) -> CreateOutcome:
+        """Check and record a create request; building is the caller's (``unbuilt``).
+
+        ``declarative`` (the boot playbook): when every name of the request
+        exists already, nothing new is recorded; those of them recorded but never
+        scheduled (``--no-wait``, a run killed before its schedule step) are
+        returned in ``unbuilt`` for the caller to build. Some names taken and
+        some free is a DuplicateName, as for any create.
         """
         req = data if isinstance(data, schemas.ServerCreate) else schemas.parse(schemas.ServerCreate, data)
-        uuids, records = self._create_records(ctx, req)
-        if build:
-            # The conductor starts from the records just written instead of reading them back.
-            self.conductor.build_instances(ctx, uuids, records=records)
-        with self.db.reader() as session:
-            return [server_view(i, ctx) for i in db_api.instance_get_all(session, ctx, uuids=uuids)]
+        names = _names(req)
+        if declarative:
+            with self.db.reader() as session:
+                existing = _existing(session, ctx, names)
+                if existing and len(existing) == len(names):
+                    unbuilt = [i.uuid for i in existing if _never_scheduled(i)]
+                    return CreateOutcome(
+                        servers=[server_view(i, ctx) for i in existing],
+                        uuids=[i.uuid for i in existing],
+                        changed=bool(unbuilt),
+                        unbuilt=unbuilt,
+                        would_schedule_to={i.display_name: i.host for i in existing},
+                    )
+        if dry_run:
+            return self._plan(ctx, req, names)
+        uuids, records = self._create_records(ctx, req, names)
+        views = [server_view(inst, ctx) for inst, _ in records.values()]
+        return CreateOutcome(servers=views, uuids=uuids, changed=True, unbuilt=uuids, records=records)
 
     def create_records(self, ctx: RequestContext, req: schemas.ServerCreate) -> builtins.list[str]:
         """Record the servers of ``req`` (building/scheduling, action ``create``); their uuids."""
-        return self._create_records(ctx, req)[0]
+        return self._create_records(ctx, req, _names(req))[0]
 
-    def _create_records(
-        self, ctx: RequestContext, req: schemas.ServerCreate
-    ) -> tuple[builtins.list[str], dict[str, tuple[Instance, RequestSpec]]]:
+    def _checked_request(
+        self, session: Session, ctx: RequestContext, req: schemas.ServerCreate, count: int
+    ) -> tuple[Any, Any, InstanceGroup | None, dict[str, Any]]:
+        """Every check of a create that reads the database, and the request spec it makes.
+
+        The real create runs it in the transaction that inserts the records, the
+        dry run in a read: the two cannot disagree.
+        """
         from novakit import quota
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
-        count = int(req.max_count or req.min_count)
-        names = [req.name] if count == 1 else [f"{req.name}-{i + 1}" for i in range(count)]
+        flavor = flavors.get(session, req.flavor)
+        image = images.get(session, req.image)
+        group = self._group(session, ctx, req.server_group or req.scheduler_hints.group)
+        if req.availability_zone is not None:
+            self._check_az(session, req.availability_zone)
+        for ref in [*req.scheduler_hints.same_host, *req.scheduler_hints.different_host]:
+            db_api.instance_get(session, ctx, ref)
+        if image.min_ram and flavor.memory_mb < image.min_ram:
+            raise exceptions.ValidationError(
+                "flavor", f"image {image.name} needs at least {image.min_ram} MB of RAM"
+            )
+        if image.min_disk and flavor.root_gb < image.min_disk:
+            raise exceptions.ValidationError(
+                "flavor", f"image {image.name} needs at least {image.min_disk} GB of disk"
+            )
+        quota.check_quota(
+            session,
+            self.conf,
+            ctx.project_id,
+            {"instances": count, "cores": count * flavor.vcpus, "ram": count * flavor.memory_mb},
+        )
+        spec = SchedSpec(
+            request_id=ctx.request_id,
+            project_id=ctx.project_id,
+            user_id=ctx.user_id,
+            flavor=self._flavor_spec(flavors.snapshot(flavor)),
+            image=images.spec(image),
+            availability_zone=req.availability_zone,
+            num_instances=count,
+            min_count=req.min_count,
+            instance_group=None,
+            scheduler_hints=req.scheduler_hints.model_dump(exclude_none=True),
+        ).model_dump(mode="json")
+        if group is not None:
+            spec["instance_group"] = {
+                "uuid": group.uuid,
+                "policy": group.policy,
+                "rules": dict(group.rules or {}),
+            }
+        return flavor, image, group, spec
+
+    def _plan(
+        self, ctx: RequestContext, req: schemas.ServerCreate, names: builtins.list[str]
+    ) -> CreateOutcome:
+        """The dry run of a create: its checks, the name check, then the scheduler's dry run."""
+        from novakit.scheduler.request_spec import RequestSpec as SchedSpec
+
+        with self.db.reader() as session:
+            spec = self._checked_request(session, ctx, req, len(names))[3]
+            taken = _existing(session, ctx, names)
+        if taken:
+            raise exceptions.DuplicateName(name=taken[0].display_name, project_id=ctx.project_id)
+        # Placeholder consumers: nothing is written, they only keep the instances apart.
+        uuids = [f"00000000-0000-4000-8000-{i:012d}" for i in range(len(names))]
+        selections = self.conductor.scheduler.select_destinations(
+            SchedSpec.model_validate(spec), uuids, dry_run=True
+        )
+        chosen = {name: (sel[0].host if sel else None) for name, sel in zip(names, selections, strict=True)}
+        return CreateOutcome(servers=[], uuids=[], changed=True, would_schedule_to=chosen)
+
+    def _create_records(
+        self, ctx: RequestContext, req: schemas.ServerCreate, names: builtins.list[str]
+    ) -> tuple[builtins.list[str], dict[str, tuple[Instance, RequestSpec]]]:
+        count = len(names)
         uuids = [str(uuidlib.uuid4()) for _ in names]
         reservation = f"r-{uuidlib.uuid4().hex[:8]}"
 
         def write(session: Session) -> tuple[builtins.list[dict[str, Any]], dict[str, Any]]:
             # The look-ups, the early quota check and the inserts in one transaction.
-            flavor = flavors.get(session, req.flavor)
-            image = images.get(session, req.image)
-            group = self._group(session, ctx, req.server_group or req.scheduler_hints.group)
-            if req.availability_zone is not None:
-                self._check_az(session, req.availability_zone)
-            for ref in [*req.scheduler_hints.same_host, *req.scheduler_hints.different_host]:
-                db_api.instance_get(session, ctx, ref)
-            if image.min_ram and flavor.memory_mb < image.min_ram:
-                raise exceptions.ValidationError(
-                    "flavor", f"image {image.name} needs at least {image.min_ram} MB of RAM"
-                )
-            if image.min_disk and flavor.root_gb < image.min_disk:
-                raise exceptions.ValidationError(
-                    "flavor", f"image {image.name} needs at least {image.min_disk} GB of disk"
-                )
-            quota.check_quota(
-                session,
-                self.conf,
-                ctx.project_id,
-                {"instances": count, "cores": count * flavor.vcpus, "ram": count * flavor.memory_mb},
-            )
+            flavor, image, group, spec = self._checked_request(session, ctx, req, count)
             snapshot = flavors.snapshot(flavor)
-            spec = SchedSpec(
-                request_id=ctx.request_id,
-                project_id=ctx.project_id,
-                user_id=ctx.user_id,
-                flavor=self._flavor_spec(snapshot),
-                image=images.spec(image),
-                availability_zone=req.availability_zone,
-                num_instances=count,
-                min_count=req.min_count,
-                instance_group=None,
-                scheduler_hints=req.scheduler_hints.model_dump(exclude_none=True),
-            ).model_dump(mode="json")
-            if group is not None:
-                spec["instance_group"] = {
-                    "uuid": group.uuid,
-                    "policy": group.policy,
-                    "rules": dict(group.rules or {}),
-                }
             common = {
                 "project_id": ctx.project_id,
                 "user_id": ctx.user_id,
@@ -231,15 +312,9 @@ class API:
             rows, spec = self.db.run_in_transaction(write)
         except IntegrityError:
             with self.db.reader() as session:
-                taken = session.execute(
-                    select(Instance.display_name).where(
-                        Instance.project_id == ctx.project_id,
-                        Instance.deleted == 0,
-                        Instance.display_name.in_(names),
-                    )
-                ).first()
+                taken = _existing(session, ctx, names)
             raise exceptions.DuplicateName(
-                name=taken[0] if taken else names[0], project_id=ctx.project_id
+                name=taken[0].display_name if taken else names[0], project_id=ctx.project_id
             ) from None
         records = {
             str(row["uuid"]): (
@@ -297,29 +372,66 @@ class API:
 
     # ------------------------------------------------------------------ actions
 
-    def start_action(
-        self, ctx: RequestContext, ref: str, action: str, extra: dict[str, Any] | None = None
-    ) -> tuple[str, bool]:
-        """Check lock and state table; make the guarded write that starts ``action``.
+    def act(
+        self,
+        ctx: RequestContext,
+        ref: str,
+        action: str,
+        options: dict[str, Any] | None = None,
+        *,
+        dry_run: bool = False,
+        defer: bool = False,
+        declarative: bool = False,
+    ) -> ActOutcome:
+        """Run ``action`` (a name of the state table) on a server: the one way every caller acts.
 
-        Returns (uuid, changed). ``changed`` is False for a repeat that is already
-        in effect (a second delete of a deleting instance).
+        Checks, in this order and nowhere else: the action and its options
+        (``states.resolve``), the server (by name or uuid, in the caller's
+        project), the lock, the state table, and the action's own look-ups (a
+        rebuild's image, a rename's name). Then one guarded write starts it and
+        records the instance action; the host's part follows, or with ``defer``
+        is returned as ``request`` for the caller to send.
+
+        ``dry_run`` runs exactly those checks in a read and writes nothing: it
+        refuses what the real call would refuse, with the same error.
+        ``declarative`` (modules, playbooks): an action already in effect (the
+        table's ``in_effect``) changes nothing, and deleting a server that does
+        not exist is not an error.
         """
-        t = ACTIONS[action]
-        record_as = "reboot" if action == "reboot_hard" else action
+        t, opts = states.resolve(action, options)
 
-        def write(session: Session) -> tuple[str, bool]:
-            inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref)
-            if action == "delete" and inst.task_state == TaskState.DELETING.value:
-                return inst.uuid, False
-            self._check_lock(session, ctx, inst, action)
+        def check(session: Session) -> tuple[Instance | None, dict[str, Any] | None, dict[str, Any]]:
+            try:
+                inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref)
+            except exceptions.InstanceNotFound:
+                if declarative and t.action == "delete":
+                    return None, None, {}
+                raise
+            if declarative and t.in_effect is not None and t.in_effect(inst, opts):
+                return inst, None, {}
+            self._check_lock(session, ctx, inst, t.action)
             if not t.allows(inst.vm_state, inst.task_state):
                 raise exceptions.InstanceInvalidState(
-                    action=action, instance_uuid=inst.uuid, vm_state=inst.vm_state, task_state=inst.task_state
+                    action=t.action,
+                    instance_uuid=inst.uuid,
+                    vm_state=inst.vm_state,
+                    task_state=inst.task_state,
                 )
-            values: dict[str, Any] = dict(extra or {})
+            values, host_options = _PREPARE.get(t.action, _nothing_to_prepare)(self, session, ctx, inst, opts)
             if t.passes:
                 values["task_state"] = t.passes[0]
+            return inst, values, host_options
+
+        if dry_run:
+            with self.db.reader() as session:
+                inst, values, _ = check(session)
+                view = server_view(inst, ctx) if inst is not None else None
+            return ActOutcome(server=view, changed=values is not None, action=t.action)
+
+        def write(session: Session) -> tuple[str | None, bool, dict[str, Any]]:
+            inst, values, host_options = check(session)
+            if inst is None or values is None:
+                return (inst.uuid if inst is not None else None), False, {}
             if values:
                 db_api.instance_update(
                     session,
@@ -328,15 +440,32 @@ class API:
                     expected_task_state=inst.task_state,
                     expected_vm_state=inst.vm_state,
                 )
-            actions.action_start(session, ctx, inst.uuid, record_as)
-            return inst.uuid, True
+            actions.action_start(session, ctx, inst.uuid, t.record_as)
+            return inst.uuid, True, host_options
 
         try:
-            return self.db.run_in_transaction(write)
-        except IntegrityError:
-            raise exceptions.DuplicateName(
-                name=(extra or {}).get("display_name", ref), project_id=ctx.project_id
-            ) from None
+            uuid, changed, host_options = self.db.run_in_transaction(write)
+        except IntegrityError:  # the rename's name was taken meanwhile
+            raise exceptions.DuplicateName(name=opts.get("name") or ref, project_id=ctx.project_id) from None
+        if uuid is None:
+            return ActOutcome(server=None, changed=False, action=t.action)
+        request = None
+        if changed:
+            # Announced once the guarded write is committed, whichever way the action goes on.
+            self.conductor.notifier.emit(f"instance.{t.notify_as}.start", uuid)
+            if not t.compute:
+                self._finish_local(ctx, uuid, t)
+                self.conductor.notifier.emit(f"instance.{t.notify_as}.end", uuid)
+            else:
+                request = self.conductor.prepare_action(ctx, uuid, t.action, host_options)
+                if request is None:  # no host holds it (never scheduled): nothing to do there
+                    self.conductor.finish_action(ctx, uuid, t.action, None)
+                elif not defer:
+                    self.conductor.run_action(ctx, request)
+                    request = None
+        with self.db.reader() as session:
+            view = server_view(db_api.instance_get(session, ctx, uuid, include_deleted=True), ctx)
+        return ActOutcome(server=view, changed=changed, action=t.action, request=request)
 
     def _check_lock(self, session: Session, ctx: RequestContext, inst: Instance, action: str) -> None:
         if not inst.locked or ctx.is_admin:
@@ -354,122 +483,195 @@ class API:
         if locker != ctx.user_id:
             raise exceptions.InstanceIsLocked(inst.uuid, inst.locked_reason)
 
-    def _act(
-        self,
-        ctx: RequestContext,
-        ref: str,
-        action: str,
-        options: dict[str, Any] | None = None,
-        *,
-        defer: bool = False,
-        extra: dict[str, Any] | None = None,
-    ) -> dict[str, Any] | ComputeRequest | None:
-        from novakit.conductor import notify_name
-
-        uuid, changed = self.start_action(ctx, ref, action, extra)
-        t = ACTIONS[action]
-        if changed:
-            # Announced once the guarded write is committed, whichever way the action goes on.
-            self.conductor.notifier.emit(f"instance.{notify_name(action)}.start", uuid)
-        if changed and not t.compute:
-            self._finish_local(ctx, uuid, action)
-            self.conductor.notifier.emit(f"instance.{notify_name(action)}.end", uuid)
-        elif changed:
-            if defer:
-                request = self.conductor.prepare_action(ctx, uuid, action, options)
-                if request is not None:
-                    return request
-                self.conductor.finish_action(ctx, uuid, action, None)
-            else:
-                self.conductor.run_action(ctx, uuid, action, options)
-        if action == "delete":
-            with self.db.reader() as session:
-                return server_view(db_api.instance_get(session, ctx, uuid, include_deleted=True), ctx)
-        return self.get(ctx, uuid)
-
-    def _finish_local(self, ctx: RequestContext, uuid: str, action: str) -> None:
-        with actions.instance_event(self.db, ctx, uuid, f"api_{action}", fault_on_error=False):
+    def _finish_local(self, ctx: RequestContext, uuid: str, t: Transition) -> None:
+        with actions.instance_event(self.db, ctx, uuid, f"api_{t.action}", fault_on_error=False):
             pass
 
         def write(session: Session) -> None:
-            actions.action_finish(session, ctx, uuid, action)
+            actions.action_finish(session, ctx, uuid, t.record_as)
 
         self.db.run_in_transaction(write)
 
-    def delete(self, ctx: RequestContext, ref: str, *, defer: bool = False) -> Any:
-        return self._act(ctx, ref, "delete", defer=defer)
+    # The Python API's short forms: each is ``act`` with the action's options.
 
-    def stop(self, ctx: RequestContext, ref: str, *, timeout: int | None = None, defer: bool = False) -> Any:
-        req = schemas.parse(schemas.Stop, {"timeout": timeout})
-        opts = {"timeout": req.timeout if req.timeout is not None else self.conf.compute.shutdown_timeout}
-        return self._act(ctx, ref, "stop", opts, defer=defer)
+    def delete(self, ctx: RequestContext, ref: str) -> dict[str, Any]:
+        return self._server(self.act(ctx, ref, "delete"))
 
-    def start(self, ctx: RequestContext, ref: str, *, defer: bool = False) -> Any:
-        return self._act(ctx, ref, "start", defer=defer)
+    def stop(self, ctx: RequestContext, ref: str, *, timeout: int | None = None) -> dict[str, Any]:
+        return self._server(self.act(ctx, ref, "stop", {"timeout": timeout}))
 
-    def reboot(self, ctx: RequestContext, ref: str, reboot_type: str = "SOFT", *, defer: bool = False) -> Any:
-        req = schemas.parse(schemas.Reboot, {"type": reboot_type})
-        action = "reboot_hard" if req.type == "HARD" else "reboot"
-        return self._act(ctx, ref, action, {"reboot_type": req.type}, defer=defer)
+    def start(self, ctx: RequestContext, ref: str) -> dict[str, Any]:
+        return self._server(self.act(ctx, ref, "start"))
 
-    def pause(self, ctx: RequestContext, ref: str, *, defer: bool = False) -> Any:
-        return self._act(ctx, ref, "pause", defer=defer)
+    def reboot(self, ctx: RequestContext, ref: str, reboot_type: str = "SOFT") -> dict[str, Any]:
+        return self._server(self.act(ctx, ref, "reboot", {"reboot_type": reboot_type}))
 
-    def unpause(self, ctx: RequestContext, ref: str, *, defer: bool = False) -> Any:
-        return self._act(ctx, ref, "unpause", defer=defer)
+    def pause(self, ctx: RequestContext, ref: str) -> dict[str, Any]:
+        return self._server(self.act(ctx, ref, "pause"))
 
-    def suspend(self, ctx: RequestContext, ref: str, *, defer: bool = False) -> Any:
-        return self._act(ctx, ref, "suspend", defer=defer)
+    def unpause(self, ctx: RequestContext, ref: str) -> dict[str, Any]:
+        return self._server(self.act(ctx, ref, "unpause"))
 
-    def resume(self, ctx: RequestContext, ref: str, *, defer: bool = False) -> Any:
-        return self._act(ctx, ref, "resume", defer=defer)
+    def suspend(self, ctx: RequestContext, ref: str) -> dict[str, Any]:
+        return self._server(self.act(ctx, ref, "suspend"))
 
-    def rebuild(self, ctx: RequestContext, ref: str, data: dict[str, Any], *, defer: bool = False) -> Any:
-        req = schemas.parse(schemas.Rebuild, data)
-        with self.db.reader() as session:
-            image = images.get(session, req.image)
-            inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref)
-        extra: dict[str, Any] = {"image_ref": image.uuid}
-        if req.name is not None:
-            extra["display_name"] = req.name
-        if req.metadata is not None:
-            extra["instance_metadata"] = req.metadata
-        if req.user_data is not None:
-            extra["user_data"] = req.user_data.get_secret_value()
-        opts = {"image": image.uuid, "preserve_power_off": inst.vm_state == VmState.STOPPED.value}
-        return self._act(ctx, ref, "rebuild", opts, defer=defer, extra=extra)
+    def resume(self, ctx: RequestContext, ref: str) -> dict[str, Any]:
+        return self._server(self.act(ctx, ref, "resume"))
 
-    def lock(self, ctx: RequestContext, ref: str, reason: str | None = None) -> Any:
-        req = schemas.parse(schemas.Lock, {"reason": reason})
-        extra = {
-            "locked": True,
-            "locked_by": "admin" if ctx.is_admin else "owner",
-            "locked_reason": req.reason,
-        }
-        return self._act(ctx, ref, "lock", extra=extra)
+    def rebuild(self, ctx: RequestContext, ref: str, data: dict[str, Any]) -> dict[str, Any]:
+        return self._server(self.act(ctx, ref, "rebuild", data))
 
-    def unlock(self, ctx: RequestContext, ref: str) -> Any:
-        return self._act(
-            ctx, ref, "unlock", extra={"locked": False, "locked_by": None, "locked_reason": None}
+    def lock(self, ctx: RequestContext, ref: str, reason: str | None = None) -> dict[str, Any]:
+        return self._server(self.act(ctx, ref, "lock", {"reason": reason}))
+
+    def unlock(self, ctx: RequestContext, ref: str) -> dict[str, Any]:
+        return self._server(self.act(ctx, ref, "unlock"))
+
+    def rename(self, ctx: RequestContext, ref: str, name: str) -> dict[str, Any]:
+        return self._server(self.act(ctx, ref, "rename", {"name": name}))
+
+    @staticmethod
+    def _server(outcome: ActOutcome) -> dict[str, Any]:
+        assert outcome.server is not None  # only a declarative delete of a missing server has none
+        return outcome.server
+
+
+@dataclass
+class ActOutcome:
+    """What ``API.act`` did or, as a dry run, would do."""
+
+    server: dict[str, Any] | None  # the server as it now is; None: a declarative delete found none
+    changed: bool
+    action: str  # the state table's row that ran (``reboot_hard`` for a hard reboot)
+    request: ComputeRequest | None = None  # ``defer``: the host's part, for the caller to send
+
+
+@dataclass
+class CreateOutcome:
+    """What ``API.create_servers`` recorded (or, as a dry run, where the servers would go)."""
+
+    servers: builtins.list[dict[str, Any]]
+    uuids: builtins.list[str]
+    changed: bool
+    unbuilt: builtins.list[str] = dc_field(default_factory=builtins.list)  # recorded, never scheduled
+    records: dict[str, tuple[Instance, RequestSpec]] | None = None  # as just written (for the conductor)
+    would_schedule_to: dict[str, str | None] = dc_field(default_factory=dict)
+
+
+def _names(req: schemas.ServerCreate) -> builtins.list[str]:
+    """The servers' names: ``name``, or ``name-1`` ... ``name-N`` for several."""
+    count = int(req.max_count or req.min_count)
+    return [req.name] if count == 1 else [f"{req.name}-{i + 1}" for i in range(count)]
+
+
+def _existing(session: Session, ctx: RequestContext, names: builtins.list[str]) -> builtins.list[Instance]:
+    """The caller's live servers of these names, in the order of ``names``."""
+    rows = session.execute(
+        select(Instance).where(
+            Instance.project_id == ctx.project_id,
+            Instance.deleted == 0,
+            db_api.one_of(Instance.display_name, names),
         )
+    ).scalars()
+    by_name = {i.display_name: i for i in rows}
+    return [by_name[n] for n in names if n in by_name]
 
-    def rename(self, ctx: RequestContext, ref: str, name: str) -> Any:
-        req = schemas.parse(schemas.Rename, {"name": name})
-        with self.db.reader() as session:
-            inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref)
-            clash = session.execute(
-                select(Instance.uuid).where(
-                    Instance.project_id == inst.project_id,
-                    Instance.display_name == req.name,
-                    Instance.deleted == 0,
-                    Instance.uuid != inst.uuid,
-                )
-            ).first()
-        if clash is not None:
-            raise exceptions.DuplicateName(name=req.name, project_id=inst.project_id)
-        return self._act(
-            ctx, inst.uuid, "rename", extra={"display_name": req.name, "hostname": hostname_for(req.name)}
+
+def _never_scheduled(inst: Instance) -> bool:
+    return (
+        inst.vm_state == VmState.BUILDING.value
+        and inst.task_state == TaskState.SCHEDULING.value
+        and inst.host is None
+    )
+
+
+# --- what each action reads and writes before it starts -------------------------------
+# ``(api, session, ctx, instance, options) -> (values written with the guarded write, host options)``
+
+Prepare = Callable[
+    [API, Session, RequestContext, Instance, dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]
+]
+
+
+def _nothing_to_prepare(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    return {}, {}
+
+
+def _prepare_stop(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    timeout = opts["timeout"] if opts.get("timeout") is not None else api.conf.compute.shutdown_timeout
+    return {}, {"timeout": timeout}
+
+
+def _prepare_reboot(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    return {}, {"reboot_type": opts["reboot_type"]}
+
+
+def _prepare_rebuild(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    image = images.get(session, opts["image"])
+    values: dict[str, Any] = {"image_ref": image.uuid}
+    if opts.get("name") is not None:
+        _check_name_free(session, inst, opts["name"])
+        values["display_name"] = opts["name"]
+    if opts.get("metadata") is not None:
+        values["instance_metadata"] = opts["metadata"]
+    if opts.get("user_data") is not None:
+        values["user_data"] = opts["user_data"].get_secret_value()
+    return values, {"image": image.uuid, "preserve_power_off": inst.vm_state == VmState.STOPPED.value}
+
+
+def _prepare_lock(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    return {
+        "locked": True,
+        "locked_by": "admin" if ctx.is_admin else "owner",
+        "locked_reason": opts.get("reason"),
+    }, {}
+
+
+def _prepare_unlock(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    return {"locked": False, "locked_by": None, "locked_reason": None}, {}
+
+
+def _prepare_rename(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    _check_name_free(session, inst, opts["name"])
+    return {"display_name": opts["name"], "hostname": hostname_for(opts["name"])}, {}
+
+
+def _check_name_free(session: Session, inst: Instance, name: str) -> None:
+    clash = session.execute(
+        select(Instance.uuid).where(
+            Instance.project_id == inst.project_id,
+            Instance.display_name == name,
+            Instance.deleted == 0,
+            Instance.uuid != inst.uuid,
         )
+    ).first()
+    if clash is not None:
+        raise exceptions.DuplicateName(name=name, project_id=inst.project_id)
+
+
+_PREPARE: dict[str, Prepare] = {
+    "stop": _prepare_stop,
+    "reboot": _prepare_reboot,
+    "reboot_hard": _prepare_reboot,
+    "rebuild": _prepare_rebuild,
+    "lock": _prepare_lock,
+    "unlock": _prepare_unlock,
+    "rename": _prepare_rename,
+}
 
 
 # Built once: building an insert costs more than running it.

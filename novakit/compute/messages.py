@@ -105,6 +105,10 @@ class ComputeRequest(_Model):
     request_id: str
     host: str
     operation: Operation
+    # The state table's action the request carries out (``reboot_hard`` for a hard reboot's
+    # ``reboot``): what the controller records when the result comes back. None for
+    # requests that are no instance action (builds, clean-ups, queries).
+    action: str | None = None
     instances: list[InstanceSpec] = Field(default_factory=list)
     # Operation options: reboot_type ("SOFT"/"HARD"), timeout (seconds) for a
     # graceful power off, ...

@@ -25,14 +25,17 @@ MAX_USER_DATA = 65535  # bytes once base64-encoded, as Nova's column
 M = TypeVar("M", bound=BaseModel)
 
 
-def parse(model: type[M], data: dict[str, Any]) -> M:
-    """Validate ``data``; on failure raise ValidationError naming each field and rule."""
+def parse(model: type[M], data: dict[str, Any], prefix: str = "") -> M:
+    """Validate ``data``; on failure raise ValidationError naming each field and rule.
+
+    ``prefix`` names where ``data`` sits in the request (``options``: ``options.timeout``).
+    """
     try:
         return model.model_validate(data)
     except pydantic.ValidationError as exc:
         errors = []
         for err in exc.errors():
-            field = ".".join(str(p) for p in err["loc"]) or "request"
+            field = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "") or "request"
             rule = err["msg"]
             if err["type"] == "extra_forbidden":
                 rule = "is not a known field"
@@ -165,10 +168,14 @@ class Rename(_Request):
     _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
 
 
-class Reboot(_Request):
-    type: Literal["SOFT", "HARD"] = "SOFT"
+class NoOptions(_Request):
+    """The options of an action that takes none: any key given is refused, by name."""
 
-    @field_validator("type", mode="before")
+
+class Reboot(_Request):
+    reboot_type: Literal["SOFT", "HARD"] = "SOFT"
+
+    @field_validator("reboot_type", mode="before")
     @classmethod
     def _upper(cls, v: Any) -> Any:
         return v.upper() if isinstance(v, str) else v

@@ -15,7 +15,14 @@ reads novakit's records without a dictionary. Three things live here:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from novakit import exceptions
+from novakit.compute import schemas
 
 
 class VmState(enum.StrEnum):
@@ -132,16 +139,47 @@ def status_from_state(vm_state: str, task_state: str | None = None) -> str:
 ANY: frozenset[str] = frozenset({"*"})
 
 
+def _vm_state_is(vm_state: VmState) -> Callable[[Any, Mapping[str, Any]], bool]:
+    def in_effect(inst: Any, options: Mapping[str, Any]) -> bool:
+        return bool(inst.vm_state == vm_state.value and inst.task_state is None)
+
+    return in_effect
+
+
+def _locked_is(locked: bool) -> Callable[[Any, Mapping[str, Any]], bool]:
+    return lambda inst, options: bool(inst.locked) is locked
+
+
+def _named(inst: Any, options: Mapping[str, Any]) -> bool:
+    return bool(inst.display_name == options.get("name"))
+
+
+def _deleting(inst: Any, options: Mapping[str, Any]) -> bool:
+    return bool(inst.task_state == TaskState.DELETING.value)
+
+
 @dataclass(frozen=True)
 class Transition:
-    """One row of the state table.
+    """One row of the state table: everything the code needs to know about one action.
 
     ``vm_states`` / ``task_states``: where the action may start (``ANY`` for
     no restriction; ``None`` inside ``task_states`` means "no task running").
     ``passes``: the task_states it sets, in order (the first is set by the API
     with a guarded write). ``end_vm_state``: where it ends (``None``: the
     vm_state does not change). ``end_power_state``: the power state a
-    successful run leaves. ``compute``: whether a compute host must act.
+    successful run leaves.
+
+    ``operation``: the compute operation a host runs for it (``None``: no host
+    acts, the API finishes it). ``record_as``: the instance action it is
+    recorded under (Nova records both reboots as ``reboot``); ``notify_as``:
+    the name of its ``instance.<name>.start/end`` notifications.
+    ``on_failure``: the vm_state a failed run leaves (``None``: where it was,
+    as Nova's ``reverts_task_state``). ``in_effect(instance, options)``: whether
+    a declarative caller (a module, a playbook) finds it done already; ``None``
+    for actions that always act. ``options``: the schema of its options.
+    ``power_path``: a step a declarative caller may take to reach a power
+    state (``path``). ``keeps_stopped``: a stopped instance ends stopped
+    (Nova's rebuild of a stopped server).
     """
 
     action: str
@@ -150,9 +188,24 @@ class Transition:
     passes: tuple[TaskState, ...] = ()
     end_vm_state: VmState | None = None
     end_power_state: PowerState | None = None
-    compute: bool = True
+    operation: str | None = None
+    record_as: str = ""
+    notify_as: str = ""
+    on_failure: VmState | None = None
+    in_effect: Callable[[Any, Mapping[str, Any]], bool] | None = None
+    options: type[BaseModel] | None = None
+    power_path: bool = False
+    keeps_stopped: bool = False
     notes: str = ""
-    admin_only_from: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "record_as", self.record_as or self.action)
+        object.__setattr__(self, "notify_as", self.notify_as or self.record_as)
+
+    @property
+    def compute(self) -> bool:
+        """Whether a compute host must act."""
+        return self.operation is not None
 
     def allows(self, vm_state: str, task_state: str | None) -> bool:
         vm_ok = self.vm_states is ANY or vm_state in self.vm_states
@@ -182,6 +235,8 @@ ALLOW_HARD_REBOOT = ALLOW_SOFT_REBOOT | {V.STOPPED, V.PAUSED, V.SUSPENDED, V.ERR
 
 _LIVE = frozenset(set(VmState) - {V.DELETED, V.SOFT_DELETED})
 
+_ON = frozenset({V.ACTIVE})
+
 ACTIONS: dict[str, Transition] = {
     t.action: t
     for t in (
@@ -192,6 +247,8 @@ ACTIONS: dict[str, Transition] = {
             passes=(T.SCHEDULING, T.NETWORKING, T.BLOCK_DEVICE_MAPPING, T.SPAWNING),
             end_vm_state=V.ACTIVE,
             end_power_state=PowerState.RUNNING,
+            operation="build",
+            on_failure=V.ERROR,
             notes="new instances start in building/scheduling",
         ),
         Transition(
@@ -201,7 +258,11 @@ ACTIONS: dict[str, Transition] = {
             passes=(T.DELETING,),
             end_vm_state=V.DELETED,
             end_power_state=PowerState.NOSTATE,
-            notes="allowed in any state, as Nova's delete",
+            operation="destroy",
+            on_failure=V.ERROR,
+            in_effect=_deleting,
+            options=schemas.NoOptions,
+            notes="allowed in any state, as Nova's delete; a failed delete leaves error",
         ),
         Transition(
             "stop",
@@ -210,6 +271,11 @@ ACTIONS: dict[str, Transition] = {
             passes=(T.POWERING_OFF,),
             end_vm_state=V.STOPPED,
             end_power_state=PowerState.SHUTDOWN,
+            operation="stop",
+            notify_as="power_off",
+            in_effect=_vm_state_is(V.STOPPED),
+            options=schemas.Stop,
+            power_path=True,
         ),
         Transition(
             "start",
@@ -218,6 +284,11 @@ ACTIONS: dict[str, Transition] = {
             passes=(T.POWERING_ON,),
             end_vm_state=V.ACTIVE,
             end_power_state=PowerState.RUNNING,
+            operation="start",
+            notify_as="power_on",
+            in_effect=_vm_state_is(V.ACTIVE),
+            options=schemas.NoOptions,
+            power_path=True,
         ),
         Transition(
             "reboot",
@@ -226,7 +297,9 @@ ACTIONS: dict[str, Transition] = {
             passes=(T.REBOOTING, T.REBOOT_STARTED),
             end_vm_state=V.ACTIVE,
             end_power_state=PowerState.RUNNING,
-            notes="soft: only from active with no task running",
+            operation="reboot",
+            options=schemas.Reboot,
+            notes="soft: only from active with no task running; a failed one leaves it where it was",
         ),
         Transition(
             "reboot_hard",
@@ -235,15 +308,24 @@ ACTIONS: dict[str, Transition] = {
             passes=(T.REBOOTING_HARD, T.REBOOT_STARTED_HARD),
             end_vm_state=V.ACTIVE,
             end_power_state=PowerState.RUNNING,
-            notes="hard: also from stopped, paused, suspended, error, and over a running reboot",
+            operation="reboot",
+            record_as="reboot",
+            on_failure=V.ERROR,
+            options=schemas.Reboot,
+            notes="reboot with reboot_type HARD: also from stopped, paused, suspended, error, and over "
+            "a running reboot; a failed one leaves error",
         ),
         Transition(
             "pause",
-            vm_states=frozenset({V.ACTIVE}),
+            vm_states=_ON,
             task_states=_IDLE,
             passes=(T.PAUSING,),
             end_vm_state=V.PAUSED,
             end_power_state=PowerState.PAUSED,
+            operation="pause",
+            in_effect=_vm_state_is(V.PAUSED),
+            options=schemas.NoOptions,
+            power_path=True,
         ),
         Transition(
             "unpause",
@@ -252,14 +334,22 @@ ACTIONS: dict[str, Transition] = {
             passes=(T.UNPAUSING,),
             end_vm_state=V.ACTIVE,
             end_power_state=PowerState.RUNNING,
+            operation="unpause",
+            in_effect=_vm_state_is(V.ACTIVE),
+            options=schemas.NoOptions,
+            power_path=True,
         ),
         Transition(
             "suspend",
-            vm_states=frozenset({V.ACTIVE}),
+            vm_states=_ON,
             task_states=_IDLE,
             passes=(T.SUSPENDING,),
             end_vm_state=V.SUSPENDED,
             end_power_state=PowerState.SUSPENDED,
+            operation="suspend",
+            in_effect=_vm_state_is(V.SUSPENDED),
+            options=schemas.NoOptions,
+            power_path=True,
         ),
         Transition(
             "resume",
@@ -268,6 +358,10 @@ ACTIONS: dict[str, Transition] = {
             passes=(T.RESUMING,),
             end_vm_state=V.ACTIVE,
             end_power_state=PowerState.RUNNING,
+            operation="resume",
+            in_effect=_vm_state_is(V.ACTIVE),
+            options=schemas.NoOptions,
+            power_path=True,
         ),
         Transition(
             "rebuild",
@@ -276,38 +370,80 @@ ACTIONS: dict[str, Transition] = {
             passes=(T.REBUILDING, T.REBUILD_BLOCK_DEVICE_MAPPING, T.REBUILD_SPAWNING),
             end_vm_state=V.ACTIVE,
             end_power_state=PowerState.RUNNING,
-            notes="a stopped instance ends stopped again, as in Nova",
+            operation="rebuild",
+            on_failure=V.ERROR,
+            keeps_stopped=True,
+            options=schemas.Rebuild,
+            notes="a stopped instance ends stopped again, as in Nova; a failed one leaves error",
         ),
         Transition(
             "lock",
             vm_states=ANY,
             task_states=_ANY_TASK,
-            compute=False,
+            in_effect=_locked_is(True),
+            options=schemas.Lock,
             notes="any state; records locked_by owner/admin",
         ),
         Transition(
             "unlock",
             vm_states=ANY,
             task_states=_ANY_TASK,
-            compute=False,
+            in_effect=_locked_is(False),
+            options=schemas.NoOptions,
             notes="an admin's lock is lifted only by an admin",
         ),
         Transition(
             "rename",
             vm_states=_LIVE,
             task_states=_ANY_TASK,
-            compute=False,
+            in_effect=_named,
+            options=schemas.Rename,
             notes="any live state",
         ),
     )
 }
 
+#: the actions a caller may ask for by name (``create`` has an API of its own)
+REQUESTABLE: tuple[str, ...] = tuple(a for a in ACTIONS if a != "create")
+#: the names callers use: a hard reboot is ``reboot`` with reboot_type HARD
+ACTION_NAMES: tuple[str, ...] = tuple(a for a in REQUESTABLE if a != "reboot_hard")
 
-def transition(action: str) -> Transition:
-    try:
-        return ACTIONS[action]
-    except KeyError:
-        raise KeyError(f"unknown action {action!r}; known: {', '.join(sorted(ACTIONS))}") from None
+
+def resolve(action: str, options: Mapping[str, Any] | None = None) -> tuple[Transition, dict[str, Any]]:
+    """The table's row for ``action`` asked with ``options``, and the options validated.
+
+    An unknown action, an option the action does not take, or a bad value is a
+    ValidationError that names the field and the rule.
+    """
+    if action not in REQUESTABLE:
+        raise exceptions.ValidationError("action", f"{action!r} is not one of {', '.join(ACTION_NAMES)}")
+    t = ACTIONS[action]
+    given = {k: v for k, v in (options or {}).items() if v is not None}
+    parsed = schemas.parse(t.options or schemas.NoOptions, given, prefix="options")
+    values = parsed.model_dump()
+    if t.action == "reboot" and values.get("reboot_type") == "HARD":
+        t = ACTIONS["reboot_hard"]
+    return t, values
+
+
+def path(vm_state: str, wanted: VmState) -> list[str] | None:
+    """The power actions that take an idle instance from ``vm_state`` to ``wanted`` (None: none do).
+
+    What a declarative caller (``state: stopped``) runs, found in the table
+    rather than written down a second time.
+    """
+    steps = [a for a in ACTIONS.values() if a.power_path]
+    frontier: list[tuple[str, list[str]]] = [(vm_state, [])]
+    seen = {vm_state}
+    while frontier:
+        here, taken = frontier.pop(0)
+        if here == wanted.value:
+            return taken
+        for t in steps:
+            if t.end_vm_state is not None and t.allows(here, None) and t.end_vm_state.value not in seen:
+                seen.add(t.end_vm_state.value)
+                frontier.append((t.end_vm_state.value, [*taken, t.action]))
+    return None
 
 
 def state_table_markdown() -> str:

@@ -78,12 +78,12 @@ def test_unknown_references_change_nothing(
 @pytest.mark.parametrize(
     "call,field",
     [
-        (lambda api, ctx, u: api.rename(ctx, u, " padded"), "name"),
-        (lambda api, ctx, u: api.rename(ctx, u, ""), "name"),
-        (lambda api, ctx, u: api.reboot(ctx, u, "GENTLE"), "type"),
-        (lambda api, ctx, u: api.lock(ctx, u, "r" * 256), "reason"),
-        (lambda api, ctx, u: api.stop(ctx, u, timeout=-5), "timeout"),
-        (lambda api, ctx, u: api.rebuild(ctx, u, {"image": "tiny", "user_data": "%%%"}), "user_data"),
+        (lambda api, ctx, u: api.rename(ctx, u, " padded"), "options.name"),
+        (lambda api, ctx, u: api.rename(ctx, u, ""), "options.name"),
+        (lambda api, ctx, u: api.reboot(ctx, u, "GENTLE"), "options.reboot_type"),
+        (lambda api, ctx, u: api.lock(ctx, u, "r" * 256), "options.reason"),
+        (lambda api, ctx, u: api.stop(ctx, u, timeout=-5), "options.timeout"),
+        (lambda api, ctx, u: api.rebuild(ctx, u, {"image": "tiny", "user_data": "%%%"}), "options.user_data"),
     ],
     ids=["rename-padded", "rename-empty", "reboot-type", "lock-reason", "stop-timeout", "rebuild-user-data"],
 )

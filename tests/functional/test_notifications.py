@@ -109,12 +109,12 @@ def test_heal_announces_the_state_it_corrects(
 def test_an_action_run_through_the_playbook_path_is_announced_as_in_direct_mode(
     cloud: Cloud, ctx: RequestContext, notes: tuple[Path, list[dict[str, Any]]]
 ) -> None:
-    """The playbooks start an action with defer=True, a compute host runs it and the conductor
+    """The playbooks start an action with act(..., defer=True), a compute host runs it and the conductor
     records the answer: the same start, update and end as the direct path; lock, which needs no
     host, is announced too."""
     path, received = notes
     server = cloud.api.create(ctx, {"name": "played", "flavor": "m1.small", "image": "tiny"})[0]
-    request = cloud.api.stop(ctx, server["id"], defer=True)
+    request = cloud.api.act(ctx, server["id"], "stop", defer=True).request
     assert _of(received, server["id"])[-1] == "instance.power_off.start"  # before any host acted
     result = cloud.api.conductor.send(request)
     cloud.api.conductor.record_action_result(ctx, request, result)

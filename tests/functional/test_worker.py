@@ -45,7 +45,7 @@ def test_a_detached_worker_builds_then_stops_a_recorded_server(cloud: Cloud) -> 
 def test_a_deferred_action_is_sent_and_recorded_by_the_job(cloud: Cloud) -> None:
     api, ctx = cloud.api, cloud.admin
     server = boot(cloud, ctx, "deferred")
-    request = api.reboot(ctx, server["id"], "HARD", defer=True)
+    request = api.act(ctx, server["id"], "reboot", {"reboot_type": "HARD"}, defer=True).request
     assert api.get(ctx, server["id"])["status"] == "HARD_REBOOT"
     worker.run(job_for(cloud, server["id"], request=request.to_wire()))
     after = api.get(ctx, server["id"])
@@ -69,7 +69,9 @@ def test_wait_for_tells_a_timeout_from_a_worker_that_ended() -> None:
 def test_the_job_holds_no_secret_in_its_log(cloud: Cloud, tmp_path: Path) -> None:
     api, ctx = cloud.api, cloud.admin
     server = boot(cloud, ctx, "secretive")
-    request = api.rebuild(ctx, server["id"], {"image": "tiny-2", "user_data": "dWQtc2VjcmV0LTQ0"}, defer=True)
+    request = api.act(
+        ctx, server["id"], "rebuild", {"image": "tiny-2", "user_data": "dWQtc2VjcmV0LTQ0"}, defer=True
+    ).request
     proc, log = worker.start(cloud.conf, job_for(cloud, server["id"], request=request.to_wire()))
     assert proc.wait(timeout=60) == 0, log.read_text()
     assert api.get(ctx, server["id"])["status"] == "ACTIVE"

@@ -43,5 +43,10 @@ if [ "$(id -u)" = 0 ]; then
     tests/images/build-tiny-image.sh .state/tiny-image
 fi
 
+# Lint, format and types first: cheap, and a failure here is a failure of the run.
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy novakit
+
 export NOVAKIT_REQUIRE_REAL=1
 .venv/bin/python -m pytest -p no:cacheprovider "$@" tests

@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from novakit import exceptions
 
@@ -45,50 +45,76 @@ class SchedulerConfig(_Section):
         ]
     )
     weighers: list[str] = Field(default_factory=lambda: ["all"])
-    ram_weight_multiplier: float = 1.0
-    cpu_weight_multiplier: float = 1.0
-    disk_weight_multiplier: float = 1.0
-    io_ops_weight_multiplier: float = -1.0
-    build_failure_weight_multiplier: float = 1000000.0
-    soft_affinity_weight_multiplier: float = 1.0
-    soft_anti_affinity_weight_multiplier: float = 1.0
-    image_locality_weight_multiplier: float = 1.0
-    host_subset_size: int = 1
-    max_attempts: int = 3
-    max_placement_results: int = 1000
-    max_instances_per_host: int = 50
-    max_io_ops_per_host: int = 8
-    claim_retries: int = 10
+    ram_weight_multiplier: float = Field(1.0, allow_inf_nan=False)
+    cpu_weight_multiplier: float = Field(1.0, allow_inf_nan=False)
+    disk_weight_multiplier: float = Field(1.0, allow_inf_nan=False)
+    io_ops_weight_multiplier: float = Field(-1.0, allow_inf_nan=False)
+    build_failure_weight_multiplier: float = Field(1000000.0, allow_inf_nan=False)
+    soft_affinity_weight_multiplier: float = Field(1.0, allow_inf_nan=False)
+    soft_anti_affinity_weight_multiplier: float = Field(1.0, allow_inf_nan=False)
+    image_locality_weight_multiplier: float = Field(1.0, allow_inf_nan=False)
+    host_subset_size: int = Field(1, ge=1)
+    max_attempts: int = Field(3, ge=1, le=100)
+    max_placement_results: int = Field(1000, ge=1)
+    max_instances_per_host: int = Field(50, ge=1)
+    max_io_ops_per_host: int = Field(8, ge=1)
+    claim_retries: int = Field(10, ge=1, le=1000)
     # Hosts in no availability-zone aggregate are in this zone (Nova: default_availability_zone).
     default_availability_zone: str = "nova"
     # "No valid host" lists at most this many rejected hosts per step (counts are always complete).
-    explain_max_hosts: int = 200
+    explain_max_hosts: int = Field(200, ge=1)
+
+    # Names are checked when the configuration is read, before any request is recorded.
+    @field_validator("enabled_filters")
+    @classmethod
+    def _known_filters(cls, names: list[str]) -> list[str]:
+        from novakit.scheduler.filters import FILTERS
+
+        unknown = [n for n in names if n not in FILTERS]
+        if unknown:
+            raise ValueError(f"unknown filter(s) {', '.join(unknown)}; known: {', '.join(sorted(FILTERS))}")
+        return names
+
+    @field_validator("weighers")
+    @classmethod
+    def _known_weighers(cls, names: list[str]) -> list[str]:
+        from novakit.scheduler.weights import WEIGHERS
+
+        unknown = [n for n in names if n != "all" and n not in WEIGHERS]
+        if unknown:
+            raise ValueError(
+                f"unknown weigher(s) {', '.join(unknown)}; known: all, {', '.join(sorted(WEIGHERS))}"
+            )
+        return names
 
 
 class PlacementConfig(_Section):
     # Nova's defaults today.
-    cpu_allocation_ratio: float = 4.0
-    ram_allocation_ratio: float = 1.0
-    disk_allocation_ratio: float = 1.0
-    reserved_host_memory_mb: int = 512
-    reserved_host_cpus: int = 0
-    reserved_host_disk_mb: int = 0
+    cpu_allocation_ratio: float = Field(4.0, gt=0, le=1000, allow_inf_nan=False)
+    ram_allocation_ratio: float = Field(1.0, gt=0, le=1000, allow_inf_nan=False)
+    disk_allocation_ratio: float = Field(1.0, gt=0, le=1000, allow_inf_nan=False)
+    reserved_host_memory_mb: int = Field(512, ge=0, le=2147483647)
+    reserved_host_cpus: int = Field(0, ge=0, le=4096)
+    reserved_host_disk_mb: int = Field(0, ge=0, le=2147483647)
 
 
 class QuotaConfig(_Section):
-    # Nova's default quotas.
-    instances: int = 10
-    cores: int = 20
-    ram: int = 51200
+    # Nova's default quotas; -1 is unlimited.
+    instances: int = Field(10, ge=-1, le=2147483647)
+    cores: int = Field(20, ge=-1, le=2147483647)
+    ram: int = Field(51200, ge=-1, le=2147483647)
 
 
 class ComputeConfig(_Section):
-    max_concurrent_builds: int = 10
+    max_concurrent_builds: int = Field(10, ge=1, le=1000)
     # A host whose last heartbeat is older than this is "down" (Nova: service_down_time).
-    service_down_time: int = 60
+    service_down_time: int = Field(60, ge=1)
     # Heal reaps builds stuck in "building" for longer than this.
-    build_timeout: int = 600
-    shutdown_timeout: int = 60
+    build_timeout: int = Field(600, ge=1)
+    shutdown_timeout: int = Field(60, ge=0, le=3600)
+    # The most servers one create request may ask for (max_count), checked before any
+    # per-server work; quotas still apply below it.
+    max_count: int = Field(1000, ge=1, le=100000)
 
 
 class Config(_Section):
@@ -136,4 +162,4 @@ def load_config(path: Path | None = None, **overrides: Any) -> Config:
     except ValidationError as exc:
         err = exc.errors()[0]
         option = ".".join(str(p) for p in err["loc"])
-        raise exceptions.ConfigError(option=option, reason=err["msg"]) from None
+        raise exceptions.ConfigError(option=option, reason=err["msg"].removeprefix("Value error, ")) from None

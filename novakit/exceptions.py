@@ -21,9 +21,17 @@ sees the text)::
     │   ├── UnexpectedTaskStateError  a guarded state write lost a race
     │   │   └── UnexpectedDeletingTaskStateError
     │   ├── DuplicateName ........... a live server of that name exists
-    │   └── ConcurrentUpdateDetected  retries of a compare-and-swap ran out
+    │   ├── ConcurrentUpdateDetected  retries of a compare-and-swap ran out
+    │   └── ServerDiffers ........... a declared server exists with another flavor or image
     ├── NoValidHost (500) ........... the scheduler found nowhere to go;
     │                                 ``explanation`` says why for each host
+    ├── ServerStateError (409) ...... a declared server cannot get, or did not get, where it was
+    │   │                             asked to be (``novakit.desired``); ``server`` is its view,
+    │   │                             ``changed`` whether work had started
+    │   ├── StateUnreachable ........ nothing takes it there from where it is (ERROR, busy)
+    │   ├── WaitTimeout (504) ....... it was not there in time; the work goes on
+    │   ├── WorkerEnded (500) ....... its background worker ended before it got there
+    │   └── ServerFailed (500) ...... the work left it in ERROR; its fault says why
     ├── ComputeError (500) .......... raised on a compute host
     │   ├── RescheduledError ........ this host failed; another may succeed
     │   ├── BuildAbortError ......... stop: no other host would do better
@@ -120,13 +128,24 @@ class PolicyNotAuthorized(Forbidden):
 
 class InstanceIsLocked(Forbidden):
     msg_fmt = (
-        "Instance %(instance_uuid)s is locked%(reason_suffix)s; only its locker or an admin may act on it"
+        "Instance %(instance_uuid)s is locked%(reason_suffix)s; unlock it first (only an admin may act "
+        "on a locked server)"
     )
     code = 409
 
     def __init__(self, instance_uuid: str, reason: str | None = None) -> None:
         suffix = f" ({reason})" if reason else ""
         super().__init__(instance_uuid=instance_uuid, reason_suffix=suffix)
+
+
+class InstanceNotReady(Invalid):
+    """Nova's check_instance_host: the action needs a host, and no host holds the instance."""
+
+    msg_fmt = (
+        "Instance %(instance_uuid)s is not ready: it was never built on a host, so it cannot "
+        "'%(action)s'; rebuild needs a host too: delete it and create it again"
+    )
+    code = 409
 
 
 class OverQuota(Forbidden):
@@ -250,3 +269,63 @@ class InventoryInUse(Conflict):
         "Cannot remove %(resource_class)s from provider %(provider)s: %(used)s is allocated; "
         "free the allocations first"
     )
+
+
+class ServerDiffers(Conflict):
+    """A declared server exists already with another flavor or image; declaring it again changes neither."""
+
+    msg_fmt = "Server %(name)s exists with %(what)s %(actual)s, not %(wanted)s; %(remedy)s"
+
+
+# --- declared states (novakit.desired) ----------------------------------------
+
+
+class ServerStateError(NovakitError):
+    """A declared server cannot get, or did not get, to the state asked for.
+
+    ``server`` is the server's view as it was last seen (its status, task state
+    and, in ERROR, its fault); ``changed`` says whether work had started, so that
+    a caller reports a failed task that changed something as changed.
+    """
+
+    msg_fmt = "server %(name)s is %(status)s (task_state: %(task_state)s)"
+    code = 409
+
+    def __init__(self, server: dict[str, Any], changed: bool = False, **kwargs: Any) -> None:
+        self.server = server
+        self.changed = changed
+        super().__init__(
+            name=server["name"], status=server["status"], task_state=server["task_state"] or "none", **kwargs
+        )
+
+
+class StateUnreachable(ServerStateError):
+    """No action takes the server from where it is to the state asked for (``states.path``)."""
+
+    msg_fmt = (
+        "server %(name)s is %(status)s (task_state: %(task_state)s); "
+        "it cannot be brought to state %(state)s now%(remedy)s"
+    )
+
+
+class WaitTimeout(ServerStateError):
+    msg_fmt = (
+        "timed out after %(timeout)g s waiting for server %(name)s to be %(wanted)s: "
+        "it is %(status)s (task_state: %(task_state)s)%(goes_on)s"
+    )
+    code = 504
+
+
+class WorkerEnded(ServerStateError):
+    msg_fmt = (
+        "server %(name)s is not %(wanted)s and its background worker has ended: "
+        "it is %(status)s (task_state: %(task_state)s); see %(log)s"
+    )
+    code = 500
+
+
+class ServerFailed(ServerStateError):
+    """The work ended with the server in ERROR; ``server["fault"]`` says why."""
+
+    msg_fmt = "%(what)s: %(reason)s"
+    code = 500

@@ -36,7 +36,7 @@ from novakit.config import Config, load_config
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
-from novakit.db.models import Instance, InstanceAction, InstanceGroup, InstanceGroupMember, RequestSpec
+from novakit.db.models import Instance, InstanceGroup, InstanceGroupMember, RequestSpec
 
 
 def hostname_for(name: str) -> str:
@@ -150,6 +150,11 @@ class API:
         some free is a DuplicateName, as for any create.
         """
         req = data if isinstance(data, schemas.ServerCreate) else schemas.parse(schemas.ServerCreate, data)
+        ceiling = self.conf.compute.max_count
+        if int(req.max_count or req.min_count) > ceiling:
+            raise exceptions.ValidationError(
+                "max_count", f"must be at most {ceiling} (the configuration's compute.max_count)"
+            )
         names = _names(req)
         if declarative:
             with self.db.reader() as session:
@@ -407,9 +412,11 @@ class API:
                 if declarative and t.action == "delete":
                     return None, None, {}
                 raise
-            if declarative and t.in_effect is not None and t.in_effect(inst, opts):
+            if (declarative or t.idempotent) and t.in_effect is not None and t.in_effect(inst, opts, ctx):
                 return inst, None, {}
-            self._check_lock(session, ctx, inst, t.action)
+            _check_lock(ctx, inst, t)
+            if t.needs_host and not inst.host:
+                raise exceptions.InstanceNotReady(instance_uuid=inst.uuid, action=t.action)
             if not t.allows(inst.vm_state, inst.task_state):
                 raise exceptions.InstanceInvalidState(
                     action=t.action,
@@ -433,12 +440,14 @@ class API:
             if inst is None or values is None:
                 return (inst.uuid if inst is not None else None), False, {}
             if values:
+                # The lock as the checks read it is part of the guarded write's condition.
                 db_api.instance_update(
                     session,
                     inst.uuid,
                     values,
                     expected_task_state=inst.task_state,
                     expected_vm_state=inst.vm_state,
+                    expected_lock=(bool(inst.locked), inst.locked_by),
                 )
             actions.action_start(session, ctx, inst.uuid, t.record_as)
             return inst.uuid, True, host_options
@@ -466,22 +475,6 @@ class API:
         with self.db.reader() as session:
             view = server_view(db_api.instance_get(session, ctx, uuid, include_deleted=True), ctx)
         return ActOutcome(server=view, changed=changed, action=t.action, request=request)
-
-    def _check_lock(self, session: Session, ctx: RequestContext, inst: Instance, action: str) -> None:
-        if not inst.locked or ctx.is_admin:
-            if action == "unlock" and inst.locked_by == "admin" and not ctx.is_admin:
-                raise exceptions.InstanceIsLocked(inst.uuid, "locked by an admin")
-            return
-        if inst.locked_by == "admin":
-            raise exceptions.InstanceIsLocked(inst.uuid, "locked by an admin")
-        locker = session.execute(
-            select(InstanceAction.user_id)
-            .where(InstanceAction.instance_uuid == inst.uuid, InstanceAction.action == "lock")
-            .order_by(InstanceAction.id.desc())
-            .limit(1)
-        ).scalar_one_or_none()
-        if locker != ctx.user_id:
-            raise exceptions.InstanceIsLocked(inst.uuid, inst.locked_reason)
 
     def _finish_local(self, ctx: RequestContext, uuid: str, t: Transition) -> None:
         with actions.instance_event(self.db, ctx, uuid, f"api_{t.action}", fault_on_error=False):
@@ -558,6 +551,23 @@ class CreateOutcome:
     would_schedule_to: dict[str, str | None] = dc_field(default_factory=dict)
 
 
+def _check_lock(ctx: RequestContext, inst: Instance, t: Transition) -> None:
+    """Nova's ``check_instance_lock`` and unlock policy.
+
+    A locked server refuses every action that checks the lock (``checks_lock``)
+    to every non-admin, its locker included: the lock is a safety catch, lifted
+    before acting. A lock made by the server's own project (``owner``) is lifted
+    by any member of it; an admin's lock (an admin of another project locked
+    it) only by an admin.
+    """
+    if t.action == "unlock":
+        if inst.locked_by == "admin" and not ctx.is_admin:
+            raise exceptions.InstanceIsLocked(inst.uuid, "locked by an admin")
+        return
+    if t.checks_lock and inst.locked and not ctx.is_admin:
+        raise exceptions.InstanceIsLocked(inst.uuid, inst.locked_reason)
+
+
 def _names(req: schemas.ServerCreate) -> builtins.list[str]:
     """The servers' names: ``name``, or ``name-1`` ... ``name-N`` for several."""
     count = int(req.max_count or req.min_count)
@@ -632,7 +642,7 @@ def _prepare_lock(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     return {
         "locked": True,
-        "locked_by": "admin" if ctx.is_admin else "owner",
+        "locked_by": "owner" if ctx.project_id == inst.project_id else "admin",
         "locked_reason": opts.get("reason"),
     }, {}
 

@@ -84,10 +84,22 @@ def create(db: Database, ctx: RequestContext, data: dict[str, Any]) -> dict[str,
     def write(session: Session) -> dict[str, Any]:
         if session.execute(select(Image).where(Image.name == req.name, Image.status == "active")).first():
             raise exceptions.Conflict(reason=f"an image named {req.name!r} exists")
+        properties = dict(req.properties)
+        # The kernel and ramdisk of a direct kernel boot are images: resolved now, by name or id,
+        # and stored by uuid; one that does not resolve is refused, never ignored at boot.
+        for key in ("kernel_id", "ramdisk_id"):
+            if properties.get(key):
+                try:
+                    properties[key] = get(session, properties[key]).uuid
+                except exceptions.ImageNotFound:
+                    raise exceptions.ValidationError(
+                        f"properties.{key}", f"no image is named or has the id {properties[key]!r}"
+                    ) from None
         row = Image(
             uuid=req.uuid or str(uuidlib.uuid4()),
             project_id=ctx.project_id,
-            **req.model_dump(exclude={"uuid"}),
+            **req.model_dump(exclude={"uuid", "properties"}),
+            properties=properties,
         )
         session.add(row)
         session.flush()

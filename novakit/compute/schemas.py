@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
+import unicodedata
 import uuid as uuidlib
 from typing import Any, Literal, TypeVar
 
@@ -21,6 +23,12 @@ MAX_NAME = 255
 MAX_METADATA_ITEMS = 128
 MAX_METADATA_LEN = 255
 MAX_USER_DATA = 65535  # bytes once base64-encoded, as Nova's column
+MAX_INT = 2147483647  # Nova's bound for integer fields (flavor RAM, disk, ...)
+# Nova's metadata keys: letters, digits, space and -_:.
+METADATA_KEY = re.compile(r"^[a-zA-Z0-9-_:. ]{1,255}$")
+# Characters no name may hold (Nova's valid_name_regex): control, format, surrogate, private and
+# unassigned (C*), and the line and paragraph separators (Zl, Zp).
+_BAD_NAME_CATEGORIES = ("C", "Zl", "Zp")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -49,8 +57,11 @@ def _check_name(value: str) -> str:
         raise ValueError(f"must be 1 to {MAX_NAME} characters long")
     if value != value.strip():
         raise ValueError("must not begin or end with whitespace")
-    if any(ord(c) < 32 for c in value):
-        raise ValueError("must not contain control characters")
+    for c in value:
+        if unicodedata.category(c).startswith(_BAD_NAME_CATEGORIES):
+            raise ValueError(
+                f"must not contain control, format, unassigned or separator characters (U+{ord(c):04X})"
+            )
     return value
 
 
@@ -76,6 +87,8 @@ def _check_metadata(value: dict[str, Any]) -> dict[str, str]:
     for key, val in value.items():
         if not isinstance(key, str) or not 1 <= len(key) <= MAX_METADATA_LEN:
             raise ValueError(f"key {str(key)[:40]!r} must be a string of 1 to {MAX_METADATA_LEN} characters")
+        if not METADATA_KEY.match(key):
+            raise ValueError(f"key {key[:40]!r} may hold only letters, digits, space and -_:.")
         if not isinstance(val, str):
             raise ValueError(f"value of {key!r} must be a string")
         if len(val) > MAX_METADATA_LEN:
@@ -114,8 +127,8 @@ class ServerCreate(_Request):
     name: str
     flavor: str
     image: str
-    min_count: int = Field(default=1, ge=1)
-    max_count: int | None = Field(default=None, ge=1, validate_default=True)
+    min_count: int = Field(default=1, ge=1, le=MAX_INT)
+    max_count: int | None = Field(default=None, ge=1, le=MAX_INT, validate_default=True)
     metadata: dict[str, Any] = Field(default_factory=dict)
     user_data: SecretStr | None = None
     admin_password: SecretStr | None = None
@@ -142,7 +155,9 @@ class ServerCreate(_Request):
     def _user_data(cls, v: SecretStr | None) -> SecretStr | None:
         if v is None:
             return v
-        raw = v.get_secret_value()
+        # Line breaks as `base64` prints them are accepted (Nova decodes with decodebytes) and
+        # dropped, so that what is stored is plain base64.
+        raw = "".join(v.get_secret_value().split())
         if len(raw.encode()) > MAX_USER_DATA:
             raise ValueError(f"must be at most {MAX_USER_DATA} bytes once base64-encoded")
         try:
@@ -150,7 +165,7 @@ class ServerCreate(_Request):
         except (binascii.Error, ValueError):
             # Never echo the value: user data may hold secrets.
             raise ValueError("must be base64-encoded") from None
-        return v
+        return SecretStr(raw)
 
     @field_validator("max_count")
     @classmethod
@@ -206,10 +221,10 @@ class Stop(_Request):
 class FlavorCreate(_Request):
     name: str
     vcpus: int = Field(ge=1, le=4096)
-    memory_mb: int = Field(ge=1)
-    root_gb: int = Field(default=0, ge=0)
-    ephemeral_gb: int = Field(default=0, ge=0)
-    swap: int = Field(default=0, ge=0)
+    memory_mb: int = Field(ge=1, le=MAX_INT)
+    root_gb: int = Field(default=0, ge=0, le=MAX_INT)
+    ephemeral_gb: int = Field(default=0, ge=0, le=MAX_INT)
+    swap: int = Field(default=0, ge=0, le=MAX_INT)
     flavorid: str | None = None
     extra_specs: dict[str, str] = Field(default_factory=dict)
     is_public: bool = True
@@ -224,9 +239,9 @@ class ImageCreate(_Request):
     disk_format: Literal["qcow2", "raw", "aki", "ari", "ami"] = "qcow2"
     container_format: Literal["bare", "aki", "ari", "ami"] = "bare"
     checksum: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    size: int = Field(default=0, ge=0)
-    min_disk: int = Field(default=0, ge=0)
-    min_ram: int = Field(default=0, ge=0)
+    size: int = Field(default=0, ge=0, le=2**63 - 1)
+    min_disk: int = Field(default=0, ge=0, le=MAX_INT)
+    min_ram: int = Field(default=0, ge=0, le=MAX_INT)
     properties: dict[str, str] = Field(default_factory=dict)
     uuid: str | None = None
 

@@ -139,22 +139,31 @@ def status_from_state(vm_state: str, task_state: str | None = None) -> str:
 ANY: frozenset[str] = frozenset({"*"})
 
 
-def _vm_state_is(vm_state: VmState) -> Callable[[Any, Mapping[str, Any]], bool]:
-    def in_effect(inst: Any, options: Mapping[str, Any]) -> bool:
+InEffect = Callable[[Any, Mapping[str, Any], Any], bool]
+
+
+def _vm_state_is(vm_state: VmState) -> InEffect:
+    def in_effect(inst: Any, options: Mapping[str, Any], ctx: Any) -> bool:
         return bool(inst.vm_state == vm_state.value and inst.task_state is None)
 
     return in_effect
 
 
-def _locked_is(locked: bool) -> Callable[[Any, Mapping[str, Any]], bool]:
-    return lambda inst, options: bool(inst.locked) is locked
+def _unlocked(inst: Any, options: Mapping[str, Any], ctx: Any) -> bool:
+    return not inst.locked
 
 
-def _named(inst: Any, options: Mapping[str, Any]) -> bool:
+def _locked_by_its_project(inst: Any, options: Mapping[str, Any], ctx: Any) -> bool:
+    """Nova's lock: a lock already there stays as it is, unless an admin of another project
+    locks it (which makes it an admin's lock)."""
+    return bool(inst.locked) and ctx.project_id == inst.project_id
+
+
+def _named(inst: Any, options: Mapping[str, Any], ctx: Any) -> bool:
     return bool(inst.display_name == options.get("name"))
 
 
-def _deleting(inst: Any, options: Mapping[str, Any]) -> bool:
+def _deleting(inst: Any, options: Mapping[str, Any], ctx: Any) -> bool:
     return bool(inst.task_state == TaskState.DELETING.value)
 
 
@@ -174,12 +183,17 @@ class Transition:
     recorded under (Nova records both reboots as ``reboot``); ``notify_as``:
     the name of its ``instance.<name>.start/end`` notifications.
     ``on_failure``: the vm_state a failed run leaves (``None``: where it was,
-    as Nova's ``reverts_task_state``). ``in_effect(instance, options)``: whether
+    as Nova's ``reverts_task_state``). ``in_effect(instance, options, ctx)``: whether
     a declarative caller (a module, a playbook) finds it done already; ``None``
     for actions that always act. ``options``: the schema of its options.
     ``power_path``: a step a declarative caller may take to reach a power
     state (``path``). ``keeps_stopped``: a stopped instance ends stopped
-    (Nova's rebuild of a stopped server).
+    (Nova's rebuild of a stopped server). ``checks_lock``: a locked instance
+    refuses it to every non-admin (Nova's ``check_instance_lock``; lock, unlock
+    and rename do not check it). ``needs_host``: an instance no host holds (its
+    build never got one) refuses it (Nova's ``check_instance_host``).
+    ``idempotent``: ``in_effect`` applies to every caller, not only declarative
+    ones (Nova's lock of a server its own project locked already).
     """
 
     action: str
@@ -192,10 +206,13 @@ class Transition:
     record_as: str = ""
     notify_as: str = ""
     on_failure: VmState | None = None
-    in_effect: Callable[[Any, Mapping[str, Any]], bool] | None = None
+    in_effect: InEffect | None = None
     options: type[BaseModel] | None = None
     power_path: bool = False
     keeps_stopped: bool = False
+    checks_lock: bool = True
+    needs_host: bool = False
+    idempotent: bool = False
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -272,6 +289,7 @@ ACTIONS: dict[str, Transition] = {
             end_vm_state=V.STOPPED,
             end_power_state=PowerState.SHUTDOWN,
             operation="stop",
+            needs_host=True,
             notify_as="power_off",
             in_effect=_vm_state_is(V.STOPPED),
             options=schemas.Stop,
@@ -285,6 +303,7 @@ ACTIONS: dict[str, Transition] = {
             end_vm_state=V.ACTIVE,
             end_power_state=PowerState.RUNNING,
             operation="start",
+            needs_host=True,
             notify_as="power_on",
             in_effect=_vm_state_is(V.ACTIVE),
             options=schemas.NoOptions,
@@ -298,6 +317,7 @@ ACTIONS: dict[str, Transition] = {
             end_vm_state=V.ACTIVE,
             end_power_state=PowerState.RUNNING,
             operation="reboot",
+            needs_host=True,
             options=schemas.Reboot,
             notes="soft: only from active with no task running; a failed one leaves it where it was",
         ),
@@ -309,6 +329,7 @@ ACTIONS: dict[str, Transition] = {
             end_vm_state=V.ACTIVE,
             end_power_state=PowerState.RUNNING,
             operation="reboot",
+            needs_host=True,
             record_as="reboot",
             on_failure=V.ERROR,
             options=schemas.Reboot,
@@ -323,6 +344,7 @@ ACTIONS: dict[str, Transition] = {
             end_vm_state=V.PAUSED,
             end_power_state=PowerState.PAUSED,
             operation="pause",
+            needs_host=True,
             in_effect=_vm_state_is(V.PAUSED),
             options=schemas.NoOptions,
             power_path=True,
@@ -335,6 +357,7 @@ ACTIONS: dict[str, Transition] = {
             end_vm_state=V.ACTIVE,
             end_power_state=PowerState.RUNNING,
             operation="unpause",
+            needs_host=True,
             in_effect=_vm_state_is(V.ACTIVE),
             options=schemas.NoOptions,
             power_path=True,
@@ -347,6 +370,7 @@ ACTIONS: dict[str, Transition] = {
             end_vm_state=V.SUSPENDED,
             end_power_state=PowerState.SUSPENDED,
             operation="suspend",
+            needs_host=True,
             in_effect=_vm_state_is(V.SUSPENDED),
             options=schemas.NoOptions,
             power_path=True,
@@ -359,6 +383,7 @@ ACTIONS: dict[str, Transition] = {
             end_vm_state=V.ACTIVE,
             end_power_state=PowerState.RUNNING,
             operation="resume",
+            needs_host=True,
             in_effect=_vm_state_is(V.ACTIVE),
             options=schemas.NoOptions,
             power_path=True,
@@ -371,6 +396,7 @@ ACTIONS: dict[str, Transition] = {
             end_vm_state=V.ACTIVE,
             end_power_state=PowerState.RUNNING,
             operation="rebuild",
+            needs_host=True,
             on_failure=V.ERROR,
             keeps_stopped=True,
             options=schemas.Rebuild,
@@ -380,7 +406,9 @@ ACTIONS: dict[str, Transition] = {
             "lock",
             vm_states=ANY,
             task_states=_ANY_TASK,
-            in_effect=_locked_is(True),
+            in_effect=_locked_by_its_project,
+            idempotent=True,
+            checks_lock=False,
             options=schemas.Lock,
             notes="any state; records locked_by owner/admin",
         ),
@@ -388,7 +416,8 @@ ACTIONS: dict[str, Transition] = {
             "unlock",
             vm_states=ANY,
             task_states=_ANY_TASK,
-            in_effect=_locked_is(False),
+            in_effect=_unlocked,
+            checks_lock=False,
             options=schemas.NoOptions,
             notes="an admin's lock is lifted only by an admin",
         ),
@@ -397,6 +426,7 @@ ACTIONS: dict[str, Transition] = {
             vm_states=_LIVE,
             task_states=_ANY_TASK,
             in_effect=_named,
+            checks_lock=False,
             options=schemas.Rename,
             notes="any live state",
         ),

@@ -118,9 +118,12 @@ _GUARDED: dict[tuple[Any, ...], Any] = {}
 
 
 def _guarded_update(
-    columns: tuple[str, ...], task_states: tuple[Any, ...] | None, vm_states: tuple[Any, ...] | None
+    columns: tuple[str, ...],
+    task_states: tuple[Any, ...] | None,
+    vm_states: tuple[Any, ...] | None,
+    lock: tuple[bool, str | None] | None = None,
 ) -> Any:
-    key = (columns, task_states, vm_states)
+    key = (columns, task_states, vm_states, lock)
     stmt = _GUARDED.get(key)
     if stmt is None:
         conditions = [Instance.uuid == bindparam("w_uuid"), Instance.deleted == 0]
@@ -128,6 +131,10 @@ def _guarded_update(
             conditions.append(_state_clause(Instance.task_state, list(task_states)))
         if vm_states is not None:
             conditions.append(_state_clause(Instance.vm_state, list(vm_states)))
+        if lock is not None:
+            locked, locked_by = lock
+            conditions.append(Instance.locked.is_(True) if locked else Instance.locked.is_(False))
+            conditions.append(_state_clause(Instance.locked_by, [locked_by]))
         table = Instance.__table__
         mapper = Instance.__mapper__
         targets = {name: mapper.attrs[name].columns[0] for name in columns}  # type: ignore[union-attr]
@@ -147,19 +154,27 @@ def instance_update(
     *,
     expected_task_state: Any = UNSET,
     expected_vm_state: Any = UNSET,
+    expected_lock: tuple[bool, str | None] | None = None,
     fetch: bool = True,
 ) -> Instance:
     """Write ``values`` only if the row still has the expected states.
 
     Raises UnexpectedTaskStateError (UnexpectedDeletingTaskStateError when the
     instance is being deleted) and changes nothing if it does not.
+    ``expected_lock``: the (locked, locked_by) the caller's lock check read;
+    when another caller changed the lock since, InstanceIsLocked (or, for a
+    lock lifted meanwhile, UnexpectedTaskStateError) and nothing is written:
+    the lock check holds at the moment of the write, on every back end.
     """
     values = {
         k: (v.value if hasattr(v, "value") and not isinstance(v, int) else v) for k, v in values.items()
     }
     values.setdefault("updated_at", utcnow())
     stmt = _guarded_update(
-        tuple(sorted(values)), _expected_key(expected_task_state), _expected_key(expected_vm_state)
+        tuple(sorted(values)),
+        _expected_key(expected_task_state),
+        _expected_key(expected_vm_state),
+        expected_lock,
     )
     result = session.execute(stmt, {"w_uuid": uuid, **{f"v_{k}": v for k, v in values.items()}})
     if result.rowcount == 1:  # type: ignore[attr-defined]
@@ -167,11 +182,21 @@ def instance_update(
             return None  # type: ignore[return-value]
         stmt = select(Instance).where(Instance.uuid == uuid).execution_options(populate_existing=True)
         return session.execute(stmt).scalar_one()
+    # Read afresh: the session may hold the row as it was before the other writer's commit.
     current = session.execute(
-        select(Instance).where(Instance.uuid == uuid, Instance.deleted == 0)
+        select(Instance)
+        .where(Instance.uuid == uuid, Instance.deleted == 0)
+        .execution_options(populate_existing=True)
     ).scalar_one_or_none()
     if current is None:
         raise exceptions.InstanceNotFound(instance_id=uuid)
+    if expected_lock is not None and (bool(current.locked), current.locked_by) != expected_lock:
+        if current.locked:
+            raise exceptions.InstanceIsLocked(uuid, current.locked_reason)
+        expected_desc_lock = "locked" if expected_lock[0] else "unlocked"
+        raise exceptions.UnexpectedTaskStateError(
+            instance_uuid=uuid, expected=expected_desc_lock, actual="its lock changed meanwhile"
+        )
     expected_desc = []
     if expected_task_state is not UNSET:
         expected_desc.append(f"task_state={_describe(expected_task_state)}")

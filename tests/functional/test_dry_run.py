@@ -100,7 +100,9 @@ def test_the_dry_run_picks_the_host_the_real_create_gets(cloud: Cloud, ctx: Requ
         assert all(s["status"] == "ACTIVE" for s in servers)
 
 
-def test_no_valid_host_is_the_dry_runs_error_and_the_real_runs_fault(cloud: Cloud, ctx: RequestContext) -> None:
+def test_no_valid_host_is_the_dry_runs_error_and_the_real_runs_fault(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
     flavors.create(cloud.db, cloud.admin, {"name": "giant", "vcpus": 1000, "memory_mb": 1024})
     data = {**OK, "name": "giant", "flavor": "giant"}
     planned, real = _both_ways(
@@ -163,10 +165,13 @@ def test_an_action_is_decided_alike_by_its_dry_run(
                 n += 1
                 server = make(cloud, ctx, f"s{n}")
 
-                def act(dry: bool, caller: RequestContext = caller, declarative: bool = declarative) -> Any:
-                    out = cloud.api.act(
-                        caller, server["id"], action, options, dry_run=dry, declarative=declarative
-                    )
+                def act(
+                    dry: bool,
+                    caller: RequestContext = caller,
+                    declarative: bool = declarative,
+                    uuid: str = server["id"],
+                ) -> Any:
+                    out = cloud.api.act(caller, uuid, action, options, dry_run=dry, declarative=declarative)
                     return ("changed" if out.changed else "unchanged", out.action)
 
                 planned, real = _both_ways(cloud, lambda: act(True), lambda: act(False))

@@ -94,8 +94,8 @@ def prepare(work: Path, n_hosts: int) -> dict[str, str]:
 def floor_requests(work: Path, env: dict[str, str], n: int, n_hosts: int) -> None:
     """Build requests assigned round-robin, shaped as the conductor shapes them (no claims)."""
     from novakit.compute.api import API
+    from novakit.compute.rpc import instance_spec
     from novakit.compute.schemas import ServerCreate
-    from novakit.conductor import instance_spec
 
     conf = load_config(env["NOVAKIT_CONFIG"], state_dir=env["NOVAKIT_STATE_DIR"])
     api = API(Database(conf.database_url), conf)

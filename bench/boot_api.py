@@ -156,8 +156,8 @@ def _fresh_cloud(db_url: str | None, area: Path) -> tuple[API, Database, Split]:
         t.call = split.timed("compute", t.call, exclusive=False)  # type: ignore[method-assign]
         return t
 
-    conductor.transport_factory = transport
-    conductor._send_all = split.timed("compute_wall", conductor._send_all)
+    conductor.rpc.transport_factory = transport
+    conductor.rpc.send_all = split.timed("compute_wall", conductor.rpc.send_all)  # type: ignore[method-assign]
     split.watch(db)
     return api, db, split
 

@@ -26,7 +26,7 @@ from typer.core import TyperGroup
 
 from novakit import exceptions
 from novakit.config import Config, load_config
-from novakit.context import RequestContext
+from novakit.context import RequestContext, context_from
 
 
 class _OneLineErrors(TyperGroup):
@@ -110,16 +110,14 @@ def main_options(
     project: str | None = typer.Option(None, "--project", help="act as this project"),
     user: str | None = typer.Option(None, "--user", help="act as this user"),
     role: list[str] | None = typer.Option(None, "--role", help="a role of the caller (repeat)"),
-    request_id: str | None = typer.Option(None, "--request-id", help="tie the call to this request id"),
+    request_id: str | None = typer.Option(
+        None,
+        "--request-id",
+        help="tie the call to this request id (default: the Ansible run's, else a new one)",
+    ),
 ) -> None:
     STATE.conf = _guard(lambda: load_config(config, db_url=db_url))
-    base = RequestContext.from_env(request_id)
-    STATE.ctx = RequestContext(
-        project_id=project or base.project_id,
-        user_id=user or base.user_id,
-        roles=list(role) if role else base.roles,
-        request_id=base.request_id,
-    )
+    STATE.ctx = context_from({"project": project, "user": user, "roles": role, "request_id": request_id})
 
 
 def _guard(fn: Callable[[], T]) -> T:
@@ -254,7 +252,7 @@ def _bar(used: int, capacity: int, width: int = 20) -> str:
 
 @host_app.command("list")
 def host_list(output: Output = OUTPUT) -> None:
-    """Hosts with status, state and a usage bar for vCPU, RAM and disk."""
+    """Hosts with status, state (and why a host is down), last contact and usage bars."""
     from novakit.compute import hosts
 
     rows = _guard(lambda: hosts.list_hosts(_db(), _conf()))
@@ -262,20 +260,59 @@ def host_list(output: Output = OUTPUT) -> None:
         _json(rows)
         return
     table = Table(title="compute hosts")
-    for col in ("host", "status", "state", "instances", "vCPU", "RAM (MB)", "disk (GB)"):
+    for col in ("host", "status", "state", "last contact", "instances", "vCPU", "RAM (MB)", "disk (GB)"):
         table.add_column(col)
     for r in rows:
         status = r["status"] + (f" ({r['disabled_reason']})" if r["disabled_reason"] else "")
+        state = r["state"] + (f" ({r['down_reason']})" if r["down_reason"] else "")
         table.add_row(
             r["host"],
-            status,
-            r["state"],
+            escape(status),
+            escape(state),
+            _fmt(r["last_contact_at"] or r["last_seen_up"]),
             str(r["instances"]),
             _bar(r["used"]["VCPU"], r["capacity"]["VCPU"]),
             _bar(r["used"]["MEMORY_MB"], r["capacity"]["MEMORY_MB"]),
             _bar(r["used"]["DISK_GB"], r["capacity"]["DISK_GB"]),
         )
     console.print(table)
+
+
+@host_app.command("heartbeat")
+def host_heartbeat(
+    host: list[str] | None = typer.Option(None, "--host", help="only this host (repeat)"),
+    output: Output = OUTPUT,
+) -> None:
+    """Ask each host for its resources and record the contact (run it on a schedule when
+    compute.heartbeats is on); a host that does not answer is recorded down, with why."""
+    from novakit.compute import hosts
+
+    rows = _guard(lambda: hosts.heartbeat(_db(), _conf(), host or None, ctx=_ctx()))
+    if output == Output.json:
+        _json(rows)
+        return
+    for r in rows:
+        heard = "answered" if r["answered"] else "did not answer"
+        why = f" ({escape(r['down_reason'])})" if r["down_reason"] else ""
+        console.print(f"host {r['host']} {heard}: {r['state']}{why}", highlight=False)
+
+
+@host_app.command("down")
+def host_down(name: str, reason: str | None = typer.Option(None, help="why (shown by host list)")) -> None:
+    """Force a host down (admin only): the scheduler leaves it out until `host up`."""
+    from novakit.compute import hosts
+
+    _guard(lambda: hosts.set_forced_down(_db(), _ctx(), name, True, reason))
+    console.print(f"host {name} forced down")
+
+
+@host_app.command("up")
+def host_up(name: str) -> None:
+    """Lift a forced down (admin only), and a failed contact's mark: the next contact tells again."""
+    from novakit.compute import hosts
+
+    _guard(lambda: hosts.set_forced_down(_db(), _ctx(), name, False))
+    console.print(f"host {name} up")
 
 
 @host_app.command("disable")
@@ -392,6 +429,7 @@ SERVER_COLUMNS = ["id", "name", "status", "task_state", "power_state_name", "hos
 
 @server_app.command("create")
 def server_create(
+    cli: typer.Context,
     name: str,
     flavor: str = typer.Option(..., help="flavor name or id"),
     image: str = typer.Option(..., help="image name or id"),
@@ -406,12 +444,16 @@ def server_create(
     wait: bool = typer.Option(
         True,
         "--wait/--no-wait",
-        help="build now and wait (default); --no-wait only records the servers "
-        "(building/scheduling) for the boot playbook to build",
+        help="build now and wait (default); --no-wait records the servers (building/scheduling), "
+        "hands their build to a background worker and returns, printing the worker's log path",
     ),
     output: Output = OUTPUT,
 ) -> None:
-    """Create servers; with --wait (default) they are built before the command returns."""
+    """Create servers; with --wait (default) they are built before the command returns.
+
+    With --no-wait a background worker schedules and builds them; `novakit server list`
+    shows how far they are.
+    """
     from rich.progress import Progress
 
     api = _api()
@@ -430,7 +472,24 @@ def server_create(
     ctx = _ctx()
     started = time.monotonic()
     if not wait:
+        from novakit import worker
+
         servers = _guard(lambda: api.create(ctx, data, build=False))
+        # The worker reads the configuration this command was given.
+        given = cli.find_root().params
+        job = worker.Job.for_context(
+            ctx,
+            servers[0]["id"],
+            config=str(Path(given["config"]).resolve()) if given.get("config") else None,
+            db_url=given.get("db_url"),
+            build=[s["id"] for s in servers],
+        )
+        _, log = worker.start(_conf(), job)
+        err_console.print(
+            f"{len(servers)} server(s) recorded; a background worker builds them (log: {log})",
+            highlight=False,
+            soft_wrap=True,
+        )
     else:
         from novakit import notifications
 

@@ -8,44 +8,51 @@ boot flow is one method, so the same code serves both ways of running:
   to play 2, where the hosts build; play 3 hands each ``ComputeResult`` to
   ``record_build_result``, which returns the reschedules for the next round;
 * direct (Python API, CLI): ``build_instances`` runs those same steps in one
-  process, reaching hosts through a transport.
+  process, reaching hosts through ``self.rpc`` (``novakit.compute.rpc``).
 
 Lifecycle actions are the same round trip: the API has already made the
 guarded write that starts the action; ``prepare_action`` builds the request,
 ``record_action_result`` finishes it.
+
+Ownership: the request that starts a build or an action owns it
+(``task_owner`` = its request id) and holds a lease (``task_lease_until``)
+of ``compute.build_timeout`` seconds (a stop's own timeout on top), taken in
+the write that starts the task and renewed before every host call: the
+claims' write (``_claimed``) before a build round, a reschedule's write before
+the next, ``renew_leases`` when a worker carries a request on. Heal takes
+over only tasks whose lease has run out (``novakit.heal``).
+
+An owner whose final state write loses a race tells the two cases apart by
+what it then finds: a deleted instance (clean up: the guest it built goes, the
+claim is freed) or one someone else recorded (heal adopted the build, a hard
+reboot or a delete took the action over: nothing destructive happens, and the
+host's events still go to the owner's action, finished, with the lost race as
+its message). The caller gets the server as it now is, not an error for work
+that was done.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections import defaultdict
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import JSON, Integer, String, bindparam, delete, select, text, update
+from sqlalchemy import JSON, bindparam, delete, select, text
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, notifications
-from novakit.compute import actions, images
+from novakit.compute import actions, hosts, images
 from novakit.compute.faults import fault_from_exception
-from novakit.compute.messages import (
-    ComputeRequest,
-    ComputeResult,
-    Event,
-    FlavorSpec,
-    ImageSpec,
-    InstanceResult,
-    InstanceSpec,
-    NetworkSpec,
-)
+from novakit.compute.messages import ComputeRequest, ComputeResult, Event, InstanceResult, InstanceSpec
+from novakit.compute.rpc import ComputeRPC, TransportFactory, instance_spec, unusable
 from novakit.compute.states import ACTIONS, PowerState, TaskState, VmState
 from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
-from novakit.db.models import ComputeNode, Instance, InstanceGroupMember, RequestSpec, utcnow
-from novakit.transport import Transport, get_transport
+from novakit.db.models import Instance, InstanceGroupMember, RequestSpec, utcnow
 
 LOG = logging.getLogger(__name__)
 
@@ -58,8 +65,6 @@ BUILD_TASK_STATES = [
 SCHEDULE_EVENT = "conductor_schedule_and_build_instances"
 BUILD_EVENT = "compute__do_build_and_run_instance"
 
-TransportFactory = Callable[[str, dict[str, Any]], Transport]
-
 
 class Conductor:
     def __init__(
@@ -69,19 +74,38 @@ class Conductor:
         *,
         scheduler: Any | None = None,
         transport_factory: TransportFactory | None = None,
+        clock: Callable[[], dt.datetime] | None = None,
     ) -> None:
         self.db = db
         self.conf = conf
-        self.host = None  # the conductor's events carry no host
-        if scheduler is None:
+        self._scheduler = scheduler
+        self.rpc = ComputeRPC(db, conf, transport_factory)
+        self.notifier = notifications.Notifier(conf)
+        # "Now" for leases (naive UTC, as the database stores it); tests move it instead of sleeping.
+        self.clock = clock or utcnow
+
+    def lease_until(self, extra_seconds: float = 0) -> dt.datetime:
+        """Until when a task started or renewed now is its owner's: ``compute.build_timeout``
+        seconds (the longest a build may take, Nova's ``instance_build_timeout``) plus what the
+        host call may take on top (a stop's graceful shutdown timeout)."""
+        return self.clock() + dt.timedelta(seconds=self.conf.compute.build_timeout + extra_seconds)
+
+    def renew_leases(self, ctx: RequestContext, uuids: Sequence[str], extra_seconds: float = 0) -> list[str]:
+        """Renew ``ctx``'s request's leases on ``uuids`` before a host call; the uuids it still owns
+        (heal may have taken the others over, or they were deleted)."""
+        until = self.lease_until(extra_seconds)
+        return self.db.run_in_transaction(
+            lambda session: db_api.renew_leases(session, uuids, ctx.request_id, until)
+        )
+
+    @property
+    def scheduler(self) -> Any:
+        """Built when first used: recording a result needs no scheduler."""
+        if self._scheduler is None:
             from novakit.scheduler.manager import SchedulerManager
 
-            scheduler = SchedulerManager(db, conf)
-        self.scheduler = scheduler
-        self.transport_factory = transport_factory or (
-            lambda host, info: get_transport(host, info, conf.compute.max_concurrent_builds)
-        )
-        self.notifier = notifications.Notifier(conf)
+            self._scheduler = SchedulerManager(self.db, self.conf)
+        return self._scheduler
 
     # ------------------------------------------------------------------ boot
 
@@ -131,29 +155,41 @@ class Conductor:
         recorded: list[tuple[str, InstanceSpec]] = []
         gone: list[str] = []
         infos: dict[str, dict[str, Any]] = {}
+        over_quota: dict[str, exceptions.OverQuota] = {}
+        # The lease of the round that starts now: renewed in the claims' write, before the host call.
+        lease = self.lease_until()
 
         def on_claimed(session: Session, claimed: dict[str, list[Any]]) -> None:
             # In the claims' own transaction: an instance never holds a claim without its host.
             recorded[:] = self._claimed(
-                session, found, [(u, claimed[u]) for u in uuids if claimed.get(u)], gone
+                session, found, [(u, claimed[u]) for u in uuids if claimed.get(u)], gone, lease
             )
             infos.clear()
-            infos.update(_driver_infos(session, {host for host, _ in recorded}))
+            infos.update(self.rpc.driver_infos({host for host, _ in recorded}, session))
+            over_quota.clear()
+            if len(claimed) < len(uuids):
+                over_quota.update(self._trimmed_by_quota(session, spec, uuids))
 
         try:
             selections = self.scheduler.select_destinations(spec, uuids, on_claimed=on_claimed)
-        except exceptions.NoValidHost as exc:
+        except (exceptions.NoValidHost, exceptions.OverQuota) as exc:
+            # OverQuota: the recheck in the claim transaction lost to a concurrent request
+            # (Nova's recheck losers go to error too); nothing was claimed.
             self._fail_unscheduled(ctx, uuids, exc)
             return [], {}
         by_host: dict[str, list[InstanceSpec]] = defaultdict(list)
         unplaced = [uuid for uuid, choices in zip(uuids, selections, strict=True) if not choices]
-        if unplaced:
-            # min_count was met but not every instance fitted: those go to error.
+        # min_count was met but not every instance was placed: those go to error, saying why.
+        trimmed = [u for u in unplaced if u in over_quota]
+        if trimmed:
+            self._fail_unscheduled(ctx, trimmed, over_quota[trimmed[0]])
+        unfitted = [u for u in unplaced if u not in over_quota]
+        if unfitted:
             self._fail_unscheduled(
                 ctx,
-                unplaced,
+                unfitted,
                 exceptions.NoValidHost(
-                    reason=f"{len(unplaced)} of {len(uuids)} instances did not fit (min_count was met)"
+                    reason=f"{len(unfitted)} of {len(uuids)} instances did not fit (min_count was met)"
                 ),
             )
         for uuid in gone:
@@ -166,17 +202,35 @@ class Conductor:
         ]
         return requests, infos
 
+    def _trimmed_by_quota(
+        self, session: Session, spec: Any, uuids: list[str]
+    ) -> dict[str, exceptions.OverQuota]:
+        """The instances the quota recheck left out of a request that met its min_count, and why.
+
+        Asked in the claims' transaction, under the project lock the recheck took, with the
+        recheck's own question (``quota.allowed_instances``): the answer is the one it got.
+        """
+        from novakit import quota
+
+        per_instance = self.scheduler._quota_per_instance(spec.resources())
+        allowed, error = quota.allowed_instances(
+            session, self.conf, spec.project_id, per_instance, len(uuids), exclude_consumers=uuids
+        )
+        return dict.fromkeys(uuids[allowed:], error) if error is not None else {}
+
     @staticmethod
     def _claimed(
         session: Session,
         found: dict[str, tuple[Instance, RequestSpec]],
         placed: list[tuple[str, list[Any]]],
         gone: list[str],
+        lease: dt.datetime,
     ) -> list[tuple[str, InstanceSpec]]:
         """Record each claimed instance's host and alternates (inside the claim transaction).
 
         An instance that was deleted meanwhile fails its guarded write: its claim is
-        removed in the same transaction and it is skipped; the others go ahead.
+        removed in the same transaction and it is skipped; the others go ahead. The
+        same write renews the build's lease for the round that follows.
         """
         from novakit.placement.allocations import remove_allocations_in_session
 
@@ -191,7 +245,12 @@ class Conductor:
                 db_api.instance_update(
                     session,
                     uuid,
-                    {"host": chosen.host, "node": chosen.nodename, "scheduled_at": now},
+                    {
+                        "host": chosen.host,
+                        "node": chosen.nodename,
+                        "scheduled_at": now,
+                        "task_lease_until": lease,
+                    },
                     expected_task_state=[TaskState.SCHEDULING],
                     expected_vm_state=[VmState.BUILDING],
                     fetch=False,
@@ -212,7 +271,7 @@ class Conductor:
             out.append((chosen.host, instance_spec(session, inst, images_seen)))
         return out
 
-    def _fail_unscheduled(self, ctx: RequestContext, uuids: list[str], exc: exceptions.NoValidHost) -> None:
+    def _fail_unscheduled(self, ctx: RequestContext, uuids: list[str], exc: exceptions.NovakitError) -> None:
         fault = fault_from_exception(exc)
         event = Event(
             event=SCHEDULE_EVENT,
@@ -251,7 +310,7 @@ class Conductor:
             for spec in self._build_succeeded(ctx, request.host, succeeded, result, builds):
                 follow_up[(request.host, "destroy")].append(spec)
         else:
-            self._host_reported(request.host, result, builds=builds)
+            hosts.report(self.db, request.host, result, builds)
         return [
             ComputeRequest(request_id=ctx.request_id, host=host, operation=op, instances=specs)  # type: ignore[arg-type]
             for (host, op), specs in follow_up.items()
@@ -261,8 +320,6 @@ class Conductor:
         self, ctx: RequestContext, request: ComputeRequest, reason: str
     ) -> list[ComputeRequest]:
         """Ansible could not reach ``request.host``: its builds fail there and are rescheduled."""
-        from novakit.transport.local import unusable
-
         exc = exceptions.HypervisorUnavailable(host=request.host, reason=reason)
         result = unusable(request, exc, request.host)
         if request.operation == "build":
@@ -280,14 +337,18 @@ class Conductor:
     ) -> list[InstanceSpec]:
         """Mark built instances active and take in the host's report, in one transaction per answer.
 
-        Returns the instances deleted while they built: their guests must go.
+        Returns the instances whose guests must go: deleted while they built, or recorded
+        elsewhere meanwhile (see ``_fate``). A build someone else recorded on this host
+        (heal adopted it) keeps its guest and claim; its events still go to its action.
         """
         now = utcnow()
         gone: list[InstanceSpec] = []
+        release: list[str] = []
         changed: list[tuple[str, tuple[str, str | None]]] = []
 
         def write(session: Session) -> None:
             gone.clear()
+            release.clear()
             changed.clear()
             olds = _states_of(session, [s.uuid for s, _ in built])
             events: dict[str, list[Event]] = {}
@@ -311,20 +372,32 @@ class Conductor:
                         expected_vm_state=[VmState.BUILDING],
                         fetch=False,
                     )
-                except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+                except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
+                    # The failed UPDATE changed nothing: this transaction records the rest.
+                    destroy, free = _fate(session, res.uuid, host)
                     LOG.info(
-                        "instance %s was deleted while it built on %s; removing its guest", res.uuid, host
+                        "instance %s changed while it built on %s (%s); its guest %s",
+                        res.uuid,
+                        host,
+                        exc.format_message(),
+                        "is removed" if destroy else "stays",
                     )
-                    gone.append(spec)
+                    if destroy:
+                        gone.append(spec)
+                    if free:
+                        release.append(spec.uuid)
+                    actions.record_outcome(
+                        session, ctx, res.uuid, events=res.events, finish="create", message=_lost(exc)
+                    )
                     continue
                 events[res.uuid] = res.events
                 changed.append((res.uuid, olds.get(res.uuid, ("building", None))))
             actions.record_events_many(session, ctx, events, finish="create")
-            self._host_report_in(session, host, result, builds)
+            hosts.record_report(session, host, result, builds)
 
         self.db.run_in_transaction(write)
-        for spec in gone:
-            self._release(spec.uuid)
+        for uuid in release:
+            self._release(uuid)
         # Notifications go out once the change is committed, never from inside a retried transaction.
         timings = {res.uuid: res.timings for _, res in built}
         for uuid, old_state in changed:
@@ -335,7 +408,11 @@ class Conductor:
     def _build_failed(
         self, ctx: RequestContext, host: str, spec: InstanceSpec, res: InstanceResult
     ) -> tuple[str, InstanceSpec] | None:
-        """Free the failed host's claim; claim the next alternate or put the instance in error."""
+        """Free the failed host's claim; claim the next alternate or put the instance in error.
+
+        A build no longer building on ``host`` (deleted, or recorded by someone else meanwhile)
+        only gets its events recorded: its claims are no longer this build's to move.
+        """
         from novakit import placement
 
         fault = res.fault or fault_from_exception(exceptions.ComputeError(reason="build failed"), host)
@@ -357,6 +434,8 @@ class Conductor:
                     ]
                 }
             )
+        if not self._still_building(ctx, spec.uuid, host, res.events, fault):
+            return None
         placement.remove_allocations(self.db, spec.uuid)
         with self.db.reader() as session:
             rs = session.execute(
@@ -380,6 +459,7 @@ class Conductor:
                 if self._rescheduled(ctx, spec.uuid, res, alt, alternates, tried):
                     LOG.info("rescheduling %s from %s to %s", spec.uuid, host, alt["host"])
                     return alt["host"], spec
+                # Changed meanwhile (_rescheduled recorded what and why): the new claim goes.
                 placement.remove_allocations(self.db, spec.uuid)
                 return None
         self._set_error(ctx, spec.uuid, fault, res.events, expected=BUILD_TASK_STATES)
@@ -402,13 +482,12 @@ class Conductor:
                     "host": alt["host"],
                     "node": alt.get("nodename", alt["host"]),
                     "task_state": TaskState.SCHEDULING,
+                    "task_lease_until": self.lease_until(),  # the next round's host call
                 },
                 expected_task_state=BUILD_TASK_STATES,
                 expected_vm_state=[VmState.BUILDING],
             )
-            actions.record_host_events(session, ctx, uuid, res.events)
-            if res.fault is not None:
-                actions.record_fault(session, uuid, res.fault)
+            actions.record_outcome(session, ctx, uuid, events=res.events, fault=res.fault)
             rs = session.execute(select(RequestSpec).where(RequestSpec.instance_uuid == uuid)).scalar_one()
             rs.alternates = alternates
             rs.tried_hosts = tried
@@ -417,81 +496,82 @@ class Conductor:
         try:
             self.db.run_in_transaction(write)
             return True
-        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
+            self._record_lost_race(ctx, uuid, "create", res.events, res.fault, exc)
             return False
+
+    def _still_building(
+        self, ctx: RequestContext, uuid: str, host: str, events: list[Event], fault: Any
+    ) -> bool:
+        """Whether ``uuid`` is still a build on ``host``; if not, its events are recorded (and a
+        deleted one's claims freed) and its failure is nobody's to handle any more."""
+        with self.db.reader() as session:
+            row = session.execute(_BUILD_OF, {"uuid": uuid}).first()
+        if row is not None and not row.deleted and row.vm_state == VmState.BUILDING and row.host == host:
+            return True
+        exc = exceptions.UnexpectedTaskStateError(
+            instance_uuid=uuid,
+            expected=f"building on {host}",
+            actual="deleted" if row is None or row.deleted else f"{row.vm_state} on {row.host or 'no host'}",
+        )
+        self._record_lost_race(ctx, uuid, "create", events, fault, exc)
+        return False
 
     def _set_error(
         self, ctx: RequestContext, uuid: str, fault: Any, events: list[Event], expected: list[TaskState]
     ) -> None:
+        """A build that failed for good: error, its fault, its create action finished, its claim
+        freed and its host let go (Nova's ``_nil_out_instance_obj_host_and_node``)."""
         from novakit import placement
 
         def write(session: Session) -> None:
             db_api.instance_update(
                 session,
                 uuid,
-                {"vm_state": VmState.ERROR, "task_state": None},
+                {"vm_state": VmState.ERROR, "task_state": None, "host": None, "node": None},
                 expected_task_state=expected,
             )
-            actions.record_host_events(session, ctx, uuid, events)
-            actions.record_fault(session, uuid, fault)
-            actions.action_finish(session, ctx, uuid)
+            actions.record_outcome(session, ctx, uuid, events=events, fault=fault, finish="create")
 
         try:
             self.db.run_in_transaction(write)
-        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
             LOG.info("instance %s changed while its build failed; leaving it to that change", uuid)
+            if not self._record_lost_race(ctx, uuid, "create", events, fault, exc):
+                return  # someone else recorded it and holds its claim
         placement.remove_allocations(self.db, uuid)
         self.notifier.emit("instance.create.error", uuid, fault=fault.message)
+
+    def _record_lost_race(
+        self,
+        ctx: RequestContext,
+        uuid: str,
+        action: str,
+        events: Sequence[Event],
+        fault: Any,
+        exc: exceptions.NovakitError,
+        host: str | None = None,
+    ) -> bool:
+        """After a state write lost to another writer: record what happened anyway.
+
+        In a transaction of its own (the failed one rolled back): the events, the fault
+        if there was one, and the finish of ``ctx``'s ``action``, with the lost race as
+        the action's message. Returns whether the instance's claims are free to go
+        (``_fate``: it was deleted, or it let go of its host).
+        """
+
+        def write(session: Session) -> bool:
+            actions.record_outcome(
+                session, ctx, uuid, events=events, fault=fault, finish=action, message=_lost(exc)
+            )
+            return _fate(session, uuid, host)[1]
+
+        return self.db.run_in_transaction(write)
 
     def _release(self, uuid: str) -> None:
         from novakit import placement
 
         placement.remove_allocations(self.db, uuid)
-
-    def _host_reported(
-        self, host: str, result: ComputeResult, builds: list[InstanceResult] | None = None
-    ) -> None:
-        """What a host's answer tells about the host, in one transaction.
-
-        An answer without a host-level error is a heartbeat (as a Nova service's
-        report); a build answer also refreshes the host's image cache list
-        (ImageLocalityWeigher) and its count of failed builds since the last
-        success (BuildFailureWeigher).
-        """
-        if result.error is not None and not builds:
-            return
-        self.db.run_in_transaction(lambda session: self._host_report_in(session, host, result, builds))
-
-    @staticmethod
-    def _host_report_in(
-        session: Session, host: str, result: ComputeResult, builds: list[InstanceResult] | None
-    ) -> None:
-        """``_host_reported``'s writes, inside the caller's transaction."""
-        if result.error is None:
-            now = utcnow()
-            session.execute(_HEARTBEAT, {"host": host, "now": now})
-        node = session.execute(_NODE_REPORT_STATE, {"host": host}).first()
-        if node is None:
-            return
-        values: dict[str, Any] = {}
-        if result.resources is not None and sorted(node.cached_images or []) != sorted(
-            result.resources.cached_images
-        ):
-            values["cached_images"] = sorted(result.resources.cached_images)
-        if builds:
-            failed = sum(1 for r in builds if not r.ok)
-            stats = dict(node.stats or {})
-            previous = int(stats.get("failed_builds", 0))
-            stats["failed_builds"] = 0 if failed < len(builds) else previous + failed
-            if stats != (node.stats or {}):
-                values["stats"] = stats
-        if values:
-            session.execute(
-                update(ComputeNode)
-                .where(ComputeNode.id == node.id)
-                .values(**values)
-                .execution_options(synchronize_session=False)
-            )
 
     def build_instances(
         self,
@@ -505,40 +585,13 @@ class Conductor:
         """
         pending, infos = self._schedule(ctx, instance_uuids, records)
         while pending:
-            results = self._send_all(pending, infos)
+            results = self.rpc.send_all(pending, infos)
             infos = {}
             nxt: list[ComputeRequest] = []
             for req, res in zip(pending, results, strict=True):
                 if req.operation == "build":
                     nxt.extend(self.record_build_result(ctx, req, res))
             pending = nxt
-
-    def _send_all(
-        self, requests: list[ComputeRequest], infos: dict[str, dict[str, Any]] | None = None
-    ) -> list[ComputeResult]:
-        hosts = {r.host for r in requests}
-        if not infos or not hosts <= infos.keys():
-            infos = self._driver_infos(hosts)
-        if len(requests) == 1:
-            return [self.send(requests[0], infos)]
-        with ThreadPoolExecutor(max_workers=min(16, len(requests))) as pool:
-            return list(pool.map(lambda r: self.send(r, infos), requests))
-
-    def _driver_infos(self, hosts: set[str]) -> dict[str, dict[str, Any]]:
-        with self.db.reader() as session:
-            return _driver_infos(session, hosts)
-
-    def send(self, request: ComputeRequest, infos: dict[str, dict[str, Any]] | None = None) -> ComputeResult:
-        from novakit.transport.local import unusable
-
-        try:
-            if infos is None:
-                infos = self._driver_infos({request.host})
-            if request.host not in infos:
-                raise exceptions.ComputeHostNotFound(host=request.host)
-            return self.transport_factory(request.host, infos[request.host]).call(request)
-        except Exception as exc:
-            return unusable(request, exc, request.host)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -574,7 +627,7 @@ class Conductor:
         self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
     ) -> None:
         action = request.action or request.operation
-        self._host_reported(request.host, result)
+        hosts.report(self.db, request.host, result)
         for spec in request.instances:
             res = next((r for r in result.results if r.uuid == spec.uuid), None)
             if res is None:
@@ -582,25 +635,40 @@ class Conductor:
             self.finish_action(ctx, spec.uuid, action, res, host=request.host)
 
     def finish_action(
-        self, ctx: RequestContext, uuid: str, action: str, res: InstanceResult | None, host: str | None = None
+        self,
+        ctx: RequestContext,
+        uuid: str,
+        action: str,
+        res: InstanceResult | None,
+        host: str | None = None,
+        *,
+        owner: str | None = None,
     ) -> None:
-        """Write where ``action`` ends (or, on failure, where the table says), with its events."""
+        """Write where ``action`` ends (or, on failure, where the table says), with its events.
+
+        The write expects the task's owner: ``owner``, by default ``ctx``'s request, which
+        started it (heal passes its own once it has taken a task over). When another writer
+        changed the instance meanwhile (a hard reboot over a pause, a delete over anything,
+        heal's take-over) nothing is written over it and nothing is raised: the host's events
+        and the action's finish are recorded on their own, with the lost race as its message.
+        """
         from novakit import placement
 
         t = ACTIONS[action]
         ok = res is None or res.ok
         expected = list(t.passes)
         deletes = t.end_vm_state == VmState.DELETED
+        expected_owner = owner or ctx.request_id
 
         StateChange = tuple[tuple[str, str | None], tuple[str, str | None]]
 
         def write(session: Session) -> StateChange:
             inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
             old_state = (inst.vm_state, inst.task_state)
-            if res is not None:
-                actions.record_host_events(session, ctx, uuid, res.events)
             if deletes and ok:
-                db_api.instance_soft_delete(session, uuid, expected_task_state=expected)
+                db_api.instance_soft_delete(
+                    session, uuid, expected_task_state=expected, expected_owner=expected_owner
+                )
                 session.execute(delete(InstanceGroupMember).where(InstanceGroupMember.instance_uuid == uuid))
                 new_state: tuple[str, str | None] = (VmState.DELETED.value, None)
             else:
@@ -621,14 +689,36 @@ class Conductor:
                     values["power_state"] = res.power_state
                 elif ok and t.end_power_state is not None:
                     values["power_state"] = int(t.end_power_state)
-                db_api.instance_update(session, uuid, values, expected_task_state=expected)
-                if not ok and res is not None and res.fault is not None:
-                    actions.record_fault(session, uuid, res.fault)
+                db_api.instance_update(
+                    session, uuid, values, expected_task_state=expected, expected_owner=expected_owner
+                )
                 new_state = (str(values.get("vm_state", inst.vm_state)), None)
-            actions.action_finish(session, ctx, uuid, t.record_as)
+            actions.record_outcome(
+                session,
+                ctx,
+                uuid,
+                events=res.events if res is not None else (),
+                fault=res.fault if res is not None and not ok else None,
+                finish=t.record_as,
+            )
             return old_state, new_state
 
-        old_state, new_state = self.db.run_in_transaction(write)
+        try:
+            old_state, new_state = self.db.run_in_transaction(write)
+        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
+            LOG.info("instance %s changed while its %s ran: %s", uuid, action, exc.format_message())
+            free = self._record_lost_race(
+                ctx,
+                uuid,
+                t.record_as,
+                res.events if res is not None else (),
+                res.fault if res is not None and not ok else None,
+                exc,
+                host,
+            )
+            if deletes and ok and free:
+                placement.remove_allocations(self.db, uuid)
+            return
         self.notifier.state_update(uuid, old_state, new_state, host=host)
         if deletes and ok:
             placement.remove_allocations(self.db, uuid)
@@ -636,7 +726,7 @@ class Conductor:
 
     def run_action(self, ctx: RequestContext, request: ComputeRequest) -> None:
         """Direct mode: send an action's request to its host and record what it did."""
-        self.record_action_result(ctx, request, self.send(request))
+        self.record_action_result(ctx, request, self.rpc.send(request))
 
 
 def ctx_admin(ctx: RequestContext) -> RequestContext:
@@ -650,16 +740,32 @@ _RS_SCHEDULED = text(
     "WHERE instance_uuid = :uuid"
 ).bindparams(bindparam("alternates", type_=JSON), bindparam("tried", type_=JSON))
 _STATES_OF_ONE = text("SELECT uuid, vm_state, task_state FROM instances WHERE uuid = :uuid")
-_HEARTBEAT = text(
-    "UPDATE services SET last_seen_up = :now, report_count = COALESCE(report_count, 0) + 1, "
-    "updated_at = :now WHERE host = :host AND deleted = 0"
-)
-_NODE_REPORT_STATE = text(
-    "SELECT id, cached_images, stats FROM compute_nodes WHERE host = :host AND deleted = 0"
-).columns(id=Integer, cached_images=JSON, stats=JSON)
-_DRIVER_OF_ONE = text("SELECT host, driver FROM compute_nodes WHERE host = :host AND deleted = 0").columns(
-    host=String, driver=JSON
-)
+_BUILD_OF = text("SELECT deleted, vm_state, host FROM instances WHERE uuid = :uuid")
+_FATE_OF = text("SELECT deleted, host, task_state FROM instances WHERE uuid = :uuid")
+
+
+def _fate(session: Session, uuid: str, host: str | None) -> tuple[bool, bool]:
+    """After an owner's state write lost: (whether the guest it made on ``host`` must go,
+    whether the instance's claims are free to go), from what the record now says.
+
+    Deleted: nothing uses either. Being deleted: the guest goes, the delete frees the
+    claim. Let go of its host (a failed build, heal reaped it): both go. Recorded on
+    another host: the guest here goes, the claim there stays. Recorded on ``host`` by
+    someone else (heal adopted the build): both stay, a recorded server uses them.
+    """
+    row = session.execute(_FATE_OF, {"uuid": uuid}).first()
+    if row is None or row.deleted:
+        return True, True
+    if row.task_state == TaskState.DELETING.value:
+        return True, False
+    if row.host is None:
+        return True, True
+    return row.host != host, False
+
+
+def _lost(exc: exceptions.NovakitError) -> str:
+    """The message of an action whose final state write lost a race."""
+    return f"Not recorded: the instance changed meanwhile ({exc.format_message()})"
 
 
 def _states_of(session: Session, uuids: list[str]) -> dict[str, tuple[str, str | None]]:
@@ -671,72 +777,3 @@ def _states_of(session: Session, uuids: list[str]) -> dict[str, tuple[str, str |
             select(Instance.uuid, Instance.vm_state, Instance.task_state).where(Instance.uuid.in_(uuids))
         ).all()
     return {uuid: (vm_state, task_state) for uuid, vm_state, task_state in rows}
-
-
-def _driver_infos(session: Session, hosts: set[str]) -> dict[str, dict[str, Any]]:
-    """How to reach each host (its registered driver and transport), in one query."""
-    if not hosts:
-        return {}
-    if len(hosts) == 1:
-        rows = session.execute(_DRIVER_OF_ONE, {"host": next(iter(hosts))}).all()
-    else:
-        rows = session.execute(
-            select(ComputeNode.host, ComputeNode.driver).where(
-                ComputeNode.host.in_(sorted(hosts)), ComputeNode.deleted == 0
-            )
-        ).all()
-    return {host: dict(driver or {}) for host, driver in rows}
-
-
-def instance_spec(
-    session: Session, inst: Instance, images_seen: dict[str, Any] | None = None
-) -> InstanceSpec:
-    """Everything a compute host needs about one instance, from its records.
-
-    ``images_seen`` caches image rows across the instances of one request.
-    """
-    image: ImageSpec
-    kernel = ramdisk = None
-    cache = images_seen if images_seen is not None else {}
-    key = inst.image_ref or ""
-    if key not in cache:
-        cache[key] = images.by_uuid(session, inst.image_ref or "")
-    img = cache[key]
-    if img is not None:
-        image = images.spec(img)
-        props = img.properties or {}
-        for key in ("kernel_id", "ramdisk_id"):
-            ref = props.get(key)
-            if ref:
-                sub = images.by_uuid(session, ref)
-                if sub is not None:
-                    if key == "kernel_id":
-                        kernel = images.spec(sub)
-                    else:
-                        ramdisk = images.spec(sub)
-    else:
-        image = ImageSpec(id=inst.image_ref or "", name="(deleted image)")
-    flavor = inst.flavor or {}
-    return InstanceSpec(
-        uuid=inst.uuid,
-        name=inst.display_name,
-        hostname=inst.hostname,
-        project_id=inst.project_id,
-        user_id=inst.user_id,
-        flavor=FlavorSpec(
-            name=flavor.get("name", ""),
-            vcpus=int(flavor.get("vcpus", inst.vcpus)),
-            memory_mb=int(flavor.get("memory_mb", inst.memory_mb)),
-            root_gb=int(flavor.get("root_gb", inst.root_gb)),
-            ephemeral_gb=int(flavor.get("ephemeral_gb", 0)),
-            swap=int(flavor.get("swap", 0)),
-            extra_specs={k: str(v) for k, v in (flavor.get("extra_specs") or {}).items()},
-        ),
-        image=image,
-        kernel=kernel,
-        ramdisk=ramdisk,
-        metadata={k: str(v) for k, v in (inst.instance_metadata or {}).items()},
-        user_data=inst.user_data,  # type: ignore[arg-type]
-        config_drive=inst.config_drive,
-        networks=[NetworkSpec.model_validate(n) for n in (inst.networks or [])],
-    )

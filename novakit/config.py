@@ -45,24 +45,24 @@ class SchedulerConfig(_Section):
         ]
     )
     weighers: list[str] = Field(default_factory=lambda: ["all"])
-    ram_weight_multiplier: float = Field(1.0, allow_inf_nan=False)
-    cpu_weight_multiplier: float = Field(1.0, allow_inf_nan=False)
-    disk_weight_multiplier: float = Field(1.0, allow_inf_nan=False)
-    io_ops_weight_multiplier: float = Field(-1.0, allow_inf_nan=False)
-    build_failure_weight_multiplier: float = Field(1000000.0, allow_inf_nan=False)
-    soft_affinity_weight_multiplier: float = Field(1.0, allow_inf_nan=False)
-    soft_anti_affinity_weight_multiplier: float = Field(1.0, allow_inf_nan=False)
-    image_locality_weight_multiplier: float = Field(1.0, allow_inf_nan=False)
-    host_subset_size: int = Field(1, ge=1)
-    max_attempts: int = Field(3, ge=1, le=100)
-    max_placement_results: int = Field(1000, ge=1)
-    max_instances_per_host: int = Field(50, ge=1)
-    max_io_ops_per_host: int = Field(8, ge=1)
-    claim_retries: int = Field(10, ge=1, le=1000)
+    ram_weight_multiplier: float = Field(default=1.0, allow_inf_nan=False)
+    cpu_weight_multiplier: float = Field(default=1.0, allow_inf_nan=False)
+    disk_weight_multiplier: float = Field(default=1.0, allow_inf_nan=False)
+    io_ops_weight_multiplier: float = Field(default=-1.0, allow_inf_nan=False)
+    build_failure_weight_multiplier: float = Field(default=1000000.0, allow_inf_nan=False)
+    soft_affinity_weight_multiplier: float = Field(default=1.0, allow_inf_nan=False)
+    soft_anti_affinity_weight_multiplier: float = Field(default=1.0, allow_inf_nan=False)
+    image_locality_weight_multiplier: float = Field(default=1.0, allow_inf_nan=False)
+    host_subset_size: int = Field(default=1, ge=1)
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    max_placement_results: int = Field(default=1000, ge=1)
+    max_instances_per_host: int = Field(default=50, ge=1)
+    max_io_ops_per_host: int = Field(default=8, ge=1)
+    claim_retries: int = Field(default=10, ge=1, le=1000)
     # Hosts in no availability-zone aggregate are in this zone (Nova: default_availability_zone).
     default_availability_zone: str = "nova"
     # "No valid host" lists at most this many rejected hosts per step (counts are always complete).
-    explain_max_hosts: int = Field(200, ge=1)
+    explain_max_hosts: int = Field(default=200, ge=1)
 
     # Names are checked when the configuration is read, before any request is recorded.
     @field_validator("enabled_filters")
@@ -90,31 +90,36 @@ class SchedulerConfig(_Section):
 
 class PlacementConfig(_Section):
     # Nova's defaults today.
-    cpu_allocation_ratio: float = Field(4.0, gt=0, le=1000, allow_inf_nan=False)
-    ram_allocation_ratio: float = Field(1.0, gt=0, le=1000, allow_inf_nan=False)
-    disk_allocation_ratio: float = Field(1.0, gt=0, le=1000, allow_inf_nan=False)
-    reserved_host_memory_mb: int = Field(512, ge=0, le=2147483647)
-    reserved_host_cpus: int = Field(0, ge=0, le=4096)
-    reserved_host_disk_mb: int = Field(0, ge=0, le=2147483647)
+    cpu_allocation_ratio: float = Field(default=4.0, gt=0, le=1000, allow_inf_nan=False)
+    ram_allocation_ratio: float = Field(default=1.0, gt=0, le=1000, allow_inf_nan=False)
+    disk_allocation_ratio: float = Field(default=1.0, gt=0, le=1000, allow_inf_nan=False)
+    reserved_host_memory_mb: int = Field(default=512, ge=0, le=2147483647)
+    reserved_host_cpus: int = Field(default=0, ge=0, le=4096)
+    reserved_host_disk_mb: int = Field(default=0, ge=0, le=2147483647)
 
 
 class QuotaConfig(_Section):
     # Nova's default quotas; -1 is unlimited.
-    instances: int = Field(10, ge=-1, le=2147483647)
-    cores: int = Field(20, ge=-1, le=2147483647)
-    ram: int = Field(51200, ge=-1, le=2147483647)
+    instances: int = Field(default=10, ge=-1, le=2147483647)
+    cores: int = Field(default=20, ge=-1, le=2147483647)
+    ram: int = Field(default=51200, ge=-1, le=2147483647)
 
 
 class ComputeConfig(_Section):
-    max_concurrent_builds: int = Field(10, ge=1, le=1000)
-    # A host whose last heartbeat is older than this is "down" (Nova: service_down_time).
-    service_down_time: int = Field(60, ge=1)
+    max_concurrent_builds: int = Field(default=10, ge=1, le=1000)
+    # No agent runs on a compute host, so by default a host is down only when its last contact
+    # failed or an admin forced it down, however long it has been idle. With heartbeats on
+    # (something runs `novakit host heartbeat` or playbooks/heartbeat.yml on a schedule), a host
+    # whose last successful contact is older than service_down_time seconds is down as well
+    # (Nova: service_down_time). See novakit.compute.hosts.is_up.
+    heartbeats: bool = False
+    service_down_time: int = Field(default=60, ge=1)
     # Heal reaps builds stuck in "building" for longer than this.
-    build_timeout: int = Field(600, ge=1)
-    shutdown_timeout: int = Field(60, ge=0, le=3600)
+    build_timeout: int = Field(default=600, ge=1)
+    shutdown_timeout: int = Field(default=60, ge=0, le=3600)
     # The most servers one create request may ask for (max_count), checked before any
     # per-server work; quotas still apply below it.
-    max_count: int = Field(1000, ge=1, le=100000)
+    max_count: int = Field(default=1000, ge=1, le=100000)
 
 
 class Config(_Section):

@@ -6,17 +6,139 @@ starts: Ansible/AWX variables, the CLI's options or environment
 caller. A context with the ``admin`` role sees every project; any other sees
 its own project only, and another project's instance looks exactly like one
 that does not exist.
+
+Every entry point (the CLI, the Ansible modules, the conductor action plugin,
+the callback plugin) builds its context with ``context_from`` and finds the
+Ansible run's request id with ``run_request_id``: one precedence order, here,
+so that the instance actions of one run share one request id whichever of them
+recorded it.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+# The variables and environment that name a run, in the order ``run_request_id`` reads them.
+REQUEST_ID_VAR = "novakit_request_id"  # extra variable
+REQUEST_ID_ENV = "NOVAKIT_REQUEST_ID"
+AWX_JOB_VARS = ("awx_job_id", "tower_job_id")  # extra variables AWX gives every job
+AWX_JOB_ENV = ("JOB_ID", "AWX_JOB_ID", "TOWER_JOB_ID")
+# ansible-runner names no variable after the ident alone: it gives the playbook's processes
+# AWX_ISOLATED_DATA_DIR = <artifact dir>/<ident> (``/runner/artifacts/<ident>`` in a container).
+RUNNER_ARTIFACTS_ENV = "AWX_ISOLATED_DATA_DIR"
+# The play variables ``run_request_id`` looks at; a caller that holds all of a task's
+# variables hands over these only.
+RUN_VARS = (REQUEST_ID_VAR, *AWX_JOB_VARS)
 
 
 def generate_request_id() -> str:
     return f"req-{uuid.uuid4()}"
+
+
+def normalize_request_id(value: Any, *, awx: bool = False) -> str:
+    """The form the audit trail keys requests by: ``req-<id>``, and ``req-awx-<id>`` for an AWX job.
+
+    An id that already starts with ``req-`` is kept as it is, so an id that has
+    been through here (the callback's, handed on in the environment) comes back
+    unchanged however often it is normalised again.
+    """
+    text = str(value).strip()
+    if text.startswith("req-"):
+        return text
+    return f"req-awx-{text}" if awx else f"req-{text}"
+
+
+def run_request_id(
+    extra_vars: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The request id of the Ansible run this code runs in; None when there is no run to name.
+
+    The first of these that is set (not empty) wins:
+
+    1. the extra variable ``novakit_request_id``: the caller named the request;
+    2. ``NOVAKIT_REQUEST_ID`` in the environment: the id handed down to this run,
+       by the novakit callback plugin (which puts its own answer to this function
+       there), by ``novakit.runner``, or by the operator;
+    3. the AWX job id, as ``req-awx-<id>``: the extra variables ``awx_job_id``,
+       ``tower_job_id``, then ``JOB_ID``, ``AWX_JOB_ID``, ``TOWER_JOB_ID`` in the
+       environment;
+    4. the ansible-runner ident, as ``req-<ident>``: the last part of
+       ``AWX_ISOLATED_DATA_DIR``, which ansible-runner sets for the playbook and so
+       for every module and action plugin of the run on the controller.
+
+    ``extra_vars`` are the play variables the caller can see: the callback
+    plugin's extra variables, the action plugin's task variables; modules see
+    none and pass None. ``environ`` defaults to ``os.environ``.
+
+    (2) comes before (3) because modules read only the environment: with the
+    callback's answer ahead of the AWX job id, a module finds the id the
+    callback chose even when a ``novakit_request_id`` given to an AWX job made
+    that answer something other than the job id.
+    """
+    variables: Mapping[str, Any] = extra_vars or {}
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    if _given(variables.get(REQUEST_ID_VAR)):
+        return normalize_request_id(variables[REQUEST_ID_VAR])
+    if _given(env.get(REQUEST_ID_ENV)):
+        return normalize_request_id(env[REQUEST_ID_ENV])
+    for job_id in [variables.get(name) for name in AWX_JOB_VARS] + [env.get(name) for name in AWX_JOB_ENV]:
+        if _given(job_id):
+            return normalize_request_id(job_id, awx=True)
+    artifacts = str(env.get(RUNNER_ARTIFACTS_ENV) or "").rstrip("/")
+    if _given(os.path.basename(artifacts)):
+        return normalize_request_id(os.path.basename(artifacts))
+    return None
+
+
+def context_from(
+    params: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    extra_vars: Mapping[str, Any] | None = None,
+) -> RequestContext:
+    """The caller's context: what it was given, over the environment, over the defaults.
+
+    ``params`` may hold ``project``, ``user``, ``roles`` and ``request_id`` (a
+    module's or the CLI's options); None, or an empty string, means "not given"
+    (an AWX survey sends an empty string for a blank answer). An empty list of
+    roles is given: a caller with no roles.
+
+    - project: ``project``, else ``NOVAKIT_PROJECT``, else ``admin``;
+    - user: ``user``, else ``NOVAKIT_USER``, else ``USER``, else ``admin``;
+    - roles: ``roles``, else ``NOVAKIT_ROLES`` (comma-separated; set but empty
+      means none), else ``admin``;
+    - request id: ``request_id`` (normalised), else the run's
+      (``run_request_id(extra_vars, environ)``), else a new one.
+    """
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    project, user, roles = _identity(params, env)
+    given = params.get("request_id")
+    if _given(given):
+        request_id = normalize_request_id(given)
+    else:
+        request_id = run_request_id(extra_vars, env) or generate_request_id()
+    return RequestContext(project, user, roles, request_id)
+
+
+def _given(value: Any) -> bool:
+    return value is not None and str(value).strip() != ""
+
+
+def _identity(params: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, str, list[str]]:
+    """(project, user, roles) as ``context_from`` describes them."""
+    project = next(str(v) for v in (params.get("project"), env.get("NOVAKIT_PROJECT"), "admin") if _given(v))
+    user = next(
+        str(v) for v in (params.get("user"), env.get("NOVAKIT_USER"), env.get("USER"), "admin") if _given(v)
+    )
+    roles: Any = params.get("roles")
+    if roles is None:
+        roles = env.get("NOVAKIT_ROLES", "admin")
+    if isinstance(roles, str):
+        roles = roles.split(",")
+    return project, user, [str(r).strip() for r in roles if _given(r)]
 
 
 @dataclass(frozen=True)
@@ -35,13 +157,9 @@ class RequestContext:
 
     @classmethod
     def from_env(cls, request_id: str | None = None) -> RequestContext:
-        roles = [r for r in os.environ.get("NOVAKIT_ROLES", "admin").split(",") if r]
-        return cls(
-            project_id=os.environ.get("NOVAKIT_PROJECT", "admin"),
-            user_id=os.environ.get("NOVAKIT_USER", os.environ.get("USER", "admin")),
-            roles=roles,
-            request_id=request_id or generate_request_id(),
-        )
+        """The environment's identity, and this request id or a new one (not the run's: ``context_from``)."""
+        project, user, roles = _identity({}, os.environ)
+        return cls(project, user, roles, request_id or generate_request_id())
 
     @classmethod
     def admin(cls, request_id: str | None = None) -> RequestContext:

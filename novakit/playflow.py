@@ -19,7 +19,10 @@ calls it in a process of its own. Both hand it the task's validated options.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
+
+from sqlalchemy import select
 
 from novakit import exceptions
 from novakit.compute.api import API, server_view
@@ -27,6 +30,7 @@ from novakit.compute.messages import ComputeRequest, ComputeResult
 from novakit.compute.states import VmState
 from novakit.context import RequestContext
 from novakit.db import api as db_api
+from novakit.db.models import InstanceAction, RequestSpec
 
 
 def _wire(requests: list[ComputeRequest]) -> list[dict[str, Any]]:
@@ -42,6 +46,11 @@ def schedule(
     exist already are left alone, except those recorded and never scheduled,
     which are scheduled now. ``dry_run`` (check mode) runs the same checks and
     the scheduler's dry run, and says where each server would go.
+
+    ``round_hosts`` are the hosts any round of this boot may send work to: the
+    chosen hosts and the alternates the conductor keeps for a reschedule
+    (it reschedules to nothing else), so that the playbook can set up its
+    build loop once.
     """
     data = {k: v for k, v in server.items() if v is not None}
     if "count" in data:
@@ -57,16 +66,65 @@ def schedule(
             "requests": [],
             "would_schedule_to": chosen,
             "hosts": sorted({h for h in chosen.values() if h}),
+            "round_hosts": [],
         }
-    requests = api.conductor.schedule_instances(ctx, outcome.unbuilt) if outcome.unbuilt else []
+    requests = _schedule_unbuilt(api, ctx, outcome.unbuilt, picked_up=outcome.records is None)
     return {
         "changed": outcome.changed,
         "request_id": ctx.request_id,
         "instances": outcome.uuids,
         "requests": _wire(requests),
         "hosts": sorted({r.host for r in requests}),
+        "round_hosts": _round_hosts(api, requests),
         **{k: v for k, v in summary(api, ctx, outcome.uuids).items() if k in ("servers", "report")},
     }
+
+
+def _schedule_unbuilt(
+    api: API, ctx: RequestContext, uuids: list[str], *, picked_up: bool
+) -> list[ComputeRequest]:
+    """Schedule and claim ``uuids``, each under the request that recorded it.
+
+    Servers this call recorded belong to ``ctx``'s request. Servers picked up
+    (recorded earlier and never scheduled: ``API.create(..., build=False)``
+    without a build after it, a run killed before this step) belong to the
+    request of their ``create`` action:
+    their build is recorded there, and their compute requests carry that
+    request id to the record step (``record_round``).
+    """
+    if not uuids:
+        return []
+    if not picked_up:
+        return api.conductor.schedule_instances(ctx, uuids)
+    with api.db.reader() as session:
+        owners = dict(
+            session.execute(
+                select(InstanceAction.instance_uuid, InstanceAction.request_id)
+                .where(db_api.one_of(InstanceAction.instance_uuid, uuids), InstanceAction.action == "create")
+                .order_by(InstanceAction.id)
+            ).all()
+        )
+    by_request: dict[str, list[str]] = defaultdict(list)
+    for uuid in uuids:
+        by_request[owners.get(uuid, ctx.request_id)].append(uuid)
+    return [
+        request
+        for request_id, group in by_request.items()
+        for request in api.conductor.schedule_instances(ctx.with_request_id(request_id), group)
+    ]
+
+
+def _round_hosts(api: API, requests: list[ComputeRequest]) -> list[str]:
+    """The hosts of ``requests`` and of the alternates kept for their instances (``request_specs``)."""
+    hosts = {r.host for r in requests}
+    uuids = [i.uuid for r in requests for i in r.instances]
+    if uuids:
+        with api.db.reader() as session:
+            for alternates in session.scalars(
+                select(RequestSpec.alternates).where(db_api.one_of(RequestSpec.instance_uuid, uuids))
+            ):
+                hosts.update(a["host"] for a in alternates or [])
+    return sorted(hosts)
 
 
 def record_round(
@@ -75,8 +133,16 @@ def record_round(
     requests: list[ComputeRequest],
     results: dict[str, list[ComputeResult]],
     unreachable: set[str] | dict[str, str],
+    instances: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Play 3: record each host's results; unreachable or silent hosts fail there. Returns reschedules.
+    """One round's record: each host's results; unreachable or silent hosts fail there.
+
+    Returns the follow-ups for the next round (``requests``, ``hosts``:
+    reschedules to alternates, clean-ups), none once every build has settled
+    or run out of attempts (the conductor's ``max_attempts``). The playbook
+    loops until there are none. ``servers``/``report`` describe ``instances``
+    (every server of the boot; default: those of this round's requests), so
+    that the last round's answer describes the whole boot.
 
     ``unreachable`` may map a host to what Ansible said about it (the callback
     plugin's record of the run), which then becomes the fault's message.
@@ -90,12 +156,15 @@ def record_round(
         per_host_index[request.host] = index + 1
         if request.operation != "build":
             continue  # clean-ups (a guest built for a server deleted meanwhile) need no record
+        # A build is recorded in its request's create action: a server picked up by this run
+        # keeps the request that recorded it (see _schedule_unbuilt).
+        owner = ctx if request.request_id == ctx.request_id else ctx.with_request_id(request.request_id)
         if request.host in reasons or not host_results or index >= len(host_results):
             reason = reasons.get(request.host) or "returned no result"
-            follow_up.extend(api.conductor.record_unreachable(ctx, request, f"Ansible: {reason}"))
+            follow_up.extend(api.conductor.record_unreachable(owner, request, f"Ansible: {reason}"))
             continue
-        follow_up.extend(api.conductor.record_build_result(ctx, request, host_results[index]))
-    uuids = [i.uuid for r in requests for i in r.instances]
+        follow_up.extend(api.conductor.record_build_result(owner, request, host_results[index]))
+    uuids = instances or [i.uuid for r in requests for i in r.instances]
     return {
         "changed": True,
         "request_id": ctx.request_id,
@@ -232,10 +301,53 @@ def image_specs(api: API, names: list[str]) -> list[dict[str, Any]]:
         return [images.spec(images.get(session, name)).model_dump(mode="json") for name in names]
 
 
+# --------------------------------------------------------------- heartbeats
+
+
+def heartbeat(
+    api: API,
+    raw: dict[str, Any] | None,
+    host_failures: dict[str, str] | None = None,
+    *,
+    check_mode: bool = False,
+) -> dict[str, Any]:
+    """The controller half of ``playbooks/heartbeat.yml``: record each host's contact.
+
+    ``raw`` is what each host's ``compute`` task registered (``get_available_resource``).
+    A host that answered is up; one that Ansible could not reach, or whose task failed,
+    is down with Ansible's message (or the callback plugin's, ``host_failures``); a host
+    whose task did not run here (``--limit``) is left alone. What up and down mean is
+    ``novakit.compute.hosts``'s: this step only hands it the answers. Recording a
+    contact is bookkeeping, as a Nova service's report is, so it reports no change.
+    """
+    from novakit.compute import hosts
+
+    failures = host_failures or {}
+    answers: list[ComputeResult] = []
+    down: dict[str, str] = {}
+    for host, value in (raw or {}).items():
+        value = value if isinstance(value, dict) else {}
+        if value.get("unreachable") or value.get("failed"):
+            what = "unreachable" if value.get("unreachable") else "compute task failed"
+            down[host] = f"Ansible: {value.get('msg') or f'host {host} {what}'}"
+        elif value.get("results"):
+            answers.append(ComputeResult.model_validate(value["results"][0]))
+        elif host in failures:
+            down[host] = f"Ansible: {failures[host]}"
+    if not check_mode:
+        hosts.record_contacts(api.db, answers, down)
+    down.update({r.host: r.error.message for r in answers if r.error is not None})
+    return {
+        "changed": False,
+        "up": sorted(r.host for r in answers if r.error is None),
+        "down": dict(sorted(down.items())),
+    }
+
+
 # --------------------------------------------------------------- the conductor task
 
 #: the steps of the ``novakit.cloud.conductor`` task
-STEPS = ("schedule", "record", "summary", "action", "record_action", "images")
+STEPS = ("schedule", "record", "summary", "action", "record_action", "images", "heartbeat")
 
 
 def parse_results(
@@ -278,6 +390,9 @@ def run_step(
         raise exceptions.ValidationError("step", f"{step!r} is not one of {', '.join(STEPS)}")
     if step == "images":
         return {"changed": False, "image_specs": image_specs(api, params["images"])}
+    if step == "heartbeat":
+        out = heartbeat(api, params.get("results"), host_failures, check_mode=check_mode)
+        return {**out, "request_id": ctx.request_id}
     if step == "action":
         return start_actions(
             api, ctx, params["action"], params["servers"], params.get("options"), check_mode=check_mode
@@ -299,6 +414,6 @@ def run_step(
     round_hosts = {r.host for r in requests}
     failures = {h: why for h, why in failures.items() if h in round_hosts and h not in results}
     if step == "record":
-        out = record_round(api, ctx, requests, results, failures)
+        out = record_round(api, ctx, requests, results, failures, params.get("instances"))
         return {**out, "published": published(out["servers"])}
     return record_actions(api, ctx, requests, results, failures)

@@ -1,16 +1,17 @@
 """Carry a request on after its caller has gone: the background half of ``wait: false``.
 
-The ``server`` and ``server_action`` modules record a request and start it in
-their own process - ``API.create(..., build=False)`` or an action with
-``defer=True`` - so that validation, quota, locks and the state table answer
+The ``server`` and ``server_action`` modules (through ``novakit.desired``)
+record a request and start it in their own process - ``API.create_servers`` or
+``API.act(..., defer=True)`` - so that validation, quota, locks and the state table answer
 while the caller waits, and a refused request changes nothing. The part that
 takes time (scheduling and building, a host running an action, the next step
 of a path such as build-then-stop) is a :class:`Job` handed to a worker
 process started here (``python -m novakit.worker``). The worker runs in a
 session of its own, so it outlives the Ansible module that started it; it
 writes its log under ``<state_dir>/workers/``. With ``wait: true`` the module
-polls the database (:func:`wait_for`) until the server has settled or the
-timeout has passed; on a timeout the work goes on.
+polls the database (:func:`wait_for`, the one polling loop, which
+``desired.wait_until`` drives) until the server has settled or the timeout has
+passed; on a timeout the work goes on.
 
 The job travels on the worker's stdin, never on its command line, because a
 deferred rebuild request carries user data; nothing of the job is logged but
@@ -19,6 +20,7 @@ uuids, action names and hosts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -115,13 +117,27 @@ def run(job: Job) -> None:
     api = API(Database(conf.database_url), conf)
     ctx = job.context()
     if job.build:
-        LOG.info("building %s (request %s)", ", ".join(job.build), ctx.request_id)
-        api.conductor.build_instances(ctx, job.build)
+        # The request's lease is renewed first: work heal has taken over (the worker started
+        # too late) or that was deleted meanwhile is not this worker's any more.
+        build = api.conductor.renew_leases(ctx, job.build)
+        LOG.info("building %s (request %s)", ", ".join(build) or "nothing", ctx.request_id)
+        if build:
+            api.conductor.build_instances(ctx, build)
     if job.request is not None:
         request = ComputeRequest.model_validate(job.request)
+        owned = api.conductor.renew_leases(
+            ctx, [i.uuid for i in request.instances], request.options.get("timeout") or 0
+        )
+        if not owned:
+            LOG.warning(
+                "%s of %s: no longer this request's to run (taken over or deleted)",
+                request.action,
+                job.server,
+            )
+            return
         LOG.info("%s of %s on host %s", request.operation, job.server, request.host)
-        result = api.conductor.send(request)
-        api.conductor.record_action_result(ctx, request, result)
+        # Sent through the conductor's rpc and recorded by it; no scheduler is built for this.
+        api.conductor.run_action(ctx, request)
     for step in job.then:
         server = api.get(ctx, job.server)
         if server["vm_state"] == "error":
@@ -143,11 +159,19 @@ def wait_for(
 
     Returns the last view and, when it did not settle, why: ``"timeout"`` or
     ``"worker ended"`` (the worker exited and the server is still not there).
+    Once the server has settled, the worker ``proc`` is given what is left of
+    the timeout to end: its last writes (the instance action's finish, the
+    host's usage) follow the server's, and a caller that returns should leave
+    nothing still moving.
     """
     deadline = time.monotonic() + timeout
     while True:
         server = read()
         if settled(server):
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                server = read()
             return server, None
         if proc is not None and proc.poll() is not None:
             server = read()  # it may have settled just before the worker exited

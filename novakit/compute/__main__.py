@@ -49,7 +49,7 @@ def run(request: ComputeRequest) -> tuple[ComputeResult, int]:
         driver = load_driver(str(info.get("driver", "fake")), request.host, info.get("options") or {})
         manager = ComputeManager(request.host, driver, int(info.get("max_concurrent_builds", 10)))
     except Exception as exc:
-        from novakit.transport.local import unusable
+        from novakit.compute.rpc import unusable
 
         return unusable(request, exc, request.host), 1
     return manager.handle(request), 0

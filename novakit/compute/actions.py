@@ -13,16 +13,17 @@ Nova's rules, kept here and nowhere else:
   and traceback go to ``details``, which only admins see.
 
 Callers never write these rows inline: they use ``instance_event`` (a context
-manager), ``wrap_instance_event`` (a decorator), or hand over the events a
-compute host returned with ``record_host_events``.
+manager around a step of their own), or hand what happened elsewhere (the
+events a compute host returned, a fault) to ``record_outcome``, which also
+starts and finishes the action; ``record_events_many`` does the same for a
+whole batch of builds.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, select, text, update
 from sqlalchemy.orm import Session
@@ -34,8 +35,6 @@ from novakit.context import RequestContext
 from novakit.db.api import one_of
 from novakit.db.engine import Database
 from novakit.db.models import InstanceAction, InstanceActionEvent, InstanceFault, utcnow
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 # The statements of the hot path, built once (building a statement costs more than running it).
 _FINISH = (
@@ -108,14 +107,38 @@ def actions_start_new(session: Session, ctx: RequestContext, instance_uuids: lis
 
 
 def action_finish(
-    session: Session, ctx: RequestContext, instance_uuid: str, action: str | None = None
+    session: Session,
+    ctx: RequestContext,
+    instance_uuid: str,
+    action: str | None = None,
+    *,
+    message: str | None = None,
 ) -> None:
+    """Finish the request's action; ``message`` (why it ended as it did) replaces the action's."""
     stmt = update(InstanceAction).where(
         InstanceAction.instance_uuid == instance_uuid, InstanceAction.request_id == ctx.request_id
     )
     if action:
         stmt = stmt.where(InstanceAction.action == action)
-    session.execute(stmt.values(finish_time=utcnow()).execution_options(synchronize_session=False))
+    values: dict[str, Any] = {"finish_time": utcnow()}
+    if message is not None:
+        values["message"] = _truncate(message)
+    session.execute(stmt.values(**values).execution_options(synchronize_session=False))
+
+
+def unfinished_action(session: Session, instance_uuid: str, action: str) -> InstanceAction | None:
+    """The latest ``action`` of the instance that has not finished: the one an interrupted task
+    belongs to, whose request the task's events and finish are recorded under."""
+    return session.execute(
+        select(InstanceAction)
+        .where(
+            InstanceAction.instance_uuid == instance_uuid,
+            InstanceAction.action == action,
+            InstanceAction.finish_time.is_(None),
+        )
+        .order_by(InstanceAction.id.desc())
+        .limit(1)
+    ).scalar_one_or_none()
 
 
 def _action_for(session: Session, ctx: RequestContext, instance_uuid: str) -> InstanceAction:
@@ -228,6 +251,38 @@ def record_events_many(
         )
 
 
+def record_outcome(
+    session: Session,
+    ctx: RequestContext,
+    instance_uuid: str,
+    *,
+    start: str | None = None,
+    events: Sequence[Event] = (),
+    fault: Fault | None = None,
+    finish: str | None = None,
+    message: str | None = None,
+) -> None:
+    """What became of an instance's action, in the caller's transaction (with its state write).
+
+    ``start``: the action to start first (one the API did not start: heal's);
+    ``events``: what happened, with the times it happened (a host's, or the
+    controller's own); ``fault``: why it failed; ``finish``: the action that
+    this ends; ``message``: why it ended as it did, when that is not the
+    events' (its state write lost to another writer).
+
+    An owner whose state write lost a race still records what its host did:
+    it calls this again in a transaction of its own, after the failed one,
+    with the error as ``message`` (see ``Conductor._record_lost_race``).
+    """
+    if start is not None:
+        action_start(session, ctx, instance_uuid, start)
+    record_host_events(session, ctx, instance_uuid, list(events))
+    if fault is not None:
+        record_fault(session, instance_uuid, fault)
+    if finish is not None:
+        action_finish(session, ctx, instance_uuid, finish, message=message)
+
+
 def record_fault(session: Session, instance_uuid: str, fault: Fault) -> InstanceFault:
     row = InstanceFault(
         instance_uuid=instance_uuid,
@@ -288,20 +343,6 @@ def instance_event(
         details=extra.get("details"),
     )
     db.run_in_transaction(lambda s: _add_event(s, _action_for(s, ctx, instance_uuid), event))
-
-
-def wrap_instance_event(event_name: str) -> Callable[[F], F]:
-    """Decorator for methods ``(self, ctx, instance_uuid, ...)`` whose ``self.db`` is a Database."""
-
-    def decorator(fn: F) -> F:
-        @functools.wraps(fn)
-        def inner(self: Any, ctx: RequestContext, instance_uuid: str, *args: Any, **kwargs: Any) -> Any:
-            with instance_event(self.db, ctx, instance_uuid, event_name, getattr(self, "host", None)):
-                return fn(self, ctx, instance_uuid, *args, **kwargs)
-
-        return inner  # type: ignore[return-value]
-
-    return decorator
 
 
 def list_actions(session: Session, instance_uuid: str) -> list[InstanceAction]:

@@ -15,6 +15,7 @@ import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field as dc_field
+from datetime import timedelta
 from typing import Any, cast
 
 from sqlalchemy import Table, insert, select
@@ -255,6 +256,8 @@ class API:
         count = len(names)
         uuids = [str(uuidlib.uuid4()) for _ in names]
         reservation = f"r-{uuidlib.uuid4().hex[:8]}"
+        # The build is this request's: its owner and lease start with the records (see conductor).
+        lease = self.conductor.lease_until()
 
         def write(session: Session) -> tuple[builtins.list[dict[str, Any]], dict[str, Any]]:
             # The look-ups, the early quota check and the inserts in one transaction.
@@ -274,6 +277,8 @@ class API:
                 "image_ref": image.uuid,
                 "vm_state": VmState.BUILDING.value,
                 "task_state": TaskState.SCHEDULING.value,
+                "task_owner": ctx.request_id,
+                "task_lease_until": lease,
                 "power_state": int(PowerState.NOSTATE),
                 "instance_metadata": dict(req.metadata),
                 "user_data": req.user_data.get_secret_value() if req.user_data else None,
@@ -412,7 +417,12 @@ class API:
                 if declarative and t.action == "delete":
                     return None, None, {}
                 raise
-            if (declarative or t.idempotent) and t.in_effect is not None and t.in_effect(inst, opts, ctx):
+            if (
+                (declarative or t.idempotent)
+                and t.in_effect is not None
+                and t.in_effect(inst, opts, ctx)
+                and not (t.action == "delete" and self._abandoned(inst))  # its owner is gone: drive it again
+            ):
                 return inst, None, {}
             _check_lock(ctx, inst, t)
             if t.needs_host and not inst.host:
@@ -427,6 +437,9 @@ class API:
             values, host_options = _PREPARE.get(t.action, _nothing_to_prepare)(self, session, ctx, inst, opts)
             if t.passes:
                 values["task_state"] = t.passes[0]
+                # This request owns the task, on a lease its host call must end within.
+                values["task_owner"] = ctx.request_id
+                values["task_lease_until"] = self.conductor.lease_until(host_options.get("timeout") or 0)
             return inst, values, host_options
 
         if dry_run:
@@ -475,6 +488,12 @@ class API:
         with self.db.reader() as session:
             view = server_view(db_api.instance_get(session, ctx, uuid, include_deleted=True), ctx)
         return ActOutcome(server=view, changed=changed, action=t.action, request=request)
+
+    def _abandoned(self, inst: Instance) -> bool:
+        """Whether ``inst``'s running task has lost its owner (its lease ran out)."""
+        now = self.conductor.clock()
+        older = now - timedelta(seconds=self.conf.compute.build_timeout)
+        return db_api.owner_gone(inst, now, older)
 
     def _finish_local(self, ctx: RequestContext, uuid: str, t: Transition) -> None:
         with actions.instance_event(self.db, ctx, uuid, f"api_{t.action}", fault_on_error=False):

@@ -1,11 +1,33 @@
-"""Compute hosts: registration, heartbeats, status and state, as Nova's services.
+"""Compute hosts: registration, reports, status and liveness, as Nova's services.
 
 A host registers from what its driver reports (``HostResources``): one
-``services`` row (status: enabled/disabled with a reason; state: up/down
-from its last heartbeat), one ``compute_nodes`` row (the hypervisor and how
-to reach it), and one resource provider named after the host whose
-inventories are the driver's totals with reserved amounts and allocation
-ratios from configuration (or per-host overrides).
+``services`` row (status: enabled/disabled with a reason; state: up/down,
+below), one ``compute_nodes`` row (the hypervisor and how to reach it), and
+one resource provider named after the host whose inventories are the driver's
+totals with reserved amounts and allocation ratios from configuration (or
+per-host overrides). Every answer a host gives afterwards is a report about it
+(``report``/``record_report``): a contact, its image cache, its failed builds.
+
+Liveness without agents. Nova's services send heartbeats every few seconds and
+are down when they stop; nothing runs on a novakit compute host between
+requests, so silence means nothing and a host is down only when there is
+evidence (``is_up``, the one rule; the ComputeFilter and ``list_hosts`` ask it):
+
+* its last contact failed: the host could not be reached or its driver would
+  not start (an ``unusable`` answer, an unreachable host in a playbook, a heal
+  or heartbeat that got no answer); ``down_reason`` says why and
+  ``last_contact_at`` when. The next successful contact clears it;
+* an admin forced it down (``set_forced_down``, Nova's ``os-services
+  force-down``), until an admin brings it up again;
+* with ``compute.heartbeats`` on, its last successful contact
+  (``last_seen_up``, Nova's name) is older than ``compute.service_down_time``:
+  the operator runs ``novakit host heartbeat`` or ``playbooks/heartbeat.yml``
+  on a schedule, so silence means something again.
+
+Contacts are written here only (``record_contact``): a successful one sets
+``last_seen_up`` and ``last_contact_at`` and clears ``down_reason``; a failed one
+sets ``last_contact_at`` and ``down_reason``. A forced down host keeps the admin's
+reason whatever its contacts say.
 """
 
 from __future__ import annotations
@@ -13,17 +35,22 @@ from __future__ import annotations
 import datetime as dt
 import math
 import uuid as uuidlib
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import func, select
+from sqlalchemy import JSON, Integer, func, select, text, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
-from novakit.compute.messages import HostResources
+from novakit.compute.messages import ComputeResult, HostResources, InstanceResult
 from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Allocation, ComputeNode, Instance, ResourceProvider, Service, utcnow
+
+if TYPE_CHECKING:
+    from novakit.compute.rpc import ComputeRPC
 
 BINARY = "novakit-compute"
 RATIO_KEYS = (
@@ -43,8 +70,13 @@ def register_host(
     resources: HostResources,
     driver_info: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
+    *,
+    now: dt.datetime | None = None,
 ) -> dict[str, Any]:
-    """Create or refresh a host's service, compute node and resource provider. Idempotent."""
+    """Create or refresh a host's service, compute node and resource provider. Idempotent.
+
+    The host has just reported its resources: that is a successful contact (``now``, UTC).
+    """
     from novakit import placement
     from novakit.placement import traits as placement_traits
 
@@ -60,15 +92,13 @@ def register_host(
             raise exceptions.ValidationError(key, "must be zero or more")
 
     def write(session: Session) -> ComputeNode:
-        now = utcnow()
-        svc = session.execute(
-            select(Service).where(Service.host == host, Service.binary == BINARY, Service.deleted == 0)
-        ).scalar_one_or_none()
-        if svc is None:
-            svc = Service(uuid=str(uuidlib.uuid4()), host=host, binary=BINARY)
-            session.add(svc)
-        svc.last_seen_up = now
-        svc.report_count = (svc.report_count or 0) + 1
+        known = session.execute(
+            select(Service.id).where(Service.host == host, Service.binary == BINARY, Service.deleted == 0)
+        ).first()
+        if known is None:
+            session.add(Service(uuid=str(uuidlib.uuid4()), host=host, binary=BINARY, report_count=0))
+            session.flush()
+        record_contact(session, host, now=now)
         node = session.execute(
             select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
         ).scalar_one_or_none()
@@ -125,16 +155,115 @@ def inventories_for(node: ComputeNode) -> dict[str, Any]:
     }
 
 
-def heartbeat(db: Database, host: str, cached_images: list[str] | None = None) -> None:
+def report(
+    db: Database,
+    host: str,
+    result: ComputeResult,
+    builds: list[InstanceResult] | None = None,
+    *,
+    now: dt.datetime | None = None,
+) -> None:
+    """``record_report`` in a transaction of its own."""
+    db.run_in_transaction(lambda session: record_report(session, host, result, builds, now=now))
+
+
+def record_report(
+    session: Session,
+    host: str,
+    result: ComputeResult,
+    builds: list[InstanceResult] | None = None,
+    *,
+    now: dt.datetime | None = None,
+) -> None:
+    """What a host's answer tells about the host, in the caller's transaction.
+
+    Every answer is a contact (``record_contact``): successful without a host-level
+    error, failed with one (the host could not be reached, its driver would not
+    start: ``novakit.compute.rpc.unusable``). An answer with resources refreshes the
+    host's image cache list (ImageLocalityWeigher); ``builds``, the answer's build
+    results, refresh its count of failed builds since the last success
+    (BuildFailureWeigher), even when the host itself failed.
+    """
+    record_contact(session, host, failed=result.error.message if result.error else None, now=now)
+    if result.resources is None and not builds:
+        return
+    node = session.execute(_NODE_REPORT_STATE, {"host": host}).first()
+    if node is None:
+        return
+    values: dict[str, Any] = {}
+    if result.resources is not None and sorted(node.cached_images or []) != sorted(
+        result.resources.cached_images
+    ):
+        values["cached_images"] = sorted(result.resources.cached_images)
+    if builds:
+        failed = sum(1 for r in builds if not r.ok)
+        stats = dict(node.stats or {})
+        previous = int(stats.get("failed_builds", 0))
+        stats["failed_builds"] = 0 if failed < len(builds) else previous + failed
+        if stats != (node.stats or {}):
+            values["stats"] = stats
+    if values:
+        session.execute(
+            update(ComputeNode)
+            .where(ComputeNode.id == node.id)
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+
+
+def record_contact(
+    session: Session, host: str, *, failed: str | None = None, now: dt.datetime | None = None
+) -> None:
+    """The one write of a host's liveness: novakit reached it (``failed`` None) or could not (why).
+
+    One UPDATE, so that the boot's hot path pays no more than a statement inside the
+    transaction it already has. A forced down host keeps the admin's reason.
+    """
+    params = {"host": host, "now": now or utcnow()}
+    if failed is None:
+        session.execute(_CONTACT_OK, params)
+    else:
+        session.execute(_CONTACT_FAILED, {**params, "reason": failed[:REASON_MAX]})
+
+
+def record_contacts(
+    db: Database,
+    results: Iterable[ComputeResult],
+    failed: Mapping[str, str] | None = None,
+    *,
+    now: dt.datetime | None = None,
+) -> None:
+    """Several hosts' answers (``results``) and hosts that gave none (``failed``: host -> why),
+    in one transaction: a heartbeat round, a heal's guest lists."""
+    answers = list(results)
+    failures = dict(failed or {})
+    if not answers and not failures:
+        return
+
     def write(session: Session) -> None:
-        svc = _service(session, host)
-        svc.last_seen_up = utcnow()
-        svc.report_count = (svc.report_count or 0) + 1
-        if cached_images is not None:
-            node = _node(session, host)
-            node.cached_images = sorted(set(cached_images))
+        for result in answers:
+            record_report(session, result.host, result, now=now)
+        for host, reason in failures.items():
+            record_contact(session, host, failed=reason, now=now)
 
     db.run_in_transaction(write)
+
+
+REASON_MAX = 255  # services.down_reason
+# The statements of every answer, built once (building a statement costs more than running it).
+_CONTACT_OK = text(
+    "UPDATE services SET last_seen_up = :now, last_contact_at = :now, "
+    "down_reason = CASE WHEN forced_down THEN down_reason ELSE NULL END, "
+    "report_count = COALESCE(report_count, 0) + 1, updated_at = :now WHERE host = :host AND deleted = 0"
+)
+_CONTACT_FAILED = text(
+    "UPDATE services SET last_contact_at = :now, "
+    "down_reason = CASE WHEN forced_down THEN down_reason ELSE :reason END, "
+    "updated_at = :now WHERE host = :host AND deleted = 0"
+)
+_NODE_REPORT_STATE = text(
+    "SELECT id, cached_images, stats FROM compute_nodes WHERE host = :host AND deleted = 0"
+).columns(id=Integer, cached_images=JSON, stats=JSON)
 
 
 def set_disabled(
@@ -181,15 +310,142 @@ def get_node(db: Database, host: str) -> ComputeNode:
         return _node(session, host)
 
 
-def service_is_up(svc: Service, conf: Config, now: dt.datetime | None = None) -> bool:
-    if svc.forced_down or svc.last_seen_up is None:
-        return False
+class Contact(Protocol):
+    """What liveness is decided from: a ``Service`` row, or the scheduler's ``HostState``."""
+
+    @property
+    def forced_down(self) -> bool: ...
+    @property
+    def down_reason(self) -> str | None: ...
+    @property
+    def last_seen_up(self) -> dt.datetime | None: ...
+    @property
+    def last_contact_at(self) -> dt.datetime | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Liveness:
+    """Whether a host is up; when it is not, why, in words a person can act on."""
+
+    up: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.up
+
+
+UP = Liveness(True)
+
+
+def is_up(service: Contact, conf: Config, now: dt.datetime | None = None) -> Liveness:
+    """The liveness rule (see the module docstring); ``now`` is UTC, default the clock's."""
+    if service.forced_down:
+        why = f": {service.down_reason}" if service.down_reason else ""
+        return Liveness(False, f"forced down by an admin{why}")
+    if service.down_reason is not None:
+        when = f" at {_iso(service.last_contact_at)}" if service.last_contact_at else ""
+        return Liveness(False, f"last contact failed{when}: {service.down_reason}")
+    if service.last_seen_up is None:
+        return Liveness(False, "it has never reported in")
+    if conf.compute.heartbeats:
+        age = int(((now or utcnow()) - service.last_seen_up).total_seconds())
+        limit = conf.compute.service_down_time
+        if age > limit:
+            return Liveness(
+                False,
+                f"no heartbeat for {age} s, since {_iso(service.last_seen_up)} "
+                f"(heartbeats are on; service_down_time is {limit} s)",
+            )
+    return UP
+
+
+def _iso(when: dt.datetime | None) -> str:
+    return when.replace(microsecond=0, tzinfo=dt.UTC).isoformat() if when else "-"
+
+
+def set_forced_down(
+    db: Database, ctx: RequestContext, host: str, forced_down: bool, reason: str | None = None
+) -> None:
+    """An admin says a host is down (Nova's ``os-services force-down``), or up again.
+
+    Down holds whatever the host's contacts say, until an admin lifts it. Up lifts
+    it and also clears a failed contact's mark: the admin vouches for the host, and
+    its next contact tells again.
+    """
+    if not ctx.is_admin:
+        raise exceptions.PolicyNotAuthorized(action="host down/up")
+    if reason is not None and len(reason) > REASON_MAX:
+        raise exceptions.ValidationError("reason", f"must be at most {REASON_MAX} characters")
+
+    def write(session: Session) -> None:
+        svc = _service(session, host)
+        svc.forced_down = forced_down
+        svc.down_reason = (reason or None) if forced_down else None
+
+    db.run_in_transaction(write)
+
+
+def heartbeat(
+    db: Database,
+    conf: Config,
+    hosts: Iterable[str] | None = None,
+    *,
+    rpc: ComputeRPC | None = None,
+    ctx: RequestContext | None = None,
+    now: dt.datetime | None = None,
+) -> list[dict[str, Any]]:
+    """Ask each registered host (or ``hosts``) for its resources and record each contact.
+
+    What ``novakit host heartbeat`` runs; with ``compute.heartbeats`` on, something
+    must run it (or ``playbooks/heartbeat.yml``) more often than ``service_down_time``.
+    Returns, per host, whether it answered and its state now (``is_up``): a host that
+    answered stays down when an admin forced it down.
+    """
+    from novakit.compute.messages import ComputeRequest
+    from novakit.compute.rpc import ComputeRPC
+
+    rpc = rpc or ComputeRPC(db, conf)
+    with db.reader() as session:
+        known = set(
+            session.execute(
+                select(Service.host).where(Service.binary == BINARY, Service.deleted == 0)
+            ).scalars()
+        )
+    wanted = sorted(set(hosts)) if hosts else sorted(known)
+    unknown = [h for h in wanted if h not in known]
+    if unknown:
+        raise exceptions.ComputeHostNotFound(host=", ".join(unknown))
+    request_id = (ctx or RequestContext.admin()).request_id
+    requests = [
+        ComputeRequest(request_id=request_id, host=host, operation="get_available_resource")
+        for host in wanted
+    ]
+    results = rpc.send_all(requests)
     now = now or utcnow()
-    return (now - svc.last_seen_up).total_seconds() <= conf.compute.service_down_time
+    record_contacts(db, results, now=now)
+    with db.reader() as session:
+        rows = session.execute(
+            select(Service).where(Service.host.in_(wanted), Service.binary == BINARY, Service.deleted == 0)
+        ).scalars()
+        services = {svc.host: svc for svc in rows}
+    out = []
+    for r in results:
+        state = is_up(services[r.host], conf, now)
+        out.append(
+            {
+                "host": r.host,
+                "answered": r.error is None,
+                "state": "up" if state else "down",
+                "down_reason": state.reason or None,
+            }
+        )
+    return out
 
 
-def list_hosts(db: Database, conf: Config) -> list[dict[str, Any]]:
-    """Every host with its status, state, capacity and usage (for `novakit host list`)."""
+def list_hosts(db: Database, conf: Config, now: dt.datetime | None = None) -> list[dict[str, Any]]:
+    """Every host with its status, state (and why it is down), last contact, capacity and usage
+    (for `novakit host list`)."""
+    now = now or utcnow()
     with db.reader() as session:
         nodes = list(
             session.execute(
@@ -220,6 +476,7 @@ def list_hosts(db: Database, conf: Config) -> list[dict[str, Any]]:
         out = []
         for node in nodes:
             svc = services.get(node.host)
+            state = is_up(svc, conf, now) if svc is not None else Liveness(False, "no compute service")
             capacity = {
                 "VCPU": int((node.vcpus - node.reserved_host_cpus) * node.cpu_allocation_ratio),
                 "MEMORY_MB": int(
@@ -237,7 +494,10 @@ def list_hosts(db: Database, conf: Config) -> list[dict[str, Any]]:
                     "hypervisor_type": node.hypervisor_type,
                     "status": "disabled" if svc is None or svc.disabled else "enabled",
                     "disabled_reason": svc.disabled_reason if svc else None,
-                    "state": "up" if svc is not None and service_is_up(svc, conf) else "down",
+                    "state": "up" if state else "down",
+                    "down_reason": state.reason or None,
+                    "forced_down": bool(svc.forced_down) if svc else False,
+                    "last_contact_at": svc.last_contact_at if svc else None,
                     "last_seen_up": svc.last_seen_up if svc else None,
                     "instances": int(counts.get(node.host, 0)),
                     "capacity": capacity,

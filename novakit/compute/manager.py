@@ -7,8 +7,9 @@ instance, with events and their times, the power state it ended in, and a
 fault if it failed. It never opens the database (a test checks its imports):
 the conductor on the controller records the result.
 
-A build goes through Nova's task states (networking -> block_device_mapping
--> spawning) and reports "Took N seconds to spawn / to build" as Nova logs.
+A build is one event (``compute__do_build_and_run_instance``, as Nova's) and
+logs "Took N seconds to spawn / to build" as Nova does; its timings travel in
+the result.
 At most ``max_concurrent_builds`` builds run at once on a host, counted across
 every process that drives it (``BuildSlots``).
 """
@@ -37,7 +38,7 @@ from novakit.compute.messages import (
     InstanceResult,
     InstanceSpec,
 )
-from novakit.compute.states import PowerState, TaskState
+from novakit.compute.states import PowerState
 from novakit.virt.driver import ComputeDriver
 
 LOG = logging.getLogger(__name__)
@@ -79,11 +80,8 @@ class _Recorder:
         ev.finish_time = _now()
         ev.result = "Success"
 
-    def task(self, state: TaskState) -> None:
-        self.result.task_states.append(state.value)
 
-
-# operation -> (event name as Nova records it, driver call, power state expected after)
+# operation -> (event name as Nova records it, driver call)
 _LIFECYCLE: dict[str, tuple[str, Callable[[ComputeDriver, InstanceSpec, dict[str, Any]], None]]] = {
     "stop": (
         "compute_stop_instance",
@@ -207,9 +205,6 @@ class ComputeManager:
         with self._build_threads, self._build_slots.hold():
             try:
                 with rec.event("compute__do_build_and_run_instance"):
-                    rec.task(TaskState.NETWORKING)
-                    rec.task(TaskState.BLOCK_DEVICE_MAPPING)
-                    rec.task(TaskState.SPAWNING)
                     spawn_start = time.monotonic()
                     self.driver.spawn(instance)
                     rec.result.timings["spawn"] = round(time.monotonic() - spawn_start, 3)
@@ -230,10 +225,7 @@ class ComputeManager:
         rec = _Recorder(self.host, instance.uuid)
         try:
             with rec.event("compute_rebuild_instance"):
-                rec.task(TaskState.REBUILDING)
                 self.driver.destroy(instance)
-                rec.task(TaskState.REBUILD_BLOCK_DEVICE_MAPPING)
-                rec.task(TaskState.REBUILD_SPAWNING)
                 self.driver.spawn(instance)
                 if instance.preserve_power_off:
                     self.driver.power_off(instance, timeout=0)

@@ -152,7 +152,6 @@ class InstanceResult(_Model):
     ok: bool
     power_state: int | None = None
     addresses: list[str] = Field(default_factory=list)
-    task_states: list[str] = Field(default_factory=list)
     events: list[Event] = Field(default_factory=list)
     fault: Fault | None = None
     timings: dict[str, float] = Field(default_factory=dict)

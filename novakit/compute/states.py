@@ -477,7 +477,7 @@ def path(vm_state: str, wanted: VmState) -> list[str] | None:
 
 
 def state_table_markdown() -> str:
-    """The transition table as Markdown, for the docs (``novakit states``)."""
+    """The transition table as Markdown, for the docs (``novakit states``; README's table)."""
 
     def fmt(values: frozenset[str] | frozenset[str | None]) -> str:
         if values is ANY:
@@ -487,14 +487,23 @@ def state_table_markdown() -> str:
         return ", ".join(sorted("none" if v is None else str(v) for v in values))
 
     lines = [
-        "| action | from vm_state | from task_state | passes through | ends in | power |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| action | from vm_state | from task_state | passes through | ends in | power | host runs "
+        "| on failure | options | checks |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for t in ACTIONS.values():
         end = t.end_vm_state.value if t.end_vm_state else "(unchanged)"
+        if t.keeps_stopped:
+            end += " (stopped stays stopped)"
         power = POWER_STATE_NAMES[t.end_power_state] if t.end_power_state is not None else "-"
         passes = " -> ".join(p.value for p in t.passes) or "-"
+        failure = t.on_failure.value if t.on_failure else ("where it was" if t.compute else "-")
+        options = ", ".join(t.options.model_fields) if t.options is not None else "-"
+        checks = ", ".join(
+            c for c, on in (("lock", t.checks_lock and t.action != "create"), ("host", t.needs_host)) if on
+        )
         lines.append(
-            f"| {t.action} | {fmt(t.vm_states)} | {fmt(t.task_states)} | {passes} | {end} | {power} |"
+            f"| {t.action} | {fmt(t.vm_states)} | {fmt(t.task_states)} | {passes} | {end} | {power} "
+            f"| {t.operation or '-'} | {failure} | {options or '-'} | {checks or '-'} |"
         )
     return "\n".join(lines)

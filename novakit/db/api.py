@@ -7,6 +7,13 @@ the row first, the UPDATE matches nothing, nothing is written, and
 ``UnexpectedTaskStateError`` names what we expected and what is there.
 That single statement is atomic on SQLite and on PostgreSQL alike, so no
 lock is held between reading a state and acting on it.
+
+A running task has an owner (``task_owner``: the request that started it)
+and a lease (``task_lease_until``) that the owner renews while it waits on a
+host. A write that ends a task (``task_state`` None) clears both; a write
+may also expect an owner (``expected_owner``) or an expired lease
+(``lease_expired_at``), which is how heal takes over only work whose owner
+is gone, and how an owner learns that someone else took its work over.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Select, and_, bindparam, false, or_, select, update
+from sqlalchemy import Select, and_, bindparam, false, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
@@ -122,8 +129,10 @@ def _guarded_update(
     task_states: tuple[Any, ...] | None,
     vm_states: tuple[Any, ...] | None,
     lock: tuple[bool, str | None] | None = None,
+    owner: tuple[Any, ...] | None = None,
+    lease_expired: bool = False,
 ) -> Any:
-    key = (columns, task_states, vm_states, lock)
+    key = (columns, task_states, vm_states, lock, owner, lease_expired)
     stmt = _GUARDED.get(key)
     if stmt is None:
         conditions = [Instance.uuid == bindparam("w_uuid"), Instance.deleted == 0]
@@ -131,6 +140,14 @@ def _guarded_update(
             conditions.append(_state_clause(Instance.task_state, list(task_states)))
         if vm_states is not None:
             conditions.append(_state_clause(Instance.vm_state, list(vm_states)))
+        if owner is not None:
+            # The owner is a value, not a shape: one statement serves every owner.
+            by_owner = Instance.task_owner == bindparam("w_owner")
+            conditions.append(Instance.task_owner.is_(None) if owner == (None,) else by_owner)
+        if lease_expired:
+            conditions.append(
+                or_(Instance.task_lease_until.is_(None), Instance.task_lease_until < bindparam("w_now"))
+            )
         if lock is not None:
             locked, locked_by = lock
             conditions.append(Instance.locked.is_(True) if locked else Instance.locked.is_(False))
@@ -155,6 +172,8 @@ def instance_update(
     expected_task_state: Any = UNSET,
     expected_vm_state: Any = UNSET,
     expected_lock: tuple[bool, str | None] | None = None,
+    expected_owner: Any = UNSET,
+    lease_expired_at: dt.datetime | None = None,
     fetch: bool = True,
 ) -> Instance:
     """Write ``values`` only if the row still has the expected states.
@@ -165,18 +184,33 @@ def instance_update(
     when another caller changed the lock since, InstanceIsLocked (or, for a
     lock lifted meanwhile, UnexpectedTaskStateError) and nothing is written:
     the lock check holds at the moment of the write, on every back end.
+    ``expected_owner``: the task's owner (``task_owner``) the writer expects;
+    ``lease_expired_at``: write only if the task's lease ran out before this
+    time (or it has none). A write that ends the task (``task_state`` None)
+    also clears its owner and lease.
     """
     values = {
         k: (v.value if hasattr(v, "value") and not isinstance(v, int) else v) for k, v in values.items()
     }
     values.setdefault("updated_at", utcnow())
+    if "task_state" in values and values["task_state"] is None:
+        values.setdefault("task_owner", None)
+        values.setdefault("task_lease_until", None)
+    owner_key = None if expected_owner is UNSET else ((None,) if expected_owner is None else ("owner",))
     stmt = _guarded_update(
         tuple(sorted(values)),
         _expected_key(expected_task_state),
         _expected_key(expected_vm_state),
         expected_lock,
+        owner_key,
+        lease_expired_at is not None,
     )
-    result = session.execute(stmt, {"w_uuid": uuid, **{f"v_{k}": v for k, v in values.items()}})
+    params = {"w_uuid": uuid, **{f"v_{k}": v for k, v in values.items()}}
+    if owner_key == ("owner",):
+        params["w_owner"] = expected_owner
+    if lease_expired_at is not None:
+        params["w_now"] = lease_expired_at
+    result = session.execute(stmt, params)
     if result.rowcount == 1:  # type: ignore[attr-defined]
         if not fetch:
             return None  # type: ignore[return-value]
@@ -203,6 +237,12 @@ def instance_update(
     if expected_vm_state is not UNSET:
         expected_desc.append(f"vm_state={_describe(expected_vm_state)}")
     actual = f"vm_state={current.vm_state}, task_state={current.task_state}"
+    if expected_owner is not UNSET and current.task_owner != expected_owner:
+        expected_desc.append(f"task owner {expected_owner or 'none'}")
+        actual += f", task owner {current.task_owner or 'none'}"
+    elif lease_expired_at is not None and current.task_lease_until is not None:
+        expected_desc.append("an expired task lease")
+        actual += f", task lease until {current.task_lease_until.isoformat(sep=' ')}"
     cls = (
         exceptions.UnexpectedDeletingTaskStateError
         if current.task_state == TaskState.DELETING.value
@@ -216,13 +256,16 @@ def _describe(expected: Any) -> str:
     return "/".join("none" if v is None else str(getattr(v, "value", v)) for v in values)
 
 
-def instance_soft_delete(session: Session, uuid: str, *, expected_task_state: Any = UNSET) -> Instance:
+def instance_soft_delete(
+    session: Session, uuid: str, *, expected_task_state: Any = UNSET, expected_owner: Any = UNSET
+) -> Instance:
     """Mark the row deleted (``deleted`` = its id, so the name can be reused)."""
     inst = instance_update(
         session,
         uuid,
         {"vm_state": "deleted", "task_state": None, "power_state": 0, "terminated_at": utcnow()},
         expected_task_state=expected_task_state,
+        expected_owner=expected_owner,
     )
     session.execute(
         update(Instance)
@@ -234,8 +277,44 @@ def instance_soft_delete(session: Session, uuid: str, *, expected_task_state: An
     return inst
 
 
-def stuck_builds(session: Session, older_than: dt.datetime) -> list[Instance]:
+def stuck_builds(session: Session, now: dt.datetime, older_than: dt.datetime) -> list[Instance]:
+    """Builds whose owner is gone (``owner_gone``): their lease ran out before ``now``, or they
+    have none and were created before ``older_than``."""
     stmt = select(Instance).where(
-        Instance.deleted == 0, Instance.vm_state == "building", Instance.created_at < older_than
+        Instance.deleted == 0,
+        Instance.vm_state == "building",
+        or_(
+            Instance.task_lease_until < now,
+            and_(Instance.task_lease_until.is_(None), Instance.created_at < older_than),
+        ),
     )
     return list(session.execute(stmt).scalars())
+
+
+def owner_gone(inst: Any, now: dt.datetime, older_than: dt.datetime) -> bool:
+    """Whether ``inst``'s running task has no owner left to finish it.
+
+    Its lease ran out before ``now``; a task without a lease (written before
+    leases existed, or by hand) counts as abandoned once its row is older than
+    ``older_than``. An instance with no task running has nothing to own.
+    """
+    if inst.task_state is None and inst.vm_state != "building":
+        return False
+    if inst.task_lease_until is not None:
+        return bool(inst.task_lease_until < now)
+    return bool((inst.updated_at or inst.created_at) < older_than)
+
+
+_RENEW = (
+    "UPDATE instances SET task_lease_until = :until WHERE task_owner = :owner AND deleted = 0 "
+    "AND (task_state IS NOT NULL OR vm_state = 'building') AND uuid IN :uuids RETURNING uuid"
+)
+_RENEW_STMT = text(_RENEW).bindparams(bindparam("uuids", expanding=True))
+
+
+def renew_leases(session: Session, uuids: Sequence[str], owner: str, until: dt.datetime) -> list[str]:
+    """Extend the lease of the tasks ``owner`` still owns on ``uuids``; the uuids it still owns."""
+    if not uuids:
+        return []
+    rows = session.execute(_RENEW_STMT, {"until": until, "owner": owner, "uuids": list(uuids)}).all()
+    return [r[0] for r in rows]

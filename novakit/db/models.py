@@ -90,6 +90,9 @@ class Instance(TimestampMixin, SoftDeleteMixin, Base):
     image_ref: Mapped[str | None] = mapped_column(String(255))
     vm_state: Mapped[str] = mapped_column(String(255))
     task_state: Mapped[str | None] = mapped_column(String(255))
+    # The request that owns the running task and how long its lease lasts (migration 0004).
+    task_owner: Mapped[str | None] = mapped_column(String(255))
+    task_lease_until: Mapped[dt.datetime | None] = mapped_column(DateTime)
     power_state: Mapped[int] = mapped_column(Integer, default=0)
     locked: Mapped[bool] = mapped_column(Boolean, default=False)
     locked_by: Mapped[str | None] = mapped_column(String(255))  # "owner" or "admin", as Nova
@@ -182,6 +185,10 @@ class Service(TimestampMixin, SoftDeleteMixin, Base):
     disabled_reason: Mapped[str | None] = mapped_column(String(255))
     last_seen_up: Mapped[dt.datetime | None] = mapped_column(DateTime)
     forced_down: Mapped[bool] = mapped_column(Boolean, default=False)
+    # When novakit last reached the host (a request, heal, a heartbeat), and why it is down
+    # when that contact failed or an admin said so (migration 0004).
+    last_contact_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    down_reason: Mapped[str | None] = mapped_column(String(255))
     version: Mapped[int] = mapped_column(Integer, default=1)
 
 

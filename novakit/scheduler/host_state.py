@@ -52,8 +52,11 @@ class HostState:
     has_service: bool = False
     service_disabled: bool = False
     disabled_reason: str | None = None
+    # What novakit.compute.hosts.is_up decides "up" from (the service's liveness columns).
     forced_down: bool = False
+    down_reason: str | None = None
     last_seen_up: dt.datetime | None = None
+    last_contact_at: dt.datetime | None = None
     num_instances: int = 0
     num_io_ops: int = 0
     # Aggregate metadata values by key (AggregateInstanceExtraSpecsFilter).
@@ -91,6 +94,11 @@ class HostState:
             return 0
 
 
+def _datetime(value: Any) -> dt.datetime | None:
+    """SQLite returns raw text for a DateTime column read through text()."""
+    return dt.datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
 def _in(sql: str, name: str) -> Any:
     return text(sql).bindparams(bindparam(name, expanding=True))
 
@@ -100,8 +108,10 @@ def _in(sql: str, name: str) -> Any:
 _HOST_COLUMNS = (
     "cn.id AS cn_id, cn.hypervisor_hostname, cn.hypervisor_type, cn.hypervisor_version, cn.cpu_arch, "
     "cn.cpu_info, cn.cached_images, cn.stats, "
-    "s.id AS s_id, s.disabled, s.disabled_reason, s.forced_down, s.last_seen_up"
+    "s.id AS s_id, s.disabled, s.disabled_reason, s.forced_down, s.down_reason, s.last_seen_up, "
+    "s.last_contact_at"
 )
+_HOST_WIDTH = 15  # the columns above
 _NODE = "SELECT * FROM compute_nodes WHERE host = c.rp_name AND deleted = 0"
 _SERVICE = "SELECT * FROM services WHERE host = c.rp_name AND \"binary\" = 'novakit-compute' AND deleted = 0"
 # SQLite always joins a few dozen rows by nested loops over the indexes. PostgreSQL's planner,
@@ -157,7 +167,7 @@ def load_candidate_hosts(
         if cand.provider_id in states:
             continue  # a second compute node row for one host: the first one stands
         (cn_id, nodename, hv_type, hv_ver, arch, cpu_info, cached, stats, s_id, disabled, reason, forced_down,
-         last_seen) = row[width : width + 13]  # fmt: skip
+         down_reason, last_seen, last_contact) = row[width : width + _HOST_WIDTH]  # fmt: skip
         st = HostState(
             host=cand.name,
             nodename=nodename or cand.name,
@@ -175,11 +185,11 @@ def load_candidate_hosts(
             st.has_compute_node = True
         if s_id is not None:
             st.has_service, st.service_disabled, st.disabled_reason = True, bool(disabled), reason
-            if isinstance(last_seen, str):  # SQLite returns raw text through text() queries
-                last_seen = dt.datetime.fromisoformat(last_seen)
-            st.forced_down, st.last_seen_up = bool(forced_down), last_seen
+            st.forced_down, st.down_reason = bool(forced_down), down_reason
+            st.last_seen_up, st.last_contact_at = _datetime(last_seen), _datetime(last_contact)
         if with_instances:
-            st.num_instances, st.num_io_ops = int(row[width + 13]), int(row[width + 14] or 0)
+            st.num_instances = int(row[width + _HOST_WIDTH])
+            st.num_io_ops = int(row[width + _HOST_WIDTH + 1] or 0)
         if group_hosts:
             st.group_members = group_hosts.get(cand.name, 0)
         states[cand.provider_id] = st

@@ -35,6 +35,7 @@ duration of its claims, a few milliseconds per instance.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import heapq
 import random
 from collections import Counter
@@ -49,6 +50,7 @@ from sqlalchemy.orm import Session
 from novakit import exceptions, quota
 from novakit.config import Config
 from novakit.db.engine import Database
+from novakit.db.models import utcnow
 from novakit.placement import aggregates as placement_aggregates
 from novakit.placement import allocations as placement_allocations
 from novakit.placement import candidates as placement_candidates
@@ -133,9 +135,12 @@ class _Ranker:
 
 
 class SchedulerManager:
-    def __init__(self, db: Database, conf: Config) -> None:
+    def __init__(self, db: Database, conf: Config, clock: Callable[[], dt.datetime] | None = None) -> None:
         self.db = db
         self.conf = conf
+        # "Now" for the filters (a heartbeat's age, when heartbeats are on): naive UTC, as the
+        # database stores it; tests move it instead of sleeping.
+        self.clock = clock or utcnow
         # Unknown names fail here, at start-up, with the known names.
         self.filters = build_filters(conf)
         self.weighers = build_weighers(conf)
@@ -262,7 +267,10 @@ class SchedulerManager:
             group_hosts = self._group_hosts(session, spec)
         hinted = [*spec.hint_list("same_host"), *spec.hint_list("different_host")]
         resolved = ResolvedSpec(
-            request=spec, resources=resources, instance_hosts=instance_hosts(session, hinted)
+            request=spec,
+            resources=resources,
+            instance_hosts=instance_hosts(session, hinted),
+            now=self.clock(),
         )
         filters = [f for f in self.filters if f.enabled_for(resolved)]
         weighers = [w for w in self.weighers if w.enabled_for(resolved) and w.multiplier() != 0]

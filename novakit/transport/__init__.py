@@ -9,7 +9,7 @@ for a reschedule. Which transport a host uses is recorded when it registers
     {"driver": "libvirt", "options": {"uri": "qemu:///system"}, "transport": "ssh",
      "ssh": {"host": "127.0.0.1", "port": 2222, "user": "nk1", "key_filename": "..."}}
 
-Transports are registered by name in ``TRANSPORTS``.
+``novakit.compute.rpc`` picks and calls them; a transport knows nothing of the database.
 """
 
 from __future__ import annotations
@@ -38,6 +38,3 @@ def get_transport(host: str, driver_info: dict[str, Any], max_concurrent_builds:
         option=f"compute_nodes[{host}].driver.transport",
         reason=f"unknown transport {kind!r}; known: local, ssh",
     )
-
-
-TRANSPORTS = ("local", "ssh")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from novakit.compute.faults import fault_from_exception
 from novakit.compute.manager import ComputeManager
-from novakit.compute.messages import ComputeRequest, ComputeResult, InstanceResult
+from novakit.compute.messages import ComputeRequest, ComputeResult
+from novakit.compute.rpc import unusable
 from novakit.virt.driver import load_driver
 
 _MANAGERS: dict[tuple[str, str], ComputeManager] = {}
@@ -40,16 +40,3 @@ class LocalTransport:
         except Exception as exc:  # the driver cannot even start: the host is unusable
             return unusable(request, exc, self.host)
         return manager.handle(request)
-
-
-def unusable(request: ComputeRequest, exc: BaseException, host: str) -> ComputeResult:
-    """A result for a host that could not run the request at all."""
-    fault = fault_from_exception(exc, host)
-    fault.reschedule = True
-    return ComputeResult(
-        request_id=request.request_id,
-        host=host,
-        operation=request.operation,
-        error=fault,
-        results=[InstanceResult(uuid=i.uuid, ok=False, fault=fault) for i in request.instances],
-    )

@@ -33,7 +33,7 @@ from typing import Any
 
 from novakit import exceptions
 from novakit.compute.messages import ComputeRequest, ComputeResult
-from novakit.transport.local import unusable
+from novakit.compute.rpc import unusable
 
 #: stderr kept in a fault: enough to see the error, short enough for a fault's details
 _STDERR_TAIL = 2000

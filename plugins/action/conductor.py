@@ -31,8 +31,6 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import (
     COMMON_ARGS,
     host_failures_from_env,
-    normalize_request_id,
-    request_id_from_env,
 )
 from ansible_collections.novakit.cloud.plugins.modules.conductor import ConductorModule
 
@@ -44,7 +42,7 @@ try:
     from novakit import playflow
     from novakit.compute.api import API
     from novakit.config import load_config
-    from novakit.context import RequestContext
+    from novakit.context import RUN_VARS, context_from
     from novakit.db import migration
     from novakit.db.engine import Database
 
@@ -115,7 +113,7 @@ class ActionModule(ActionBase):
         # The module sees plain JSON; so does the library here (no Ansible data tags).
         args = json.loads(json.dumps(args, default=_plain))
         with _quiet() as (logged, caught):
-            out = self._step(args)
+            out = self._step(args, task_vars or {})
         if not self._task.no_log:  # Ansible shows a result's warnings even under no_log
             said = logged + [str(w.message) for w in caught]
             if said:
@@ -129,7 +127,7 @@ class ActionModule(ActionBase):
         connection = getattr(self._connection, "transport", None) or self._play_context.connection
         return HAS_NOVAKIT and connection in LOCAL_CONNECTIONS
 
-    def _step(self, args):
+    def _step(self, args, task_vars):
         environment = {}
         self._compute_environment_string(raw_environment_out=environment)
         # This worker ends with the task: the task's environment is its own, as a module's would be.
@@ -142,7 +140,7 @@ class ActionModule(ActionBase):
             api = API(Database(conf.database_url), conf)
             return playflow.run_step(
                 api,
-                self._context(args),
+                self._context(args, task_vars),
                 args,
                 check_mode=bool(self._task.check_mode),
                 host_failures=host_failures_from_env(),
@@ -166,14 +164,11 @@ class ActionModule(ActionBase):
             if api is not None:
                 api.db.dispose()
 
-    @staticmethod
-    def _context(args):
-        """The caller's identity and the run's request id, as the module's ``context()`` builds them."""
-        given = args.get("request_id")
-        base = RequestContext.from_env(normalize_request_id(given) if given else request_id_from_env())
-        return RequestContext(
-            project_id=args.get("project") or base.project_id,
-            user_id=args.get("user") or base.user_id,
-            roles=list(args["roles"]) if args.get("roles") else base.roles,
-            request_id=base.request_id,
-        )
+    def _context(self, args, task_vars):
+        """The caller's identity and the run's request id, as the module's ``context()`` builds them.
+
+        Unlike the module, the step sees the play's variables: an AWX job's ``awx_job_id``
+        names the request even when the novakit callback is not enabled.
+        """
+        run_vars = {name: self._templar.template(task_vars[name]) for name in RUN_VARS if name in task_vars}
+        return context_from(args, environ=os.environ, extra_vars=run_vars)

@@ -8,10 +8,13 @@ type: aggregate
 short_description: Tie the run to novakit's audit trail; report host failures as faults
 description:
   - Gives the run one request id, used by every novakit module of the run for the instance
-    actions it records - the AWX job id when there is one (E(JOB_ID), or the extra variable
-    C(awx_job_id) or C(tower_job_id)), else the ansible-runner ident, else a new id. An extra
-    variable C(novakit_request_id) wins over all of them. Modules on the controller read it
-    from E(NOVAKIT_REQUEST_ID), which this plugin sets for the run.
+    actions it records, in the order of C(novakit.context.run_request_id) - the extra variable
+    C(novakit_request_id), else an id already in E(NOVAKIT_REQUEST_ID), else the AWX job id
+    (the extra variable C(awx_job_id) or C(tower_job_id), or E(JOB_ID)) as C(req-awx-<id>),
+    else the ansible-runner ident as C(req-<ident>), else a new id. Modules on the controller
+    read it from E(NOVAKIT_REQUEST_ID), which this plugin sets for the run.
+  - Without this plugin the modules and the conductor steps find the same AWX job id or
+    ansible-runner ident themselves; a run that has neither then gets a new id per task.
   - Compute hosts that Ansible cannot reach, and failed C(novakit.cloud.compute) tasks, are
     handed to the controller's record steps (E(NOVAKIT_ANSIBLE_FAILURES)), which turn them into
     instance faults with Ansible's message and reschedule the builds to alternate hosts.
@@ -21,41 +24,23 @@ description:
 version_added: 0.1.0
 author: novakit developers (@novakit)
 requirements:
-  - novakit (for the summary table)
+  - novakit, importable by the Python that runs Ansible (for the request id and the summary table)
 """
 
 import json  # noqa: E402
 import os  # noqa: E402
-import uuid  # noqa: E402
 
 from ansible.plugins.callback import CallbackBase  # noqa: E402
 
-REQUEST_ID_VAR = "NOVAKIT_REQUEST_ID"
+try:
+    from novakit.context import REQUEST_ID_ENV, generate_request_id, run_request_id
+
+    HAS_NOVAKIT = True
+except ImportError:  # ansible-playbook's Python lacks novakit; the modules' interpreter may have it
+    HAS_NOVAKIT = False
+
 HOST_FAILURES_VAR = "NOVAKIT_ANSIBLE_FAILURES"
 COMPUTE_ACTIONS = ("novakit.cloud.compute", "compute")
-
-
-def run_request_id(extra_vars):
-    """The run's request id, as the module documentation describes."""
-    if extra_vars.get("novakit_request_id"):
-        return _normalize(extra_vars["novakit_request_id"], "")
-    for name in ("awx_job_id", "tower_job_id"):
-        if extra_vars.get(name):
-            return _normalize(extra_vars[name], "awx-")
-    for name in ("JOB_ID", "AWX_JOB_ID", "TOWER_JOB_ID"):
-        if os.environ.get(name):
-            return _normalize(os.environ[name], "awx-")
-    if os.environ.get(REQUEST_ID_VAR):
-        return os.environ[REQUEST_ID_VAR]
-    artifacts = os.environ.get("AWX_ISOLATED_DATA_DIR")  # ansible-runner: <private dir>/artifacts/<ident>
-    if artifacts:
-        return _normalize(os.path.basename(artifacts.rstrip("/")), "")
-    return f"req-{uuid.uuid4()}"
-
-
-def _normalize(value, prefix):
-    value = str(value)
-    return value if value.startswith("req-") else f"req-{prefix}{value}"
 
 
 class CallbackModule(CallbackBase):
@@ -70,12 +55,21 @@ class CallbackModule(CallbackBase):
         self.failures = {}
 
     def v2_playbook_on_play_start(self, play):
-        if self.request_id is None:
-            manager = getattr(play, "_variable_manager", None)
-            extra_vars = dict(getattr(manager, "extra_vars", None) or {})
-            self.request_id = run_request_id(extra_vars)
-            # Inherited by every task forked from now on: the controller's modules read it.
-            os.environ[REQUEST_ID_VAR] = self.request_id
+        if self.request_id is not None:
+            return
+        if not HAS_NOVAKIT:
+            # The modules and conductor steps still find an AWX job id or ansible-runner ident
+            # themselves; a run with neither gets a new id per task.
+            self._display.warning(
+                "novakit: the Python that runs Ansible cannot import novakit; no run request id"
+            )
+            self.request_id = ""
+            return
+        manager = getattr(play, "_variable_manager", None)
+        extra_vars = dict(getattr(manager, "extra_vars", None) or {})
+        self.request_id = run_request_id(extra_vars) or generate_request_id()
+        # Inherited by every task forked from now on: the controller's modules read it.
+        os.environ[REQUEST_ID_ENV] = self.request_id
 
     def _host_failed(self, result, reason):
         host = result._host.get_name()
@@ -102,7 +96,7 @@ class CallbackModule(CallbackBase):
             self._host_failed(result, f"compute task failed on host {host}: {self._message(result)}"[:250])
 
     def v2_playbook_on_stats(self, stats):
-        if self.request_id is None:
+        if not self.request_id:
             return
         try:
             rows, hosts = self._summary()

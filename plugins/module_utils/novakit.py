@@ -4,7 +4,8 @@ A module is documentation plus a ``run()`` that calls the library; this class
 does the rest: the import guard, the common options (database and identity),
 the request context, and turning novakit's errors into ``fail_json`` with a
 message that names the problem (and, for "no valid host", the scheduler's
-explanation).
+explanation; for a server that did not get where it was asked to be, the
+server as last seen, with its status, task state and fault).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 try:
     from novakit import exceptions as nk_exceptions
-    from novakit.context import RequestContext
+    from novakit.context import RequestContext, context_from
 
     HAS_NOVAKIT = True
     IMPORT_ERROR = None
@@ -36,30 +37,9 @@ COMMON_ARGS: dict[str, Any] = {
 }
 
 
-# Where a run's request id comes from, first match wins: the id the novakit callback
-# plugin put in the environment for this run, the AWX job id, the ansible-runner ident.
-REQUEST_ID_VARS = ("NOVAKIT_REQUEST_ID", "JOB_ID", "AWX_JOB_ID", "TOWER_JOB_ID", "RUNNER_IDENT")
 # Hosts that Ansible could not reach, or whose compute task failed, in this run, as the
 # callback plugin saw them: a JSON object {host: reason}.
 HOST_FAILURES_VAR = "NOVAKIT_ANSIBLE_FAILURES"
-
-
-def normalize_request_id(value: Any, source: str | None = None) -> str:
-    """``req-...`` as the audit trail keys it; AWX job ids become ``req-awx-<id>``."""
-    value = str(value)
-    if value.startswith("req-"):
-        return value
-    awx = ("JOB_ID", "AWX_JOB_ID", "TOWER_JOB_ID", "awx_job_id", "tower_job_id")
-    prefix = "awx-" if source in awx else ""
-    return f"req-{prefix}{value}"
-
-
-def request_id_from_env() -> str | None:
-    """The run's request id, when the run has one (see REQUEST_ID_VARS)."""
-    for var in REQUEST_ID_VARS:
-        if os.environ.get(var):
-            return normalize_request_id(os.environ[var], var)
-    return None
 
 
 def host_failures_from_env() -> dict[str, str]:
@@ -94,15 +74,12 @@ class NovakitModule:
     # --- helpers for subclasses ------------------------------------------------
 
     def context(self) -> RequestContext:
-        given = self.params.get("request_id")
-        base = RequestContext.from_env(normalize_request_id(given) if given else request_id_from_env())
-        roles = self.params.get("roles")
-        return RequestContext(
-            project_id=self.params.get("project") or base.project_id,
-            user_id=self.params.get("user") or base.user_id,
-            roles=list(roles) if roles else base.roles,
-            request_id=base.request_id,
-        )
+        """The options' identity and request id over the environment's (``novakit.context.context_from``).
+
+        A module sees no play variables: the run's request id reaches it through the
+        environment only (the callback's id, the AWX job id, the ansible-runner ident).
+        """
+        return context_from(self.params)
 
     def config(self) -> Any:
         from novakit.config import load_config
@@ -141,79 +118,36 @@ class NovakitModule:
     def __call__(self) -> None:
         try:
             result = self.run()
-        except nk_exceptions.NoValidHost as exc:
-            self.ansible.fail_json(msg=exc.format_message(), error="NoValidHost", explanation=exc.explanation)
         except nk_exceptions.NovakitError as exc:
-            self.ansible.fail_json(msg=exc.format_message(), error=exc.__class__.__name__)
+            self.ansible.fail_json(msg=exc.format_message(), error=exc.__class__.__name__, **failure(exc))
         self.ansible.exit_json(**result)
+
+
+def failure(exc: Any) -> dict[str, Any]:
+    """What a failed task returns besides its message: the scheduler's explanation, the server's state."""
+    if isinstance(exc, nk_exceptions.NoValidHost):
+        return {"explanation": exc.explanation}
+    if isinstance(exc, nk_exceptions.ServerStateError):
+        # The server as last seen (status, task state, fault); whether the task had started work.
+        out = {"server": exc.server, "id": exc.server["id"], "changed": exc.changed}
+        if exc.server.get("fault"):
+            out["fault"] = exc.server["fault"]
+        return out
+    return {}
 
 
 # --- wait and timeout (the server and server_action modules) -----------------------
 
+# Documented once, in the novakit.cloud.wait doc fragment.
 WAIT_ARGS: dict[str, Any] = {
     "wait": {"type": "bool", "default": True},
     "timeout": {"type": "int", "default": 180},
 }
 
 
-def carry_on(module: NovakitModule, ctx: Any, server: str, **job: Any) -> tuple[Any, str]:
-    """Hand the rest of a started request to a detached worker (``novakit.worker``).
+def background(module: NovakitModule) -> Any:
+    """The task's O(wait) and O(timeout), and where its worker finds the configuration (``novakit.desired``)."""
+    from novakit.desired import Background
 
-    ``job`` takes the fields of ``novakit.worker.Job``: ``build`` (uuids),
-    ``request`` (a deferred action's ComputeRequest), ``then`` (later actions).
-    Returns the worker process and the path of its log.
-    """
-    from novakit import worker
-
-    request = job.pop("request", None)
-    spec = worker.Job.for_context(
-        ctx,
-        server,
-        config=module.params.get("config"),
-        db_url=module.params.get("db_url"),
-        request=request.to_wire() if request is not None else None,
-        **job,
-    )
-    proc, log = worker.start(module.config(), spec)
-    return proc, str(log)
-
-
-def wait_until(
-    module: NovakitModule,
-    api: Any,
-    ctx: Any,
-    server: dict[str, Any],
-    settled: Any,
-    wanted: str,
-    proc: Any = None,
-    log: str | None = None,
-    changed: bool = True,
-) -> dict[str, Any] | None:
-    """Poll the server until ``settled(view)`` (the view is None once deleted), within ``timeout``.
-
-    Fails the module, naming the server, its status and task_state, when the
-    timeout passes first or the worker ends without the server getting there;
-    ``changed`` says whether the task had started work before it waited.
-    """
-    from novakit import worker
-
-    def read() -> dict[str, Any] | None:
-        try:
-            return api.get(ctx, server["id"])
-        except nk_exceptions.InstanceNotFound:
-            return None
-
-    timeout = module.params["timeout"]
-    view, why = worker.wait_for(read, settled, timeout, proc)
-    if why is None:
-        return view
-    now = view or server
-    where = f"it is {now['status']} (task_state: {now['task_state'] or 'none'})"
-    if why == "timeout":
-        msg = f"timed out after {timeout} s waiting for server {now['name']} to be {wanted}: {where}"
-        if proc is not None:
-            msg += f"; the work goes on in the background (log: {log})"
-    else:
-        msg = f"server {now['name']} is not {wanted} and its background worker has ended: {where}; see {log}"
-    module.fail(msg, server=view, id=server["id"], changed=changed)
-    return None
+    p = module.params
+    return Background(wait=p["wait"], timeout=p["timeout"], config=p.get("config"), db_url=p.get("db_url"))

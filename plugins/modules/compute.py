@@ -15,6 +15,20 @@ description:
   - A failed build is a result, not a task failure, so that the controller can reschedule it.
 version_added: 0.1.0
 author: novakit developers (@novakit)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
+attributes:
+  check_mode:
+    support: partial
+    details:
+      - O(requests) are not run - what a host would do depends on its hypervisor's answer, so C(changed)
+        only says whether there were requests (the controller steps say in check mode what would be
+        asked of the host). O(operation=get_available_resource) and O(operation=list_instances) read
+        the host as a real run does; O(operation=cache_images) fetches nothing and reports in
+        RV(cached) what it would fetch.
+  diff_mode:
+    support: none
 options:
   requests:
     description: Requests for this host (from C(novakit.cloud.conductor) or the lifecycle playbooks).
@@ -70,19 +84,94 @@ EXAMPLES = r"""
 
 RETURN = r"""
 results:
-  description: One compute result per request, in order (request_id, host, operation, results per instance).
+  description: One compute result per request, in order.
   returned: always
   type: list
   elements: dict
+  contains:
+    request_id:
+      description: The request id the controller gave the request.
+      type: str
+    host:
+      description: The host that ran it.
+      type: str
+    operation:
+      description: What it ran (C(build), C(stop), C(reboot), C(destroy), ...).
+      type: str
+    results:
+      description: One result per instance of the request.
+      type: list
+      elements: dict
+      contains:
+        uuid:
+          description: The instance.
+          type: str
+        ok:
+          description: Whether the operation succeeded for it.
+          type: bool
+        power_state:
+          description: Its power state afterwards (Nova's number).
+          type: int
+        addresses:
+          description: Its IP addresses.
+          type: list
+          elements: str
+        events:
+          description: The steps on the host, each with C(event), C(start_time), C(finish_time), C(result), C(host).
+          type: list
+          elements: dict
+        fault:
+          description: Why it failed (C(code), C(message), C(exception_class), C(host), C(reschedule)); null when it did not.
+          type: dict
+    error:
+      description: Why the whole request failed (the driver could not be used, say); null when it did not.
+      type: dict
+    instances_on_host:
+      description: For O(operation=list_instances), each guest's uuid and power state.
+      type: dict
+  sample:
+    - request_id: req-7c1d2f0e
+      host: compute-large
+      operation: build
+      results:
+        - uuid: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4
+          ok: true
+          power_state: 1
+          addresses: [10.0.0.5]
+          events: [{event: compute_build_and_run_instance, result: Success, host: compute-large}]
+          fault: null
+      error: null
 resources:
   description: What the driver reports about the host, for O(operation=get_available_resource) and O(operation=cache_images).
   returned: when operation is get_available_resource or cache_images
   type: dict
+  contains:
+    hypervisor_hostname:
+      description: The hypervisor's name for the host.
+      type: str
+    hypervisor_type:
+      description: C(fake) or C(QEMU).
+      type: str
+    vcpus:
+      description: vCPUs of the host.
+      type: int
+    memory_mb:
+      description: RAM of the host, in MB.
+      type: int
+    local_gb:
+      description: Disk for guests, in GB.
+      type: int
+    cached_images:
+      description: The ids of the images in the host's image cache.
+      type: list
+      elements: str
+  sample: {hypervisor_hostname: compute-large, hypervisor_type: fake, vcpus: 32, memory_mb: 32768, local_gb: 1600, cached_images: []}
 cached:
   description: For O(operation=cache_images), the ids of the images that were not in the cache before.
   returned: when operation is cache_images
   type: list
   elements: str
+  sample: [9d8bbd3c-5a69-4f4e-b6b4-0d2f3a1c9e11]
 """
 
 import os  # noqa: E402

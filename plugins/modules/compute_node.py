@@ -13,7 +13,10 @@ description:
   - Runs on the controller (delegate it to C(localhost)); the compute host never needs the database.
 version_added: 0.1.0
 author: novakit developers (@novakit)
-extends_documentation_fragment: [novakit.cloud.common]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
+  - novakit.cloud.common
 options:
   host:
     description: The host's name (its inventory name; also its resource provider's name).
@@ -65,10 +68,17 @@ host:
   description: The registered host.
   returned: always
   type: str
+  sample: compute-large
+uuid:
+  description: The host's compute node.
+  returned: when not in check mode
+  type: str
+  sample: 4c0e5b1a-0d1e-4c52-9f3a-6b7d2e8f9a10
 provider_uuid:
   description: Its resource provider.
-  returned: always
+  returned: when not in check mode
   type: str
+  sample: 4c0e5b1a-0d1e-4c52-9f3a-6b7d2e8f9a10
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402

@@ -21,6 +21,11 @@ description:
     in effect (a stopped server to stop, a deleted server to delete) are skipped.
     O(step=record_action) records what the hosts returned (C(Conductor.record_action_result)).
   - O(step=images) returns what a compute host needs to fetch O(images) into its image cache.
+  - O(step=heartbeat) records each host's contact from what its C(compute) task returned for
+    C(operation=get_available_resource) (O(results)), as C(playbooks/heartbeat.yml) does - a host that
+    answered is up, one Ansible could not reach (or whose task failed) is down with Ansible's message,
+    a host whose task did not run is left alone. It reports no change (a contact is bookkeeping);
+    in check mode it records nothing.
   - In check mode, O(step=schedule) runs the scheduler as a dry run (nothing recorded or claimed)
     and returns RV(would_schedule_to); O(step=action) checks each server as a real run would and
     starts nothing; O(step=record) and O(step=record_action) do nothing.
@@ -34,13 +39,25 @@ description:
     this module on the target, with the same result.
 version_added: 0.1.0
 author: novakit developers (@novakit)
-extends_documentation_fragment: [novakit.cloud.common]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
+  - novakit.cloud.common
+attributes:
+  check_mode:
+    details:
+      - O(step=schedule) runs the API's dry run of the create and the scheduler's (nothing recorded or
+        claimed) and returns RV(would_schedule_to); O(step=action) runs the API's dry run of the action
+        on each server; O(step=record) and O(step=record_action) record nothing, as there is no real
+        round to record. A refusal is the real run's, word for word.
+  diff_mode:
+    support: none
 options:
   step:
     description: Which step to run.
     type: str
     required: true
-    choices: [schedule, record, summary, action, record_action, images]
+    choices: [schedule, record, summary, action, record_action, images, heartbeat]
   server:
     description:
       - The servers to create, for O(step=schedule). Keys as the C(server) module's options.
@@ -55,6 +72,7 @@ options:
       - What each host's C(compute) task returned (its registered result, or just its RV(novakit.cloud.compute#module:results)),
         by host, for O(step=record) and O(step=record_action). A host of O(requests) without
         results here failed there (unreachable, or its task failed) and its builds are rescheduled.
+      - For O(step=heartbeat), each host's registered C(compute) task result.
     type: dict
   unreachable:
     description: Hosts Ansible could not reach in this round.
@@ -62,7 +80,9 @@ options:
     elements: str
     default: []
   instances:
-    description: Server uuids for O(step=summary).
+    description:
+      - Server uuids for O(step=summary), and for O(step=record) all the servers of the boot (its
+        RV(servers) and RV(published) then show every one of them, not only this round's).
     type: list
     elements: str
   action:
@@ -100,47 +120,185 @@ request_id:
   description: The request id of the run (the audit trail's key).
   returned: always
   type: str
+  sample: req-awx-42
 instances:
   description: Uuids of the servers of this request.
   returned: always
   type: list
   elements: str
+  sample: [0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4]
 requests:
-  description: Build requests for the next round, one per compute host.
-  returned: when step is schedule or record
+  description:
+    - Compute requests for the hosts, one per host and operation - the builds of the next round, or
+      the action's. They carry user data; register them with C(no_log).
+  returned: when step is schedule, record or action
   type: list
   elements: dict
+  contains:
+    request_id:
+      description: The run's request id.
+      type: str
+    host:
+      description: The compute host that is to run it.
+      type: str
+    operation:
+      description: C(build), or the action's operation (C(stop), C(reboot), C(destroy)...).
+      type: str
+    action:
+      description: The state table's action it carries out (C(reboot_hard) for a hard reboot); null for builds.
+      type: str
+    instances:
+      description: What the host needs of each instance (uuid, name, flavor, image, networks, user data...).
+      type: list
+      elements: dict
+    options:
+      description: The operation's options (C(reboot_type), C(timeout)...).
+      type: dict
 hosts:
-  description: The compute hosts that have a build request in RV(requests).
-  returned: when step is schedule or record
+  description: The compute hosts that have a request in RV(requests).
+  returned: when step is schedule, record or action
   type: list
   elements: str
+  sample: [compute-large, compute-small]
+round_hosts:
+  description:
+    - For O(step=schedule), every host a round of this boot may send work to - the chosen hosts
+      and the hosts of their alternates (the conductor reschedules only to those).
+  returned: when step is schedule
+  type: list
+  elements: str
+  sample: [compute-large, compute-small, compute-3]
 servers:
-  description: The servers as they are now (status, host, addresses, fault).
-  returned: except for step images
+  description: The servers as they are now.
+  returned: except for steps images and heartbeat
   type: list
   elements: dict
+  contains:
+    id:
+      description: The server's uuid.
+      type: str
+    name:
+      description: Its name.
+      type: str
+    status:
+      description: The status a user sees (V(BUILD), V(ACTIVE), V(SHUTOFF), V(ERROR)...).
+      type: str
+    vm_state:
+      description: Nova's vm_state.
+      type: str
+    task_state:
+      description: The task in progress, or null when none.
+      type: str
+    power_state_name:
+      description: The power state's name (C(Running), C(Shutdown)...).
+      type: str
+    host:
+      description: The compute host it runs on; null before it is scheduled.
+      type: str
+    flavor:
+      description: The flavor as it was when the server was created.
+      type: dict
+    image:
+      description: The uuid of the image it runs.
+      type: str
+    addresses:
+      description: Its IP addresses.
+      type: list
+      elements: str
+    locked:
+      description: Whether it is locked.
+      type: bool
+    project_id:
+      description: The project that owns it.
+      type: str
+    fault:
+      description: In ERROR, its last fault (C(code), C(message), C(created), C(host)).
+      type: dict
+      returned: when the server is in ERROR
+  sample: [{id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4, name: web-1, status: ACTIVE, host: compute-large, addresses: [10.0.0.5]}]
+report:
+  description: One line per server - C(name - STATUS on host), with the fault if any.
+  returned: when step is schedule, record or summary, not in check mode
+  type: list
+  elements: str
+  sample: ["web-1: ACTIVE on compute-large"]
 published:
-  description:
-    - The servers of RV(servers) as the boot playbook publishes them with C(set_stats) - C(id), C(name),
-      C(host), C(addresses) and C(status).
+  description: The servers of RV(servers) as the boot playbook publishes them with C(set_stats).
   returned: when step is schedule, record or summary
   type: list
   elements: dict
+  contains:
+    id:
+      description: The server's uuid.
+      type: str
+    name:
+      description: Its name.
+      type: str
+    host:
+      description: Its compute host.
+      type: str
+    addresses:
+      description: Its IP addresses.
+      type: list
+      elements: str
+    status:
+      description: Its status.
+      type: str
+  sample: [{id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4, name: web-1, host: compute-large, addresses: [10.0.0.5], status: ACTIVE}]
 would_schedule_to:
-  description: In check mode, for O(step=schedule), the host the scheduler would choose per server name.
+  description: In check mode, for O(step=schedule), the host the scheduler would choose per server name (null where none would).
   returned: in check mode, step schedule
   type: dict
+  sample: {web-1: compute-large, web-2: compute-medium}
 failed:
   description: For O(step=record_action), the servers whose action failed, with the fault message.
   returned: when step is record_action
   type: list
   elements: dict
+  contains:
+    id:
+      description: The server's uuid.
+      type: str
+    name:
+      description: Its name.
+      type: str
+    message:
+      description: Why the action failed there.
+      type: str
+  sample: [{id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4, name: web-1, message: "Ansible: host compute-large unreachable"}]
+up:
+  description: For O(step=heartbeat), the hosts that answered.
+  returned: when step is heartbeat
+  type: list
+  elements: str
+  sample: [compute-large, compute-small]
+down:
+  description: For O(step=heartbeat), each host that did not answer, with why.
+  returned: when step is heartbeat
+  type: dict
+  sample: {compute-dead: "Ansible: Failed to connect to the host via ssh"}
 image_specs:
-  description: For O(step=images), one image description per image, for the C(compute) module.
+  description: For O(step=images), one image description per image, for the C(compute) module's O(novakit.cloud.compute#module:images).
   returned: when step is images
   type: list
   elements: dict
+  contains:
+    id:
+      description: The image's uuid.
+      type: str
+    name:
+      description: Its name.
+      type: str
+    disk_format:
+      description: Its disk format.
+      type: str
+    checksum:
+      description: sha256 of the file.
+      type: str
+    location:
+      description: Where the file is on the compute hosts.
+      type: str
+  sample: [{id: 9d8bbd3c-5a69-4f4e-b6b4-0d2f3a1c9e11, name: tiny, disk_format: qcow2, location: /var/lib/novakit/images/tiny.qcow2}]
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import (  # noqa: E402
@@ -148,7 +306,7 @@ from ansible_collections.novakit.cloud.plugins.module_utils.novakit import (  # 
     host_failures_from_env,
 )
 
-STEPS = ["schedule", "record", "summary", "action", "record_action", "images"]
+STEPS = ["schedule", "record", "summary", "action", "record_action", "images", "heartbeat"]
 
 
 class ConductorModule(NovakitModule):
@@ -188,6 +346,7 @@ class ConductorModule(NovakitModule):
             ("step", "action", ["action", "servers"]),
             ("step", "record_action", ["requests"]),
             ("step", "images", ["images"]),
+            ("step", "heartbeat", ["results"]),
         ],
     }
 

@@ -12,7 +12,13 @@ description:
     name is an error that says so.
 version_added: 0.1.0
 author: novakit developers (@novakit)
-extends_documentation_fragment: [novakit.cloud.common]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
+  - novakit.cloud.common
+attributes:
+  diff_mode:
+    support: none
 options:
   name:
     description: Flavor name.
@@ -58,9 +64,41 @@ EXAMPLES = r"""
 
 RETURN = r"""
 flavor:
-  description: The flavor, when it exists.
+  description: The flavor, when it exists (not in check mode for a new one).
   returned: when state is present
   type: dict
+  contains:
+    id:
+      description: The flavor's id (C(flavorid)).
+      type: str
+    name:
+      description: Its name.
+      type: str
+    vcpus:
+      description: vCPUs.
+      type: int
+    ram:
+      description: RAM in MB.
+      type: int
+    disk:
+      description: Root disk in GB.
+      type: int
+    ephemeral:
+      description: Ephemeral disk in GB.
+      type: int
+    swap:
+      description: Swap in MB.
+      type: int
+    extra_specs:
+      description: Its extra specs.
+      type: dict
+    is_public:
+      description: Whether every project may use it.
+      type: bool
+    description:
+      description: Its description.
+      type: str
+  sample: {id: 6f1e..., name: m1.small, vcpus: 1, ram: 2048, disk: 20, ephemeral: 0, swap: 0, extra_specs: {}, is_public: true, description: null}
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402

@@ -17,7 +17,18 @@ description:
   - A host without an answer in O(guests) is reported as unreachable and its servers are left alone.
 version_added: 0.1.0
 author: novakit developers (@novakit)
-extends_documentation_fragment: [novakit.cloud.common]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
+  - novakit.cloud.common
+attributes:
+  check_mode:
+    support: partial
+    details:
+      - Check mode is O(dry_run) - RV(report) lists every correction a real run would make, with
+        C(applied) false; C(changed) stays false, as nothing was changed.
+  diff_mode:
+    support: none
 options:
   guests:
     description:
@@ -54,11 +65,66 @@ EXAMPLES = r"""
 
 RETURN = r"""
 report:
-  description:
-    - Every correction (kind, instance, host, before, after, detail, applied, error), the hosts
-      compared and the hosts that did not answer.
+  description: What heal compared and what it found.
   returned: always
   type: dict
+  contains:
+    request_id:
+      description: The heal's request id (its instance actions carry it).
+      type: str
+    dry_run:
+      description: Whether it only reported.
+      type: bool
+    hosts:
+      description: The hosts whose guests were compared.
+      type: list
+      elements: str
+    unreachable:
+      description: The hosts that did not answer, and why.
+      type: dict
+    corrections:
+      description: Every correction found.
+      type: list
+      elements: dict
+      contains:
+        kind:
+          description: C(power_state), C(stopped), C(vanished), C(build_timeout), C(build_adopted), C(orphan_allocation) or C(orphan_guest).
+          type: str
+        instance:
+          description: The instance (or, for an orphan guest, the guest's uuid).
+          type: str
+        host:
+          description: Its host.
+          type: str
+        before:
+          description: What the database said.
+          type: str
+        after:
+          description: What it says now (or would say).
+          type: str
+        detail:
+          description: Why.
+          type: str
+        applied:
+          description: Whether the correction was made.
+          type: bool
+        error:
+          description: Why a correction could not be made; null when it was.
+          type: str
+  sample:
+    request_id: req-heal-1
+    dry_run: false
+    hosts: [compute-large]
+    unreachable: {}
+    corrections:
+      - kind: stopped
+        instance: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4
+        host: compute-large
+        before: active
+        after: stopped
+        detail: the guest is off
+        applied: true
+        error: null
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402

@@ -12,7 +12,13 @@ description:
     into its image cache on first use and checks the checksum.
 version_added: 0.1.0
 author: novakit developers (@novakit)
-extends_documentation_fragment: [novakit.cloud.common]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
+  - novakit.cloud.common
+attributes:
+  diff_mode:
+    support: none
 options:
   name:
     description: Image name.
@@ -51,9 +57,44 @@ EXAMPLES = r"""
 
 RETURN = r"""
 image:
-  description: The image, when it exists.
+  description: The image, when it exists (not in check mode for a new one).
   returned: when state is present
   type: dict
+  contains:
+    id:
+      description: The image's uuid.
+      type: str
+    name:
+      description: Its name.
+      type: str
+    disk_format:
+      description: Its disk format.
+      type: str
+    container_format:
+      description: Its container format.
+      type: str
+    checksum:
+      description: sha256 of the file.
+      type: str
+    size:
+      description: Size of the file in bytes, when known.
+      type: int
+    location:
+      description: Where the file is on the compute hosts.
+      type: str
+    min_disk:
+      description: Smallest root disk (GB) a flavor needs to boot it.
+      type: int
+    min_ram:
+      description: Smallest RAM (MB) a flavor needs to boot it.
+      type: int
+    properties:
+      description: Its properties.
+      type: dict
+    status:
+      description: C(active) once registered.
+      type: str
+  sample: {id: 9d8bbd3c-5a69-4f4e-b6b4-0d2f3a1c9e11, name: tiny, disk_format: qcow2, location: /var/lib/novakit/images/tiny.qcow2, status: active}
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402

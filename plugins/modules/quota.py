@@ -15,7 +15,10 @@ description:
   - Setting quotas needs the C(admin) role.
 version_added: 0.1.0
 author: novakit developers (@novakit)
-extends_documentation_fragment: [novakit.cloud.common]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
+  - novakit.cloud.common
 options:
   name:
     description: The project whose limits to set (default the caller's project).
@@ -41,10 +44,25 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+project:
+  description: The project whose limits were set.
+  returned: always
+  type: str
+  sample: team-a
 quota:
-  description: For each resource, its C(limit) and what is C(in_use).
+  description: For each resource, its C(limit) (V(-1) unlimited) and what is C(in_use).
   returned: always
   type: dict
+  contains:
+    instances:
+      description: Servers.
+      type: dict
+    cores:
+      description: vCPUs.
+      type: dict
+    ram:
+      description: RAM in MB.
+      type: dict
   sample: {instances: {limit: 20, in_use: 3}, cores: {limit: 40, in_use: 3}, ram: {limit: 81920, in_use: 6144}}
 """
 

@@ -13,16 +13,29 @@ description:
   - For many servers at once across inventory hosts, use the C(novakit.cloud.boot) playbook instead.
   - A server is found by uuid or by name; names are unique among a project's live servers, so the
     same task run twice creates one server and then reports no change.
-  - In check mode a server that does not exist yet is scheduled as a dry run (filters, weighers and
-    quota as in a real run, nothing claimed) and RV(would_schedule_to) names the host it would get.
+  - The power states are reached through the actions of novakit's state table (a paused server to stop
+    is unpaused, then stopped); RV(actions) lists them. A server in ERROR is refused, with its fault,
+    whatever O(state) asks short of V(absent).
   - The work runs in a background process of its own (C(python -m novakit.worker)), started by the
     module once the request is recorded; O(wait) and O(timeout) say whether and how long the task
-    waits for it, as for C(openstack.cloud.server).
+    waits for it, as for C(openstack.cloud.server). A server that is busy when the task starts (still
+    building, say) is waited for first.
   - The options of an existing server (flavor, image) are not changed; a different value is an error
     that says what to do (rebuild with M(novakit.cloud.server_action), or a new server).
 version_added: 0.1.0
 author: novakit developers (@novakit)
-extends_documentation_fragment: [novakit.cloud.common]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
+  - novakit.cloud.common
+  - novakit.cloud.wait
+attributes:
+  check_mode:
+    details:
+      - The API's dry runs - a server that does not exist yet is scheduled as a dry run (validation,
+        quota, filters and weighers as in a real run, nothing claimed) and RV(would_schedule_to) names
+        the host it would get; the first action of a power state and a delete are checked as a real
+        run checks them (the lock, the state table). A refusal is the real run's, word for word.
 options:
   name:
     description: Server name (unique in the project) or uuid.
@@ -69,27 +82,16 @@ options:
   key_name:
     description: Key pair name recorded with the server.
     type: str
+  scheduler_hints:
+    description:
+      - Scheduler hints for a new server - C(same_host) and C(different_host) (server uuids), C(group)
+        (a server group uuid).
+    type: dict
   shutdown_timeout:
     description:
       - Seconds a graceful shutdown may take for O(state=stopped) before the power is cut
         (default the configuration's C(compute.shutdown_timeout)).
     type: int
-  wait:
-    description:
-      - V(true) returns once the server has reached a steady state - ACTIVE, SHUTOFF, PAUSED or
-        SUSPENDED as O(state) asks, deleted for O(state=absent), or ERROR (a failure, with its fault).
-        A server that is busy when the task starts (still building, say) is waited for first.
-      - V(false) returns as soon as the request is recorded and accepted (validation, quota, locks
-        and the state table checked; a new server is BUILD) and leaves the work to a background
-        process that outlives the task, logging to RV(worker_log) under the novakit state directory.
-    type: bool
-    default: true
-  timeout:
-    description:
-      - Seconds O(wait) waits. When they pass first the task fails with the server's status and
-        task state, and the work goes on in the background.
-    type: int
-    default: 180
 """
 
 EXAMPLES = r"""
@@ -130,23 +132,115 @@ EXAMPLES = r"""
 
 RETURN = r"""
 server:
-  description: The server as it now is (absent after a delete).
+  description: The server as it now is (with O(wait=false), as the work started).
   returned: when it exists
   type: dict
-  sample: {id: 0b3f..., name: web-1, status: ACTIVE, host: compute-large, addresses: [10.0.0.5]}
+  contains:
+    id:
+      description: The server's uuid.
+      type: str
+    name:
+      description: Its name, unique among the project's live servers.
+      type: str
+    hostname:
+      description: The guest's hostname, derived from the name.
+      type: str
+    status:
+      description: The status a user sees (Nova's) - V(BUILD), V(ACTIVE), V(SHUTOFF), V(PAUSED), V(SUSPENDED), V(REBOOT), V(REBUILD), V(ERROR)...
+      type: str
+    vm_state:
+      description: Nova's vm_state (C(building), C(active), C(stopped), C(error)...).
+      type: str
+    task_state:
+      description: The task in progress (C(scheduling), C(spawning), C(powering-off)...), or null when none.
+      type: str
+    power_state:
+      description: Nova's power state number (1 running, 4 shut down, 3 paused, 7 suspended).
+      type: int
+    power_state_name:
+      description: The power state's name.
+      type: str
+    host:
+      description: The compute host it runs on; null before it is scheduled.
+      type: str
+    node:
+      description: The hypervisor node on that host.
+      type: str
+    availability_zone:
+      description: The availability zone asked for, if any.
+      type: str
+    flavor:
+      description: The flavor as it was when the server was created (name, flavorid, vcpus, memory_mb, root_gb, ephemeral_gb, swap, extra_specs).
+      type: dict
+    image:
+      description: The uuid of the image it runs.
+      type: str
+    addresses:
+      description: Its IP addresses.
+      type: list
+      elements: str
+    metadata:
+      description: Its metadata.
+      type: dict
+    locked:
+      description: Whether it is locked.
+      type: bool
+    locked_reason:
+      description: Why it was locked.
+      type: str
+    project_id:
+      description: The project that owns it.
+      type: str
+    user_id:
+      description: The user that created it.
+      type: str
+    reservation_id:
+      description: The id shared by the servers of one create request.
+      type: str
+    created:
+      description: When it was recorded.
+      type: str
+    updated:
+      description: When its record last changed.
+      type: str
+    launched_at:
+      description: When it was last built or rebuilt.
+      type: str
+    terminated_at:
+      description: When it was deleted.
+      type: str
+    fault:
+      description: In ERROR, its last fault (C(code), C(message), C(created), C(host), C(details) where the caller may see them).
+      type: dict
+      returned: when the server is in ERROR
+  sample:
+    id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4
+    name: web-1
+    status: ACTIVE
+    vm_state: active
+    task_state: null
+    power_state_name: Running
+    host: compute-large
+    flavor: {name: m1.small, vcpus: 1, memory_mb: 2048}
+    image: 9d8bbd3c-5a69-4f4e-b6b4-0d2f3a1c9e11
+    addresses: [10.0.0.5]
+    locked: false
 id:
   description: The server's uuid.
   returned: when it exists
   type: str
+  sample: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4
 would_schedule_to:
   description: In check mode, the host the scheduler would choose for a new server.
   returned: in check mode, when the server does not exist yet
   type: str
+  sample: compute-large
 actions:
   description: The lifecycle actions run (or, in check mode, that would run), in order.
   returned: always
   type: list
   elements: str
+  sample: [unpause, stop]
 worker_log:
   description:
     - The log of the background process that carries the work on (scheduling, building, the
@@ -156,36 +250,25 @@ worker_log:
   sample: /root/.local/state/novakit/workers/req-7c1d...-0b3f....log
 """
 
-import base64  # noqa: E402
-
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import (  # noqa: E402
     WAIT_ARGS,
     NovakitModule,
-    carry_on,
-    wait_until,
+    background,
 )
 
-# vm_state -> the actions that take it to each power state
-PATHS = {
-    "started": {"stopped": ["start"], "paused": ["unpause"], "suspended": ["resume"]},
-    "stopped": {"active": ["stop"], "paused": ["unpause", "stop"], "suspended": ["resume", "stop"]},
-    "paused": {"active": ["pause"], "stopped": ["start", "pause"], "suspended": ["resume", "pause"]},
-    "suspended": {"active": ["suspend"], "stopped": ["start", "suspend"], "paused": ["unpause", "suspend"]},
-}
-# state -> the vm_state it ends in, and the status a user sees there
-ENDS = {
-    "present": ("active", "ACTIVE"),
-    "started": ("active", "ACTIVE"),
-    "stopped": ("stopped", "SHUTOFF"),
-    "paused": ("paused", "PAUSED"),
-    "suspended": ("suspended", "SUSPENDED"),
-}
-SHOWN = ("id", "name", "status", "host", "flavor", "image", "addresses", "power_state_name")
-
-
-def steady(server):
-    """Nothing in progress: deleted, or no task and not building."""
-    return server is None or (server["task_state"] is None and server["vm_state"] != "building")
+# The options a new server is created with (``schemas.ServerCreate``'s fields).
+CREATE = (
+    "flavor",
+    "image",
+    "availability_zone",
+    "server_group",
+    "metadata",
+    "networks",
+    "config_drive",
+    "key_name",
+    "admin_password",
+    "scheduler_hints",
+)
 
 
 class ServerModule(NovakitModule):
@@ -206,179 +289,29 @@ class ServerModule(NovakitModule):
         "networks": {"type": "list", "elements": "dict", "default": []},
         "config_drive": {"type": "bool", "default": True},
         "key_name": {"type": "str", "no_log": False},
+        "scheduler_hints": {"type": "dict"},
         "shutdown_timeout": {"type": "int"},
         **WAIT_ARGS,
     }
     module_kwargs = {"supports_check_mode": True}
 
     def run(self):
-        from novakit import exceptions
+        from novakit import desired
 
-        api, ctx, p = self.api(), self.context(), self.params
-        try:
-            server = api.get(ctx, p["name"])
-        except exceptions.InstanceNotFound:
-            server = None
-        if server is not None and p["wait"] and not steady(server):
-            # Busy (a build or action of an earlier task, say): decide once it has settled.
-            server = wait_until(self, api, ctx, server, steady, "steady", changed=False)
-        before = {k: server[k] for k in SHOWN} if server else None
-        if p["state"] == "absent":
-            return self._delete(api, ctx, server, before)
-        if server is None:
-            return self._create(api, ctx)
-        self._check_same(server)
-        # A server still building (wait: false) is on its way to active.
-        now = "active" if server["vm_state"] == "building" else server["vm_state"]
-        todo = PATHS.get(p["state"], {}).get(now, [])
-        if server["vm_state"] == "error" or (server["task_state"] and todo):
-            self.fail(
-                f"server {server['name']} is {server['status']} (task: {server['task_state'] or 'none'}); "
-                f"it cannot be brought to state {p['state']} now",
-                server=server,
-            )
-        result = {"changed": bool(todo), "actions": todo, "id": server["id"]}
-        if todo and not self.check_mode:
-            started = self._act(api, ctx, todo[0], server["id"])
-            result.update(self._carry_on(api, ctx, server["id"], started, todo[1:]))
-            server = api.get(ctx, server["id"])
-            if p["wait"]:
-                server = self._wait(api, ctx, server, result.get("_proc"), result.get("worker_log"))
-        result.pop("_proc", None)
-        result["server"] = server
-        return self.with_diff(result, before, {k: server[k] for k in SHOWN})
-
-    def _act(self, api, ctx, action, uuid):
-        """Start ``action`` (checks and the guarded write); the host's part is left to the worker."""
-        if action == "stop":
-            return api.stop(ctx, uuid, timeout=self.params["shutdown_timeout"], defer=True)
-        return getattr(api, action)(ctx, uuid, defer=True)
-
-    def _carry_on(self, api, ctx, uuid, started=None, then=(), build=()):
-        from novakit.compute.messages import ComputeRequest
-
-        request = started if isinstance(started, ComputeRequest) else None
-        if request is None and not then and not build:
-            return {}
-        steps = [
-            {"action": a, "options": {"timeout": self.params["shutdown_timeout"]} if a == "stop" else {}}
-            for a in then
-        ]
-        proc, log = carry_on(self, ctx, uuid, build=list(build), request=request, then=steps)
-        return {"_proc": proc, "worker_log": log}
-
-    def _wait(self, api, ctx, server, proc, log):
-        vm_state, status = ENDS[self.params["state"]]
-        server = wait_until(
-            self,
-            api,
-            ctx,
-            server,
-            lambda s: s is not None and s["task_state"] is None and s["vm_state"] in (vm_state, "error"),
-            status,
-            proc,
-            log,
+        p = self.params
+        create = {k: p[k] for k in CREATE}
+        create["user_data"] = desired.encode_user_data(p["user_data"])
+        out = desired.ensure(
+            self.api(),
+            self.context(),
+            p["name"],
+            p["state"],
+            create=create,
+            options={"timeout": p["shutdown_timeout"]},
+            dry_run=self.check_mode,
+            background=background(self),
         )
-        if server["vm_state"] == "error":
-            fault = server.get("fault") or {}
-            self.fail(
-                f"server {server['name']} is ERROR: {fault.get('message', 'no fault recorded')}",
-                server=server,
-                id=server["id"],
-                fault=fault,
-                changed=True,
-            )
-        return server
-
-    def _delete(self, api, ctx, server, before):
-        if server is None:
-            return self.with_diff({"changed": False, "actions": []}, None, None)
-        result = {"changed": True, "actions": ["delete"], "id": server["id"]}
-        if not self.check_mode:
-            started = api.delete(ctx, server["id"], defer=True)
-            result.update(self._carry_on(api, ctx, server["id"], started))
-            if self.params["wait"]:
-                gone = wait_until(
-                    self,
-                    api,
-                    ctx,
-                    server,
-                    lambda s: s is None or (s["task_state"] is None and s["vm_state"] == "error"),
-                    "deleted",
-                    result.get("_proc"),
-                    result.get("worker_log"),
-                )
-                if gone is not None:
-                    fault = gone.get("fault") or {}
-                    self.fail(
-                        f"delete of server {gone['name']} failed: {fault.get('message', 'no fault recorded')}",
-                        server=gone,
-                        id=gone["id"],
-                        changed=True,
-                    )
-        result.pop("_proc", None)
-        return self.with_diff(result, before, None)
-
-    def _create(self, api, ctx):
-        from novakit.playflow import plan
-
-        p = self.params
-        if not (p["flavor"] and p["image"]):
-            self.fail(f"server {p['name']} does not exist; flavor and image are needed to create it")
-        request = {
-            k: p[k]
-            for k in (
-                "name",
-                "flavor",
-                "image",
-                "availability_zone",
-                "server_group",
-                "metadata",
-                "networks",
-                "config_drive",
-                "key_name",
-                "admin_password",
-            )
-        }
-        if p["user_data"] is not None:
-            request["user_data"] = base64.b64encode(p["user_data"].encode()).decode()
-        todo = ["create", *PATHS.get(p["state"], {}).get("active", [])]
-        if self.check_mode:
-            host = plan(api, ctx, request)["would_schedule_to"][p["name"]]
-            return self.with_diff(
-                {"changed": True, "actions": todo, "would_schedule_to": host},
-                None,
-                {"name": p["name"], "host": host},
-            )
-        (server,) = api.create(ctx, request, build=False)
-        result = {"changed": True, "actions": todo, "id": server["id"]}
-        result.update(self._carry_on(api, ctx, server["id"], then=todo[1:], build=[server["id"]]))
-        if p["wait"]:
-            server = self._wait(api, ctx, server, result.get("_proc"), result.get("worker_log"))
-        result.pop("_proc", None)
-        result["server"] = server
-        return self.with_diff(result, None, {k: server[k] for k in SHOWN})
-
-    def _check_same(self, server):
-        p = self.params
-        if p["flavor"] and p["flavor"] not in (
-            server["flavor"].get("name"),
-            server["flavor"].get("flavorid"),
-        ):
-            self.fail(
-                f"server {server['name']} exists with flavor {server['flavor'].get('name')}; resizing is "
-                "not supported: delete it and create it again, or use another name"
-            )
-        if p["image"]:
-            from novakit.compute import images
-
-            with self.database().reader() as session:
-                image = images.get(session, p["image"])
-            if image.uuid != server["image"]:
-                self.fail(
-                    f"server {server['name']} runs another image; rebuild it with "
-                    "novakit.cloud.server_action (action: rebuild) to change it"
-                )
+        return self.with_diff(out.result(), *out.diff())
 
 
 def main():

@@ -13,12 +13,23 @@ description:
     task waits for that, as for C(openstack.cloud.server).
   - O(action=lock), O(action=unlock) and O(action=rename) are declarative - when already in effect
     they report no change. O(action=reboot) and O(action=rebuild) always act.
-  - Power states (started, stopped, paused, suspended) belong to M(novakit.cloud.server) O(novakit.cloud.server#module:state).
-  - In check mode the lock and the state table are checked as a real run would, and nothing is done.
+  - Power states (started, stopped, paused, suspended) and deleting belong to M(novakit.cloud.server)
+    O(novakit.cloud.server#module:state); together the two modules offer every action of novakit's
+    state table.
   - For many servers across inventory hosts, use the C(novakit.cloud.server_action) playbook.
 version_added: 0.1.0
 author: novakit developers (@novakit)
-extends_documentation_fragment: [novakit.cloud.common]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
+  - novakit.cloud.common
+  - novakit.cloud.wait
+attributes:
+  check_mode:
+    details:
+      - The API's dry run of the action - the options, the lock, the state table and the action's own
+        look-ups (a rebuild's image, a rename's name) are checked as a real run checks them, and
+        nothing is done. A refusal is the real run's, word for word.
 options:
   server:
     description: Server name or uuid.
@@ -53,23 +64,6 @@ options:
   admin_password:
     description: New administrator password, for O(action=rebuild). Never logged.
     type: str
-  wait:
-    description:
-      - V(true) returns once the host has finished a reboot or rebuild and the server is steady
-        again (ACTIVE, SHUTOFF for a rebuild of a stopped server, PAUSED, SUSPENDED, or ERROR when
-        the operation failed).
-      - V(false) returns as soon as the operation is accepted and started (the server is REBOOT,
-        HARD_REBOOT or REBUILD) and leaves the host's part to a background process that outlives the
-        task, logging to RV(worker_log).
-      - Lock, unlock and rename are done on the spot either way.
-    type: bool
-    default: true
-  timeout:
-    description:
-      - Seconds O(wait) waits. When they pass first the task fails with the server's status and
-        task state, and the operation goes on in the background.
-    type: int
-    default: 180
 """
 
 EXAMPLES = r"""
@@ -101,22 +95,74 @@ EXAMPLES = r"""
 
 RETURN = r"""
 server:
-  description: The server after the operation (with O(wait=false), as the operation started).
+  description:
+    - The server after the operation (with O(wait=false), as the operation started), with the keys
+      of RV(novakit.cloud.server#module:server).
   returned: always
   type: dict
+  contains:
+    id:
+      description: The server's uuid.
+      type: str
+    name:
+      description: Its name (the new one after a rename).
+      type: str
+    status:
+      description: The status a user sees - V(ACTIVE), V(REBOOT), V(HARD_REBOOT), V(REBUILD), V(SHUTOFF), V(ERROR)...
+      type: str
+    vm_state:
+      description: Nova's vm_state.
+      type: str
+    task_state:
+      description: The task in progress, or null when none.
+      type: str
+    host:
+      description: The compute host it runs on.
+      type: str
+    image:
+      description: The uuid of the image it runs (the new one after a rebuild).
+      type: str
+    locked:
+      description: Whether it is locked.
+      type: bool
+    locked_reason:
+      description: Why it was locked.
+      type: str
+    fault:
+      description: In ERROR, its last fault (C(code), C(message), C(created), C(host)).
+      type: dict
+      returned: when the server is in ERROR
+  sample:
+    id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4
+    name: web-1
+    status: ACTIVE
+    vm_state: active
+    task_state: null
+    host: compute-large
+    locked: true
+    locked_reason: maintenance window
+id:
+  description: The server's uuid.
+  returned: always
+  type: str
+  sample: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4
+actions:
+  description: The operation, when it ran (or, in check mode, would run); empty when it was in effect already.
+  returned: always
+  type: list
+  elements: str
+  sample: [lock]
 worker_log:
   description: The log of the background process that has the host run the operation; it holds no secrets.
   returned: when a reboot or rebuild was started on a compute host
   type: str
+  sample: /root/.local/state/novakit/workers/req-7c1d...-0b3f....log
 """
-
-import base64  # noqa: E402
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import (  # noqa: E402
     WAIT_ARGS,
     NovakitModule,
-    carry_on,
-    wait_until,
+    background,
 )
 
 
@@ -143,68 +189,29 @@ class ServerActionModule(NovakitModule):
     }
 
     def run(self):
-        from novakit.compute.messages import ComputeRequest
-        from novakit.playflow import already_done, check_action
+        from novakit import desired
 
-        api, ctx, p = self.api(), self.context(), self.params
-        server, action = api.get(ctx, p["server"]), p["action"]
-        options = {"name": p["new_name"], "reason": p["lock_reason"]}
-        before = {k: server[k] for k in ("name", "status", "locked", "image")}
-        if already_done(server, action, options):
-            return {"changed": False, "server": server}
-        if self.check_mode:
-            check_action(api, ctx, {**server, "_hard": p["reboot_type"] == "hard"}, action)
-            return {"changed": True, "server": server}
-        if action == "reboot":
-            started = api.reboot(ctx, server["id"], p["reboot_type"].upper(), defer=True)
-        elif action == "rebuild":
-            data = {
-                "image": p["image"],
-                "name": p["new_name"],
-                "metadata": p["metadata"],
-                "admin_password": p["admin_password"],
-            }
-            if p["user_data"] is not None:
-                data["user_data"] = base64.b64encode(p["user_data"].encode()).decode()
-            started = api.rebuild(
-                ctx, server["id"], {k: v for k, v in data.items() if v is not None}, defer=True
-            )
-        elif action == "lock":
-            started = api.lock(ctx, server["id"], p["lock_reason"])
-        elif action == "unlock":
-            started = api.unlock(ctx, server["id"])
-        else:
-            started = api.rename(ctx, server["id"], p["new_name"])
-        result = {"changed": True}
-        if isinstance(started, ComputeRequest):
-            proc, result["worker_log"] = carry_on(self, ctx, server["id"], request=started)
-            server = api.get(ctx, server["id"])
-            if p["wait"]:
-                server = wait_until(
-                    self,
-                    api,
-                    ctx,
-                    server,
-                    lambda s: s is not None and s["task_state"] is None,
-                    f"finished with its {action}",
-                    proc,
-                    result["worker_log"],
-                )
-        else:
-            server = started
-        if server["vm_state"] == "error":
-            self.fail(
-                f"{action} of server {server['name']} failed: "
-                f"{(server.get('fault') or {}).get('message', 'see its instance actions')}",
-                server=server,
-                changed=True,
-            )
-        result["server"] = server
-        return self.with_diff(
-            result,
-            before,
-            {k: server[k] for k in ("name", "status", "locked", "image")},
+        p = self.params
+        # The options of every action, by the state table's names; each action takes its own.
+        options = {
+            "reboot_type": p["reboot_type"],
+            "image": p["image"],
+            "name": p["new_name"],
+            "reason": p["lock_reason"],
+            "metadata": p["metadata"],
+            "user_data": desired.encode_user_data(p["user_data"]),
+            "admin_password": p["admin_password"],
+        }
+        out = desired.perform(
+            self.api(),
+            self.context(),
+            p["server"],
+            p["action"],
+            options,
+            dry_run=self.check_mode,
+            background=background(self),
         )
+        return self.with_diff(out.result(), *out.diff())
 
 
 def main():

@@ -17,7 +17,10 @@ description:
     existing name are an error that says so.
 version_added: 0.1.0
 author: novakit developers (@novakit)
-extends_documentation_fragment: [novakit.cloud.common]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
+  - novakit.cloud.common
 options:
   name:
     description: Group name, unique in the project (or the group's uuid).
@@ -49,9 +52,33 @@ EXAMPLES = r"""
 
 RETURN = r"""
 server_group:
-  description: The group (id, name, policy, rules, members).
-  returned: when it exists
+  description: The group, when it exists.
+  returned: when state is present
   type: dict
+  contains:
+    id:
+      description: The group's uuid (in check mode, for a new group, absent).
+      type: str
+    name:
+      description: Its name.
+      type: str
+    policy:
+      description: Its placement policy.
+      type: str
+    rules:
+      description: Its policy rules.
+      type: dict
+    members:
+      description: The uuids of its live servers.
+      type: list
+      elements: str
+    project_id:
+      description: The project that owns it.
+      type: str
+    user_id:
+      description: The user that created it.
+      type: str
+  sample: {id: 5a2d..., name: db, policy: anti-affinity, rules: {max_server_per_host: 2}, members: [], project_id: team-a, user_id: alice}
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402

@@ -13,7 +13,18 @@ description:
   - Reads only; it never changes anything.
 version_added: 0.1.0
 author: novakit developers (@novakit)
-extends_documentation_fragment: [novakit.cloud.common]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
+  - novakit.cloud.common
+attributes:
+  check_mode:
+    details:
+      - It only reads, and does the same in check mode.
+  diff_mode:
+    support: N/A
+    details:
+      - It only reads.
 options:
   server:
     description: One server, by name or uuid; without it, every server that matches the filters.
@@ -45,10 +56,61 @@ EXAMPLES = r"""
 
 RETURN = r"""
 servers:
-  description: The servers (id, name, status, vm_state, task_state, power_state, host, addresses, fault...).
+  description: The servers, with the keys of RV(novakit.cloud.server#module:server).
   returned: always
   type: list
   elements: dict
+  contains:
+    id:
+      description: The server's uuid.
+      type: str
+    name:
+      description: Its name.
+      type: str
+    status:
+      description: The status a user sees (V(BUILD), V(ACTIVE), V(SHUTOFF), V(ERROR)...).
+      type: str
+    vm_state:
+      description: Nova's vm_state.
+      type: str
+    task_state:
+      description: The task in progress, or null when none.
+      type: str
+    power_state_name:
+      description: The power state's name (C(Running), C(Shutdown)...).
+      type: str
+    host:
+      description: The compute host it runs on; null before it is scheduled.
+      type: str
+    flavor:
+      description: The flavor as it was when the server was created.
+      type: dict
+    image:
+      description: The uuid of the image it runs.
+      type: str
+    addresses:
+      description: Its IP addresses.
+      type: list
+      elements: str
+    locked:
+      description: Whether it is locked.
+      type: bool
+    project_id:
+      description: The project that owns it.
+      type: str
+    fault:
+      description: In ERROR, its last fault (C(code), C(message), C(created), C(host)).
+      type: dict
+      returned: when the server is in ERROR
+    actions:
+      description:
+        - With O(with_actions), the server's instance actions, oldest first - C(action), C(request_id),
+          C(user_id), C(project_id), C(start_time), C(finish_time), C(message) and C(events) (each with
+          C(event), C(start_time), C(finish_time), C(result), C(host), C(details)).
+      type: list
+      elements: dict
+      returned: when with_actions is true
+  sample: [{id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4, name: web-1, status: ERROR, host: compute-large, fault: {code: 500, message: "No valid host was found."}}]
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402

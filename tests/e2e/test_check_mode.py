@@ -1,5 +1,5 @@
-"""Check mode of the lifecycle playbooks (server_action.yml, delete.yml): nothing moves, and the
-output says what a real run would do."""
+"""Check mode of the lifecycle playbooks (server_action.yml, delete.yml) and of the server modules:
+nothing moves, the output says what a real run would do, and a refusal is the real run's."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from novakit.compute import flavors, images
 from novakit.context import RequestContext
 from tests.e2e.prepared import api_for, fleet_env
 from tests.e2e.test_flows import fake_guests, play
 
 pytestmark = pytest.mark.e2e
 ADMIN = RequestContext.admin()
+SERVER_CHECK = Path(__file__).parent / "playbooks" / "server_check.yml"
+ALICE = {"caller_project": "project-a", "caller_user": "alice", "caller_roles": ["member"]}
+BOB = {**ALICE, "caller_user": "bob"}
 
 
 def snapshot(env: dict[str, str]) -> dict[str, Any]:
@@ -77,3 +81,70 @@ def test_server_action_and_delete_in_check_mode_change_nothing(prepared_fleet: P
     assert not refused.ok and "pause" in refused.runner.stdout.read()
     assert snapshot(env) == before
     assert {s["name"]: s["status"] for s in api.list(ADMIN)} == {"dry-1": "ACTIVE", "dry-2": "SHUTOFF"}
+
+
+def server_task(tmp_path: Path, env: dict[str, str], check: bool, **extravars: Any) -> dict[str, Any]:
+    """The result of server_check.yml's one task, with ``failed`` set when it failed."""
+    run = play(SERVER_CHECK, tmp_path, env, extravars, check=check)
+    task = "The action" if "server_action" in extravars else "The server"
+    (event,) = [
+        e
+        for e in run.runner.events
+        if e.get("event") in ("runner_on_ok", "runner_on_failed") and e["event_data"].get("task") == task
+    ]
+    return {**event["event_data"]["res"], "failed": event["event"] == "runner_on_failed"}
+
+
+def check_then_real(
+    tmp_path: Path, env: dict[str, str], **extravars: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The task in check mode, which must change nothing, then for real."""
+    before = snapshot(env)
+    dry = server_task(tmp_path, env, True, **extravars)
+    assert snapshot(env) == before, f"{extravars} changed something in check mode"
+    return dry, server_task(tmp_path, env, False, **extravars)
+
+
+def test_the_server_modules_refuse_in_check_mode_as_the_real_run_does(
+    prepared_fleet: Path, tmp_path: Path
+) -> None:
+    env = fleet_env(prepared_fleet, tmp_path)
+    api = api_for(env)
+    flavors.create(api.db, ADMIN, {"name": "m1.256", "vcpus": 1, "memory_mb": 256})
+    images.create(api.db, ADMIN, {"name": "hungry", "min_ram": 2048})
+
+    # An image that needs more RAM than the flavor has: the same message, and nothing recorded.
+    dry, real = check_then_real(
+        tmp_path, env, server_name="small", server_flavor="m1.256", server_image="hungry", **ALICE
+    )
+    assert dry["failed"] and real["failed"], (dry, real)
+    assert dry["msg"] == real["msg"] == "Invalid flavor: image hungry needs at least 2048 MB of RAM"
+    assert dry["error"] == real["error"] == "ValidationError"
+    assert api.list(ADMIN) == []
+
+    # Alice's server, locked by Alice.
+    made = server_task(
+        tmp_path, env, False, server_name="mine", server_flavor="m1.small", server_image="tiny", **ALICE
+    )
+    assert made["changed"] and made["server"]["status"] == "ACTIVE", made
+    dry, real = check_then_real(
+        tmp_path, env, server_name="mine", server_action="lock", lock_reason="hers", **ALICE
+    )
+    assert dry["changed"] and dry["actions"] == ["lock"] and not dry["failed"], dry
+    assert real["changed"] and real["server"]["locked"], real
+
+    # Alice's own stop of the server she locked: check mode answers what the real run then does.
+    dry, real = check_then_real(tmp_path, env, server_name="mine", server_state="stopped", **ALICE)
+    assert dry["failed"] is real["failed"], (dry, real)
+    if real["failed"]:
+        assert dry["msg"] == real["msg"] and "is locked (hers)" in real["msg"], (dry, real)
+        assert api.get(ADMIN, "mine")["status"] == "ACTIVE"
+    else:
+        assert dry["actions"] == real["actions"] == ["stop"] and dry["changed"] and real["changed"]
+        assert real["server"]["status"] == "SHUTOFF"
+
+    # Bob, of the same project, may not delete it: the same refusal in both.
+    dry, real = check_then_real(tmp_path, env, server_name="mine", server_state="absent", **BOB)
+    assert dry["failed"] and real["failed"] and dry["msg"] == real["msg"], (dry, real)
+    assert "is locked (hers)" in real["msg"] and real["error"] == "InstanceIsLocked"
+    assert [s["name"] for s in api.list(ADMIN)] == ["mine"]

@@ -28,6 +28,12 @@ def env(db_url: str, tmp_path: Path) -> dict[str, str | None]:
         "NOVAKIT_USER": None,
         "NOVAKIT_ROLES": None,
         "NOVAKIT_NOTIFICATIONS_FILE": None,
+        # Each command is a request of its own, not part of an Ansible or AWX run.
+        "NOVAKIT_REQUEST_ID": None,
+        "JOB_ID": None,
+        "AWX_JOB_ID": None,
+        "TOWER_JOB_ID": None,
+        "AWX_ISOLATED_DATA_DIR": None,
         "COLUMNS": "250",  # wide enough that tables show whole uuids
     }
 

@@ -99,22 +99,27 @@ def test_a_stopped_server_whose_guest_runs_is_powered_off_on_its_host(
     assert [e["event"] for e in events[0]["events"]] == ["compute_sync_power_state", "compute_stop_instance"]
 
 
+def _past(cloud: Cloud) -> dt.timedelta:
+    return dt.timedelta(seconds=cloud.conf.compute.build_timeout + 5)
+
+
 def test_a_build_killed_half_way_is_reaped_and_its_claim_freed(cloud: Cloud, ctx: RequestContext) -> None:
-    # The process died after the claim, while the host was spawning: the record stays in building.
+    # The process died after the claim, while the host was spawning: the record stays in building,
+    # and its lease, last renewed when it was scheduled (build_timeout + 5 s ago), ran out.
+    cloud.api.conductor.clock = lambda: utcnow() - _past(cloud)
     [uuid] = [
         s["id"]
         for s in cloud.api.create(ctx, {"name": "killed", "flavor": "m1.small", "image": "tiny"}, build=False)
     ]
+    cloud.api.conductor.schedule_instances(ctx, [uuid])
+    cloud.api.conductor.clock = utcnow
     [young] = [
         s["id"]
         for s in cloud.api.create(ctx, {"name": "young", "flavor": "m1.small", "image": "tiny"}, build=False)
     ]
-    cloud.api.conductor.schedule_instances(ctx, [uuid, young])
-    old = utcnow() - dt.timedelta(seconds=cloud.conf.compute.build_timeout + 5)
+    cloud.api.conductor.schedule_instances(ctx, [young])
     with cloud.db.writer() as session:
-        session.execute(
-            update(Instance).where(Instance.uuid == uuid).values(task_state="spawning", created_at=old)
-        )
+        session.execute(update(Instance).where(Instance.uuid == uuid).values(task_state="spawning"))
     host = cloud.api.get(ctx, uuid)["host"]
     assert placement.get_usages(cloud.db, host)["VCPU"] >= 1
 
@@ -123,6 +128,9 @@ def test_a_build_killed_half_way_is_reaped_and_its_claim_freed(cloud: Cloud, ctx
     shown = cloud.api.get(ctx, uuid)
     assert (shown["status"], shown["task_state"]) == ("ERROR", None)
     assert "timed out" in shown["fault"]["message"] and "details" not in shown["fault"]
+    assert (
+        shown["host"] is None
+    )  # let go of, as a failed build's (Nova's _nil_out_instance_obj_host_and_node)
     assert placement.get_allocations_for_consumer(cloud.db, uuid) == {}
     assert placement.get_allocations_for_consumer(cloud.db, young) != {}
     assert ("conductor_check_instance_build_time", "Error") in _actions(cloud, ctx, shown)["create"]
@@ -137,20 +145,20 @@ def test_a_build_whose_result_was_lost_is_adopted_with_its_claim(cloud: Cloud, c
         for s in cloud.api.create(ctx, {"name": "lost", "flavor": "m1.small", "image": "tiny"}, build=False)
     ]
     [request] = cloud.api.conductor.schedule_instances(ctx, [uuid])
-    result = cloud.api.conductor.send(request)  # the host builds; nobody records the answer
+    result = cloud.api.conductor.rpc.send(request)  # the host builds; nobody records the answer
     assert result.results[0].ok
-    old = utcnow() - dt.timedelta(seconds=cloud.conf.compute.build_timeout + 5)
-    with cloud.db.writer() as session:
-        session.execute(update(Instance).where(Instance.uuid == uuid).values(created_at=old))
+    # While the build's lease lasts, its owner may still record it: heal leaves it alone.
+    assert heal(cloud.db, cloud.conf).corrections == []
+    later = utcnow() + _past(cloud)
 
-    report = heal(cloud.db, cloud.conf)
+    report = heal(cloud.db, cloud.conf, clock=lambda: later)
     assert _kinds(report) == [("build_adopted", uuid)]
     shown = cloud.api.get(ctx, uuid)
     assert (shown["status"], shown["power_state_name"], shown["host"]) == ("ACTIVE", "Running", request.host)
     assert placement.get_allocations_for_consumer(cloud.db, uuid) != {}
     assert ("conductor_heal_adopt_build", "Success") in _actions(cloud, ctx, shown)["create"]
     # A second heal finds nothing left to do.
-    assert heal(cloud.db, cloud.conf).corrections == []
+    assert heal(cloud.db, cloud.conf, clock=lambda: later).corrections == []
     assert cloud.api.stop(ctx, uuid)["status"] == "SHUTOFF"
 
 

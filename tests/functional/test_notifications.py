@@ -116,7 +116,7 @@ def test_an_action_run_through_the_playbook_path_is_announced_as_in_direct_mode(
     server = cloud.api.create(ctx, {"name": "played", "flavor": "m1.small", "image": "tiny"})[0]
     request = cloud.api.act(ctx, server["id"], "stop", defer=True).request
     assert _of(received, server["id"])[-1] == "instance.power_off.start"  # before any host acted
-    result = cloud.api.conductor.send(request)
+    result = cloud.api.conductor.rpc.send(request)
     cloud.api.conductor.record_action_result(ctx, request, result)
     cloud.api.lock(ctx, server["id"])
 

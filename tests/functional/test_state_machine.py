@@ -69,7 +69,7 @@ def _put_in_state(cloud: Cloud, ctx: Any, name: str, vm_state: str, task_state: 
     uuid = server["id"]
     if vm_state in GUEST_OP:
         spec_host = server["host"]
-        from novakit.conductor import instance_spec
+        from novakit.compute.rpc import instance_spec
 
         with cloud.db.reader() as session:
             spec = instance_spec(session, db_api.instance_get(session, cloud.admin, uuid))

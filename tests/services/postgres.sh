@@ -5,7 +5,14 @@
 # Installs Debian's postgresql first when run as root and it is missing.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-PGDIR="${NOVAKIT_PG_DIR:-$ROOT/.state/postgres}"
+# The server runs as the postgres user, which cannot enter a checkout under /root (0700): as root,
+# its directory is one of its own outside the checkout, named after the checkout's path.
+if [ "$(id -u)" = 0 ]; then
+    DEFAULT_PGDIR="/var/lib/novakit-test/postgres-$(printf %s "$ROOT" | md5sum | cut -c1-8)"
+else
+    DEFAULT_PGDIR="$ROOT/.state/postgres"
+fi
+PGDIR="${NOVAKIT_PG_DIR:-$DEFAULT_PGDIR}"
 PORT="${NOVAKIT_PG_PORT:-55432}"
 URL="postgresql+psycopg://novakit:novakit@127.0.0.1:${PORT}/novakit"
 

@@ -465,11 +465,13 @@ class Testbed:
         config = self._sshd_config(hosts, port)
         sshd = shutil.which("sshd", path=SYSTEM_PATH) or "/usr/sbin/sshd"
         changed = not self.sshd_config.exists() or self.sshd_config.read_text() != config
+        # sshd (also `sshd -t`) wants its privilege-separation directory; on a fresh machine
+        # without systemd nothing has made it.
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         if changed:
             self.sshd_config.write_text(config)
             _run([sshd, "-t", "-f", str(self.sshd_config)])
         if pid is None:
-            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
             _run([sshd, "-f", str(self.sshd_config)])
         elif changed:
             os.kill(pid, signal.SIGHUP)

@@ -185,7 +185,7 @@ def wait_for_marker(bed: Testbed, host: str, server: dict[str, Any], count: int 
 
 def console_output(cloud: Cloud, servers: list[dict[str, Any]]) -> dict[str, str]:
     """Each server's console as the compute module on its host returns it (operation console_output)."""
-    from novakit.conductor import instance_spec
+    from novakit.compute.rpc import instance_spec
 
     db = cloud.api().db
     requests: dict[str, list[dict[str, Any]]] = {}

@@ -10,7 +10,7 @@ from sched_unit_helpers import NOW, build_host, build_spec
 from novakit import exceptions
 from novakit.compute.messages import FlavorSpec, ImageSpec
 from novakit.config import Config, load_config
-from novakit.scheduler.filters import FILTERS, build_filters
+from novakit.scheduler.filters import FILTERS
 from novakit.scheduler.request_spec import InstanceGroupSpec
 
 
@@ -33,15 +33,37 @@ def test_compute_filter_rejects_a_disabled_service_and_says_why(unit_conf: Confi
     assert "disabled" in result.reason and "maint" in result.reason
 
 
-def test_compute_filter_edge_heartbeat_just_older_than_service_down_time(unit_conf: Config) -> None:
-    limit = unit_conf.compute.service_down_time
+def test_compute_filter_keeps_an_idle_host_and_drops_one_whose_last_contact_failed(unit_conf: Config) -> None:
+    # No agent runs on a host: a day of silence is no evidence that it is down.
+    idle = build_host(last_seen_up=NOW - dt.timedelta(days=1))
+    assert run("ComputeFilter", unit_conf, idle, build_spec())
+    failed = build_host(
+        last_contact_at=NOW - dt.timedelta(seconds=5), down_reason="Ansible: host h1 unreachable"
+    )
+    result = run("ComputeFilter", unit_conf, failed, build_spec())
+    assert not result
+    assert result.reason == (
+        "compute service is down: last contact failed at 2026-01-01T11:59:55+00:00: "
+        "Ansible: host h1 unreachable"
+    )
+    forced = run("ComputeFilter", unit_conf, build_host(forced_down=True, down_reason="rack 4"), build_spec())
+    assert not forced and forced.reason == "compute service is down: forced down by an admin: rack 4"
+    assert not run("ComputeFilter", unit_conf, build_host(has_service=False), build_spec())
+
+
+def test_compute_filter_edge_heartbeat_just_older_than_service_down_time_when_heartbeats_are_on(
+    unit_conf: Config,
+) -> None:
+    conf = unit_conf.model_copy(update={"compute": unit_conf.compute.model_copy(update={"heartbeats": True})})
+    limit = conf.compute.service_down_time
     at_limit = build_host(last_seen_up=NOW - dt.timedelta(seconds=limit))
     past_limit = build_host(last_seen_up=NOW - dt.timedelta(seconds=limit + 1))
-    assert run("ComputeFilter", unit_conf, at_limit, build_spec())
-    result = run("ComputeFilter", unit_conf, past_limit, build_spec())
-    assert not result and "down" in result.reason
-    assert not run("ComputeFilter", unit_conf, build_host(has_service=False), build_spec())
-    assert not run("ComputeFilter", unit_conf, build_host(forced_down=True), build_spec())
+    assert run("ComputeFilter", conf, at_limit, build_spec())
+    result = run("ComputeFilter", conf, past_limit, build_spec())
+    assert not result and f"no heartbeat for {limit + 1} s" in result.reason
+    assert "heartbeats are on" in result.reason
+    # The same host with heartbeats off (the default) is up.
+    assert run("ComputeFilter", unit_conf, past_limit, build_spec())
 
 
 # --- ComputeCapabilitiesFilter --------------------------------------------------------------------
@@ -258,9 +280,9 @@ def test_every_issue_filter_is_registered() -> None:
 
 
 def test_unknown_filter_name_fails_at_start_naming_known_filters() -> None:
-    conf = load_config(
-        db_url="sqlite:///:memory:", scheduler={"enabled_filters": ["ComputeFilter", "RamFilter"]}
-    )
+    # Refused when the configuration is read, before a scheduler (or a request) exists.
     with pytest.raises(exceptions.ConfigError) as err:
-        build_filters(conf)
+        load_config(
+            db_url="sqlite:///:memory:", scheduler={"enabled_filters": ["ComputeFilter", "RamFilter"]}
+        )
     assert "RamFilter" in str(err.value) and "SameHostFilter" in str(err.value)

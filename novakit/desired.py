@@ -1,0 +1,464 @@
+"""A server brought where a caller declares it should be: the library half of the server modules.
+
+The ``server`` module says what a server should be (``state: stopped``, or
+absent), the ``server_action`` module what should be done to it (``action:
+lock``). Everything between that and the API is here, so that the modules are
+an argument spec and one call:
+
+* what takes a server to a power state: ``states.path`` over the state table
+  (``actions_to``), refused with the reason when nothing does (a server in ERROR,
+  one busy with a task);
+* the start, through the API's one entry for each: ``API.create_servers`` for a
+  server that does not exist, ``API.act(..., declarative=True, defer=True)`` for
+  the rest, so that what is in effect already is no change, and a second
+  identical run changes nothing;
+* the part that takes time (the build, the host's part of an action, the later
+  steps of a path) handed to a detached worker (``novakit.worker``), and, when
+  the caller waits, the wait: ``worker.wait_for``, the one polling loop. A server
+  that does not get there ends the wait with a ``ServerStateError`` that carries
+  the server as it was last seen.
+
+``dry_run`` (check mode) puts the same questions to the API's dry runs, which
+refuse what the real calls refuse, with the same error, and write nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from novakit import exceptions, worker
+from novakit.compute import images, states
+from novakit.compute.api import API
+from novakit.compute.messages import ComputeRequest
+from novakit.compute.states import VmState
+from novakit.context import RequestContext
+
+View = dict[str, Any]
+Settled = Callable[[View | None], bool]
+
+#: the power states a caller may declare, and the vm_state each is
+POWER_STATES: dict[str, VmState] = {
+    "started": VmState.ACTIVE,
+    "stopped": VmState.STOPPED,
+    "paused": VmState.PAUSED,
+    "suspended": VmState.SUSPENDED,
+}
+#: every state a caller may declare: ``present`` is "exists" (a new server starts), whatever its power
+STATES: tuple[str, ...] = ("present", "absent", *POWER_STATES)
+#: what a diff shows of a server
+SHOWN = ("id", "name", "status", "host", "flavor", "image", "addresses", "power_state_name", "locked")
+
+
+@dataclass(frozen=True)
+class Background:
+    """How the work a call starts goes on: in a detached worker, waited for or not.
+
+    ``config`` and ``db_url`` are what the caller's configuration came from, so
+    that the worker loads the same one.
+    """
+
+    wait: bool = True
+    timeout: float = 180
+    config: str | None = None
+    db_url: str | None = None
+
+
+@dataclass
+class Outcome:
+    """What a call did or, as a dry run, would do."""
+
+    changed: bool
+    actions: list[str]
+    server: View | None = None  # as it now is; None once deleted, or not created yet (a dry run)
+    before: View | None = None
+    plan: dict[str, Any] | None = None  # a dry run's new server: its name and the host it would get
+    worker_log: str | None = None
+
+    def result(self) -> dict[str, Any]:
+        """The outcome as the modules return it (their RETURN documents each key)."""
+        out: dict[str, Any] = {"changed": self.changed, "actions": self.actions}
+        known = self.server or self.before
+        if known is not None:
+            out["id"] = known["id"]
+        if self.server is not None:
+            out["server"] = self.server
+        if self.plan is not None:
+            out["would_schedule_to"] = self.plan["host"]
+        if self.worker_log is not None:
+            out["worker_log"] = self.worker_log
+        return out
+
+    def diff(self) -> tuple[View | None, View | None]:
+        """The server before and after, as a diff shows them (``SHOWN``)."""
+        after = _shown(self.server) if self.server is not None and not _gone(self.server) else self.plan
+        return _shown(self.before), after
+
+
+# --------------------------------------------------------------- what it takes
+
+
+def actions_to(server: View, state: str) -> list[str]:
+    """The actions that take ``server`` to ``state`` (``STATES``), in order; [] when it is there.
+
+    Found in the state table (``states.path``). A server in ERROR is refused
+    whatever state short of absent is asked for (the table would let a stop
+    through, but what failed deserves a look first), and so is one busy with a
+    task when something has to be done; the error says where the server is and
+    what to do.
+    """
+    if state not in STATES:
+        raise exceptions.ValidationError("state", f"{state!r} is not one of {', '.join(STATES)}")
+    if state == "absent":
+        return ["delete"]
+    if server["vm_state"] == VmState.ERROR.value:
+        fault = (server.get("fault") or {}).get("message")
+        raise exceptions.StateUnreachable(
+            server,
+            state=state,
+            remedy=(f" (fault: {fault})" if fault else "")
+            + ": hard-reboot or rebuild it (novakit.cloud.server_action), or delete it",
+        )
+    wanted = POWER_STATES.get(state)
+    if wanted is None:
+        return []
+    # A server still building (``wait: false``) is on its way to active.
+    here = VmState.ACTIVE.value if server["vm_state"] == VmState.BUILDING.value else server["vm_state"]
+    todo = states.path(here, wanted)
+    if todo is None:
+        raise exceptions.StateUnreachable(server, state=state, remedy=": no action leads there")
+    if todo and server["task_state"] is not None:
+        raise exceptions.StateUnreachable(server, state=state, remedy=": wait for its task to end")
+    return todo
+
+
+def options_for(action: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options of ``options`` that ``action`` takes (its schema in the state table), set ones only.
+
+    A caller such as a module has one set of options for several actions
+    (``timeout`` is the stop's, ``image`` the rebuild's); each action gets its own.
+    """
+    t = states.ACTIONS.get(action)
+    fields = t.options.model_fields if t is not None and t.options is not None else {}
+    return {k: v for k, v in (options or {}).items() if k in fields and v is not None}
+
+
+def encode_user_data(text: str | None) -> str | None:
+    """Plain-text user data, as the modules take it, the way the API takes it (base64)."""
+    return base64.b64encode(text.encode()).decode() if text is not None else None
+
+
+def check_unchanged(api: API, ctx: RequestContext, server: View, create: Mapping[str, Any] | None) -> None:
+    """Refuse a flavor or image other than the existing server's: declaring neither resizes nor rebuilds."""
+    flavor, image = (create or {}).get("flavor"), (create or {}).get("image")
+    if flavor and flavor not in (server["flavor"].get("name"), server["flavor"].get("flavorid")):
+        raise exceptions.ServerDiffers(
+            name=server["name"],
+            what="flavor",
+            actual=server["flavor"].get("name"),
+            wanted=flavor,
+            remedy="resizing is not supported: delete it and create it again, or use another name",
+        )
+    if image:
+        with api.db.reader() as session:
+            wanted = images.get(session, image)
+        if wanted.uuid != server["image"]:
+            raise exceptions.ServerDiffers(
+                name=server["name"],
+                what="image",
+                actual=server["image"],
+                wanted=image,
+                remedy="rebuild it (novakit.cloud.server_action, action rebuild) to change its image",
+            )
+
+
+# --------------------------------------------------------------- the calls
+
+
+def ensure(
+    api: API,
+    ctx: RequestContext,
+    ref: str,
+    state: str = "present",
+    *,
+    create: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+    dry_run: bool = False,
+    background: Background = Background(),
+) -> Outcome:
+    """Bring server ``ref`` (name or uuid) to ``state`` (``STATES``); the ``server`` module's call.
+
+    ``create``: what a server that does not exist is created with (the fields of
+    ``schemas.ServerCreate`` but its name; unset ones None), named ``ref``. An
+    existing server keeps its flavor and image (``check_unchanged``).
+    ``options``: options of the actions a power state takes (``timeout`` of a stop).
+    A server busy with a task when the call starts is waited for first when the
+    caller waits.
+    """
+    if state not in STATES:
+        raise exceptions.ValidationError("state", f"{state!r} is not one of {', '.join(STATES)}")
+    server = find(api, ctx, ref)
+    if server is not None and background.wait and not steady(server):
+        # Busy (a build or an action of an earlier task, say): decide once it has settled.
+        server = wait_until(api, ctx, server, steady, "steady", background, changed=False)
+    if state == "absent":
+        return _delete(api, ctx, server["id"] if server else ref, server, dry_run, background)
+    if server is None:
+        return _create(api, ctx, ref, state, create or {}, options, dry_run, background)
+    check_unchanged(api, ctx, server, create)
+    todo = actions_to(server, state)
+    if not todo:
+        return Outcome(False, [], server, before=server)
+    started = api.act(
+        ctx,
+        server["id"],
+        todo[0],
+        options_for(todo[0], options),
+        dry_run=dry_run,
+        defer=True,
+        declarative=True,
+    )
+    out = Outcome(started.changed, todo, started.server, before=server)
+    if dry_run:
+        return out
+    wanted = POWER_STATES[state]
+    return _carry_on(
+        api,
+        ctx,
+        out,
+        background,
+        _reached(wanted),
+        states.status_from_state(wanted.value),
+        request=started.request,
+        then=[worker.Step(action=a, options=options_for(a, options)) for a in todo[1:]],
+        failure=f"server {server['name']} is ERROR",
+    )
+
+
+def perform(
+    api: API,
+    ctx: RequestContext,
+    ref: str,
+    action: str,
+    options: Mapping[str, Any] | None = None,
+    *,
+    dry_run: bool = False,
+    background: Background = Background(),
+) -> Outcome:
+    """Run ``action`` (``states.ACTION_NAMES``) on server ``ref``; the ``server_action`` module's call.
+
+    Declarative: an action in effect already (a locked server to lock) is no
+    change. ``options`` may hold options of several actions; ``action`` gets its
+    own (``options_for``). The host's part goes to a worker.
+    """
+    before = api.get(ctx, ref)
+    started = api.act(
+        ctx,
+        before["id"],
+        action,
+        options_for(action, options),
+        dry_run=dry_run,
+        defer=True,
+        declarative=True,
+    )
+    out = Outcome(started.changed, [action] if started.changed else [], started.server, before=before)
+    if dry_run or not started.changed:
+        return out
+    return _carry_on(
+        api,
+        ctx,
+        out,
+        background,
+        _idle,
+        f"finished with its {action}",
+        request=started.request,
+        failure=f"{action} of server {before['name']} failed",
+    )
+
+
+def _create(
+    api: API,
+    ctx: RequestContext,
+    name: str,
+    state: str,
+    create: Mapping[str, Any],
+    options: Mapping[str, Any] | None,
+    dry_run: bool,
+    background: Background,
+) -> Outcome:
+    if not (create.get("flavor") and create.get("image")):
+        raise exceptions.Invalid(
+            reason=f"server {name} does not exist; a flavor and an image are needed to create it"
+        )
+    wanted = POWER_STATES.get(state, VmState.ACTIVE)
+    then = states.path(VmState.ACTIVE.value, wanted) or []
+    request = {**{k: v for k, v in create.items() if v is not None}, "name": name}
+    created = api.create_servers(ctx, request, dry_run=dry_run)
+    if dry_run:
+        return Outcome(True, ["create", *then], plan={"name": name, "host": created.would_schedule_to[name]})
+    (server,) = created.servers
+    return _carry_on(
+        api,
+        ctx,
+        Outcome(True, ["create", *then], server),
+        background,
+        _reached(wanted),
+        states.status_from_state(wanted.value),
+        build=created.unbuilt,
+        then=[worker.Step(action=a, options=options_for(a, options)) for a in then],
+        failure=f"server {name} is ERROR",
+    )
+
+
+def _delete(
+    api: API, ctx: RequestContext, ref: str, server: View | None, dry_run: bool, background: Background
+) -> Outcome:
+    started = api.act(ctx, ref, "delete", dry_run=dry_run, defer=True, declarative=True)
+    out = Outcome(started.changed, ["delete"] if started.changed else [], started.server, before=server)
+    if dry_run or not started.changed or started.server is None:
+        return out
+    return _carry_on(
+        api,
+        ctx,
+        out,
+        background,
+        _deleted,
+        "deleted",
+        request=started.request,
+        failure=f"delete of server {started.server['name']} failed",
+    )
+
+
+def _carry_on(
+    api: API,
+    ctx: RequestContext,
+    out: Outcome,
+    background: Background,
+    settled: Settled,
+    wanted: str,
+    *,
+    build: Sequence[str] = (),
+    request: ComputeRequest | None = None,
+    then: Sequence[worker.Step] = (),
+    failure: str,
+) -> Outcome:
+    """Hand what is left to a worker and, when the caller waits, wait until ``settled``.
+
+    Work that ends in ERROR is a ServerFailed whose message starts with ``failure``.
+    """
+    assert out.server is not None
+    proc = None
+    if build or request is not None or then:
+        proc, log = hand_off(api, ctx, out.server["id"], background, build=build, request=request, then=then)
+        out.worker_log = str(log)
+    if not background.wait:
+        return out
+    out.server = wait_until(api, ctx, out.server, settled, wanted, background, proc, out.worker_log)
+    if out.server is not None and out.server["vm_state"] == VmState.ERROR.value:
+        reason = (out.server.get("fault") or {}).get("message") or "no fault recorded"
+        raise exceptions.ServerFailed(out.server, changed=True, what=failure, reason=reason)
+    return out
+
+
+# --------------------------------------------------------------- the worker and the wait
+
+
+def hand_off(
+    api: API,
+    ctx: RequestContext,
+    server: str,
+    background: Background,
+    *,
+    build: Sequence[str] = (),
+    request: ComputeRequest | None = None,
+    then: Sequence[worker.Step] = (),
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start a detached worker that carries on with ``server`` (``worker.Job``); its process and log."""
+    job = worker.Job.for_context(
+        ctx,
+        server,
+        config=background.config,
+        db_url=background.db_url,
+        build=list(build),
+        request=request.to_wire() if request is not None else None,
+        then=list(then),
+    )
+    return worker.start(api.conf, job)
+
+
+def wait_until(
+    api: API,
+    ctx: RequestContext,
+    server: View,
+    settled: Settled,
+    wanted: str,
+    background: Background,
+    proc: subprocess.Popen[bytes] | None = None,
+    log: str | None = None,
+    *,
+    changed: bool = True,
+) -> View | None:
+    """Poll ``server`` until ``settled(view)`` (the view is None once deleted), within the timeout.
+
+    A WaitTimeout when the timeout passes first, a WorkerEnded when the worker
+    ends without the server getting there; both name the server, its status and
+    task state. ``changed`` says whether the caller had started work before it
+    waited.
+    """
+    view, why = worker.wait_for(lambda: find(api, ctx, server["id"]), settled, background.timeout, proc)
+    if why is None:
+        return view
+    now = view or server
+    if why == "timeout":
+        goes_on = f"; the work goes on in the background (log: {log})" if proc is not None else ""
+        raise exceptions.WaitTimeout(
+            now, changed=changed, timeout=background.timeout, wanted=wanted, goes_on=goes_on
+        )
+    raise exceptions.WorkerEnded(now, changed=changed, wanted=wanted, log=log)
+
+
+def find(api: API, ctx: RequestContext, ref: str) -> View | None:
+    """The server named or numbered ``ref``, as the caller may see it; None when there is none."""
+    try:
+        return api.get(ctx, ref)
+    except exceptions.InstanceNotFound:
+        return None
+
+
+def steady(server: View | None) -> bool:
+    """Nothing in progress: deleted, or no task running and not building."""
+    return server is None or (server["task_state"] is None and server["vm_state"] != VmState.BUILDING.value)
+
+
+def _reached(vm_state: VmState) -> Settled:
+    """Settled in ``vm_state``, or in ERROR (which the caller reports)."""
+
+    def reached(server: View | None) -> bool:
+        return (
+            server is not None
+            and server["task_state"] is None
+            and server["vm_state"] in (vm_state.value, VmState.ERROR.value)
+        )
+
+    return reached
+
+
+def _idle(server: View | None) -> bool:
+    return server is not None and server["task_state"] is None
+
+
+def _deleted(server: View | None) -> bool:
+    """Gone, or back in ERROR (a failed delete, which the caller reports)."""
+    return server is None or (server["task_state"] is None and server["vm_state"] == VmState.ERROR.value)
+
+
+def _gone(server: View) -> bool:
+    return server["vm_state"] in (VmState.DELETED.value, VmState.SOFT_DELETED.value)
+
+
+def _shown(server: View | None) -> View | None:
+    return {k: server[k] for k in SHOWN if k in server} if server is not None else None

@@ -2,7 +2,8 @@
 
 Identity comes from ``--project/--user/--role`` or ``NOVAKIT_PROJECT``,
 ``NOVAKIT_USER``, ``NOVAKIT_ROLES`` (default: the admin). Every read command
-takes ``--output json``. Errors are one line on stderr and exit status 1.
+takes ``--output json``. Errors are one line on stderr and exit status 1; a ``server create`` whose
+servers end in error prints them (with their faults) and exits with status 1 too.
 """
 
 from __future__ import annotations
@@ -515,6 +516,9 @@ def server_create(
         for s in servers:
             if s.get("fault"):
                 err_console.print(f"{s['name']}: {escape(s['fault']['message'])}", highlight=False)
+    # A create whose servers ended in error failed, whatever was printed (scripts and AWX read the status).
+    if any(s["status"] == "ERROR" for s in servers):
+        raise typer.Exit(1)
 
 
 @server_app.command("list")

@@ -10,9 +10,9 @@ boot flow is one method, so the same code serves both ways of running:
 * direct (Python API, CLI): ``build_instances`` runs those same steps in one
   process, reaching hosts through ``self.rpc`` (``novakit.compute.rpc``).
 
-Lifecycle actions are the same round trip: the API has already made the
-guarded write that starts the action; ``prepare_action`` builds the request,
-``record_action_result`` finishes it.
+Lifecycle actions are the same round trip, written in ``novakit.lifecycle``
+(``prepare_action`` builds the request, ``record_action_result`` finishes it),
+which this class extends; what a lost race leaves is ``actions.fate``'s to say.
 
 Ownership: the request that starts a build or an action owns it
 (``task_owner`` = its request id) and holds a lease (``task_lease_until``)
@@ -39,20 +39,21 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import JSON, bindparam, delete, select, text
+from sqlalchemy import JSON, bindparam, select, text
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, notifications
-from novakit.compute import actions, hosts, images
+from novakit.compute import actions, hosts
 from novakit.compute.faults import fault_from_exception
 from novakit.compute.messages import ComputeRequest, ComputeResult, Event, InstanceResult, InstanceSpec
 from novakit.compute.rpc import ComputeRPC, TransportFactory, instance_spec, unusable
-from novakit.compute.states import ACTIONS, PowerState, TaskState, VmState
+from novakit.compute.states import PowerState, TaskState, VmState
 from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
-from novakit.db.models import Instance, InstanceGroupMember, RequestSpec, utcnow
+from novakit.db.models import Instance, RequestSpec, utcnow
+from novakit.lifecycle import LifecycleConductor
 
 LOG = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ SCHEDULE_EVENT = "conductor_schedule_and_build_instances"
 BUILD_EVENT = "compute__do_build_and_run_instance"
 
 
-class Conductor:
+class Conductor(LifecycleConductor):
     def __init__(
         self,
         db: Database,
@@ -338,7 +339,7 @@ class Conductor:
         """Mark built instances active and take in the host's report, in one transaction per answer.
 
         Returns the instances whose guests must go: deleted while they built, or recorded
-        elsewhere meanwhile (see ``_fate``). A build someone else recorded on this host
+        elsewhere meanwhile (see ``actions.fate``). A build someone else recorded on this host
         (heal adopted it) keeps its guest and claim; its events still go to its action.
         """
         now = utcnow()
@@ -374,7 +375,7 @@ class Conductor:
                     )
                 except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
                     # The failed UPDATE changed nothing: this transaction records the rest.
-                    destroy, free = _fate(session, res.uuid, host)
+                    destroy, free = actions.fate(session, res.uuid, host)
                     LOG.info(
                         "instance %s changed while it built on %s (%s); its guest %s",
                         res.uuid,
@@ -386,8 +387,9 @@ class Conductor:
                         gone.append(spec)
                     if free:
                         release.append(spec.uuid)
+                    lost = actions.lost_race(exc)
                     actions.record_outcome(
-                        session, ctx, res.uuid, events=res.events, finish="create", message=_lost(exc)
+                        session, ctx, res.uuid, events=res.events, finish="create", message=lost
                     )
                     continue
                 events[res.uuid] = res.events
@@ -497,7 +499,7 @@ class Conductor:
             self.db.run_in_transaction(write)
             return True
         except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
-            self._record_lost_race(ctx, uuid, "create", res.events, res.fault, exc)
+            actions.record_lost_race(self.db, ctx, uuid, "create", res.events, res.fault, exc)
             return False
 
     def _still_building(
@@ -514,7 +516,7 @@ class Conductor:
             expected=f"building on {host}",
             actual="deleted" if row is None or row.deleted else f"{row.vm_state} on {row.host or 'no host'}",
         )
-        self._record_lost_race(ctx, uuid, "create", events, fault, exc)
+        actions.record_lost_race(self.db, ctx, uuid, "create", events, fault, exc)
         return False
 
     def _set_error(
@@ -537,36 +539,10 @@ class Conductor:
             self.db.run_in_transaction(write)
         except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
             LOG.info("instance %s changed while its build failed; leaving it to that change", uuid)
-            if not self._record_lost_race(ctx, uuid, "create", events, fault, exc):
+            if not actions.record_lost_race(self.db, ctx, uuid, "create", events, fault, exc):
                 return  # someone else recorded it and holds its claim
         placement.remove_allocations(self.db, uuid)
         self.notifier.emit("instance.create.error", uuid, fault=fault.message)
-
-    def _record_lost_race(
-        self,
-        ctx: RequestContext,
-        uuid: str,
-        action: str,
-        events: Sequence[Event],
-        fault: Any,
-        exc: exceptions.NovakitError,
-        host: str | None = None,
-    ) -> bool:
-        """After a state write lost to another writer: record what happened anyway.
-
-        In a transaction of its own (the failed one rolled back): the events, the fault
-        if there was one, and the finish of ``ctx``'s ``action``, with the lost race as
-        the action's message. Returns whether the instance's claims are free to go
-        (``_fate``: it was deleted, or it let go of its host).
-        """
-
-        def write(session: Session) -> bool:
-            actions.record_outcome(
-                session, ctx, uuid, events=events, fault=fault, finish=action, message=_lost(exc)
-            )
-            return _fate(session, uuid, host)[1]
-
-        return self.db.run_in_transaction(write)
 
     def _release(self, uuid: str) -> None:
         from novakit import placement
@@ -593,146 +569,6 @@ class Conductor:
                     nxt.extend(self.record_build_result(ctx, req, res))
             pending = nxt
 
-    # ------------------------------------------------------------ lifecycle
-
-    def prepare_action(
-        self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any] | None = None
-    ) -> ComputeRequest | None:
-        """The compute request for an action the API has started; None if no host holds the instance.
-
-        ``action`` is the state table's row; ``options`` what the host needs of it
-        (an ``image`` to rebuild with goes into the instance's spec).
-        """
-        t = ACTIONS[action]
-        opts = dict(options or {})
-        with self.db.reader() as session:
-            inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
-            if not inst.host:
-                return None
-            spec = instance_spec(session, inst)
-            image = opts.pop("image", None)
-            if image:
-                spec.image = images.spec(images.get(session, image))
-                spec.preserve_power_off = bool(opts.pop("preserve_power_off", False))
-        return ComputeRequest(
-            request_id=ctx.request_id,
-            host=inst.host,
-            operation=t.operation,  # type: ignore[arg-type]
-            action=t.action,
-            instances=[spec],
-            options=opts,
-        )
-
-    def record_action_result(
-        self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
-    ) -> None:
-        action = request.action or request.operation
-        hosts.report(self.db, request.host, result)
-        for spec in request.instances:
-            res = next((r for r in result.results if r.uuid == spec.uuid), None)
-            if res is None:
-                res = InstanceResult(uuid=spec.uuid, ok=False, fault=result.error)
-            self.finish_action(ctx, spec.uuid, action, res, host=request.host)
-
-    def finish_action(
-        self,
-        ctx: RequestContext,
-        uuid: str,
-        action: str,
-        res: InstanceResult | None,
-        host: str | None = None,
-        *,
-        owner: str | None = None,
-    ) -> None:
-        """Write where ``action`` ends (or, on failure, where the table says), with its events.
-
-        The write expects the task's owner: ``owner``, by default ``ctx``'s request, which
-        started it (heal passes its own once it has taken a task over). When another writer
-        changed the instance meanwhile (a hard reboot over a pause, a delete over anything,
-        heal's take-over) nothing is written over it and nothing is raised: the host's events
-        and the action's finish are recorded on their own, with the lost race as its message.
-        """
-        from novakit import placement
-
-        t = ACTIONS[action]
-        ok = res is None or res.ok
-        expected = list(t.passes)
-        deletes = t.end_vm_state == VmState.DELETED
-        expected_owner = owner or ctx.request_id
-
-        StateChange = tuple[tuple[str, str | None], tuple[str, str | None]]
-
-        def write(session: Session) -> StateChange:
-            inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
-            old_state = (inst.vm_state, inst.task_state)
-            if deletes and ok:
-                db_api.instance_soft_delete(
-                    session, uuid, expected_task_state=expected, expected_owner=expected_owner
-                )
-                session.execute(delete(InstanceGroupMember).where(InstanceGroupMember.instance_uuid == uuid))
-                new_state: tuple[str, str | None] = (VmState.DELETED.value, None)
-            else:
-                values: dict[str, Any] = {"task_state": None}
-                if ok:
-                    end = t.end_vm_state
-                    if t.keeps_stopped and inst.vm_state == VmState.STOPPED.value:
-                        end = VmState.STOPPED
-                    if end is not None:
-                        values["vm_state"] = end
-                    if res is not None and res.addresses:
-                        values["addresses"] = res.addresses
-                elif t.on_failure is not None:
-                    # Nova's reverts_task_state puts the instance back where it was; some
-                    # failures (a delete, a hard reboot, a rebuild) leave it in error instead.
-                    values["vm_state"] = t.on_failure
-                if res is not None and res.power_state is not None:
-                    values["power_state"] = res.power_state
-                elif ok and t.end_power_state is not None:
-                    values["power_state"] = int(t.end_power_state)
-                db_api.instance_update(
-                    session, uuid, values, expected_task_state=expected, expected_owner=expected_owner
-                )
-                new_state = (str(values.get("vm_state", inst.vm_state)), None)
-            actions.record_outcome(
-                session,
-                ctx,
-                uuid,
-                events=res.events if res is not None else (),
-                fault=res.fault if res is not None and not ok else None,
-                finish=t.record_as,
-            )
-            return old_state, new_state
-
-        try:
-            old_state, new_state = self.db.run_in_transaction(write)
-        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
-            LOG.info("instance %s changed while its %s ran: %s", uuid, action, exc.format_message())
-            free = self._record_lost_race(
-                ctx,
-                uuid,
-                t.record_as,
-                res.events if res is not None else (),
-                res.fault if res is not None and not ok else None,
-                exc,
-                host,
-            )
-            if deletes and ok and free:
-                placement.remove_allocations(self.db, uuid)
-            return
-        self.notifier.state_update(uuid, old_state, new_state, host=host)
-        if deletes and ok:
-            placement.remove_allocations(self.db, uuid)
-        self.notifier.emit(f"instance.{t.notify_as}.{'end' if ok else 'error'}", uuid, host=host)
-
-    def run_action(self, ctx: RequestContext, request: ComputeRequest) -> None:
-        """Direct mode: send an action's request to its host and record what it did."""
-        self.record_action_result(ctx, request, self.rpc.send(request))
-
-
-def ctx_admin(ctx: RequestContext) -> RequestContext:
-    """The conductor acts for the system once the API has checked the caller."""
-    return RequestContext("admin", "admin", ["admin"], ctx.request_id)
-
 
 # The statements of the hot path, built once (building a statement costs more than running it).
 _RS_SCHEDULED = text(
@@ -741,31 +577,6 @@ _RS_SCHEDULED = text(
 ).bindparams(bindparam("alternates", type_=JSON), bindparam("tried", type_=JSON))
 _STATES_OF_ONE = text("SELECT uuid, vm_state, task_state FROM instances WHERE uuid = :uuid")
 _BUILD_OF = text("SELECT deleted, vm_state, host FROM instances WHERE uuid = :uuid")
-_FATE_OF = text("SELECT deleted, host, task_state FROM instances WHERE uuid = :uuid")
-
-
-def _fate(session: Session, uuid: str, host: str | None) -> tuple[bool, bool]:
-    """After an owner's state write lost: (whether the guest it made on ``host`` must go,
-    whether the instance's claims are free to go), from what the record now says.
-
-    Deleted: nothing uses either. Being deleted: the guest goes, the delete frees the
-    claim. Let go of its host (a failed build, heal reaped it): both go. Recorded on
-    another host: the guest here goes, the claim there stays. Recorded on ``host`` by
-    someone else (heal adopted the build): both stay, a recorded server uses them.
-    """
-    row = session.execute(_FATE_OF, {"uuid": uuid}).first()
-    if row is None or row.deleted:
-        return True, True
-    if row.task_state == TaskState.DELETING.value:
-        return True, False
-    if row.host is None:
-        return True, True
-    return row.host != host, False
-
-
-def _lost(exc: exceptions.NovakitError) -> str:
-    """The message of an action whose final state write lost a race."""
-    return f"Not recorded: the instance changed meanwhile ({exc.format_message()})"
 
 
 def _states_of(session: Session, uuids: list[str]) -> dict[str, tuple[str, str | None]]:

@@ -36,6 +36,7 @@ sees the text)::
     │   ├── RescheduledError ........ this host failed; another may succeed
     │   ├── BuildAbortError ......... stop: no other host would do better
     │   ├── InstanceNotRunning, InstancePowerOffFailure
+    │   ├── ActionSuperseded ........ a later action on the instance ran on its host first
     │   └── HypervisorUnavailable ... the host's hypervisor cannot be reached
     └── MissingDependency ........... an optional library is not installed
 
@@ -251,6 +252,13 @@ class InstanceNotRunning(ComputeError):
 
 class InstancePowerOffFailure(ComputeError):
     msg_fmt = "Failed to power off instance %(instance_uuid)s: %(reason)s"
+
+
+class ActionSuperseded(ComputeError):
+    msg_fmt = (
+        "Not run: an action on instance %(instance_uuid)s started later (at %(later)s) ran on "
+        "this host first; this one (started at %(started)s) would undo it"
+    )
 
 
 class HypervisorUnavailable(ComputeError):

@@ -76,7 +76,7 @@ def schedule(
         "requests": _wire(requests),
         "hosts": sorted({r.host for r in requests}),
         "round_hosts": _round_hosts(api, requests),
-        **{k: v for k, v in summary(api, ctx, outcome.uuids).items() if k in ("servers", "report")},
+        **{k: v for k, v in summary(api, ctx, outcome.uuids).items() if k in ("servers", "report", "failed")},
     }
 
 
@@ -171,7 +171,7 @@ def record_round(
         "instances": uuids,
         "requests": _wire(follow_up),
         "hosts": sorted({r.host for r in follow_up}),
-        **{k: v for k, v in summary(api, ctx, uuids).items() if k in ("servers", "report")},
+        **{k: v for k, v in summary(api, ctx, uuids).items() if k in ("servers", "report", "failed")},
     }
 
 
@@ -181,6 +181,15 @@ def report(servers: list[dict[str, Any]]) -> list[str]:
         f"{s['name']}: {s['status']} on {s['host'] or '-'}"
         + (f" - {s['fault']['message']}" if s.get("fault") else "")
         for s in servers
+    ]
+
+
+def failed(servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The servers in error, with their fault's message: what makes the playbooks' last play fail."""
+    return [
+        {"id": s["id"], "name": s["name"], "message": s["fault"]["message"] if s.get("fault") else "error"}
+        for s in servers
+        if s["status"] == "ERROR"
     ]
 
 
@@ -203,6 +212,7 @@ def summary(api: API, ctx: RequestContext, uuids: list[str]) -> dict[str, Any]:
         "instances": uuids,
         "servers": servers,
         "report": report(servers),
+        "failed": failed(servers),
         "active": sum(1 for s in servers if s["vm_state"] == VmState.ACTIVE.value),
         "error": sum(1 for s in servers if s["vm_state"] == VmState.ERROR.value),
     }

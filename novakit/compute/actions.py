@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from novakit import exceptions
 from novakit.compute.faults import _truncate, fault_from_exception, fault_is_internal
 from novakit.compute.messages import Event, Fault
+from novakit.compute.states import TaskState
 from novakit.context import RequestContext
 from novakit.db.api import one_of
 from novakit.db.engine import Database
@@ -272,7 +273,7 @@ def record_outcome(
 
     An owner whose state write lost a race still records what its host did:
     it calls this again in a transaction of its own, after the failed one,
-    with the error as ``message`` (see ``Conductor._record_lost_race``).
+    with the error as ``message`` (see ``record_lost_race``).
     """
     if start is not None:
         action_start(session, ctx, instance_uuid, start)
@@ -352,3 +353,59 @@ def list_actions(session: Session, instance_uuid: str) -> list[InstanceAction]:
         .order_by(InstanceAction.start_time, InstanceAction.id)
     )
     return list(session.execute(stmt).scalars())
+
+
+# --------------------------------------------------------------- lost races
+
+
+def lost_race(exc: exceptions.NovakitError) -> str:
+    """The message of an action whose final state write lost a race."""
+    return f"Not recorded: the instance changed meanwhile ({exc.format_message()})"
+
+
+def record_lost_race(
+    db: Database,
+    ctx: RequestContext,
+    instance_uuid: str,
+    action: str,
+    events: Sequence[Event],
+    fault: Fault | None,
+    exc: exceptions.NovakitError,
+    host: str | None = None,
+) -> bool:
+    """After an owner's state write lost to another writer: record what happened anyway.
+
+    In a transaction of its own (the failed one rolled back): the events, the fault if
+    there was one, and the finish of ``ctx``'s ``action``, with the lost race as the
+    action's message. Returns whether the instance's claims are free to go (``fate``).
+    """
+
+    def write(session: Session) -> bool:
+        record_outcome(
+            session, ctx, instance_uuid, events=events, fault=fault, finish=action, message=lost_race(exc)
+        )
+        return fate(session, instance_uuid, host)[1]
+
+    return db.run_in_transaction(write)
+
+
+_FATE_OF = text("SELECT deleted, host, task_state FROM instances WHERE uuid = :uuid")
+
+
+def fate(session: Session, instance_uuid: str, host: str | None) -> tuple[bool, bool]:
+    """After an owner's state write lost: (whether the guest it made on ``host`` must go,
+    whether the instance's claims are free to go), from what the record now says.
+
+    Deleted: nothing uses either. Being deleted: the guest goes, the delete frees the
+    claim. Let go of its host (a failed build, heal reaped it): both go. Recorded on
+    another host: the guest here goes, the claim there stays. Recorded on ``host`` by
+    someone else (heal adopted the build): both stay, a recorded server uses them.
+    """
+    row = session.execute(_FATE_OF, {"uuid": instance_uuid}).first()
+    if row is None or row.deleted:
+        return True, True
+    if row.task_state == TaskState.DELETING.value:
+        return True, False
+    if row.host is None:
+        return True, True
+    return row.host != host, False

@@ -96,6 +96,12 @@ _LIFECYCLE: dict[str, tuple[str, Callable[[ComputeDriver, InstanceSpec, dict[str
 }
 
 
+def _event_name(operation: str) -> str:
+    """The event an operation is recorded under on the host (Nova's names)."""
+    names = {"rebuild": "compute_rebuild_instance", "destroy": "compute_terminate_instance"}
+    return names.get(operation) or _LIFECYCLE[operation][0]
+
+
 class BuildSlots:
     """At most ``count`` builds at once on one host, across every process that drives it.
 
@@ -133,6 +139,42 @@ class BuildSlots:
             time.sleep(self.poll)
 
 
+class InstanceLocks:
+    """One operation at a time per instance on this host, in the order their actions started.
+
+    Nova serialises an instance's operations on its compute host (``synchronized(instance.uuid)``)
+    and its RPC keeps them in order. Here two controllers' requests can reach a host in either
+    order (a pause and a hard reboot sent a moment apart), so each instance has a lock file in
+    the driver's lock directory, held with ``flock`` for the whole operation (across processes,
+    freed by the kernel if the holder dies), and holding the start time of the last action
+    run: a request whose action started before that one is refused rather than run after it,
+    which would leave the guest as the older action left it while the records say the newer.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @contextmanager
+    def hold(self, uuid: str, issued_at: dt.datetime | None = None) -> Iterator[None]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        stem = re.sub(r"[^A-Za-z0-9-]", "_", uuid)
+        fd = os.open(self.directory / f"instance-{stem}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if issued_at is not None:
+                last_text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                last = dt.datetime.fromisoformat(last_text) if last_text else None
+                if last is not None and issued_at < last:
+                    raise exceptions.ActionSuperseded(
+                        instance_uuid=uuid, later=last.isoformat(), started=issued_at.isoformat()
+                    )
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, issued_at.isoformat().encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor drops the flock
+
+
 class ComputeManager:
     """One host's compute service; stateless between requests except the driver."""
 
@@ -143,6 +185,7 @@ class ComputeManager:
         # Threads of this process queue on the semaphore; the slots count the other processes.
         self._build_threads = threading.BoundedSemaphore(self.max_concurrent_builds)
         self._build_slots = BuildSlots(driver.lock_dir(), host, self.max_concurrent_builds)
+        self._instance_locks = InstanceLocks(driver.lock_dir())
         self.driver.init_host()
 
     # --- entry point ------------------------------------------------------------
@@ -156,12 +199,20 @@ class ComputeManager:
                 result.results = self._run_batch(self.build_and_run_instance, request)
                 result.resources = self.driver.get_available_resource()
             elif op == "rebuild":
-                result.results = [self.rebuild_instance(i, request.options) for i in request.instances]
+                result.results = [
+                    self._in_order(request, i, lambda i: self.rebuild_instance(i, request.options))
+                    for i in request.instances
+                ]
                 result.resources = self.driver.get_available_resource()
             elif op == "destroy":
-                result.results = [self.terminate_instance(i) for i in request.instances]
+                result.results = [
+                    self._in_order(request, i, self.terminate_instance) for i in request.instances
+                ]
             elif op in _LIFECYCLE:
-                result.results = [self.lifecycle(op, i, request.options) for i in request.instances]
+                result.results = [
+                    self._in_order(request, i, lambda i: self.lifecycle(op, i, request.options))
+                    for i in request.instances
+                ]
             elif op == "get_info":
                 result.results = [self.get_info(i) for i in request.instances]
             elif op == "list_instances":
@@ -187,6 +238,21 @@ class ComputeManager:
             ]
         return result
 
+    def _in_order(
+        self, request: ComputeRequest, instance: InstanceSpec, fn: Callable[[InstanceSpec], InstanceResult]
+    ) -> InstanceResult:
+        """``fn`` on ``instance`` under its lock; refused (an event in error) if a later action ran."""
+        rec = _Recorder(self.host, instance.uuid)
+        try:
+            with (
+                rec.event(_event_name(request.operation)),
+                self._instance_locks.hold(instance.uuid, request.issued_at),
+            ):
+                return fn(instance)
+        except exceptions.ActionSuperseded:
+            LOG.info("%s of %s not run on %s: superseded", request.operation, instance.uuid, self.host)
+            return rec.result
+
     def _run_batch(
         self, fn: Callable[[InstanceSpec, dict[str, Any]], InstanceResult], request: ComputeRequest
     ) -> list[InstanceResult]:
@@ -202,7 +268,7 @@ class ComputeManager:
     ) -> InstanceResult:
         rec = _Recorder(self.host, instance.uuid)
         start = time.monotonic()
-        with self._build_threads, self._build_slots.hold():
+        with self._instance_locks.hold(instance.uuid), self._build_threads, self._build_slots.hold():
             try:
                 with rec.event("compute__do_build_and_run_instance"):
                     spawn_start = time.monotonic()

@@ -113,6 +113,10 @@ class ComputeRequest(_Model):
     # Operation options: reboot_type ("SOFT"/"HARD"), timeout (seconds) for a
     # graceful power off, ...
     options: dict[str, Any] = Field(default_factory=dict)
+    # When the API started the action this request carries out (its action's start time).
+    # The host runs an instance's operations one at a time, in this order: one started
+    # before the last it ran is refused (``ActionSuperseded``). None: no order to keep.
+    issued_at: dt.datetime | None = None
     # How the far side builds its driver when it keeps no configuration of its own
     # (``python -m novakit.compute`` over SSH): {"driver": "fake", "options": {...},
     # "max_concurrent_builds": 10}. In-process and Ansible callers leave it out.

@@ -251,8 +251,10 @@ would_schedule_to:
   type: dict
   sample: {web-1: compute-large, web-2: compute-medium}
 failed:
-  description: For O(step=record_action), the servers whose action failed, with the fault message.
-  returned: when step is record_action
+  description: >-
+    For O(step=record_action), the servers whose action failed, with the fault message; for
+    O(step=schedule) and O(step=record), the servers of the boot that are in error.
+  returned: when step is schedule, record or record_action
   type: list
   elements: dict
   contains:

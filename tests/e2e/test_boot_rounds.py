@@ -110,7 +110,9 @@ def test_a_build_that_fails_every_attempt_ends_in_error_without_a_claim(tmp_path
     env.update(failing(*FLEET))
     result = play("boot", tmp_path, env, {"server_name": "doomed"}, inventory=inventory)
     out = result.runner.stdout.read()
-    assert result.ok, out  # a server in error does not fail the run: the report says it
+    # A server in error fails the job (AWX shows it failed), after its result is published.
+    assert not result.ok and result.runner.rc != 0, out
+    assert "1 server(s) in error: doomed: " in out
     api = api_for(env)
     server = api.get(ADMIN, "doomed")
     assert (server["status"], server["task_state"]) == ("ERROR", None)
@@ -121,6 +123,13 @@ def test_a_build_that_fails_every_attempt_ends_in_error_without_a_claim(tmp_path
     assert [(e["host"], e["result"]) for e in create["events"]] == [(h, "Error") for h in FLEET]
     assert claims_of(env, server["id"]) == []
     assert [(s["name"], s["status"]) for s in result.servers] == [("doomed", "ERROR")]
+
+    # Turned off, the same outcome is a green run whose report says it.
+    again = play(
+        "boot", tmp_path, env, {"server_name": "doomed2", "novakit_fail_on_error": False}, inventory=inventory
+    )
+    assert again.ok, again.runner.stdout.read()
+    assert api.get(ADMIN, "doomed2")["status"] == "ERROR"
 
 
 def test_the_published_servers_are_all_of_the_boot_after_a_reschedule(tmp_path: Path) -> None:

@@ -216,6 +216,16 @@ def test_errors_are_one_line_with_status_1(cloud: Run, tmp_path: Path) -> None:
     assert "Traceback" not in missing.output and "missing" in missing.stderr
 
 
+def test_a_create_whose_servers_end_in_error_exits_1_and_still_shows_them(cloud: Run) -> None:
+    cloud("flavor", "create", "huge", "--vcpus", "1", "--ram", "999999", "--disk", "1")
+    failed = cloud("server", "create", "big", "--flavor", "huge", "--image", "tiny", "-o", "json", code=1)
+    [server] = _json(failed)
+    assert server["status"] == "ERROR" and server["name"] == "big"
+    assert _json(cloud("server", "show", "big", "-o", "json"))["status"] == "ERROR"
+    table = cloud("server", "create", "big2", "--flavor", "huge", "--image", "tiny", code=1)
+    assert "big2" in table.stdout and "No valid host" in table.stderr
+
+
 def test_heal_from_the_command_line(cloud: Run, tmp_path: Path) -> None:
     created = cloud("server", "create", "lost", "--flavor", "m1.small", "--image", "tiny", "-o", "json")
     server = _json(created)[0]

@@ -225,16 +225,41 @@ def test_a_hard_reboot_over_a_pause_leaves_the_pause_recorded_and_its_caller_ans
     rebooter = ctx.with_request_id("req-hard-reboot")
     _interleave(cloud, "pause", lambda: cloud.api.reboot(rebooter, server["id"], "HARD"), before=True)
 
-    shown = cloud.api.pause(ctx, server["id"])  # no error: the host paused it, a hard reboot took over
+    # The hard reboot, started after the pause, reaches the host first; the pause then comes.
+    shown = cloud.api.pause(ctx, server["id"])  # no error: a hard reboot took over
 
     assert (shown["status"], shown["task_state"]) == ("ACTIVE", None)
+    # The host did not run the older pause after the newer reboot: database == hypervisor.
+    assert _guest(cloud, server) == PowerState.RUNNING
     actions = cloud.api.list_actions(ctx, server["id"])
     pause = next(a for a in actions if a["action"] == "pause")
     assert pause["finish_time"] is not None
     assert pause["message"].startswith("Not recorded: the instance changed meanwhile")
-    assert _events(pause) == [("compute_pause_instance", "Success")]
+    assert _events(pause) == [("compute_pause_instance", "Error")]
     reboot = next(a for a in actions if a["action"] == "reboot")
     assert reboot["request_id"] == "req-hard-reboot" and reboot["finish_time"] is not None
+    assert _events(reboot) == [("compute_reboot_instance", "Success")]
+
+
+def test_a_host_runs_an_instances_operations_in_the_order_they_started(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    """Two requests for one instance reach its host in the other order: the older is refused."""
+    server = boot(cloud, ctx, "in-order")
+    pause = _abandon(cloud, ctx, server["id"], "pause")
+    reboot = _abandon(cloud, ctx.with_request_id("req-later"), server["id"], "reboot", reboot_type="HARD")
+    assert pause.issued_at is not None and reboot.issued_at is not None
+    assert pause.issued_at < reboot.issued_at
+
+    rpc = cloud.api.conductor.rpc
+    first = rpc.send(reboot)
+    late = rpc.send(pause)
+
+    assert first.results[0].ok
+    (refused,) = late.results
+    assert not refused.ok and refused.fault is not None
+    assert "started later" in refused.fault.message and server["id"] in refused.fault.message
+    assert _guest(cloud, server) == PowerState.RUNNING
 
 
 def test_a_delete_over_a_stop_leaves_the_stop_recorded_and_its_caller_answered(

@@ -1,7 +1,8 @@
 """The ``novakit`` command: the library's functions, for people at a terminal.
 
-Identity comes from ``--project/--user/--role`` or ``NOVAKIT_PROJECT``,
-``NOVAKIT_USER``, ``NOVAKIT_ROLES`` (default: the admin). Every read command
+Identity is the operator's: ``NOVAKIT_PROJECT``, ``NOVAKIT_USER``, ``NOVAKIT_ROLES`` over the
+configuration's ``[identity]`` (default: a member of project ``default``, never an admin);
+``--project/--user/--role`` are honoured for an admin (``novakit.context``). Every read command
 takes ``--output json``. Errors are one line on stderr and exit status 1; a ``server create`` whose
 servers end in error prints them (with their faults) and exits with status 1 too.
 """
@@ -118,7 +119,8 @@ def main_options(
     ),
 ) -> None:
     STATE.conf = _guard(lambda: load_config(config, db_url=db_url))
-    STATE.ctx = context_from({"project": project, "user": user, "roles": role, "request_id": request_id})
+    given = {"project": project, "user": user, "roles": role, "request_id": request_id}
+    STATE.ctx = _guard(lambda: context_from(given, identity=_conf().identity))
 
 
 def _guard(fn: Callable[[], T]) -> T:
@@ -236,7 +238,7 @@ def host_add(
     def run() -> dict[str, Any]:
         drv = load_driver(driver, name, opts)
         drv.init_host()
-        return hosts.register_host(_db(), _conf(), name, drv.get_available_resource(), info)
+        return hosts.register_host(_db(), _conf(), name, drv.get_available_resource(), info, ctx=_ctx())
 
     result = _guard(run)
     console.print(f"host {result['host']} registered (provider {result['provider_uuid']})")
@@ -256,7 +258,7 @@ def host_list(output: Output = OUTPUT) -> None:
     """Hosts with status, state (and why a host is down), last contact and usage bars."""
     from novakit.compute import hosts
 
-    rows = _guard(lambda: hosts.list_hosts(_db(), _conf()))
+    rows = _guard(lambda: hosts.list_hosts(_db(), _conf(), ctx=_ctx()))
     if output == Output.json:
         _json(rows)
         return
@@ -684,8 +686,6 @@ def heal_command(
     """Make the database agree with the hypervisors (power states, vanished guests, stuck builds, orphans)."""
     from novakit.heal import heal
 
-    if not _ctx().is_admin:
-        raise exceptions.PolicyNotAuthorized(action="heal")
     report = heal(
         _db(), _conf(), hosts=host or None, dry_run=dry_run, destroy_orphans=destroy_orphans, ctx=_ctx()
     )

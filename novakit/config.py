@@ -122,6 +122,19 @@ class ComputeConfig(_Section):
     max_count: int = Field(default=1000, ge=1, le=100000)
 
 
+class IdentityConfig(_Section):
+    """Who the caller is, as the operator says (``novakit.context``): the configuration file's
+    ``[identity]``, under the environment's NOVAKIT_PROJECT, NOVAKIT_USER and NOVAKIT_ROLES."""
+
+    project: str | None = None
+    user: str | None = None
+    roles: list[str] | None = None
+    # Whether identity options given by the call itself (a task's project/user/roles, the CLI's
+    # --project/--user/--role) are honoured for a caller that is not an admin. Off: such a
+    # caller acts as the operator's identity for it and no other.
+    trust_given_identity: bool = False
+
+
 class Config(_Section):
     db_url: str = ""
     state_dir: Path = Field(default_factory=default_state_dir)
@@ -130,6 +143,7 @@ class Config(_Section):
     placement: PlacementConfig = Field(default_factory=PlacementConfig)
     quota: QuotaConfig = Field(default_factory=QuotaConfig)
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
+    identity: IdentityConfig = Field(default_factory=IdentityConfig)
 
     @property
     def database_url(self) -> str:

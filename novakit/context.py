@@ -1,11 +1,24 @@
 """Who is asking: the RequestContext that every API call carries.
 
-novakit has no Keystone. The caller's identity comes from where the call
-starts: Ansible/AWX variables, the CLI's options or environment
-(``NOVAKIT_PROJECT``, ``NOVAKIT_USER``, ``NOVAKIT_ROLES``), or the Python
-caller. A context with the ``admin`` role sees every project; any other sees
-its own project only, and another project's instance looks exactly like one
-that does not exist.
+novakit has no Keystone. The trust model (README, "Trust model"):
+
+* whoever holds the database credential is an operator: that credential is the
+  fleet's root, and every entry point needs it;
+* the caller's identity is the **operator's** to give: the environment
+  (``NOVAKIT_PROJECT``, ``NOVAKIT_USER``, ``NOVAKIT_ROLES``: an AWX credential's
+  injectors, a job template's environment, the operator's shell), over the
+  configuration file's ``[identity]``. Nothing set means a ``member`` of project
+  ``default`` as the Unix user: never an admin;
+* identity options the call gives itself (a task's ``project``/``user``/``roles``,
+  the CLI's ``--project``/``--user``/``--role``: things a member can set on a run)
+  are honoured for an admin (who may act as anyone, or drop roles), and for
+  anyone else only where they change nothing or drop roles, unless the operator's
+  configuration sets ``identity.trust_given_identity``. Otherwise the call is
+  refused (``IdentityNotAllowed``), naming the option.
+
+A context with the ``admin`` role sees every project; any other sees its own
+project only, and another project's instance looks exactly like one that does
+not exist. What needs the admin role is ``novakit.policy``'s table.
 
 Every entry point (the CLI, the Ansible modules, the conductor action plugin,
 the callback plugin) builds its context with ``context_from`` and finds the
@@ -20,7 +33,10 @@ import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from novakit.config import IdentityConfig
 
 # The variables and environment that name a run, in the order ``run_request_id`` reads them.
 REQUEST_ID_VAR = "novakit_request_id"  # extra variable
@@ -98,23 +114,40 @@ def context_from(
     params: Mapping[str, Any],
     environ: Mapping[str, str] | None = None,
     extra_vars: Mapping[str, Any] | None = None,
+    identity: IdentityConfig | None = None,
 ) -> RequestContext:
-    """The caller's context: what it was given, over the environment, over the defaults.
+    """The caller's context: the operator's identity for it, what the call gave, the request id.
 
     ``params`` may hold ``project``, ``user``, ``roles`` and ``request_id`` (a
     module's or the CLI's options); None, or an empty string, means "not given"
     (an AWX survey sends an empty string for a blank answer). An empty list of
-    roles is given: a caller with no roles.
+    roles is given: a caller with no roles. ``identity`` is the configuration's
+    ``[identity]`` section.
 
-    - project: ``project``, else ``NOVAKIT_PROJECT``, else ``admin``;
-    - user: ``user``, else ``NOVAKIT_USER``, else ``USER``, else ``admin``;
-    - roles: ``roles``, else ``NOVAKIT_ROLES`` (comma-separated; set but empty
-      means none), else ``admin``;
+    - the operator's identity (``operator_identity``): ``NOVAKIT_PROJECT``,
+      ``NOVAKIT_USER`` (else ``USER``), ``NOVAKIT_ROLES`` (comma-separated; set but
+      empty means none), each over ``identity``'s, else project ``default``, the
+      Unix user, role ``member``;
+    - the given options replace it where the module docstring says they may;
     - request id: ``request_id`` (normalised), else the run's
       (``run_request_id(extra_vars, environ)``), else a new one.
     """
     env: Mapping[str, str] = os.environ if environ is None else environ
-    project, user, roles = _identity(params, env)
+    project, user, roles = operator_identity(env, identity)
+    trusted = "admin" in roles or bool(identity and identity.trust_given_identity)
+    given_project, given_user, given_roles = params.get("project"), params.get("user"), params.get("roles")
+    if _given(given_project) and str(given_project) != project:
+        _may_give(trusted, "project", str(given_project))
+        project = str(given_project)
+    if _given(given_user) and str(given_user) != user:
+        _may_give(trusted, "user", str(given_user))
+        user = str(given_user)
+    if given_roles is not None:
+        wanted = _roles(given_roles)
+        extra = [r for r in wanted if r not in roles]
+        if extra:
+            _may_give(trusted, "roles", ",".join(extra))
+        roles = wanted
     given = params.get("request_id")
     if _given(given):
         request_id = normalize_request_id(given)
@@ -123,22 +156,47 @@ def context_from(
     return RequestContext(project, user, roles, request_id)
 
 
+def _may_give(trusted: bool, option: str, value: str) -> None:
+    if not trusted:
+        from novakit import exceptions
+
+        raise exceptions.IdentityNotAllowed(option=option, value=value)
+
+
 def _given(value: Any) -> bool:
     return value is not None and str(value).strip() != ""
 
 
-def _identity(params: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, str, list[str]]:
-    """(project, user, roles) as ``context_from`` describes them."""
-    project = next(str(v) for v in (params.get("project"), env.get("NOVAKIT_PROJECT"), "admin") if _given(v))
+def _roles(value: Any) -> list[str]:
+    if isinstance(value, str):
+        value = value.split(",")
+    return [str(r).strip() for r in value if _given(r)]
+
+
+#: the identity of a caller nobody named: a member, never an admin
+DEFAULT_PROJECT = "default"
+DEFAULT_ROLES = ("member",)
+
+
+def operator_identity(
+    environ: Mapping[str, str] | None = None, identity: IdentityConfig | None = None
+) -> tuple[str, str, list[str]]:
+    """(project, user, roles) as the operator gives them: the environment over the configuration."""
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    conf_project = identity.project if identity else None
+    conf_user = identity.user if identity else None
+    project = next(str(v) for v in (env.get("NOVAKIT_PROJECT"), conf_project, DEFAULT_PROJECT) if _given(v))
     user = next(
-        str(v) for v in (params.get("user"), env.get("NOVAKIT_USER"), env.get("USER"), "admin") if _given(v)
+        str(v) for v in (env.get("NOVAKIT_USER"), conf_user, env.get("USER"), "anonymous") if _given(v)
     )
-    roles: Any = params.get("roles")
-    if roles is None:
-        roles = env.get("NOVAKIT_ROLES", "admin")
-    if isinstance(roles, str):
-        roles = roles.split(",")
-    return project, user, [str(r).strip() for r in roles if _given(r)]
+    roles: Any
+    if "NOVAKIT_ROLES" in env:
+        roles = env["NOVAKIT_ROLES"]
+    elif identity is not None and identity.roles is not None:
+        roles = identity.roles
+    else:
+        roles = list(DEFAULT_ROLES)
+    return project, user, _roles(roles)
 
 
 @dataclass(frozen=True)
@@ -158,7 +216,7 @@ class RequestContext:
     @classmethod
     def from_env(cls, request_id: str | None = None) -> RequestContext:
         """The environment's identity, and this request id or a new one (not the run's: ``context_from``)."""
-        project, user, roles = _identity({}, os.environ)
+        project, user, roles = operator_identity(os.environ)
         return cls(project, user, roles, request_id or generate_request_id())
 
     @classmethod

@@ -12,6 +12,7 @@ sees the text)::
     │   └── ConfigError ............. a configuration value is wrong
     ├── Forbidden (403)
     │   ├── PolicyNotAuthorized
+    │   ├── IdentityNotAllowed ...... a call named an identity its caller may not take
     │   ├── InstanceIsLocked (409)
     │   └── OverQuota ............... a project quota would be exceeded
     ├── NotFound (404)
@@ -127,6 +128,14 @@ class PolicyNotAuthorized(Forbidden):
     msg_fmt = "Policy does not allow %(action)s to be performed."
 
 
+class IdentityNotAllowed(Forbidden):
+    msg_fmt = (
+        "%(option)s %(value)r may not be given by the call: a caller that is not an admin acts as the "
+        "identity its operator gave it (NOVAKIT_PROJECT, NOVAKIT_USER, NOVAKIT_ROLES, or [identity] in "
+        "the configuration)"
+    )
+
+
 class InstanceIsLocked(Forbidden):
     msg_fmt = (
         "Instance %(instance_uuid)s is locked%(reason_suffix)s; unlock it first (only an admin may act "
@@ -223,7 +232,7 @@ class NoValidHost(NovakitError):
 
     def __init__(self, reason: str = "", explanation: dict[str, Any] | None = None) -> None:
         self.explanation = explanation or {}
-        super().__init__(reason=reason)
+        super().__init__("No valid host was found." if not reason else None, reason=reason)
 
 
 # --- compute side -----------------------------------------------------------

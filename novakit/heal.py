@@ -111,7 +111,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from novakit import exceptions, notifications
+from novakit import exceptions, notifications, policy
 from novakit.compute import actions
 from novakit.compute import hosts as host_records
 from novakit.compute.faults import fault_from_exception
@@ -987,7 +987,13 @@ def heal(
     ``novakit.compute.rpc.ComputeRPC``); a playbook passes the guest lists its
     ``compute`` tasks returned, the time it asked (``reported_at``, UTC) and the
     hosts it could not reach. ``clock``: heal's "now" (naive UTC) for leases.
+
+    ``ctx`` is the caller, who must be an admin (``novakit.policy``): heal changes every
+    project's records. Without one, the caller is the library's own (Python code that
+    holds the database, an operator by the trust model).
     """
+    if ctx is not None:
+        policy.authorize(ctx, "heal")
     return Healer(db, conf, ctx, rpc, clock).run(
         hosts,
         reports,

@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.compute.api import API, server_view
 from novakit.compute.messages import ComputeRequest, ComputeResult
 from novakit.compute.states import VmState
@@ -316,6 +316,7 @@ def image_specs(api: API, names: list[str]) -> list[dict[str, Any]]:
 
 def heartbeat(
     api: API,
+    ctx: RequestContext,
     raw: dict[str, Any] | None,
     host_failures: dict[str, str] | None = None,
     *,
@@ -332,6 +333,7 @@ def heartbeat(
     """
     from novakit.compute import hosts
 
+    policy.authorize(ctx, "host:heartbeat")
     failures = host_failures or {}
     answers: list[ComputeResult] = []
     down: dict[str, str] = {}
@@ -381,6 +383,21 @@ def parse_results(
     return results, failures
 
 
+def _check_visible(api: API, ctx: RequestContext, requests: list[ComputeRequest]) -> None:
+    """The record steps write what a host answered for each request's servers: a caller records
+    answers for servers it may see only (another project's server looks not found, as everywhere)."""
+    if ctx.is_admin:
+        return
+    uuids = list(dict.fromkeys(i.uuid for r in requests for i in r.instances))
+    if not uuids:
+        return
+    with api.db.reader() as session:
+        seen = {i.uuid for i in db_api.instance_get_all(session, ctx, uuids=uuids, include_deleted=True)}
+    missing = [u for u in uuids if u not in seen]
+    if missing:
+        raise exceptions.InstanceNotFound(instance_id=missing[0])
+
+
 def run_step(
     api: API,
     ctx: RequestContext,
@@ -401,7 +418,7 @@ def run_step(
     if step == "images":
         return {"changed": False, "image_specs": image_specs(api, params["images"])}
     if step == "heartbeat":
-        out = heartbeat(api, params.get("results"), host_failures, check_mode=check_mode)
+        out = heartbeat(api, ctx, params.get("results"), host_failures, check_mode=check_mode)
         return {**out, "request_id": ctx.request_id}
     if step == "action":
         return start_actions(
@@ -414,6 +431,7 @@ def run_step(
             out = summary(api, ctx, params.get("instances") or [])
         return {**out, "published": published(out["servers"])}
     requests = [ComputeRequest.model_validate(r) for r in params["requests"]]
+    _check_visible(api, ctx, requests)
     results, failures = parse_results(params.get("results"))
     if check_mode:  # the record steps record what a real round returned: nothing here
         out = {"changed": False, "request_id": ctx.request_id, "requests": [], "hosts": [], "servers": []}

@@ -22,6 +22,13 @@ from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Base
 
+# The test run is the operator: its identity is the admin's, given as an operator gives it (the
+# environment, which every playbook, worker and command the tests start inherits). Tests of the
+# trust model take it away or give another.
+OPERATOR_ENV = {"NOVAKIT_PROJECT": "admin", "NOVAKIT_USER": "admin", "NOVAKIT_ROLES": "admin"}
+for _name, _value in OPERATOR_ENV.items():
+    os.environ.setdefault(_name, _value)
+
 REQUIRE_REAL = os.environ.get("NOVAKIT_REQUIRE_REAL") == "1"
 PG_URL = os.environ.get("NOVAKIT_TEST_PG_URL", "")
 

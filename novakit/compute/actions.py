@@ -49,13 +49,31 @@ _INSERT_EVENT = cast(Table, InstanceActionEvent.__table__).insert()
 _INSERT_ACTION = cast(Table, InstanceAction.__table__).insert()
 
 
+#: what a caller who is not an admin is told of a scheduling failure (Nova's words): the
+#: scheduler's reasons name hosts and their limits, which are the operator's business
+NO_VALID_HOST = "No valid host was found."
+
+
+def shown_text(text: str | None, ctx: RequestContext) -> str | None:
+    """A fault message or event detail as ``ctx`` may see it (see ``fault_view``)."""
+    if text and not ctx.is_admin and text.startswith(NO_VALID_HOST):
+        return NO_VALID_HOST
+    return text
+
+
 def fault_view(fault: InstanceFault, ctx: RequestContext) -> dict[str, Any]:
-    """A fault as a caller may see it: details of internal errors are admin-only."""
-    view: dict[str, Any] = {"code": fault.code, "message": fault.message, "created": fault.created_at}
-    if fault.host:
-        view["host"] = fault.host
-    if fault.details and (ctx.is_admin or not fault_is_internal(fault.details)):
-        view["details"] = fault.details
+    """A fault as a caller may see it. An admin sees all of it; anyone else sees its code and
+    short message, no host and no details ("no valid host" without the scheduler's reasons)."""
+    view: dict[str, Any] = {
+        "code": fault.code,
+        "message": shown_text(fault.message, ctx),
+        "created": fault.created_at,
+    }
+    if ctx.is_admin:
+        if fault.host:
+            view["host"] = fault.host
+        if fault.details:
+            view["details"] = fault.details
     return view
 
 

@@ -10,6 +10,7 @@ The work itself is the conductor's.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import re
 import uuid as uuidlib
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from sqlalchemy import Table, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.compute import actions, flavors, images, schemas, states
 from novakit.compute.messages import ComputeRequest
 from novakit.compute.states import (
@@ -94,8 +95,8 @@ class API:
                                 "start_time": e.start_time,
                                 "finish_time": e.finish_time,
                                 "result": e.result,
-                                "host": e.host,
-                                "details": e.details,
+                                "host": e.host if policy.allowed(ctx, "host:show") else None,
+                                "details": actions.shown_text(e.details, ctx),
                                 **({"traceback": e.traceback} if ctx.is_admin and e.traceback else {}),
                             }
                             for e in a.events
@@ -122,7 +123,13 @@ class API:
         nothing, and returns ``{"name", "host"}`` per server: where it would go
         (``host`` None for one that would not fit although ``min_count`` did).
         """
-        outcome = self.create_servers(ctx, data, dry_run=dry_run)
+        try:
+            outcome = self.create_servers(ctx, data, dry_run=dry_run)
+        except exceptions.NoValidHost:
+            if policy.allowed(ctx, "host:show"):
+                raise
+            # As the real run's fault shows it to this caller: no hosts, no reasons.
+            raise exceptions.NoValidHost() from None
         if dry_run:
             return [{"name": n, "host": h} for n, h in outcome.would_schedule_to.items()]
         if build and outcome.unbuilt:
@@ -247,7 +254,10 @@ class API:
         selections = self.conductor.scheduler.select_destinations(
             SchedSpec.model_validate(spec), uuids, dry_run=True
         )
-        chosen = {name: (sel[0].host if sel else None) for name, sel in zip(names, selections, strict=True)}
+        chosen = {
+            name: (host_shown(ctx, ctx.project_id, sel[0].host) if sel else None)
+            for name, sel in zip(names, selections, strict=True)
+        }
         return CreateOutcome(servers=[], uuids=[], changed=True, would_schedule_to=chosen)
 
     def _create_records(
@@ -708,6 +718,18 @@ _INSERT_INSTANCE = cast(Table, Instance.__table__).insert()
 _INSERT_REQUEST_SPEC = cast(Table, RequestSpec.__table__).insert()
 
 
+def host_id(project_id: str, host: str | None) -> str:
+    """Nova's ``hostId``: which host, as a project may know it (the same within a project, opaque)."""
+    if not host:
+        return ""
+    return hashlib.sha224((project_id + host).encode()).hexdigest()
+
+
+def host_shown(ctx: RequestContext, project_id: str, host: str) -> str:
+    """A host as ``ctx`` may see it: its name for an admin, else its ``host_id``."""
+    return host if policy.allowed(ctx, "host:show") else host_id(project_id, host)
+
+
 def server_view(inst: Instance, ctx: RequestContext) -> dict[str, Any]:
     """A server as the caller may see it (Nova's server show, trimmed)."""
     # Only a server in error shows its fault: the others never load their faults.
@@ -721,8 +743,11 @@ def server_view(inst: Instance, ctx: RequestContext) -> dict[str, Any]:
         "task_state": inst.task_state,
         "power_state": inst.power_state,
         "power_state_name": POWER_STATE_NAMES.get(PowerState(inst.power_state), str(inst.power_state)),
-        "host": inst.host,
-        "node": inst.node,
+        # Hosts are the operator's business (Nova: OS-EXT-SRV-ATTR:host is admin-only); everyone
+        # gets the opaque host_id, the same for two servers of a project on one host.
+        "host": inst.host if policy.allowed(ctx, "host:show") else None,
+        "node": inst.node if policy.allowed(ctx, "host:show") else None,
+        "host_id": host_id(inst.project_id, inst.host),
         "availability_zone": inst.availability_zone,
         "flavor": dict(inst.flavor or {}),
         "image": inst.image_ref,

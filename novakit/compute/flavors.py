@@ -8,16 +8,11 @@ from typing import Any
 from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.compute import schemas
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Flavor, Instance
-
-
-def _require_admin(ctx: RequestContext, action: str) -> None:
-    if not ctx.is_admin:
-        raise exceptions.PolicyNotAuthorized(action=action)
 
 
 def view(f: Flavor) -> dict[str, Any]:
@@ -49,7 +44,7 @@ def get(session: Session, ref: str) -> Flavor:
 
 
 def create(db: Database, ctx: RequestContext, data: dict[str, Any]) -> dict[str, Any]:
-    _require_admin(ctx, "flavor create")
+    policy.authorize(ctx, "flavor:create")
     req = schemas.parse(schemas.FlavorCreate, data)
 
     def write(session: Session) -> dict[str, Any]:
@@ -75,7 +70,7 @@ def list_flavors(db: Database) -> list[dict[str, Any]]:
 
 def delete(db: Database, ctx: RequestContext, ref: str) -> None:
     """Delete a flavor; servers keep their own copy of it, as in Nova."""
-    _require_admin(ctx, "flavor delete")
+    policy.authorize(ctx, "flavor:delete")
 
     def write(session: Session) -> None:
         session.delete(get(session, ref))

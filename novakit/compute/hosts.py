@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sqlalchemy import JSON, Integer, func, select, text, update
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.compute.messages import ComputeResult, HostResources, InstanceResult
 from novakit.config import Config
 from novakit.context import RequestContext
@@ -72,11 +72,16 @@ def register_host(
     overrides: dict[str, Any] | None = None,
     *,
     now: dt.datetime | None = None,
+    ctx: RequestContext | None = None,
 ) -> dict[str, Any]:
     """Create or refresh a host's service, compute node and resource provider. Idempotent.
 
     The host has just reported its resources: that is a successful contact (``now``, UTC).
+    ``ctx``, the caller, must be an admin (``host:register``); None is the library's own
+    caller (Python code holding the database: an operator).
     """
+    if ctx is not None:
+        policy.authorize(ctx, "host:register")
     from novakit import placement
     from novakit.placement import traits as placement_traits
 
@@ -269,8 +274,7 @@ _NODE_REPORT_STATE = text(
 def set_disabled(
     db: Database, ctx: RequestContext, host: str, disabled: bool, reason: str | None = None
 ) -> None:
-    if not ctx.is_admin:
-        raise exceptions.PolicyNotAuthorized(action="host disable/enable")
+    policy.authorize(ctx, "host:disable")
     if reason is not None and len(reason) > 255:
         raise exceptions.ValidationError("reason", "must be at most 255 characters")
 
@@ -372,8 +376,7 @@ def set_forced_down(
     it and also clears a failed contact's mark: the admin vouches for the host, and
     its next contact tells again.
     """
-    if not ctx.is_admin:
-        raise exceptions.PolicyNotAuthorized(action="host down/up")
+    policy.authorize(ctx, "host:force_down")
     if reason is not None and len(reason) > REASON_MAX:
         raise exceptions.ValidationError("reason", f"must be at most {REASON_MAX} characters")
 
@@ -399,8 +402,10 @@ def heartbeat(
     What ``novakit host heartbeat`` runs; with ``compute.heartbeats`` on, something
     must run it (or ``playbooks/heartbeat.yml``) more often than ``service_down_time``.
     Returns, per host, whether it answered and its state now (``is_up``): a host that
-    answered stays down when an admin forced it down.
+    answered stays down when an admin forced it down. ``ctx`` as for ``register_host``.
     """
+    if ctx is not None:
+        policy.authorize(ctx, "host:heartbeat")
     from novakit.compute.messages import ComputeRequest
     from novakit.compute.rpc import ComputeRPC
 
@@ -442,9 +447,13 @@ def heartbeat(
     return out
 
 
-def list_hosts(db: Database, conf: Config, now: dt.datetime | None = None) -> list[dict[str, Any]]:
+def list_hosts(
+    db: Database, conf: Config, now: dt.datetime | None = None, *, ctx: RequestContext | None = None
+) -> list[dict[str, Any]]:
     """Every host with its status, state (and why it is down), last contact, capacity and usage
-    (for `novakit host list`)."""
+    (for `novakit host list`). Admin only (``host:list``): usage tells of every project."""
+    if ctx is not None:
+        policy.authorize(ctx, "host:list")
     now = now or utcnow()
     with db.reader() as session:
         nodes = list(

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.compute import schemas
 from novakit.compute.messages import ImageSpec
 from novakit.context import RequestContext
@@ -77,8 +77,7 @@ def spec(i: Image) -> ImageSpec:
 
 
 def create(db: Database, ctx: RequestContext, data: dict[str, Any]) -> dict[str, Any]:
-    if not ctx.is_admin:
-        raise exceptions.PolicyNotAuthorized(action="image create")
+    policy.authorize(ctx, "image:create")
     req = schemas.parse(schemas.ImageCreate, data)
 
     def write(session: Session) -> dict[str, Any]:
@@ -115,6 +114,5 @@ def list_images(db: Database) -> list[dict[str, Any]]:
 
 
 def delete(db: Database, ctx: RequestContext, ref: str) -> None:
-    if not ctx.is_admin:
-        raise exceptions.PolicyNotAuthorized(action="image delete")
+    policy.authorize(ctx, "image:delete")
     db.run_in_transaction(lambda s: setattr(get(s, ref), "status", "deleted"))

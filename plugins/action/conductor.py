@@ -140,7 +140,7 @@ class ActionModule(ActionBase):
             api = API(Database(conf.database_url), conf)
             return playflow.run_step(
                 api,
-                self._context(args, task_vars),
+                self._context(args, task_vars, conf),
                 args,
                 check_mode=bool(self._task.check_mode),
                 host_failures=host_failures_from_env(),
@@ -164,11 +164,11 @@ class ActionModule(ActionBase):
             if api is not None:
                 api.db.dispose()
 
-    def _context(self, args, task_vars):
+    def _context(self, args, task_vars, conf):
         """The caller's identity and the run's request id, as the module's ``context()`` builds them.
 
         Unlike the module, the step sees the play's variables: an AWX job's ``awx_job_id``
         names the request even when the novakit callback is not enabled.
         """
         run_vars = {name: self._templar.template(task_vars[name]) for name in RUN_VARS if name in task_vars}
-        return context_from(args, environ=os.environ, extra_vars=run_vars)
+        return context_from(args, environ=os.environ, extra_vars=run_vars, identity=conf.identity)

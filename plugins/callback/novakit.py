@@ -120,12 +120,15 @@ class CallbackModule(CallbackBase):
 
         from novakit.compute.api import API
         from novakit.config import load_config
-        from novakit.context import RequestContext
+        from novakit.context import context_from
         from novakit.db.engine import Database
-        from novakit.db.models import InstanceAction, InstanceFault
+        from novakit.db.models import InstanceAction
 
         conf = load_config()
-        api, ctx = API(Database(conf.database_url), conf), RequestContext.admin(self.request_id)
+        # The run's own identity: the summary shows what this caller may see, and nothing of a
+        # request id that names another project's work (a guessed id shows an empty table).
+        ctx = context_from({"request_id": self.request_id}, identity=conf.identity)
+        api = API(Database(conf.database_url), conf)
         with api.db.reader() as session:
             uuids = list(
                 dict.fromkeys(
@@ -136,15 +139,12 @@ class CallbackModule(CallbackBase):
                     ).scalars()
                 )
             )
-            faults = {}
-            for fault in session.execute(
-                select(InstanceFault).where(InstanceFault.instance_uuid.in_(uuids)).order_by(InstanceFault.id)
-            ).scalars():
-                faults[fault.instance_uuid] = f"{fault.host or '-'}: {fault.message}"
         servers = api.list(ctx, uuids=uuids, include_deleted=True) if uuids else []
         rows, hosts = [], {}
         for s in servers:
-            rows.append((s["name"], s["status"], s["host"] or "-", faults.get(s["id"], "")[:100]))
+            fault = s.get("fault") or {}
+            said = f"{fault.get('host') or '-'}: {fault['message']}" if fault else ""
+            rows.append((s["name"], s["status"], s["host"] or "-", said[:100]))
             if s["host"]:
                 hosts[s["host"]] = hosts.get(s["host"], 0) + 1
         return rows, hosts

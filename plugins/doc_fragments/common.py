@@ -17,13 +17,18 @@ options:
     description: Path of a novakit TOML configuration file (default E(NOVAKIT_CONFIG)).
     type: path
   project:
-    description: Project the caller acts for (default E(NOVAKIT_PROJECT), else C(admin)).
+    description:
+      - Project the caller acts for. The caller's identity is the operator's to give (E(NOVAKIT_PROJECT),
+        E(NOVAKIT_USER), E(NOVAKIT_ROLES), for instance from an AWX credential, over C([identity]) in the
+        configuration; unset, a member of project C(default)).
+      - O(project), O(user) and O(roles) are honoured for an admin; for anyone else only where they name
+        the same identity or drop roles, unless the configuration sets C(identity.trust_given_identity).
     type: str
   user:
-    description: User the caller acts as (default E(NOVAKIT_USER)).
+    description: User the caller acts as (see O(project)).
     type: str
   roles:
-    description: Roles of the caller; C(admin) sees and acts on every project.
+    description: Roles of the caller (see O(project)); C(admin) sees and acts on every project.
     type: list
     elements: str
   request_id:

@@ -79,7 +79,7 @@ class NovakitModule:
         A module sees no play variables: the run's request id reaches it through the
         environment only (the callback's id, the AWX job id, the ansible-runner ident).
         """
-        return context_from(self.params)
+        return context_from(self.params, identity=self.config().identity)
 
     def config(self) -> Any:
         from novakit.config import load_config

@@ -109,11 +109,12 @@ class ComputeNodeModule(NovakitModule):
     module_kwargs = {"supports_check_mode": True}
 
     def run(self):
-        from novakit import exceptions
+        from novakit import exceptions, policy
         from novakit.compute import hosts
         from novakit.compute.messages import HostResources
 
         conf, db, p = self.config(), self.database(), self.params
+        ctx = self.context()
         resources = HostResources.model_validate(p["resources"])
         overrides = {k: p[k] for k in RATIOS if p.get(k) is not None}
         try:
@@ -138,9 +139,10 @@ class ComputeNodeModule(NovakitModule):
         }
         changed = before != after
         if self.check_mode:
+            policy.authorize(ctx, "host:register")  # as register_host does for the real run
             return self.with_diff({"changed": changed, "host": p["host"]}, before, after)
         # Registering also beats the host's heartbeat, so it runs even when nothing changed.
-        out = hosts.register_host(db, conf, p["host"], resources, p["driver"], overrides)
+        out = hosts.register_host(db, conf, p["host"], resources, p["driver"], overrides, ctx=ctx)
         return self.with_diff({"changed": changed, **out}, before, after)
 
 

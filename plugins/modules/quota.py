@@ -81,12 +81,11 @@ class QuotaModule(NovakitModule):
     module_kwargs = {"supports_check_mode": True}
 
     def run(self):
-        from novakit import exceptions, quota
+        from novakit import policy, quota
 
         db, conf, ctx = self.database(), self.config(), self.context()
         project = self.params["name"] or ctx.project_id
-        if not ctx.is_admin:
-            raise exceptions.PolicyNotAuthorized(action="quota update")
+        policy.authorize(ctx, "quota:update")
         for resource in RESOURCES:
             value = self.params[resource]
             if value is not None and value < -1:

@@ -127,12 +127,14 @@ class ServerInfoModule(NovakitModule):
     module_kwargs = {"supports_check_mode": True}
 
     def run(self):
+        from novakit import policy
+
         api, ctx, p = self.api(), self.context(), self.params
+        if p["all_projects"]:
+            policy.authorize(ctx, "servers:all_projects")
         if ctx.is_admin and not p["all_projects"] and not p["server"]:
             # An admin sees every project; without all_projects, show its own like anyone else.
             servers = [s for s in api.list(ctx) if s["project_id"] == ctx.project_id]
-        elif not ctx.is_admin and p["all_projects"]:
-            self.fail("all_projects needs the admin role")
         else:
             servers = [api.get(ctx, p["server"])] if p["server"] else api.list(ctx)
         servers = [

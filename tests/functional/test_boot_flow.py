@@ -21,9 +21,13 @@ def _guests(cloud: Cloud) -> dict[str, set[str]]:
 
 def test_servers_spread_and_usage_matches_their_flavors(cloud: Cloud, ctx: RequestContext) -> None:
     # 8 GB each: the roomiest host (64 GB) is best for four of them, then the next one is.
-    servers = cloud.api.create(ctx, {"name": "web", "flavor": "m1.large", "image": "tiny", "max_count": 6})
-    assert [s["name"] for s in servers] == [f"web-{i}" for i in range(1, 7)]
-    assert all(s["status"] == "ACTIVE" and s["power_state_name"] == "Running" for s in servers)
+    created = cloud.api.create(ctx, {"name": "web", "flavor": "m1.large", "image": "tiny", "max_count": 6})
+    assert [s["name"] for s in created] == [f"web-{i}" for i in range(1, 7)]
+    assert all(s["status"] == "ACTIVE" and s["power_state_name"] == "Running" for s in created)
+    # The member sees no host names, only Nova's opaque host_id; the operator sees the hosts.
+    assert all(s["host"] is None and s["host_id"] for s in created)
+    servers = cloud.api.list(cloud.admin)
+    assert len({s["host_id"] for s in created}) == len({s["host"] for s in servers})
     assert len({s["host"] for s in servers}) > 1  # the RAM weigher spreads by default
     usage = _usage(cloud)
     guests = _guests(cloud)
@@ -37,11 +41,12 @@ def test_servers_spread_and_usage_matches_their_flavors(cloud: Cloud, ctx: Reque
 
 def test_a_failing_host_sends_its_build_to_an_alternate(cloud: Cloud, ctx: RequestContext) -> None:
     cloud.add_host("compute-3", failure_mode="fail_every_spawn")  # the roomiest host: chosen first
-    server = cloud.api.create(ctx, {"name": "resilient", "flavor": "m1.small", "image": "tiny"})[0]
-    assert server["status"] == "ACTIVE"
+    created = cloud.api.create(ctx, {"name": "resilient", "flavor": "m1.small", "image": "tiny"})[0]
+    assert created["status"] == "ACTIVE"
+    server = cloud.api.get(cloud.admin, created["id"])
     assert server["host"] != "compute-3"
     assert placement.get_usages(cloud.db, "compute-3").get("VCPU", 0) == 0
-    events = cloud.api.list_actions(ctx, server["id"])[0]["events"]
+    events = cloud.api.list_actions(cloud.admin, server["id"])[0]["events"]
     builds = [e for e in events if e["event"] == "compute__do_build_and_run_instance"]
     assert [(e["host"], e["result"]) for e in builds] == [("compute-3", "Error"), (server["host"], "Success")]
     assert cloud.api.list_actions(ctx, server["id"])[0]["message"] == "Error"  # Nova: a failed event marks it
@@ -59,7 +64,7 @@ def test_when_every_host_fails_the_server_ends_in_error_with_no_claim(
     assert "re-scheduled" in server["fault"]["message"]
     builds = [
         e
-        for e in cloud.api.list_actions(ctx, server["id"])[0]["events"]
+        for e in cloud.api.list_actions(cloud.admin, server["id"])[0]["events"]
         if e["event"] == "compute__do_build_and_run_instance"
     ]
     assert len(builds) == cloud.conf.scheduler.max_attempts == 3
@@ -88,8 +93,11 @@ def test_no_valid_host_explains_itself_and_claims_nothing(cloud: Cloud, ctx: Req
     flavors.create(cloud.db, cloud.admin, {"name": "giant", "vcpus": 1024, "memory_mb": 10**7, "root_gb": 1})
     server = cloud.api.create(ctx, {"name": "too-big", "flavor": "giant", "image": "tiny"})[0]
     assert server["status"] == "ERROR"
-    fault = server["fault"]
-    assert "No valid host" in fault["message"]
+    # The member is told what Nova tells it; the hosts and their limits are the operator's.
+    assert server["fault"]["message"] == "No valid host was found."
+    assert "details" not in server["fault"] and "host" not in server["fault"]
+    fault = cloud.api.get(cloud.admin, server["id"])["fault"]
+    assert fault["message"].startswith("No valid host was found. ") and len(fault["message"]) > 25
     explanation = json.loads(fault["details"])
     assert explanation  # the scheduler's account of what each step removed
     assert all(not any(u.values()) for u in _usage(cloud).values())
@@ -100,10 +108,8 @@ def test_disabled_hosts_get_no_builds(cloud: Cloud, ctx: RequestContext) -> None
 
     for host in ("compute-2", "compute-3"):
         hosts.set_disabled(cloud.db, cloud.admin, host, True, "maintenance")
-    servers = cloud.api.create(
-        ctx, {"name": "only-one", "flavor": "m1.small", "image": "tiny", "max_count": 3}
-    )
-    assert {s["host"] for s in servers} == {"compute-1"}
+    cloud.api.create(ctx, {"name": "only-one", "flavor": "m1.small", "image": "tiny", "max_count": 3})
+    assert {s["host"] for s in cloud.api.list(cloud.admin)} == {"compute-1"}
 
 
 def test_delete_during_a_build_leaves_nothing(cloud: Cloud, ctx: RequestContext) -> None:

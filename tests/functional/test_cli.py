@@ -24,9 +24,10 @@ def env(db_url: str, tmp_path: Path) -> dict[str, str | None]:
         "NOVAKIT_STATE_DIR": str(tmp_path / "state"),
         "NOVAKIT_FAKE_STATE_DIR": None,
         "NOVAKIT_CONFIG": None,
-        "NOVAKIT_PROJECT": None,
-        "NOVAKIT_USER": None,
-        "NOVAKIT_ROLES": None,
+        # The operator's identity (tests/conftest.py); trust-model tests replace it.
+        "NOVAKIT_PROJECT": "admin",
+        "NOVAKIT_USER": "admin",
+        "NOVAKIT_ROLES": "admin",
         "NOVAKIT_NOTIFICATIONS_FILE": None,
         # Each command is a request of its own, not part of an Ansible or AWX run.
         "NOVAKIT_REQUEST_ID": None,
@@ -217,13 +218,35 @@ def test_errors_are_one_line_with_status_1(cloud: Run, tmp_path: Path) -> None:
 
 
 def test_a_create_whose_servers_end_in_error_exits_1_and_still_shows_them(cloud: Run) -> None:
-    cloud("flavor", "create", "huge", "--vcpus", "1", "--ram", "999999", "--disk", "1")
+    cloud("flavor", "create", "huge", "--vcpus", "1", "--ram", "40000", "--disk", "1")  # no host has it
     failed = cloud("server", "create", "big", "--flavor", "huge", "--image", "tiny", "-o", "json", code=1)
     [server] = _json(failed)
     assert server["status"] == "ERROR" and server["name"] == "big"
     assert _json(cloud("server", "show", "big", "-o", "json"))["status"] == "ERROR"
     table = cloud("server", "create", "big2", "--flavor", "huge", "--image", "tiny", code=1)
     assert "big2" in table.stdout and "No valid host" in table.stderr
+
+
+def test_an_unset_identity_is_a_member_and_flags_do_not_make_it_an_admin(cloud: Run) -> None:
+    nobody = {"NOVAKIT_PROJECT": None, "NOVAKIT_USER": None, "NOVAKIT_ROLES": None}
+    _one_line_error(
+        cloud("host", "add", "compute-9", code=1, **nobody), "Policy does not allow host:register"
+    )
+    _one_line_error(cloud("host", "list", code=1, **nobody), "Policy does not allow host:list")
+    _one_line_error(
+        cloud("--role", "admin", "host", "list", code=1, **nobody),
+        "roles 'admin' may not be given by the call",
+    )
+    member = {"NOVAKIT_PROJECT": "team-b", "NOVAKIT_ROLES": "member"}
+    _one_line_error(
+        cloud("--project", "admin", "server", "list", code=1, **member), "project 'admin' may not be given"
+    )
+    # The operator's admin may act as a member of any project.
+    assert (
+        cloud("--role", "member", "--project", "team-b", "server", "list", "-o", "json").stdout.strip()
+        == "[]"
+    )
+    assert "compute-1" in cloud("host", "list").stdout
 
 
 def test_heal_from_the_command_line(cloud: Run, tmp_path: Path) -> None:

@@ -96,8 +96,11 @@ def test_the_dry_run_picks_the_host_the_real_create_gets(cloud: Cloud, ctx: Requ
     ):
         plan = cloud.api.create(ctx, data, dry_run=True)
         servers = cloud.api.create(ctx, data)
-        assert [(p["name"], p["host"]) for p in plan] == [(s["name"], s["host"]) for s in servers]
+        # A member is told the opaque host_id its servers then show, never a host's name.
+        assert [(p["name"], p["host"]) for p in plan] == [(s["name"], s["host_id"]) for s in servers]
         assert all(s["status"] == "ACTIVE" for s in servers)
+    admin_plan = cloud.api.create(cloud.admin, {**OK, "name": "op"}, dry_run=True)
+    assert admin_plan[0]["host"] == cloud.api.create(cloud.admin, {**OK, "name": "op"})[0]["host"]
 
 
 def test_no_valid_host_is_the_dry_runs_error_and_the_real_runs_fault(

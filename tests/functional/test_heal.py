@@ -120,7 +120,7 @@ def test_a_build_killed_half_way_is_reaped_and_its_claim_freed(cloud: Cloud, ctx
     cloud.api.conductor.schedule_instances(ctx, [young])
     with cloud.db.writer() as session:
         session.execute(update(Instance).where(Instance.uuid == uuid).values(task_state="spawning"))
-    host = cloud.api.get(ctx, uuid)["host"]
+    host = cloud.api.get(cloud.admin, uuid)["host"]
     assert placement.get_usages(cloud.db, host)["VCPU"] >= 1
 
     report = heal(cloud.db, cloud.conf)
@@ -128,9 +128,8 @@ def test_a_build_killed_half_way_is_reaped_and_its_claim_freed(cloud: Cloud, ctx
     shown = cloud.api.get(ctx, uuid)
     assert (shown["status"], shown["task_state"]) == ("ERROR", None)
     assert "timed out" in shown["fault"]["message"] and "details" not in shown["fault"]
-    assert (
-        shown["host"] is None
-    )  # let go of, as a failed build's (Nova's _nil_out_instance_obj_host_and_node)
+    # Let go of, as a failed build's (Nova's _nil_out_instance_obj_host_and_node).
+    assert cloud.api.get(cloud.admin, uuid)["host"] is None
     assert placement.get_allocations_for_consumer(cloud.db, uuid) == {}
     assert placement.get_allocations_for_consumer(cloud.db, young) != {}
     assert ("conductor_check_instance_build_time", "Error") in _actions(cloud, ctx, shown)["create"]
@@ -153,7 +152,7 @@ def test_a_build_whose_result_was_lost_is_adopted_with_its_claim(cloud: Cloud, c
 
     report = heal(cloud.db, cloud.conf, clock=lambda: later)
     assert _kinds(report) == [("build_adopted", uuid)]
-    shown = cloud.api.get(ctx, uuid)
+    shown = cloud.api.get(cloud.admin, uuid)
     assert (shown["status"], shown["power_state_name"], shown["host"]) == ("ACTIVE", "Running", request.host)
     assert placement.get_allocations_for_consumer(cloud.db, uuid) != {}
     assert ("conductor_heal_adopt_build", "Success") in _actions(cloud, ctx, shown)["create"]

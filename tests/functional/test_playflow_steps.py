@@ -50,7 +50,7 @@ def test_a_host_the_callback_saw_fail_is_rescheduled_with_its_reason(
     by_id = {s["id"]: s for s in recorded["servers"]}
     for uuid in moved:
         assert by_id[uuid]["status"] == "BUILD"
-        (action,) = cloud.api.list_actions(ctx, uuid)
+        (action,) = cloud.api.list_actions(cloud.admin, uuid)
         assert [(e["host"], e["result"]) for e in action["events"]] == [(silent, "Error")]
     with cloud.db.reader() as session:
         columns = (InstanceFault.instance_uuid, InstanceFault.host, InstanceFault.message)

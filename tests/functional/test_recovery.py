@@ -33,7 +33,9 @@ def _later(cloud: Cloud) -> Callable[[], dt.datetime]:
 
 
 def _guest(cloud: Cloud, server: dict[str, Any]) -> PowerState | None:
-    return cloud.fake(server["host"]).list_instances().get(server["id"])
+    # A member's view names no host; boot() gives the operator's, which does.
+    host = server["host"] or cloud.api.get(cloud.admin, server["id"])["host"]
+    return cloud.fake(host).list_instances().get(server["id"])
 
 
 def _action(cloud: Cloud, ctx: RequestContext, uuid: str, name: str) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from novakit import exceptions
+from novakit.config import IdentityConfig, load_config
 from novakit.context import context_from, normalize_request_id, run_request_id
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,10 +80,41 @@ def test_normalising_keeps_req_ids_and_marks_awx_jobs() -> None:
     assert normalize_request_id(normalize_request_id(" x ")) == "req-x"
 
 
-def test_identity_defaults_to_the_admin() -> None:
+def test_an_unset_identity_is_a_member_never_an_admin() -> None:
     ctx = context_from({}, environ={})
-    assert (ctx.project_id, ctx.user_id, ctx.roles, ctx.is_admin) == ("admin", "admin", ["admin"], True)
+    identity = (ctx.project_id, ctx.user_id, ctx.roles, ctx.is_admin)
+    assert identity == ("default", "anonymous", ["member"], False)
     assert context_from({}, environ={"USER": "ana"}).user_id == "ana"
+
+
+def test_the_operators_configuration_gives_the_identity_under_the_environment() -> None:
+    identity = IdentityConfig(project="ops", user="olga", roles=["admin"])
+    ctx = context_from({}, environ={}, identity=identity)
+    assert (ctx.project_id, ctx.user_id, ctx.roles) == ("ops", "olga", ["admin"])
+    env = {"NOVAKIT_PROJECT": "p1", "NOVAKIT_ROLES": "member"}
+    ctx = context_from({}, environ=env, identity=identity)
+    assert (ctx.project_id, ctx.user_id, ctx.roles) == ("p1", "olga", ["member"])
+
+
+@pytest.mark.parametrize(
+    ("given", "option"),
+    [
+        ({"roles": ["admin"]}, "roles"),
+        ({"roles": ["member", "admin"]}, "roles"),
+        ({"project": "team-a"}, "project"),
+        ({"user": "alice"}, "user"),
+    ],
+)
+def test_a_member_may_not_give_itself_another_identity(given: dict[str, Any], option: str) -> None:
+    env = {"NOVAKIT_PROJECT": "team-b", "NOVAKIT_USER": "bob", "NOVAKIT_ROLES": "member"}
+    with pytest.raises(exceptions.IdentityNotAllowed) as refused:
+        context_from(given, environ=env)
+    assert refused.value.format_message().startswith(f"{option} ")
+    # Naming what it already is, or dropping roles, is fine.
+    assert context_from({"project": "team-b", "user": "bob", "roles": []}, environ=env).roles == []
+    # Unless the operator trusts what calls give.
+    trusting = IdentityConfig(trust_given_identity=True)
+    assert context_from(given, environ=env, identity=trusting).roles == given.get("roles", ["member"])
 
 
 def test_the_environment_beats_the_defaults() -> None:
@@ -91,7 +124,7 @@ def test_the_environment_beats_the_defaults() -> None:
     assert context_from({}, environ={"NOVAKIT_ROLES": ""}).roles == []
 
 
-def test_parameters_beat_the_environment() -> None:
+def test_an_admins_parameters_beat_the_environment() -> None:
     env = {"NOVAKIT_PROJECT": "p1", "NOVAKIT_USER": "u1", "NOVAKIT_ROLES": "admin"}
     ctx = context_from({"project": "p2", "user": "u2", "roles": ["member"]}, environ=env)
     assert (ctx.project_id, ctx.user_id, ctx.roles, ctx.is_admin) == ("p2", "u2", ["member"], False)
@@ -165,14 +198,16 @@ def _run_environment(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str]) -
 
 def _module_id(monkeypatch: pytest.MonkeyPatch, params: dict[str, Any]) -> str:
     base = _collection(monkeypatch, "module_utils.novakit").NovakitModule
-    return str(base.context(SimpleNamespace(params=params)).request_id)
+    module = SimpleNamespace(params=params, config=lambda: load_config())
+    return str(base.context(module).request_id)
 
 
 def _action_id(monkeypatch: pytest.MonkeyPatch, args: dict[str, Any], task_vars: dict[str, Any]) -> str:
     from ansible.template import Templar
 
     action = _collection(monkeypatch, "action.conductor").ActionModule
-    return str(action._context(SimpleNamespace(_templar=Templar(loader=None)), args, task_vars).request_id)
+    step = SimpleNamespace(_templar=Templar(loader=None))
+    return str(action._context(step, args, task_vars, load_config()).request_id)
 
 
 @pytest.mark.parametrize(("extra_vars", "environ", "expected"), RUNS)

@@ -43,7 +43,9 @@ def host_memory_mb(bed: Testbed) -> int:
 def config_toml(memory_mb: int, extra: str = "") -> str:
     """The config of a testbed cloud: each host keeps all but HOST_ROOM_MB of ``memory_mb`` for itself."""
     reserved = memory_mb - HOST_ROOM_MB
-    return f"[placement]\nreserved_host_memory_mb = {reserved}\n{extra}"
+    # Whoever runs the testbed is its operator (README, "Trust model"): the admin.
+    identity = '[identity]\nproject = "admin"\nuser = "admin"\nroles = ["admin"]\n'
+    return f"{identity}[placement]\nreserved_host_memory_mb = {reserved}\n{extra}"
 
 
 def _sha256(path: Path) -> str:

@@ -1,0 +1,51 @@
+"""Who may do what: the one table of operations that need the ``admin`` role.
+
+Nova keeps such rules in its policy defaults, one name per operation, checked
+where the operation is done. So does novakit: every operation that changes the
+fleet (hosts, flavors, images, quotas) or other projects' records (heal, the
+conductor's record of a host's answer for another project's servers), or shows
+what only an operator may see (hosts and their usage), is named here, and the
+function that does it calls ``authorize`` with that name, whichever entry point
+(the CLI, a module, a playbook step, the Python API) reached it.
+
+Everything not named here is a project-scoped operation: any caller may do it on
+its own project's servers (``novakit.db.api`` scopes every read), and another
+project's server looks like one that does not exist.
+"""
+
+from __future__ import annotations
+
+from novakit import exceptions
+from novakit.context import RequestContext
+
+#: operation -> what it is (shown in ``novakit states``-style docs and in the refusal)
+ADMIN_ONLY: dict[str, str] = {
+    "host:register": "register a compute host or change its inventory (compute_node, host add)",
+    "host:disable": "disable or enable a host for scheduling",
+    "host:force_down": "force a host down or up",
+    "host:heartbeat": "record a host's contact (heartbeat)",
+    "host:list": "list hosts with their usage and state",
+    "host:show": "see which host and node a server is on, and the scheduler's per-host explanation",
+    "flavor:create": "create a flavor",
+    "flavor:delete": "delete a flavor",
+    "image:create": "register an image",
+    "image:delete": "delete an image",
+    "quota:update": "set a project's quota",
+    "heal": "compare hosts with the database and correct it",
+    "servers:all_projects": "list the servers of every project",
+}
+
+
+def authorize(ctx: RequestContext, operation: str) -> None:
+    """Raise ``PolicyNotAuthorized`` unless ``ctx`` may do ``operation``."""
+    if operation not in ADMIN_ONLY:
+        raise KeyError(f"{operation!r} is not a policy rule (see novakit.policy.ADMIN_ONLY)")
+    if not ctx.is_admin:
+        raise exceptions.PolicyNotAuthorized(action=operation)
+
+
+def allowed(ctx: RequestContext, operation: str) -> bool:
+    """Whether ``ctx`` may do ``operation`` (for what a view shows, where refusing would be wrong)."""
+    if operation not in ADMIN_ONLY:
+        raise KeyError(f"{operation!r} is not a policy rule (see novakit.policy.ADMIN_ONLY)")
+    return ctx.is_admin

@@ -76,7 +76,11 @@ def schedule(
         "requests": _wire(requests),
         "hosts": sorted({r.host for r in requests}),
         "round_hosts": _round_hosts(api, requests),
-        **{k: v for k, v in summary(api, ctx, outcome.uuids).items() if k in ("servers", "report", "failed")},
+        **{
+            k: v
+            for k, v in summary(api, ctx, outcome.uuids).items()
+            if k in ("servers", "report", "failed_servers")
+        },
     }
 
 
@@ -171,7 +175,7 @@ def record_round(
         "instances": uuids,
         "requests": _wire(follow_up),
         "hosts": sorted({r.host for r in follow_up}),
-        **{k: v for k, v in summary(api, ctx, uuids).items() if k in ("servers", "report", "failed")},
+        **{k: v for k, v in summary(api, ctx, uuids).items() if k in ("servers", "report", "failed_servers")},
     }
 
 
@@ -212,7 +216,7 @@ def summary(api: API, ctx: RequestContext, uuids: list[str]) -> dict[str, Any]:
         "instances": uuids,
         "servers": servers,
         "report": report(servers),
-        "failed": failed(servers),
+        "failed_servers": failed(servers),
         "active": sum(1 for s in servers if s["vm_state"] == VmState.ACTIVE.value),
         "error": sum(1 for s in servers if s["vm_state"] == VmState.ERROR.value),
     }
@@ -295,7 +299,8 @@ def record_actions(
     uuids = [i.uuid for r in requests for i in r.instances]
     out = summary(api, ctx, uuids)
     out["changed"] = bool(requests)
-    out["failed"] = [
+    # Not "failed": Ansible takes a result with a true "failed" for a failed task.
+    out["failed_servers"] = [
         {"id": s["id"], "name": s["name"], "message": failed[s["id"]]}
         for s in out["servers"]
         if s["id"] in failed

@@ -250,7 +250,7 @@ would_schedule_to:
   returned: in check mode, step schedule
   type: dict
   sample: {web-1: compute-large, web-2: compute-medium}
-failed:
+failed_servers:
   description: >-
     For O(step=record_action), the servers whose action failed, with the fault message; for
     O(step=schedule) and O(step=record), the servers of the boot that are in error.

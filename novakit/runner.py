@@ -15,7 +15,7 @@ AWX gives one) and unreachable compute hosts become faults and reschedules.
     result = boot("web", flavor="m1.small", image="tiny", count=3, on_event=show)
     result.ok, result.servers, result.request_id
 
-Secrets in extra variables (``user_data``) reach ansible-runner only through
+Secrets in extra variables (``user_data``, ``admin_password``) reach ansible-runner only through
 its ``env/extravars`` file, which is removed when the run ends; the tasks that
 carry them set ``no_log``, so they are in no event or artifact.
 """
@@ -244,6 +244,7 @@ def boot(
     count: int = 1,
     min_count: int | None = None,
     user_data: str | None = None,
+    admin_password: str | None = None,
     availability_zone: str | None = None,
     server_group: str | None = None,
     inventory: str | os.PathLike[str] | None = None,
@@ -265,6 +266,7 @@ def boot(
     optional = {
         "min_count": min_count,
         "user_data": user_data,
+        "admin_password": admin_password,
         "availability_zone": availability_zone,
         "server_group": server_group,
     }

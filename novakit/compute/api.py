@@ -24,7 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
-from novakit.compute import actions, flavors, images, schemas, states
+from novakit.compute import actions, flavors, images, passwords, schemas, states
 from novakit.compute.messages import ComputeRequest
 from novakit.compute.states import (
     POWER_STATE_NAMES,
@@ -212,6 +212,8 @@ class API:
             raise exceptions.ValidationError(
                 "flavor", f"image {image.name} needs at least {image.min_disk} GB of disk"
             )
+        if req.admin_password is not None:
+            passwords.check_deliverable(session, "admin_password", req.config_drive)
         quota.check_quota(
             session,
             self.conf,
@@ -229,6 +231,8 @@ class API:
             min_count=req.min_count,
             instance_group=None,
             scheduler_hints=req.scheduler_hints.model_dump(exclude_none=True),
+            # Only a host whose driver hands the password to the guest may take the instance.
+            required_traits=[passwords.ADMIN_PASSWORD_TRAIT] if req.admin_password is not None else [],
         ).model_dump(mode="json")
         if group is not None:
             spec["instance_group"] = {
@@ -268,6 +272,12 @@ class API:
         reservation = f"r-{uuidlib.uuid4().hex[:8]}"
         # The build is this request's: its owner and lease start with the records (see conductor).
         lease = self.conductor.lease_until()
+        # Hashed before anything is written: the clear text is never stored (``passwords``).
+        password_hash = (
+            passwords.hash_admin_password(req.admin_password.get_secret_value())
+            if req.admin_password is not None
+            else None
+        )
 
         def write(session: Session) -> tuple[builtins.list[dict[str, Any]], dict[str, Any]]:
             # The look-ups, the early quota check and the inserts in one transaction.
@@ -292,6 +302,7 @@ class API:
                 "power_state": int(PowerState.NOSTATE),
                 "instance_metadata": dict(req.metadata),
                 "user_data": req.user_data.get_secret_value() if req.user_data else None,
+                "admin_password_hash": password_hash,
                 "config_drive": req.config_drive,
                 "key_name": req.key_name,
                 "networks": [n.model_dump() for n in req.networks],
@@ -663,6 +674,13 @@ def _prepare_rebuild(
         values["instance_metadata"] = opts["metadata"]
     if opts.get("user_data") is not None:
         values["user_data"] = opts["user_data"].get_secret_value()
+    if opts.get("admin_password") is not None:
+        # The instance's host rebuilds it: that host's driver must be able to set it.
+        passwords.check_deliverable(session, "options.admin_password", bool(inst.config_drive), inst.host)
+        values["admin_password_hash"] = passwords.hash_admin_password(
+            opts["admin_password"].get_secret_value()
+        )
+    # Without a new one the guest gets the stored hash again, as it gets its user data again.
     return values, {"image": image.uuid, "preserve_power_off": inst.vm_state == VmState.STOPPED.value}
 
 

@@ -132,7 +132,40 @@ def register_host(
     node = db.run_in_transaction(write)
     provider = placement.ensure_provider(db, host, uuid=node.uuid)
     placement.set_inventory(db, host, inventories_for(node))
+    sync_capability_traits(db, host, resources.traits)
     return {"host": host, "uuid": node.uuid, "provider_uuid": str(getattr(provider, "uuid", node.uuid))}
+
+
+def capability_traits(reported: Iterable[str]) -> list[str]:
+    """The traits among ``reported`` that novakit keeps in step with a host's driver
+    (``CAPABILITY_TRAITS``); any other is left to the operator."""
+    from novakit.virt.driver import CAPABILITY_TRAITS
+
+    return sorted(set(reported) & set(CAPABILITY_TRAITS.values()))
+
+
+def registered_capability_traits(db: Database, host: str) -> list[str]:
+    """The capability traits the host's provider carries now."""
+    from novakit.placement import traits as placement_traits
+
+    return capability_traits(placement_traits.get_traits(db, host))
+
+
+def sync_capability_traits(db: Database, host: str, reported: Iterable[str]) -> None:
+    """The host's provider carries the capability traits its driver reports, and no other.
+
+    Only the traits of ``CAPABILITY_TRAITS`` are touched: an operator's own traits
+    (``CUSTOM_SSD``) stay. Nova's compute service does the same with its driver's
+    capabilities on every resource update.
+    """
+    from novakit.placement import traits as placement_traits
+
+    wanted = set(capability_traits(reported))
+    have = set(registered_capability_traits(db, host))
+    if wanted - have:
+        placement_traits.add_traits(db, host, wanted - have)
+    if have - wanted:
+        placement_traits.remove_traits(db, host, have - wanted)
 
 
 def inventories_for(node: ComputeNode) -> dict[str, Any]:

@@ -271,6 +271,7 @@ class ComputeManager:
         with self._instance_locks.hold(instance.uuid), self._build_threads, self._build_slots.hold():
             try:
                 with rec.event("compute__do_build_and_run_instance"):
+                    self.driver.check_instance_supported(instance)
                     spawn_start = time.monotonic()
                     self.driver.spawn(instance)
                     rec.result.timings["spawn"] = round(time.monotonic() - spawn_start, 3)
@@ -291,6 +292,8 @@ class ComputeManager:
         rec = _Recorder(self.host, instance.uuid)
         try:
             with rec.event("compute_rebuild_instance"):
+                # Before the destroy: a rebuild this host cannot do leaves the guest as it was.
+                self.driver.check_instance_supported(instance)
                 self.driver.destroy(instance)
                 self.driver.spawn(instance)
                 if instance.preserve_power_off:

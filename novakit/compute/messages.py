@@ -6,9 +6,10 @@ reached in-process, over SSH (``python -m novakit.compute``), or by the Ansible
 ``compute`` module. A compute host never sees the database, so everything it
 needs to build an instance travels in ``InstanceSpec``.
 
-Secrets (``admin_password``, ``user_data``) are ``SecretStr``: they serialise
+Secrets (``admin_password_hash``, ``user_data``) are ``SecretStr``: they serialise
 as ``**********`` unless the sender asks for them explicitly with
-``to_wire()``, so they cannot leak through a log line or a repr.
+``to_wire()``, so they cannot leak through a log line or a repr. The admin
+password itself never crosses: the API hashed it (``novakit.compute.passwords``).
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ class InstanceSpec(_Model):
     ramdisk: ImageSpec | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
     user_data: SecretStr | None = None  # base64, as the API received it
-    admin_password: SecretStr | None = None
+    # The admin (root) password as a SHA-512 crypt hash ($6$...), for the config drive.
+    admin_password_hash: SecretStr | None = None
     config_drive: bool = True
     networks: list[NetworkSpec] = Field(default_factory=list)
     # power state the instance should end in after a rebuild (stopped stays stopped)
@@ -97,7 +99,9 @@ class InstanceSpec(_Model):
         """Serialise for the compute host, secrets included (never for logs)."""
         data = self.model_dump(mode="json")
         data["user_data"] = self.user_data.get_secret_value() if self.user_data else None
-        data["admin_password"] = self.admin_password.get_secret_value() if self.admin_password else None
+        data["admin_password_hash"] = (
+            self.admin_password_hash.get_secret_value() if self.admin_password_hash else None
+        )
         return data
 
 
@@ -177,6 +181,9 @@ class HostResources(_Model):
     local_gb_used: int = 0
     cpu_features: list[str] = Field(default_factory=list)
     cached_images: list[str] = Field(default_factory=list)
+    # What the driver can do, as placement traits (``ComputeDriver.capability_traits``): the
+    # scheduler sends a request that needs one only to a host that has it.
+    traits: list[str] = Field(default_factory=list)
 
 
 class ComputeResult(_Model):

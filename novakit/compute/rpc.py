@@ -181,6 +181,7 @@ def instance_spec(
         ramdisk=ramdisk,
         metadata={k: str(v) for k, v in (inst.instance_metadata or {}).items()},
         user_data=inst.user_data,  # type: ignore[arg-type]
+        admin_password_hash=inst.admin_password_hash,  # type: ignore[arg-type]
         config_drive=inst.config_drive,
         networks=[NetworkSpec.model_validate(n) for n in (inst.networks or [])],
     )

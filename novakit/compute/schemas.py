@@ -23,6 +23,7 @@ MAX_NAME = 255
 MAX_METADATA_ITEMS = 128
 MAX_METADATA_LEN = 255
 MAX_USER_DATA = 65535  # bytes once base64-encoded, as Nova's column
+MAX_ADMIN_PASSWORD = 255  # characters; bounds the hashing work too
 MAX_INT = 2147483647  # Nova's bound for integer fields (flavor RAM, disk, ...)
 # Nova's metadata keys: letters, digits, space and -_:.
 METADATA_KEY = re.compile(r"^[a-zA-Z0-9-_:. ]{1,255}$")
@@ -167,6 +168,21 @@ class ServerCreate(_Request):
             raise ValueError("must be base64-encoded") from None
         return SecretStr(raw)
 
+    @field_validator("admin_password")
+    @classmethod
+    def _admin_password(cls, v: SecretStr | None) -> SecretStr | None:
+        # Hashed by the API before anything is written (``novakit.compute.passwords``).
+        # Never echo the value.
+        if v is None:
+            return v
+        value = v.get_secret_value()
+        if not 1 <= len(value) <= MAX_ADMIN_PASSWORD:
+            raise ValueError(f"must be 1 to {MAX_ADMIN_PASSWORD} characters long")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            # A NUL would end it early for the guest's C crypt(); none can be typed at a login prompt.
+            raise ValueError("must not contain control characters")
+        return v
+
     @field_validator("max_count")
     @classmethod
     def _counts(cls, v: int | None, info: pydantic.ValidationInfo) -> int:
@@ -212,6 +228,7 @@ class Rebuild(_Request):
         classmethod(lambda cls, v: _check_metadata(v) if v is not None else v)
     )
     _check_ud = field_validator("user_data")(classmethod(lambda cls, v: ServerCreate._user_data(v)))
+    _check_pw = field_validator("admin_password")(classmethod(lambda cls, v: ServerCreate._admin_password(v)))
 
 
 class Stop(_Request):

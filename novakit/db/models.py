@@ -100,6 +100,9 @@ class Instance(TimestampMixin, SoftDeleteMixin, Base):
     instance_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     # Base64 user data, as the request gave it. Never logged.
     user_data: Mapped[str | None] = mapped_column(Text)
+    # The admin (root) password as a SHA-512 crypt hash, never the clear text (migration 0005,
+    # ``novakit.compute.passwords``): what the config drive hands the guest. Never logged or shown.
+    admin_password_hash: Mapped[str | None] = mapped_column(String(255))
     config_drive: Mapped[bool] = mapped_column(Boolean, default=True)
     key_name: Mapped[str | None] = mapped_column(String(255))
     addresses: Mapped[list[Any]] = mapped_column(JSON, default=list)

@@ -50,6 +50,25 @@ def ensure_traits(session: Session, names: set[str]) -> dict[str, int]:
     return trait_ids(session, names)
 
 
+_WITH_TRAIT = (
+    "SELECT rp.name FROM resource_providers rp "
+    "JOIN resource_provider_traits rpt ON rpt.resource_provider_id = rp.id "
+    "JOIN traits t ON t.id = rpt.trait_id WHERE t.name = :trait"
+)
+_NOT_DISABLED = (
+    " AND NOT EXISTS (SELECT 1 FROM resource_provider_traits d JOIN traits dt ON dt.id = d.trait_id"
+    " WHERE d.resource_provider_id = rp.id AND dt.name = :disabled)"
+)
+
+
+def providers_with(session: Session, trait: str, *, include_disabled: bool = False) -> set[str]:
+    """Names of the providers that carry ``trait`` (and, unless asked, are not disabled),
+    read in the caller's transaction."""
+    sql = _WITH_TRAIT if include_disabled else _WITH_TRAIT + _NOT_DISABLED
+    rows = session.execute(text(sql), {"trait": trait, "disabled": COMPUTE_STATUS_DISABLED})
+    return set(rows.scalars())
+
+
 def get_traits(db: Database, provider_name: str) -> set[str]:
     with db.reader() as session:
         provider = lookup_provider(session, provider_name)

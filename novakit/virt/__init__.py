@@ -5,12 +5,18 @@ importing this package never pulls in libvirt-python.
 
 ``GUEST_READY_MARKER`` is the line the tiny test guest (``tests/images``) prints
 on its serial console once it has read its config drive; the fake driver
-prints the same line so that code waiting for a guest works on both.
+prints the same line so that code waiting for a guest works on both. A guest
+that found an admin password hash in its user data says so first with
+``ADMIN_PASSWORD_MARKER`` and the sha256 of the hash string: proof of what it
+got that shows neither the password nor its hash.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 GUEST_READY_MARKER = "NOVAKIT-GUEST-READY"
+ADMIN_PASSWORD_MARKER = "NOVAKIT-GUEST-ADMIN-PASSWORD"
 
 
 def guest_ready_line(hostname: str, instance_id: str) -> str:
@@ -18,4 +24,9 @@ def guest_ready_line(hostname: str, instance_id: str) -> str:
     return f"{GUEST_READY_MARKER} hostname={hostname} instance-id={instance_id}"
 
 
-__all__ = ["GUEST_READY_MARKER", "guest_ready_line"]
+def admin_password_line(password_hash: str) -> str:
+    """The line a guest prints for the admin password hash (``$6$...``) it received."""
+    return f"{ADMIN_PASSWORD_MARKER} sha256={hashlib.sha256(password_hash.encode()).hexdigest()}"
+
+
+__all__ = ["ADMIN_PASSWORD_MARKER", "GUEST_READY_MARKER", "admin_password_line", "guest_ready_line"]

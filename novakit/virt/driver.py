@@ -8,6 +8,11 @@ request). Any other exception is an internal error and is rescheduled.
 
 Drivers are registered by name in ``DRIVERS`` and built with ``load_driver``;
 an unknown name fails at once with the list of known names.
+
+What a driver can do beyond the base contract is in ``capabilities`` (Nova's
+driver capabilities); each is reported as a placement trait
+(``CAPABILITY_TRAITS``), so that the API refuses, and the scheduler steers
+around, what no host or not this host can do.
 """
 
 from __future__ import annotations
@@ -31,15 +36,47 @@ class InstanceInfo:
     internal_id: str | None = None
 
 
+#: capability -> the trait a host whose driver has it carries on its resource provider
+CAPABILITY_TRAITS: dict[str, str] = {
+    # spawn hands ``InstanceSpec.admin_password_hash`` to the guest (through the config drive)
+    "supports_admin_password": "CUSTOM_ADMIN_PASSWORD",
+}
+
+
 class ComputeDriver:
     """Base class. Subclasses implement every method that raises NotImplementedError."""
 
     #: shown in host listings and used by ImagePropertiesFilter
     hypervisor_type = "unknown"
 
+    #: what this driver can do (keys of ``CAPABILITY_TRAITS``); a driver that has one says so
+    capabilities: dict[str, bool] = {"supports_admin_password": False}
+
     def __init__(self, host: str, options: dict[str, Any] | None = None) -> None:
         self.host = host
         self.options = dict(options or {})
+
+    def capability_traits(self) -> list[str]:
+        """The traits of this driver's capabilities, for ``HostResources.traits``."""
+        return sorted(t for c, t in CAPABILITY_TRAITS.items() if self.capabilities.get(c))
+
+    def check_instance_supported(self, instance: InstanceSpec) -> None:
+        """Raise BuildAbortError if this driver cannot build ``instance`` as asked.
+
+        The API refuses such requests before anything is written; this is the host's
+        own word, for a request that reached it anyway (a host re-registered with another
+        driver since). An admin password is delivered through the config drive only:
+        without one, or without the capability, it would be silently dropped.
+        """
+        if instance.admin_password_hash is None:
+            return
+        if not self.capabilities.get("supports_admin_password"):
+            reason = f"admin_password: the {self.hypervisor_type} driver of host {self.host} cannot set it"
+        elif not instance.config_drive:
+            reason = "admin_password: it reaches the guest only through the config drive (config_drive: true)"
+        else:
+            return
+        raise exceptions.BuildAbortError(instance_uuid=instance.uuid, reason=reason)
 
     def init_host(self) -> None:
         """Prepare the host (connect, create directories). Safe to call again."""
@@ -57,8 +94,10 @@ class ComputeDriver:
     def spawn(self, instance: InstanceSpec) -> None:
         """Create and start the guest.
 
-        Post-condition: on return the guest is running. If spawn raises,
-        nothing is left behind: no domain, disk, config drive or log.
+        Post-condition: on return the guest is running, and has been handed its admin
+        password hash if the spec has one (only a driver with ``supports_admin_password``
+        is given one; the compute manager checks ``check_instance_supported`` first).
+        If spawn raises, nothing is left behind: no domain, disk, config drive or log.
         """
         raise NotImplementedError
 

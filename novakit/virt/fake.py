@@ -27,6 +27,13 @@ which is how a test points one host of an inventory at a failure:
     finds it CRASHED. ``crash(uuid)`` does the same on demand.
 
 ``vanish(uuid)`` deletes a guest behind novakit's back, for tests of healing.
+
+An admin password reaches a fake guest as the libvirt driver's reaches a real
+one: its hash is recorded with the guest (``admin_password_hash``) and the
+console shows the tiny guest's ``NOVAKIT-GUEST-ADMIN-PASSWORD`` line, only when
+the guest has a config drive. ``options["supports_admin_password"]`` false
+makes a host whose driver cannot deliver one (the API then refuses requests
+with an admin password for it).
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from typing import Any
 from novakit import exceptions
 from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec
 from novakit.compute.states import PowerState
-from novakit.virt import guest_ready_line
+from novakit.virt import admin_password_line, guest_ready_line
 from novakit.virt.driver import ComputeDriver, InstanceInfo
 
 FAILURE_MODES = (
@@ -114,6 +121,11 @@ class FakeDriver(ComputeDriver):
         self.local_gb = int(self.options.get("local_gb", 500))
         self.cpu_arch = str(self.options.get("cpu_arch", "x86_64"))
         self.spawn_delay = float(self.options.get("spawn_delay", 2))
+        # Options may come as text (``novakit host register --option key=value``).
+        supports = self.options.get("supports_admin_password", True)
+        if isinstance(supports, str):
+            supports = supports.strip().lower() not in ("0", "false", "no", "off")
+        self.capabilities = {**self.capabilities, "supports_admin_password": bool(supports)}
         # Checked now so that a typo fails at start-up, not at the first spawn.
         self.failure_mode()
 
@@ -222,6 +234,7 @@ class FakeDriver(ComputeDriver):
             memory_mb_used=sum(g["memory_mb"] for g in guests),
             local_gb_used=sum(g["disk_gb"] for g in guests),
             cached_images=cached,
+            traits=self.capability_traits(),
         )
 
     def spawn(self, instance: InstanceSpec) -> None:
@@ -278,6 +291,9 @@ class FakeDriver(ComputeDriver):
             "created_at": _now(),
             "console": [],
         }
+        if instance.admin_password_hash is not None and instance.config_drive:
+            # What the guest's cloud-init would write to /etc/shadow: the hash, never a password.
+            guest["admin_password_hash"] = instance.admin_password_hash.get_secret_value()
         if mode == "crash_running":
             guest["crash_pending"] = True
         _boot_console(guest, uuid)
@@ -427,6 +443,8 @@ def _boot_console(guest: dict[str, Any], uuid: str) -> None:
     if guest.get("config_drive", True):
         _console(guest, "novakit-init: config drive cidata found")
         _console(guest, f"novakit-init: hostname {guest['hostname']}")
+        if guest.get("admin_password_hash"):
+            _console(guest, admin_password_line(guest["admin_password_hash"]))
         _console(guest, guest_ready_line(guest["hostname"], uuid))
     else:
         _console(guest, "novakit-init: no config drive")

@@ -125,6 +125,7 @@ class ComputeNodeModule(NovakitModule):
                 "local_gb": node.local_gb,
                 "cached_images": sorted(node.cached_images or []),
                 "driver": node.driver or None,
+                "traits": hosts.registered_capability_traits(db, p["host"]),
                 **{k: getattr(node, k) for k in overrides},
             }
         except exceptions.NotFound:
@@ -135,6 +136,7 @@ class ComputeNodeModule(NovakitModule):
             "local_gb": resources.local_gb,
             "cached_images": sorted(resources.cached_images),
             "driver": p["driver"] if p["driver"] is not None else (before or {}).get("driver"),
+            "traits": hosts.capability_traits(resources.traits),
             **overrides,
         }
         changed = before != after

@@ -68,7 +68,11 @@ options:
     description: Cloud-init user data as plain text (base64-encoded by the module). Never logged.
     type: str
   admin_password:
-    description: Administrator password handed to the guest. Never logged.
+    description:
+      - Password for the guest's root user. Never logged, never stored in clear - only a SHA-512
+        crypt hash is kept, and the guest's cloud-init (22.2 or later) gets it from the config drive,
+        merged into O(user_data).
+      - Needs O(config_drive=true) and a host whose driver can set it; otherwise the request is refused.
     type: str
   networks:
     description: Networks, each with C(type) (V(user), V(network), V(bridge)) and C(source).

@@ -62,7 +62,11 @@ options:
     description: New user data as plain text, for O(action=rebuild). Never logged.
     type: str
   admin_password:
-    description: New administrator password, for O(action=rebuild). Never logged.
+    description:
+      - New password for the guest's root user, for O(action=rebuild). Never logged, never stored in
+        clear (a SHA-512 crypt hash); the rebuilt guest gets it from its config drive. Without it
+        a rebuild keeps the password the server had.
+      - Refused for a server without a config drive, or on a host whose driver cannot set it.
     type: str
 """
 

@@ -8,6 +8,7 @@ controller steps run on the controller. What the steps did is read back from the
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from sqlalchemy.engine import make_url
 from novakit.compute import flavors, hosts, images
 from novakit.compute.api import API
 from novakit.compute.messages import HostResources
+from novakit.compute.passwords import sha512_crypt
 from novakit.config import load_config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
@@ -31,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ADMIN = RequestContext.admin()
 LOCAL_HOSTS = {"compute-small": 8192, "compute-medium": 16384, "compute-large": 32768}
 SECRET = "ud-secret-inproc-41d7"
+PASSWORD = "pw-secret-inproc-93c2"
 
 
 def modules_sent(stdout: str) -> set[tuple[str, str]]:
@@ -79,17 +82,28 @@ def assert_no_secret(private_dir: Path, secret: str) -> None:
 
 def test_boot_records_and_schedules_without_sending_a_module(prepared_fleet: Path, tmp_path: Path) -> None:
     env = fleet_env(prepared_fleet, tmp_path)
-    result = boot(
-        tmp_path, env, {"server_name": "inproc", "count": 4, "flavor": "m1.small", "user_data": SECRET}
-    )
+    extravars = {"server_name": "inproc", "count": 4, "flavor": "m1.small", "user_data": SECRET}
+    result = boot(tmp_path, env, {**extravars, "admin_password": PASSWORD})
     out = result.runner.stdout.read()
     assert result.ok, out
     sent = modules_sent(out)
     assert {host for host, module in sent if module == "compute"} <= set(LOCAL_HOSTS), sent
     assert module_names(out) == {"compute"}, sent
     assert_booted(api_for(env), result, [f"inproc-{i}" for i in range(1, 5)])
-    # The step in the worker kept the task's no_log: the user data is in no artifact, even at -vvv.
+    # The step in the worker kept the task's no_log: the user data and the password are in no
+    # artifact, even at -vvv.
     assert_no_secret(tmp_path / "runner", SECRET)
+    assert_no_secret(tmp_path / "runner", PASSWORD)
+    # The build play, made from the records, handed each guest the password's hash.
+    guests = [
+        g
+        for path in Path(env["NOVAKIT_FAKE_STATE_DIR"]).glob("*.json")
+        for g in json.loads(path.read_text())["instances"].values()
+    ]
+    assert len(guests) == 4
+    for g in guests:
+        salt = g["admin_password_hash"].split("$")[2]
+        assert sha512_crypt(PASSWORD, salt) == g["admin_password_hash"]
 
 
 def test_check_mode_runs_the_dry_run_in_process_and_records_nothing(

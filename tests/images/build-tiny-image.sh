@@ -13,12 +13,14 @@
 #
 # At boot /init finds the config drive (label cidata), sets the hostname from its
 # meta-data and prints "NOVAKIT-GUEST-READY hostname=<h> instance-id=<id>" on
-# ttyS0; it powers off on an ACPI power button press, so graceful shutdown and
-# soft reboot work.
+# ttyS0 (after "NOVAKIT-GUEST-ADMIN-PASSWORD sha256=<sha256 of the hash>" when its
+# user-data sets an admin password); it powers off on an ACPI power button press,
+# so graceful shutdown and soft reboot work.
 #
 # Runs offline apart from Debian's own package archive (apt-get download); as
 # root it installs what is missing (busybox-static cpio qemu-utils). Idempotent:
-# when every output exists and matches SHA256SUMS it does nothing.
+# when every output exists and matches SHA256SUMS, and init.sha256 says the image
+# was built from the tiny-init.sh of this checkout, it does nothing.
 # NOVAKIT_TINY_KERNEL_PACKAGE=linux-image-<version>-cloud-amd64 pins the kernel.
 set -eu
 
@@ -33,8 +35,11 @@ log() { echo "build-tiny-image: $*" >&2; }
 
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+# An image built from another /init is out of date, whatever its checksums say.
+INIT_SUM=$(sha256sum "$HERE/tiny-init.sh" | cut -d' ' -f1)
 
-if [ -s "$OUT/SHA256SUMS" ] && (cd "$OUT" && sha256sum --quiet -c SHA256SUMS >/dev/null 2>&1); then
+if [ -s "$OUT/SHA256SUMS" ] && (cd "$OUT" && sha256sum --quiet -c SHA256SUMS >/dev/null 2>&1) &&
+    [ "$(cat "$OUT/init.sha256" 2>/dev/null)" = "$INIT_SUM" ]; then
     all=1
     for f in $OUTPUTS; do [ -e "$OUT/$f" ] || all=0; done
     if [ $all = 1 ]; then
@@ -124,4 +129,5 @@ for f in $OUTPUTS; do
     mv -f "$WORK/$f" "$OUT/$f"
 done
 (cd "$OUT" && sha256sum $OUTPUTS > SHA256SUMS.tmp && mv -f SHA256SUMS.tmp SHA256SUMS)
+echo "$INIT_SUM" > "$OUT/init.sha256"
 log "built $OUT ($kver)"

@@ -5,6 +5,11 @@
 # drive labelled cidata, read instance-id and local-hostname from meta-data, set
 # the hostname, and say so on the serial console with the marker line that tests
 # wait for. Kernel parameter novakit.poweroff makes it power off after the marker.
+# If user-data holds an admin password hash (SHA-512 crypt, as novakit writes it
+# for root's chpasswd entry), it prints NOVAKIT-GUEST-ADMIN-PASSWORD with the
+# sha256 of the hash string before the marker: proof of what it got, which shows
+# neither the password nor its hash. The last hash counts, as for cloud-init,
+# which sets passwords in order.
 /bin/busybox --install -s /bin
 export PATH=/bin:/sbin
 
@@ -37,6 +42,7 @@ meta() {
 
 hostname_value=localhost
 instance_id=none
+admin_hash=""
 tries=0
 drive=""
 while [ $tries -lt 50 ]; do
@@ -49,6 +55,9 @@ if [ -n "$drive" ] && mount -t iso9660 -o ro "$drive" /mnt; then
     instance_id=$(meta instance-id)
     h=$(meta local-hostname)
     [ -n "$h" ] && hostname_value=$h
+    if [ -f /mnt/user-data ]; then
+        admin_hash=$(grep -oE '\$6\$(rounds=[0-9]+\$)?[./0-9A-Za-z]{1,16}\$[./0-9A-Za-z]{86}' /mnt/user-data | tail -n 1)
+    fi
     umount /mnt
 else
     say "no config drive"
@@ -58,6 +67,9 @@ say "hostname $(hostname)"
 
 acpid -c /etc/acpi -l /dev/null 2>/dev/null || say "acpid not started"
 
+if [ -n "$admin_hash" ]; then
+    echo "NOVAKIT-GUEST-ADMIN-PASSWORD sha256=$(printf %s "$admin_hash" | sha256sum | cut -d' ' -f1)"
+fi
 echo "NOVAKIT-GUEST-READY hostname=$(hostname) instance-id=$instance_id"
 
 if grep -qw novakit.poweroff /proc/cmdline; then

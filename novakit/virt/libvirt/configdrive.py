@@ -8,6 +8,16 @@ Rock Ridge, Windows Joliet).
 User data arrives base64-encoded from the API and goes into the ISO as it was
 given: it is decoded here and never logged, and its bytes never appear in an
 exception message.
+
+The admin password. Nova writes ``admin_pass`` in clear into the OpenStack
+format's ``meta_data.json``; cloud-init's NoCloud source reads no password from
+``meta-data``, and novakit never has the clear text past the API. What the
+guest gets is the SHA-512 crypt hash, as cloud-config in ``user-data``: the
+hashed password of root in ``chpasswd.users``, merged into the user's
+``#cloud-config`` when there is one, else in a MIME multi-part archive next to
+the user's data, which stays as it was (``novakit.virt.userdata`` says how for
+each format). Root, because Nova's guest agents set the admin (root) password
+too. Needs cloud-init 22.2 or later in the guest.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import pycdlib
 
 from novakit import exceptions
 from novakit.compute.messages import InstanceSpec
+from novakit.virt.userdata import with_admin_password
 
 VOLUME_LABEL = "cidata"
 
@@ -50,8 +61,9 @@ class ConfigDrive:
 
     instance_id: str
     local_hostname: str
-    user_data: bytes | None = None
+    user_data: bytes | None = field(default=None, repr=False)
     macs: list[str] = field(default_factory=list)
+    admin_password_hash: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_instance(cls, instance: InstanceSpec, macs: list[str]) -> ConfigDrive:
@@ -64,9 +76,20 @@ class ConfigDrive:
                 raise exceptions.BuildAbortError(
                     instance_uuid=instance.uuid, reason="user_data is not valid base64"
                 ) from None
+        password_hash = instance.admin_password_hash
         return cls(
-            instance_id=instance.uuid, local_hostname=instance.hostname, user_data=user_data, macs=macs
+            instance_id=instance.uuid,
+            local_hostname=instance.hostname,
+            user_data=user_data,
+            macs=macs,
+            admin_password_hash=password_hash.get_secret_value() if password_hash is not None else None,
         )
+
+    def user_data_file(self) -> bytes:
+        """``user-data``: the user's data, with the admin password merged in if there is one."""
+        if self.admin_password_hash is not None:
+            return with_admin_password(self.user_data, self.admin_password_hash)
+        return self.user_data if self.user_data is not None else b""
 
     def meta_data(self) -> bytes:
         lines = [
@@ -95,7 +118,7 @@ class ConfigDrive:
     def files(self) -> dict[str, bytes]:
         return {
             "meta-data": self.meta_data(),
-            "user-data": self.user_data if self.user_data is not None else b"",
+            "user-data": self.user_data_file(),
             "network-config": self.network_config(),
         }
 

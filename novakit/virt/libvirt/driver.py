@@ -74,6 +74,8 @@ _INSTANCE_FILES = (ROOT_DISK, EPHEMERAL_DISK, SWAP_DISK, CONFIG_DRIVE, CONSOLE_L
 
 class LibvirtDriver(ComputeDriver):
     hypervisor_type = "QEMU"
+    # The admin password hash goes into the config drive's cloud-init user data (``configdrive``).
+    capabilities = {**ComputeDriver.capabilities, "supports_admin_password": True}
 
     def __init__(self, host: str, options: dict[str, Any] | None = None) -> None:
         super().__init__(host, options)
@@ -196,6 +198,7 @@ class LibvirtDriver(ComputeDriver):
             memory_mb_used=memory_kib_used // 1024,
             local_gb_used=local_gb_used,
             cached_images=cached_images,
+            traits=self.capability_traits(),
         )
 
     # --- spawn and destroy ----------------------------------------------------

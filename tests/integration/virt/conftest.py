@@ -79,12 +79,15 @@ def sha256(path: Path) -> str:
 
 @pytest.fixture(scope="session")
 def tiny_image() -> Path:
-    """The tiny guest, built by tests/images/build-tiny-image.sh if it is not there yet."""
-    if not (TINY_IMAGE_DIR / "SHA256SUMS").exists():
-        script = REPO / "tests" / "images" / "build-tiny-image.sh"
-        proc = subprocess.run([str(script), str(TINY_IMAGE_DIR)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            _unavailable(f"the tiny guest image could not be built: {proc.stderr.strip()[-500:]}")
+    """The tiny guest, built by tests/images/build-tiny-image.sh unless it is there and up to date.
+
+    The script is idempotent and checks its outputs and the /init they were built from
+    (``init.sha256``), so an image built from an older tests/images/tiny-init.sh is rebuilt.
+    """
+    script = REPO / "tests" / "images" / "build-tiny-image.sh"
+    proc = subprocess.run([str(script), str(TINY_IMAGE_DIR)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        _unavailable(f"the tiny guest image could not be built: {proc.stderr.strip()[-500:]}")
     return TINY_IMAGE_DIR
 
 

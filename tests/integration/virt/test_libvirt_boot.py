@@ -8,6 +8,7 @@ the marker fails.
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import tempfile
@@ -17,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from novakit import exceptions
 from novakit.compute.messages import InstanceSpec
+from novakit.compute.passwords import hash_admin_password
 from novakit.compute.states import PowerState
-from novakit.virt import guest_ready_line
+from novakit.virt import admin_password_line, guest_ready_line
 from novakit.virt.libvirt.driver import LibvirtDriver
 
 pytestmark = pytest.mark.libvirt
@@ -122,3 +125,22 @@ def test_a_spawn_failing_half_way_leaves_nothing(
     assert inst.uuid not in broken.list_instances()
     assert not (broken.instances_path / inst.uuid).exists()
     assert f"novakit-{inst.uuid}" not in [d.name() for d in system_conn.listAllDomains()]
+
+
+def test_the_guest_finds_its_admin_password_hash_on_the_config_drive(
+    system_driver: LibvirtDriver, make_tiny: Callable[..., InstanceSpec]
+) -> None:
+    """The hash travels next to a user's script (a MIME archive) and the guest prints its sha256."""
+    hashed = hash_admin_password("tiny-guest-secret")
+    script = base64.b64encode(b"#!/bin/sh\necho the user's own script\n").decode()
+    inst = make_tiny(hostname="tiny-pw-1", admin_password_hash=SecretStr(hashed), user_data=SecretStr(script))
+    drv = system_driver
+    drv.spawn(inst)
+    try:
+        console = wait_for_markers(drv, inst, 1)
+        assert guest_ready_line("tiny-pw-1", inst.uuid) in console
+        # Printed before the ready marker, so it is there once the marker is.
+        assert admin_password_line(hashed) in console.splitlines()
+        assert hashed not in console and "tiny-guest-secret" not in console
+    finally:
+        drv.destroy(inst)

@@ -81,3 +81,19 @@ def test_guest_macs_are_stable_and_local() -> None:
     assert mac == guest_mac("0f8fad5b-d9cb-469f-a165-70867728950e", 0)
     assert mac.startswith("52:54:00:")
     assert mac != guest_mac("0f8fad5b-d9cb-469f-a165-70867728950e", 1)
+
+
+def test_an_admin_password_hash_joins_the_user_data_and_no_repr(
+    tmp_path: Path, make_instance: MakeInstance
+) -> None:
+    hashed = "$6$saltsaltsaltsalt$" + "h" * 86
+    inst = make_instance(
+        user_data=SecretStr(base64.b64encode(b"#cloud-config\nhostname: kept\n").decode()),
+        admin_password_hash=SecretStr(hashed),
+    )
+    drive = ConfigDrive.from_instance(inst, [])
+    assert hashed not in repr(drive) and "kept" not in repr(drive)
+    drive.write_iso(tmp_path / "d")
+    user_data = read_iso(tmp_path / "d")[1]["user-data"].decode()
+    assert user_data.startswith("#cloud-config\n")
+    assert "hostname: kept" in user_data and f"password: {hashed}" in user_data

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from novakit import exceptions
 from novakit.compute.messages import FlavorSpec, InstanceSpec, NetworkSpec
 from novakit.compute.states import PowerState
-from novakit.virt import GUEST_READY_MARKER
+from novakit.virt import GUEST_READY_MARKER, admin_password_line
 from novakit.virt.driver import load_driver
 from novakit.virt.fake import FakeDriver, failure_env_var
 
@@ -324,3 +325,28 @@ def test_cache_image_lists_the_image_as_cached(tmp_path) -> None:  # type: ignor
     driver.cache_image(image)
     driver.cache_image(image)  # idempotent
     assert driver.get_available_resource().cached_images == [image.id]
+
+
+@pytest.mark.parametrize("option,traits", [(None, ["CUSTOM_ADMIN_PASSWORD"]), ("false", []), (False, [])])
+def test_the_admin_password_capability_is_reported_as_a_trait(
+    state_dir: Path, option: object, traits: list[str]
+) -> None:
+    options: dict[str, object] = {"state_dir": str(state_dir)}
+    if option is not None:
+        options["supports_admin_password"] = option  # text as the CLI's --option gives it, or a bool
+    assert FakeDriver("compute-1", options).get_available_resource().traits == traits
+
+
+def test_a_guest_with_a_config_drive_records_its_password_hash(
+    driver: FakeDriver, make_instance: MakeInstance
+) -> None:
+    hashed = "$6$saltsaltsaltsalt$" + "d" * 86
+    with_drive = make_instance(admin_password_hash=SecretStr(hashed))
+    without = make_instance(admin_password_hash=SecretStr(hashed), config_drive=False)
+    driver.spawn(with_drive)
+    driver.spawn(without)
+    guests = json.loads(driver.state_file.read_text())["instances"]
+    assert guests[with_drive.uuid]["admin_password_hash"] == hashed
+    assert "admin_password_hash" not in guests[without.uuid]
+    console = driver.get_console_output(with_drive).splitlines()
+    assert admin_password_line(hashed) in console and hashed not in "\n".join(console)

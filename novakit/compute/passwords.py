@@ -67,7 +67,9 @@ def check_deliverable(session: Session, field: str, config_drive: bool, host: st
         )
     if host is not None and host not in capable:
         raise exceptions.ValidationError(
-            field, f"host {host} cannot set it: its driver does not report {ADMIN_PASSWORD_TRAIT}"
+            # The host's name is the operator's business (novakit.policy, host:show): not said here.
+            field,
+            f"the server's host cannot set it: its driver does not report {ADMIN_PASSWORD_TRAIT}",
         )
 
 

@@ -39,12 +39,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+import pydantic
 from sqlalchemy import JSON, Integer, func, select, text, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
 from novakit.compute.messages import ComputeResult, HostResources, InstanceResult
-from novakit.config import Config
+from novakit.config import Config, PlacementConfig
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Allocation, ComputeNode, Instance, ResourceProvider, Service, utcnow
@@ -91,10 +92,17 @@ def register_host(
         raise exceptions.ValidationError(
             "overrides", f"unknown keys {sorted(unknown)}; known: {', '.join(RATIO_KEYS)}"
         )
-    settings = {k: overrides.get(k, getattr(conf.placement, k)) for k in RATIO_KEYS}
-    for key, value in settings.items():
-        if value is None or float(value) < 0:
-            raise exceptions.ValidationError(key, "must be zero or more")
+    # A host's own ratios and reservations follow the rules of the configuration's [placement].
+    try:
+        placement_conf = PlacementConfig.model_validate({**conf.placement.model_dump(), **overrides})
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        raise exceptions.ValidationError(
+            ".".join(str(p) for p in err["loc"]), err["msg"].removeprefix("Value error, ")
+        ) from None
+    settings = {k: getattr(placement_conf, k) for k in RATIO_KEYS}
+
+    check_resources(resources)
 
     def write(session: Session) -> ComputeNode:
         known = session.execute(
@@ -166,6 +174,19 @@ def sync_capability_traits(db: Database, host: str, reported: Iterable[str]) -> 
         placement_traits.add_traits(db, host, wanted - have)
     if have - wanted:
         placement_traits.remove_traits(db, host, have - wanted)
+
+
+#: the most of one resource a host may report (Nova's integer columns)
+MAX_RESOURCE = 2147483647
+
+
+def check_resources(resources: HostResources) -> None:
+    """Refuse, naming the field, a host inventory placement could not hold: before anything of
+    the host is written, so that a bad report leaves no service, node or provider behind."""
+    for field, least in (("vcpus", 1), ("memory_mb", 1), ("local_gb", 1)):
+        value = getattr(resources, field)
+        if not least <= value <= MAX_RESOURCE:
+            raise exceptions.ValidationError(field, f"must be from {least} to {MAX_RESOURCE}, got {value}")
 
 
 def inventories_for(node: ComputeNode) -> dict[str, Any]:

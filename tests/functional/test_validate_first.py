@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from novakit import exceptions
-from novakit.compute import flavors, images
+from novakit.compute import flavors, hosts, images
 from novakit.config import load_config
 from novakit.context import RequestContext
 from tests.functional.cloud import Cloud, boot
@@ -47,6 +47,36 @@ def test_an_unknown_filter_in_a_config_file_is_refused_before_anything_is_record
     with pytest.raises(exceptions.ConfigError, match="TypoFilter"):
         load_config(path, db_url=cloud.db.url)
     assert cloud.snapshot() == before
+
+
+@pytest.mark.parametrize(
+    "report,overrides,field",
+    [
+        ({"vcpus": -4}, {}, "vcpus"),
+        ({"memory_mb": 0}, {}, "memory_mb"),
+        ({"local_gb": 2**40}, {}, "local_gb"),
+        ({}, {"cpu_allocation_ratio": float("inf")}, "cpu_allocation_ratio"),
+        ({}, {"ram_allocation_ratio": float("nan")}, "ram_allocation_ratio"),
+        ({}, {"reserved_host_cpus": -1}, "reserved_host_cpus"),
+    ],
+)
+def test_a_host_inventory_placement_cannot_hold_is_refused_before_the_host_is_written(
+    cloud: Cloud, report: dict[str, Any], overrides: dict[str, Any], field: str
+) -> None:
+    resources = cloud.fake("compute-9").get_available_resource().model_copy(update=report)
+    before = cloud.snapshot()
+    with pytest.raises(exceptions.ValidationError) as err:
+        hosts.register_host(
+            cloud.db,
+            cloud.conf,
+            "compute-9",
+            resources,
+            cloud.driver_info("compute-9"),
+            overrides,
+            ctx=cloud.admin,
+        )
+    assert err.value.field == field
+    assert cloud.snapshot() == before  # no service, compute node, provider or inventory
 
 
 @pytest.mark.parametrize("count", [1001, 2**31, 2**63])

@@ -23,6 +23,10 @@ def run_playbook(
 ) -> ansible_runner.Runner:
     private = tmp_path / "runner"
     private.mkdir(exist_ok=True)
+    # ansible-runner reads env/extravars (and envvars) written by an earlier run in the same
+    # directory along with this run's: each run starts from its own variables only.
+    for name in ("extravars", "envvars", "cmdline"):
+        (private / "env" / name).unlink(missing_ok=True)
     envvars = {
         # ansible-playbook from this venv, so that modules run with the Python that has novakit
         "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",

@@ -67,8 +67,7 @@ def test_wait_false_returns_build_and_the_worker_finishes_later(prepared_fleet: 
     log = Path(res["worker_log"])
     assert log.parent == Path(env["NOVAKIT_STATE_DIR"]) / "workers"
 
-    # The task returned before the (2 s) spawn; the worker carries the build on.
-    assert api.get(ADMIN, "later")["status"] == "BUILD"
+    # The task returned with the server still building (above); the worker carries the build on.
     server = eventually(lambda: api.get(ADMIN, "later"), lambda s: s["status"] != "BUILD")
     assert server["status"] == "ACTIVE" and server["host"], server
     assert time.monotonic() - started < 60

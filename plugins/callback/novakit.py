@@ -125,7 +125,7 @@ class CallbackModule(CallbackBase):
         from novakit.db.models import InstanceAction, InstanceFault
 
         conf = load_config()
-        api, ctx = API(Database(conf.database_url), conf), RequestContext.admin(self.request_id)
+        api, ctx = API(Database.from_config(conf), conf), RequestContext.admin(self.request_id)
         with api.db.reader() as session:
             uuids = list(
                 dict.fromkeys(

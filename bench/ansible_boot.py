@@ -73,7 +73,7 @@ def prepare(work: Path, n_hosts: int) -> dict[str, str]:
         "NOVAKIT_CONFIG": str(conf_file),
     }
     conf = load_config(conf_file, state_dir=str(state))
-    db = Database(conf.database_url)
+    db = Database.from_config(conf)
     for i in range(n_hosts):
         host = f"bench-{i:02d}"
         hosts.register_host(
@@ -98,7 +98,7 @@ def floor_requests(work: Path, env: dict[str, str], n: int, n_hosts: int) -> Non
     from novakit.compute.schemas import ServerCreate
 
     conf = load_config(env["NOVAKIT_CONFIG"], state_dir=env["NOVAKIT_STATE_DIR"])
-    api = API(Database(conf.database_url), conf)
+    api = API(Database.from_config(conf), conf)
     uuids = api.create_records(
         RequestContext.admin(), ServerCreate(name="floor", flavor="m1.tiny", image="tiny", max_count=n)
     )

@@ -144,7 +144,7 @@ def _ctx() -> RequestContext:
 def _db() -> Any:
     from novakit.db.engine import Database
 
-    return _guard(lambda: Database(_conf().database_url))
+    return _guard(lambda: Database.from_config(_conf()))
 
 
 def _api() -> Any:
@@ -705,6 +705,10 @@ def heal_command(
         err_console.print(f"host {name} did not answer: {escape(why)}", highlight=False, soft_wrap=True)
 
 
+#: how much of the playbook's output a failed `novakit boot` shows
+BOOT_FAILURE_LINES = 20
+
+
 @app.command("boot")
 def boot_command(
     name: str,
@@ -714,6 +718,11 @@ def boot_command(
     inventory: Path | None = typer.Option(None, help="Ansible inventory (default: inventory/local.yml)"),
     user_data: Path | None = typer.Option(None, help="file with cloud-init user data"),
     check: bool = typer.Option(False, "--check", help="check mode: say where they would land"),
+    keep_artifacts: bool = typer.Option(
+        False,
+        "--keep-artifacts",
+        help="keep ansible-runner's directory of the run (output, events; never the environment)",
+    ),
     output: Output = OUTPUT,
 ) -> None:
     """Boot servers with playbooks/boot.yml through ansible-runner, showing its progress."""
@@ -747,6 +756,7 @@ def boot_command(
                 inventory=inventory,
                 user_data=text,
                 check=check,
+                keep_artifacts=keep_artifacts,
                 on_event=on_event,
             )
         )
@@ -755,9 +765,18 @@ def boot_command(
         _json({"ok": result.ok, "request_id": result.request_id, "servers": servers})
     else:
         _table(servers, ["id", "name", "status", "host", "addresses"], f"request {result.request_id}")
-    if not result.ok:
+    if result.artifact_dir is not None:
         err_console.print(
-            f"ansible-playbook failed (rc {result.rc}); its output is in {result.artifact_dir}",
+            f"the run's artifacts are in {result.artifact_dir}", highlight=False, soft_wrap=True
+        )
+    if not result.ok:
+        if result.artifact_dir is None:
+            # The run's directory is gone: its output's end says which task failed and why.
+            tail = "\n".join(result.stdout.rstrip().splitlines()[-BOOT_FAILURE_LINES:])
+            err_console.print(escape(tail), highlight=False, soft_wrap=True)
+        err_console.print(
+            f"ansible-playbook failed (rc {result.rc})"
+            + ("" if result.artifact_dir is not None else "; --keep-artifacts keeps the whole run"),
             highlight=False,
             soft_wrap=True,
         )

@@ -23,6 +23,11 @@ def default_state_dir() -> Path:
     env = os.environ.get("NOVAKIT_STATE_DIR")
     if env:
         return Path(env)
+    return builtin_state_dir()
+
+
+def builtin_state_dir() -> Path:
+    """Where novakit keeps its state when nobody says otherwise: ``$XDG_STATE_HOME/novakit``."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "novakit"
 
@@ -147,6 +152,12 @@ class Config(_Section):
 
     @property
     def database_url(self) -> str:
+        """``db_url``, else the embedded default: ``novakit.db`` in the state directory.
+
+        Only the default's directory is made when missing (``Database.from_config``); the
+        directory of an explicit SQLite URL must exist, so that a typo fails instead of
+        migrating an empty database somewhere nobody looks.
+        """
         return self.db_url or f"sqlite:///{self.state_dir / 'novakit.db'}"
 
 

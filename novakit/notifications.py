@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from novakit import files
 from novakit.config import Config
 from novakit.db.models import utcnow
 
@@ -49,9 +50,10 @@ class Notifier:
             "payload": {"instance_id": instance_uuid, **payload},
         }
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # The payloads name servers, hosts and faults: for the operator only (novakit.files).
+            files.private_dir(self.path.parent)
             line = json.dumps(note, default=str) + "\n"
-            with open(self.path, "a") as fh:
+            with files.open_private(self.path, "a") as fh:
                 fcntl.flock(fh, fcntl.LOCK_EX)
                 fh.write(line)
         with _LOCK:

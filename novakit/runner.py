@@ -15,14 +15,25 @@ AWX gives one) and unreachable compute hosts become faults and reschedules.
     result = boot("web", flavor="m1.small", image="tiny", count=3, on_event=show)
     result.ok, result.servers, result.request_id
 
-Secrets in extra variables (``user_data``, ``admin_password``) reach ansible-runner only through
-its ``env/extravars`` file, which is removed when the run ends; the tasks that
-carry them set ``no_log``, so they are in no event or artifact.
+Nothing of a run's secrets stays on disk. The run gets a private data directory
+of its own (``/tmp/novakit-runner-*``, 0700) that is removed when it ends, its
+events and output read into the result first; ``keep_artifacts=True`` keeps it,
+and a ``private_data_dir`` the caller names is the caller's and is kept too.
+A kept directory holds no environment and no extra variables: ansible-runner
+gets the environment (the database URL, with its password, and the identity)
+in memory only (``suppress_env_files``), and its record of the command,
+``artifacts/<ident>/command``, which it writes with the whole environment, is
+rewritten without it before ansible-playbook starts. The extra variables, which
+may hold user data, are written to ``env/extravars`` (0600) for ansible-playbook
+to read, and removed once it has read them and again when the run ends; the
+tasks that carry them (``user_data``, ``admin_password``) set ``no_log``, so they are in no event.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -31,6 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from novakit import files
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAYBOOKS = ROOT / "playbooks"
@@ -42,15 +55,20 @@ EventHandler = Callable[[dict[str, Any]], None]
 
 @dataclass
 class RunResult:
-    """What a run ended with: ansible-runner's status and rc, its stats, what novakit published."""
+    """What a run ended with: ansible-runner's status and rc, its events, what novakit published."""
 
     status: str
     rc: int
     ident: str
     request_id: str
-    artifact_dir: Path
+    # The run's artifacts (stdout, job_events/), or None once removed with the run's directory.
+    artifact_dir: Path | None
     stats: dict[str, Any] = field(default_factory=dict)
     published: dict[str, Any] = field(default_factory=dict)  # set_stats data (novakit_servers, ...)
+    events: list[dict[str, Any]] = field(default_factory=list)  # every ansible-runner event, in order
+    stdout: str = ""  # ansible-playbook's output
+    # The ansible_runner.Runner while its artifacts exist (kept), else None: its events and
+    # stdout are read from them.
     runner: Any = None
 
     @property
@@ -60,6 +78,18 @@ class RunResult:
     @property
     def servers(self) -> list[dict[str, Any]]:
         return list(self.published.get("novakit_servers") or [])
+
+
+@dataclass
+class _Run:
+    """One run's private directory, and whether it goes when the run ends."""
+
+    private: Path
+    remove: bool
+
+    @property
+    def env_dir(self) -> Path:
+        return self.private / "env"
 
 
 def playbook_path(playbook: str | os.PathLike[str]) -> str:
@@ -86,16 +116,19 @@ def _prepare(
     extravars: dict[str, Any] | None,
     envvars: dict[str, str] | None,
     private_data_dir: str | os.PathLike[str] | None,
+    keep_artifacts: bool,
     ident: str | None,
     request_id: str | None,
     verbosity: int,
     check: bool,
     on_event: EventHandler | None,
-) -> tuple[dict[str, Any], RunResult, Path]:
+) -> tuple[dict[str, Any], RunResult, _Run]:
     ident = ident or uuid.uuid4().hex
-    private = Path(private_data_dir or tempfile.mkdtemp(prefix="novakit-runner-"))
-    private.mkdir(parents=True, exist_ok=True)
-    _forget_extravars(private)
+    if private_data_dir is not None:
+        run_dir = _Run(files.private_dir(private_data_dir), remove=False)
+    else:
+        run_dir = _Run(Path(tempfile.mkdtemp(prefix="novakit-runner-")), remove=not keep_artifacts)
+    _forget_secrets(run_dir)
     extravars = dict(extravars or {})
     if request_id:
         extravars["novakit_request_id"] = request_id
@@ -114,54 +147,121 @@ def _prepare(
         **{k: v for k, v in os.environ.items() if k.startswith("NOVAKIT_") and k != "NOVAKIT_REQUEST_ID"},
         **(envvars or {}),
     }
-    cmdline = "--check --diff" if check else None
+    if extravars:
+        # ansible-runner passes env/extravars to ansible-playbook as -e @file when it is there;
+        # handed to ansible-runner instead, they would be on the command line, in `ps` for all.
+        files.private_dir(run_dir.env_dir)
+        with files.open_private(run_dir.env_dir / "extravars", "w", encoding="utf-8") as fh:
+            json.dump(extravars, fh)
 
     def handler(event: dict[str, Any]) -> bool:
+        if event.get("event") == "playbook_on_start":
+            # ansible-playbook has read its extra variables before it starts the playbook.
+            _forget_extravars(run_dir)
         if on_event is not None:
             on_event(event)
         return True  # keep the event in the artifacts
 
+    def status_handler(data: dict[str, Any], runner_config: Any = None) -> None:
+        # "running" comes after ansible-runner has recorded the command and before it starts it.
+        if data.get("status") == "running" and runner_config is not None:
+            _scrub_command(Path(runner_config.artifact_dir))
+
     kwargs: dict[str, Any] = {
-        "private_data_dir": str(private),
+        "private_data_dir": str(run_dir.private),
         "playbook": playbook_path(playbook),
         # ansible-runner runs from its private directory: a relative path would name nothing there.
         "inventory": str(Path(inventory).resolve() if inventory else DEFAULT_INVENTORY),
+        # In memory only: with suppress_env_files ansible-runner writes no env/envvars.
         "envvars": env,
-        "extravars": extravars,
+        "suppress_env_files": True,
         "ident": ident,
         "quiet": True,
         "verbosity": verbosity,
         "event_handler": handler,
-        "cmdline": cmdline,
+        "status_handler": status_handler,
+        "cmdline": "--check --diff" if check else None,
     }
     result = RunResult(
-        status="unstarted", rc=-1, ident=ident, request_id=rid, artifact_dir=private / "artifacts" / ident
+        status="unstarted",
+        rc=-1,
+        ident=ident,
+        request_id=rid,
+        artifact_dir=run_dir.private / "artifacts" / ident,
     )
-    return kwargs, result, private
+    return kwargs, result, run_dir
 
 
-def _finish(runner: Any, result: RunResult, private: Path) -> RunResult:
-    _forget_extravars(private)
-    result.runner = runner
-    result.status, result.rc = runner.status, runner.rc if runner.rc is not None else -1
-    result.stats = dict(runner.stats or {})
-    for event in runner.events:
-        data = (event.get("event_data") or {}).get("res") or {}
-        published = (data.get("ansible_stats") or {}).get("data") if isinstance(data, dict) else None
-        if published:
-            result.published.update(published)
+def _finish(runner: Any, result: RunResult, run_dir: _Run) -> RunResult:
+    """Read the run's events and output into ``result``, then remove or scrub its directory."""
+    _forget_secrets(run_dir, result)
+    try:
+        result.status, result.rc = runner.status, runner.rc if runner.rc is not None else -1
+        result.events = list(runner.events)
+        result.stats = dict(runner.stats or {})
+        stdout = run_dir.private / "artifacts" / result.ident / "stdout"
+        if stdout.is_file():
+            result.stdout = stdout.read_text(encoding="utf-8", errors="replace")
+        for event in result.events:
+            data = (event.get("event_data") or {}).get("res") or {}
+            published = (data.get("ansible_stats") or {}).get("data") if isinstance(data, dict) else None
+            if published:
+                result.published.update(published)
+    finally:
+        if run_dir.remove:
+            _remove(run_dir, result)
+        else:
+            result.runner = runner
     return result
 
 
-def _forget_extravars(private: Path) -> None:
-    """Remove what ansible-runner wrote under ``env/`` for this run.
+def _remove(run_dir: _Run, result: RunResult) -> None:
+    shutil.rmtree(run_dir.private, ignore_errors=True)
+    result.artifact_dir = None
+
+
+def _forget_extravars(run_dir: _Run) -> None:
+    (run_dir.env_dir / "extravars").unlink(missing_ok=True)
+
+
+def _forget_secrets(run_dir: _Run, result: RunResult | None = None) -> None:
+    """Remove what may be left under ``env/`` of a run, and the environment from its command record.
 
     The extra variables may hold user data and the environment a database URL with
-    its password: they must not outlive the run on disk. ansible-runner also prefers
-    files it finds there to what the next run passes, so each run starts clean.
+    its password: they must not outlive the run on disk. ansible-runner also reads
+    files it finds under ``env/`` into the next run, so each run starts clean.
     """
     for name in ("extravars", "envvars", "cmdline"):
-        (private / "env" / name).unlink(missing_ok=True)
+        (run_dir.env_dir / name).unlink(missing_ok=True)
+    if result is not None and result.artifact_dir is not None:
+        _scrub_command(result.artifact_dir)
+
+
+def _abandon(run_dir: _Run, result: RunResult) -> None:
+    """After ansible-runner raised: nothing to read, the same clean-up."""
+    _forget_secrets(run_dir, result)
+    if run_dir.remove:
+        _remove(run_dir, result)
+
+
+def _scrub_command(artifact_dir: Path) -> None:
+    """Rewrite ansible-runner's ``command`` record without the environment it dumps with it.
+
+    The command line and working directory stay (they say what ran, and hold no
+    extra variables: those are in a file); the environment holds NOVAKIT_DB_URL.
+    """
+    path = artifact_dir / "command"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return
+    if not isinstance(record, dict) or "env" not in record:
+        return
+    record.pop("env")
+    tmp = path.with_name(".command.tmp")
+    with files.open_private(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record, fh)
+    os.replace(tmp, path)
 
 
 def run(
@@ -171,21 +271,27 @@ def run(
     extravars: dict[str, Any] | None = None,
     envvars: dict[str, str] | None = None,
     private_data_dir: str | os.PathLike[str] | None = None,
+    keep_artifacts: bool = False,
     ident: str | None = None,
     request_id: str | None = None,
     verbosity: int = 0,
     check: bool = False,
     on_event: EventHandler | None = None,
 ) -> RunResult:
-    """Run one of the playbooks (``boot``, ``delete``, ``server_action``, ...) and wait for it."""
+    """Run one of the playbooks (``boot``, ``delete``, ``server_action``, ...) and wait for it.
+
+    The run's directory goes when it ends unless ``keep_artifacts`` or ``private_data_dir``
+    is given; the result carries its events and output either way.
+    """
     import ansible_runner
 
-    kwargs, result, private = _prepare(
+    kwargs, result, run_dir = _prepare(
         playbook,
         inventory=inventory,
         extravars=extravars,
         envvars=envvars,
         private_data_dir=private_data_dir,
+        keep_artifacts=keep_artifacts,
         ident=ident,
         request_id=request_id,
         verbosity=verbosity,
@@ -194,9 +300,10 @@ def run(
     )
     try:
         runner = ansible_runner.run(**kwargs)
-    finally:
-        _forget_extravars(private)
-    return _finish(runner, result, private)
+    except BaseException:
+        _abandon(run_dir, result)
+        raise
+    return _finish(runner, result, run_dir)
 
 
 def run_async(
@@ -206,32 +313,41 @@ def run_async(
     extravars: dict[str, Any] | None = None,
     envvars: dict[str, str] | None = None,
     private_data_dir: str | os.PathLike[str] | None = None,
+    keep_artifacts: bool = False,
     ident: str | None = None,
     request_id: str | None = None,
     verbosity: int = 0,
     check: bool = False,
     on_event: EventHandler | None = None,
 ) -> tuple[threading.Thread, Callable[[], RunResult]]:
-    """Start a run in a thread; returns the thread and a function that waits and returns the result."""
+    """Start a run in a thread; returns the thread and a function that waits and returns the result.
+
+    Call the function: it is what removes the run's directory (or scrubs a kept one).
+    """
     import ansible_runner
 
-    kwargs, result, private = _prepare(
+    kwargs, result, run_dir = _prepare(
         playbook,
         inventory=inventory,
         extravars=extravars,
         envvars=envvars,
         private_data_dir=private_data_dir,
+        keep_artifacts=keep_artifacts,
         ident=ident,
         request_id=request_id,
         verbosity=verbosity,
         check=check,
         on_event=on_event,
     )
-    thread, runner = ansible_runner.run_async(**kwargs)
+    try:
+        thread, runner = ansible_runner.run_async(**kwargs)
+    except BaseException:
+        _abandon(run_dir, result)
+        raise
 
     def wait() -> RunResult:
         thread.join()
-        return _finish(runner, result, private)
+        return _finish(runner, result, run_dir)
 
     return thread, wait
 
@@ -251,6 +367,7 @@ def boot(
     request_id: str | None = None,
     check: bool = False,
     private_data_dir: str | os.PathLike[str] | None = None,
+    keep_artifacts: bool = False,
     on_event: EventHandler | None = None,
 ) -> RunResult:
     """Boot ``count`` servers through ``playbooks/boot.yml`` and return the result.
@@ -278,5 +395,6 @@ def boot(
         request_id=request_id,
         check=check,
         private_data_dir=private_data_dir,
+        keep_artifacts=keep_artifacts,
         on_event=on_event,
     )

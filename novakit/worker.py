@@ -8,10 +8,11 @@ takes time (scheduling and building, a host running an action, the next step
 of a path such as build-then-stop) is a :class:`Job` handed to a worker
 process started here (``python -m novakit.worker``). The worker runs in a
 session of its own, so it outlives the Ansible module that started it; it
-writes its log under ``<state_dir>/workers/``. With ``wait: true`` the module
-polls the database (:func:`wait_for`, the one polling loop, which
-``desired.wait_until`` drives) until the server has settled or the timeout has
-passed; on a timeout the work goes on.
+writes its log under ``<state_dir>/workers/`` (0600, in a 0700 directory:
+``novakit.files``). With ``wait: true`` the module polls the database
+(:func:`wait_for`, the one polling loop, which ``desired.wait_until`` drives)
+until the server has settled or the timeout has passed; on a timeout the work
+goes on.
 
 The job travels on the worker's stdin, never on its command line, because a
 deferred rebuild request carries user data; nothing of the job is logged but
@@ -33,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from novakit import exceptions
+from novakit import exceptions, files
 from novakit.config import Config, load_config
 from novakit.context import RequestContext
 
@@ -84,14 +85,13 @@ def start(conf: Config, job: Job) -> tuple[subprocess.Popen[bytes], Path]:
     """Start a detached worker for ``job``; returns the process and its log file."""
     import novakit
 
-    logs = log_dir(conf)
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = files.private_dir(log_dir(conf))
     log_path = logs / f"{job.request_id}-{job.server}.log"
     env = dict(os.environ)
     # The worker imports the same novakit as its caller, wherever that was installed.
     package_root = str(Path(novakit.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    with open(log_path, "ab") as log:
+    with files.open_private(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "novakit.worker"],
             stdin=subprocess.PIPE,
@@ -114,7 +114,7 @@ def run(job: Job) -> None:
     from novakit.db.engine import Database
 
     conf = load_config(Path(job.config) if job.config else None, db_url=job.db_url)
-    api = API(Database(conf.database_url), conf)
+    api = API(Database.from_config(conf), conf)
     ctx = job.context()
     if job.build:
         # The request's lease is renewed first: work heal has taken over (the worker started

@@ -53,7 +53,7 @@ class API:
         self, db: Database | None = None, conf: Config | None = None, conductor: Any | None = None
     ) -> None:
         self.conf = conf or load_config()
-        self.db = db or Database(self.conf.database_url)
+        self.db = db or Database.from_config(self.conf)
         self._conductor = conductor
 
     @property

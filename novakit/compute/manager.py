@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from novakit import exceptions
+from novakit import exceptions, files
 from novakit.compute.messages import (
     ComputeRequest,
     ComputeResult,
@@ -121,10 +121,10 @@ class BuildSlots:
     @contextmanager
     def hold(self) -> Iterator[int]:
         """Wait for a free slot and hold it for the block; yields the slot's number."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        files.private_dir(self.directory)
         while True:
             for number, path in enumerate(self.paths):
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+                fd = files.create_private(path, os.O_RDWR)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -156,9 +156,9 @@ class InstanceLocks:
 
     @contextmanager
     def hold(self, uuid: str, issued_at: dt.datetime | None = None) -> Iterator[None]:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        files.private_dir(self.directory)
         stem = re.sub(r"[^A-Za-z0-9-]", "_", uuid)
-        fd = os.open(self.directory / f"instance-{stem}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = files.create_private(self.directory / f"instance-{stem}.lock", os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if issued_at is not None:

@@ -37,11 +37,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine, event, make_url
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from novakit import exceptions, files
 from novakit.config import Config, load_config
 
 T = TypeVar("T")
@@ -104,7 +105,7 @@ def _gate(path: str) -> tuple[threading.Lock, int]:
     with _gates_lock:
         gate = _gates.get(path)
         if gate is None:
-            fd = os.open(path + ".writers.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            fd = files.create_private(path + ".writers.lock", os.O_RDWR)
             gate = _gates[path] = (threading.Lock(), fd)
         return gate
 
@@ -115,7 +116,7 @@ def write_gate(db: Database) -> Iterator[None]:
     PostgreSQL and ``:memory:``. Threads of a process queue on a lock, processes on the flock."""
     path = db.sqlite_path
     held: set[str] = _held.__dict__.setdefault("paths", set())
-    if not path or path == ":memory:" or path in held:
+    if not path or path in held:
         yield
         return
     thread_lock, fd = _gate(path)
@@ -140,17 +141,55 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
-class Database:
-    """One database, with writer and reader transactions."""
+def _sqlite_file(url: str) -> str:
+    """The database file of a SQLite URL, or "" for one novakit keeps no files beside.
 
-    def __init__(self, url: str, *, auto_upgrade: bool | None = None, echo: bool = False) -> None:
+    Parsed, not split: a query (``?timeout=...``) is no part of the file's name, and the
+    lock files named after the file must not carry what the query holds. "" is an
+    in-memory database, and a SQLite URI filename (``file:...?uri=true``), which SQLite
+    resolves itself.
+    """
+    parsed = make_url(url)
+    if parsed.query.get("uri") or parsed.database in (None, "", ":memory:"):
+        return ""
+    return str(parsed.database)
+
+
+def _prepare_sqlite_file(path: str, *, create_dir: bool) -> None:
+    """The directory of a database file (made only if ``create_dir``) and the file itself, 0600.
+
+    The file is created here, before SQLite opens it, because SQLite creates it with
+    the umask's mode (0644) and then gives the ``-wal`` and ``-shm`` files the same.
+    """
+    directory = Path(path).parent
+    if create_dir:
+        files.private_dir(directory)
+    elif not directory.is_dir():
+        raise exceptions.ConfigError(
+            option="db_url",
+            reason=f"the directory {directory} of the SQLite database {path} does not exist; create it, "
+            "or leave db_url (NOVAKIT_DB_URL) unset for the default database in the state directory",
+        )
+    if not os.path.exists(path):
+        os.close(files.create_private(path))
+
+
+class Database:
+    """One database, with writer and reader transactions.
+
+    ``create_dir``: make the directory of a SQLite file when it is missing, as the
+    embedded default's is (``from_config``); the directory of a URL someone gave must exist.
+    """
+
+    def __init__(
+        self, url: str, *, auto_upgrade: bool | None = None, echo: bool = False, create_dir: bool = False
+    ) -> None:
         self.url = url
         self.is_sqlite = _is_sqlite(url)
-        self.sqlite_path = url.split("///", 1)[-1] if self.is_sqlite else ""
+        self.sqlite_path = _sqlite_file(url) if self.is_sqlite else ""
         if self.is_sqlite:
-            path = url.split("///", 1)[-1]
-            if path and path != ":memory:":
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            if self.sqlite_path:
+                _prepare_sqlite_file(self.sqlite_path, create_dir=create_dir)
             self.engine = create_engine(
                 url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
             )
@@ -168,8 +207,9 @@ class Database:
 
     @classmethod
     def from_config(cls, conf: Config | None = None) -> Database:
+        """The configured database; the default one's directory (the state directory) is made if missing."""
         conf = conf or load_config()
-        return cls(conf.database_url)
+        return cls(conf.database_url, create_dir=not conf.db_url)
 
     @contextmanager
     def writer(self) -> Iterator[Session]:
@@ -206,18 +246,21 @@ class Database:
 
         head = migration.head_revision()
         path = self.sqlite_path
-        new_file = (
-            bool(path) and path != ":memory:" and (not os.path.exists(path) or not os.path.getsize(path))
-        )
+        # Created empty (0600) by __init__; SQLite has written nothing to it yet.
+        new_file = bool(path) and (not os.path.exists(path) or not os.path.getsize(path))
         # A new file is first touched under the lock below: turning it to WAL is a write of its own.
         if not new_file and self.current_revision() == head:
             return
-        if self.is_sqlite:
+        if path:
             # Several processes may open a new file at once: one upgrades, the others wait for it.
-            with open(path + ".migrate.lock", "w") as lock, write_gate(self):
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                if self.current_revision() != head:
-                    migration.upgrade(self.engine)
+            lock = files.create_private(path + ".migrate.lock", os.O_RDWR)
+            try:
+                with write_gate(self):
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                    if self.current_revision() != head:
+                        migration.upgrade(self.engine)
+            finally:
+                os.close(lock)  # and with it the flock
         else:
             migration.upgrade(self.engine)
 

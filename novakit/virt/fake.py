@@ -51,7 +51,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from novakit import exceptions
+from novakit import exceptions, files
 from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec
 from novakit.compute.states import PowerState
 from novakit.virt import admin_password_line, guest_ready_line
@@ -151,8 +151,8 @@ class FakeDriver(ComputeDriver):
         The lock sits on a separate file because the state file itself is
         replaced on every write, and a lock on a replaced inode guards nothing.
         """
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        with open(self._lock_file, "a+") as lock:
+        files.private_dir(self.state_dir)
+        with files.open_private(self._lock_file, "a+") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_SH if readonly else fcntl.LOCK_EX)
             try:
                 state = self._read()

@@ -137,7 +137,7 @@ class ActionModule(ActionBase):
         api = None
         try:
             conf = load_config(args.get("config"), db_url=args.get("db_url"))
-            api = API(Database(conf.database_url), conf)
+            api = API(Database.from_config(conf), conf)
             return playflow.run_step(
                 api,
                 self._context(args, task_vars, conf),

@@ -128,7 +128,7 @@ class CallbackModule(CallbackBase):
         # The run's own identity: the summary shows what this caller may see, and nothing of a
         # request id that names another project's work (a guessed id shows an empty table).
         ctx = context_from({"request_id": self.request_id}, identity=conf.identity)
-        api = API(Database(conf.database_url), conf)
+        api = API(Database.from_config(conf), conf)
         with api.db.reader() as session:
             uuids = list(
                 dict.fromkeys(

@@ -79,7 +79,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
         except ImportError as exc:
             raise AnsibleParserError(f"the novakit inventory needs the novakit library: {exc}") from exc
         conf = load_config(self.get_option("config"), db_url=self.get_option("db_url"))
-        api, ctx = API(Database(conf.database_url), conf), RequestContext.admin()
+        api, ctx = API(Database.from_config(conf), conf), RequestContext.admin()
         servers = api.list(ctx)
         groups = {}
         for group in list_groups(api.db, ctx, all_projects=True):

@@ -89,14 +89,14 @@ class NovakitModule:
     def database(self) -> Any:
         from novakit.db.engine import Database
 
-        return Database(self.config().database_url)
+        return Database.from_config(self.config())
 
     def api(self) -> Any:
         from novakit.compute.api import API
         from novakit.db.engine import Database
 
         conf = self.config()
-        return API(Database(conf.database_url), conf)
+        return API(Database.from_config(conf), conf)
 
     def fail(self, msg: str, **kwargs: Any) -> None:
         self.ansible.fail_json(msg=msg, **kwargs)

@@ -152,7 +152,7 @@ class HealModule(NovakitModule):
         if self.params["asked_at"]:
             asked_at = dt.datetime.fromisoformat(self.params["asked_at"]).replace(tzinfo=None)
         report = heal(
-            Database(conf.database_url),
+            Database.from_config(conf),
             conf,
             hosts=self.params["hosts"],
             reports=reports,

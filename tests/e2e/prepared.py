@@ -51,4 +51,4 @@ def fleet_env(prepared: Path, tmp_path: Path, config: str = "") -> dict[str, str
 
 def api_for(env: dict[str, str]) -> API:
     conf = load_config(env["NOVAKIT_CONFIG"], state_dir=env["NOVAKIT_STATE_DIR"])
-    return API(Database(conf.database_url), conf)
+    return API(Database.from_config(conf), conf)

@@ -23,7 +23,7 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 def _api(env: dict[str, str]) -> API:
     conf = load_config(state_dir=env["NOVAKIT_STATE_DIR"])
-    return API(Database(conf.database_url), conf)
+    return API(Database.from_config(conf), conf)
 
 
 def test_boot_playbook_boots_servers_on_the_fake_hosts(tmp_path: Path, env: dict[str, str]) -> None:

@@ -337,7 +337,7 @@ def _fleet(tmp_path: Path, config: str = "") -> tuple[dict[str, str], API]:
         "NOVAKIT_CONFIG": str(tmp_path / "novakit.toml"),
     }
     conf = load_config(tmp_path / "novakit.toml", state_dir=state)
-    return env, API(Database(conf.database_url), conf)
+    return env, API(Database.from_config(conf), conf)
 
 
 def _playbook(name: str, tmp_path: Path, env: dict[str, str], **kwargs: Any) -> Any:

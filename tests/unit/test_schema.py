@@ -20,7 +20,7 @@ def test_migrations_match_models(db: Database) -> None:
 
 
 def test_a_new_sqlite_file_is_upgraded_on_first_use(tmp_path: Path) -> None:
-    db = Database(f"sqlite:///{tmp_path / 'fresh' / 'novakit.db'}")
+    db = Database(f"sqlite:///{tmp_path / 'novakit.db'}")
     assert db.current_revision() == migration.head_revision()
     assert "instances" in inspect(db.engine).get_table_names()
     with db.engine.connect() as conn:

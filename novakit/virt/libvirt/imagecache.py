@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from novakit import exceptions
+from novakit import exceptions, files
 from novakit.compute.messages import ImageSpec
 from novakit.virt.libvirt import images
 
@@ -112,9 +112,10 @@ class ImageCache:
 
     @contextlib.contextmanager
     def _lock(self, image_id: str) -> Iterator[None]:
+        # QEMU reads the cache, so its directory keeps the mode it is given; a lock is no one else's.
         self.cache_path.mkdir(parents=True, exist_ok=True)
         _, _, lock_path = self._paths(image_id)
-        with open(lock_path, "a+") as lock:
+        with files.open_private(lock_path, "a+") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
                 yield

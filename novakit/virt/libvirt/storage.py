@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from novakit import exceptions
+from novakit import exceptions, files
 from novakit.virt.libvirt.imagecache import CachedImage, cache_key
 
 DEFAULT_POOL = "novakit"
@@ -302,8 +302,9 @@ class RemoteStorage:
     @contextlib.contextmanager
     def _upload_lock(self, image: CachedImage) -> Iterator[None]:
         """One uploader per image among the processes of this controller."""
+        # The directory is the image cache, which QEMU reads: made as it always was; the lock is private.
         self.lock_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_dir / f".remote-{cache_key(image.image_id)}.lock", "a+") as lock:
+        with files.open_private(self.lock_dir / f".remote-{cache_key(image.image_id)}.lock", "a+") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
                 yield

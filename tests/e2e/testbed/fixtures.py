@@ -79,7 +79,7 @@ class Cloud:
         conf = load_config(
             Path(self.env["NOVAKIT_CONFIG"]), db_url=self.db_url, state_dir=self.env["NOVAKIT_STATE_DIR"]
         )
-        db = Database(conf.database_url)
+        db = Database.from_config(conf)
         self._dbs.append(db)
         return API(db, conf)
 

@@ -51,6 +51,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("COLUMNS", "250")
+    # The operator (README, "Trust model"): registering hosts is theirs.
+    monkeypatch.setenv("NOVAKIT_PROJECT", "admin")
+    monkeypatch.setenv("NOVAKIT_ROLES", "admin")
     return tmp_path
 
 

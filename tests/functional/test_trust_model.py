@@ -153,3 +153,31 @@ def test_a_members_own_server_shows_no_host_and_no_valid_host_shows_no_reasons(
     with pytest.raises(exceptions.NoValidHost) as explained:
         cloud.api.create(cloud.admin, {**request, "name": "vast-2"}, dry_run=True)
     assert explained.value.explanation["steps"]
+
+
+def test_the_callback_summary_of_a_guessed_request_id_shows_nothing_of_another_project(
+    cloud: Cloud, ctx: RequestContext, outsider: RequestContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member runs a playbook with ``-e novakit_request_id=<A's request>``: the novakit callback's
+    summary table is built as the run's own identity, so it lists none of A's servers or faults."""
+    import importlib
+
+    from tests.e2e.runner import ROOT
+
+    server = boot(cloud, ctx, "secretive")
+    monkeypatch.syspath_prepend(str(ROOT / "playbooks" / "collections"))
+    plugin = importlib.import_module("ansible_collections.novakit.cloud.plugins.callback.novakit")
+    monkeypatch.setenv("NOVAKIT_DB_URL", cloud.db.url)
+    callback = plugin.CallbackModule()
+    callback.request_id = ctx.request_id  # guessed, or read off a job list
+
+    for name, value in (("NOVAKIT_PROJECT", outsider.project_id), ("NOVAKIT_ROLES", "member")):
+        monkeypatch.setenv(name, value)
+    assert callback._summary() == ([], {})
+
+    for name, value in (("NOVAKIT_PROJECT", ctx.project_id), ("NOVAKIT_ROLES", "member")):
+        monkeypatch.setenv(name, value)
+    rows, hosts = callback._summary()  # the project's own member sees its servers, not their hosts
+    assert rows == [("secretive", "ACTIVE", "-", "")] and hosts == {}
+    monkeypatch.setenv("NOVAKIT_ROLES", "admin")
+    assert callback._summary()[1] == {server["host"]: 1}

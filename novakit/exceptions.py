@@ -39,6 +39,7 @@ sees the text)::
     │   ├── InstanceNotRunning, InstancePowerOffFailure
     │   ├── ActionSuperseded ........ a later action on the instance ran on its host first
     │   └── HypervisorUnavailable ... the host's hypervisor cannot be reached
+    ├── DatabaseNotMigrated ......... the database's schema is missing or older than this novakit
     └── MissingDependency ........... an optional library is not installed
 
 Every class formats ``msg_fmt`` with the keyword arguments it was given, so a
@@ -272,6 +273,13 @@ class ActionSuperseded(ComputeError):
 
 class HypervisorUnavailable(ComputeError):
     msg_fmt = "Connection to the hypervisor on %(host)s is broken: %(reason)s"
+
+
+class DatabaseNotMigrated(NovakitError):
+    msg_fmt = (
+        "The database %(database)s is not migrated (schema revision %(current)s, this novakit needs "
+        "%(head)s): run `novakit db upgrade` or the novakit.cloud.db_upgrade playbook against it first"
+    )
 
 
 class MissingDependency(NovakitError):

@@ -32,6 +32,7 @@ ADMIN_ONLY: dict[str, str] = {
     "image:delete": "delete an image",
     "quota:update": "set a project's quota",
     "heal": "compare hosts with the database and correct it",
+    "db:upgrade": "create or upgrade the database schema (the db module, db_upgrade.yml)",
     "servers:all_projects": "list the servers of every project",
 }
 

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event, make_url
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from novakit import exceptions, files
@@ -214,13 +214,38 @@ class Database:
     @contextmanager
     def writer(self) -> Iterator[Session]:
         """A write transaction: committed on success, rolled back on any error."""
-        with write_gate(self), self._writer() as session, session.begin():
+        with self._schema_told(), write_gate(self), self._writer() as session, session.begin():
             yield session
 
     @contextmanager
     def reader(self) -> Iterator[Session]:
-        with self._reader() as session, session.begin():
+        with self._schema_told(), self._reader() as session, session.begin():
             yield session
+
+    @contextmanager
+    def _schema_told(self) -> Iterator[None]:
+        """A statement that failed on a missing table or column of a database that is not at the
+        newest revision fails with ``DatabaseNotMigrated``, saying what to run, instead of the SQL.
+        Asked only on that error: a migrated database pays nothing."""
+        try:
+            yield
+        except (ProgrammingError, OperationalError) as exc:
+            said = str(exc.orig).lower()
+            if not any(w in said for w in ("does not exist", "no such table", "no such column")):
+                raise
+            from novakit.db import migration
+
+            try:
+                current, head = self.current_revision(), migration.head_revision()
+            except Exception:
+                raise exc from None
+            if current == head:
+                raise
+            raise exceptions.DatabaseNotMigrated(
+                database=self.engine.url.render_as_string(hide_password=True),
+                current=current or "none",
+                head=head,
+            ) from None
 
     def run_in_transaction(self, fn: Callable[[Session], T], *, retries: int = 10) -> T:
         """Run ``fn`` in a writer transaction, retrying transient conflicts with jitter."""

@@ -11,13 +11,13 @@ Everything lives under one base directory (``NOVAKIT_TESTBED_DIR``, default /opt
 
 ``venv/`` and ``images/`` are caches kept by ``down`` (``down(purge=True)`` removes them too);
 everything else, and every process started here, goes. Processes are found by pid: the pid files of
-sshd and the libvirtds, and the processes owned by the hosts' users, which exist only for the testbed.
+sshd, the libvirtds, their virtlogds and guests, and the descendants of those and of sshd's sessions;
+never by user (a uid can be reused by someone else's processes).
 Only 127.0.0.1 is ever listened on.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests import processes
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_BASE = Path(os.environ.get("NOVAKIT_TESTBED_DIR", "/opt/novakit-testbed"))
@@ -117,43 +119,6 @@ def _pid_alive(pid: int, comm: str | None = None) -> bool:
         return False
 
 
-def _read_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _pids_of_uid(uid: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("Uid:"):
-                if int(line.split()[1]) == uid:
-                    pids.append(int(entry.name))
-                break
-    return pids
-
-
-def _terminate(pids: list[int], grace: float = 5.0) -> None:
-    """SIGTERM these pids, then SIGKILL what is left after ``grace`` seconds."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_pid_alive(p) for p in pids):
-        time.sleep(0.1)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -227,11 +192,11 @@ class Testbed:
         return [self.host(n) for n in self.names()]
 
     def sshd_pid(self) -> int | None:
-        pid = _read_pid(self.sshd_pidfile)
+        pid = processes.read_pid(self.sshd_pidfile)
         return pid if pid is not None and _pid_alive(pid, "sshd") else None
 
     def libvirtd_pid(self, host: TestbedHost) -> int | None:
-        pid = _read_pid(host.libvirtd_pidfile)
+        pid = processes.read_pid(host.libvirtd_pidfile)
         return pid if pid is not None and _pid_alive(pid, "libvirtd") else None
 
     def status(self) -> dict[str, Any]:
@@ -454,7 +419,7 @@ class Testbed:
         """Stop this host's daemon (its guests keep running, as when libvirtd dies on a real host)."""
         pid = self.libvirtd_pid(host)
         if pid is not None:
-            _terminate([pid])
+            processes.terminate([pid])
         host.libvirt_socket.unlink(missing_ok=True)
 
     def _sshd(self, hosts: list[TestbedHost]) -> None:
@@ -581,20 +546,19 @@ class Testbed:
     def down(self, purge: bool = False) -> None:
         """Stop every process of the testbed by pid and remove its users and files. Idempotent."""
         names = list(dict.fromkeys(self.state().get("hosts", []) + self._existing_users()))
-        pid = self.sshd_pid()
-        if pid is not None:
-            _terminate([pid])
+        sshd = self.sshd_pid()
+        # The SSH sessions (and what they run: nc, virt-ssh-helper) are sshd's descendants: note them
+        # before sshd goes, since its end leaves them to init.
+        table = processes.process_table()
+        sessions = processes.with_descendants([sshd], table)[1:] if sshd is not None else []
+        if sshd is not None:
+            processes.terminate([sshd])
         for name in names:
             try:
                 host = self.host(name)
             except TestbedError:
                 continue
-            # Everything this user runs was started by the testbed: libvirtd, virtlogd, QEMU, SSH sessions.
-            for _ in range(3):
-                pids = _pids_of_uid(host.uid)
-                if not pids:
-                    break
-                _terminate(pids)
+            self._stop_host_processes(host, sessions)
             subprocess.run(["userdel", "--remove", name], capture_output=True, text=True)
             shutil.rmtree(host.runtime_dir, ignore_errors=True)
             shutil.rmtree(host.home, ignore_errors=True)
@@ -604,6 +568,15 @@ class Testbed:
         shutil.rmtree(self.homes, ignore_errors=True)
         if purge:
             shutil.rmtree(self.base, ignore_errors=True)
+
+    def _stop_host_processes(self, host: TestbedHost, sessions: list[int]) -> None:
+        """End what the testbed started as this host: by pid, never every process of the uid.
+
+        Started here are the host's libvirtd, the virtlogd and the QEMU guests it spawned (each has
+        a pid file in the host's runtime directory; QEMU daemonizes, so it is no child of libvirtd)
+        and the host's SSH sessions, each with its descendants.
+        """
+        processes.end_started(host.uid, sessions, host.runtime_dir)
 
     def _existing_users(self) -> list[str]:
         """Users of this testbed that exist: named nk-hN, with their home under our base."""
@@ -626,7 +599,7 @@ class Testbed:
             if marker in cmdline and cmdline.startswith(b"ssh"):
                 pids.append(int(entry.name))
         if pids:
-            _terminate(pids)
+            processes.terminate(pids)
 
 
 def catalog_flavors() -> list[str]:

@@ -17,7 +17,6 @@ import contextlib
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -35,6 +34,7 @@ from novakit.compute.messages import ImageSpec, InstanceSpec
 from novakit.compute.states import PowerState
 from novakit.virt import guest_ready_line
 from novakit.virt.libvirt.driver import LibvirtDriver
+from tests import processes
 from tests.integration.virt.conftest import _unavailable, connect, tiny_instance
 
 pytestmark = pytest.mark.libvirt
@@ -73,28 +73,23 @@ def _pids_of_uid(uid: int) -> list[int]:
     return pids
 
 
-def _stop(pids: list[int]) -> None:
-    """SIGTERM, then SIGKILL what is left after 5 s; only the pids given."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 2.0)):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-            time.sleep(0.1)
-
-
-def _remove_user(name: str) -> None:
-    """Remove a user this test made (its processes first: userdel refuses otherwise)."""
+def _remove_user(name: str, roots: list[int] | None = None) -> None:
+    """Remove a user this test made: first what it started as that user (the session libvirtd, its
+    virtlogd and QEMU by their pid files; ``roots`` and their descendants), as userdel refuses
+    while they run."""
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
         return
     if entry.pw_gecos != MARKER:
         return
-    _stop(_pids_of_uid(entry.pw_uid))
+    runtime = Path(f"/run/user/{entry.pw_uid}")
+    left = processes.end_started(entry.pw_uid, roots or [], runtime)
+    if left:
+        # Not ours to end: the account stays, and the next run says so.
+        return
     subprocess.run(["userdel", name], capture_output=True)
-    shutil.rmtree(f"/run/user/{entry.pw_uid}", ignore_errors=True)
+    shutil.rmtree(runtime, ignore_errors=True)
 
 
 def _wait_for(path: Path, what: str, seconds: float = 20) -> None:
@@ -170,9 +165,11 @@ def remote_host() -> Iterator[RemoteHost]:
         connect(uri).close()
         yield RemoteHost(uri, area, home / "pool", uid)
     finally:
-        _remove_user(USER)  # its libvirtd, virtlogd and QEMU, then the account
+        # The SSH sessions (nc, virt-ssh-helper) descend from sshd; note them before it goes.
+        sessions = processes.with_descendants([sshd_pid], processes.process_table())[1:] if sshd_pid else []
         if sshd_pid is not None:
-            _stop([sshd_pid])
+            processes.terminate([sshd_pid])
+        _remove_user(USER, sessions)  # its libvirtd, virtlogd and QEMU, then the account
         shutil.rmtree(area, ignore_errors=True)
 
 

@@ -213,7 +213,7 @@ class Conductor(LifecycleConductor):
         """
         from novakit import quota
 
-        per_instance = self.scheduler._quota_per_instance(spec.resources())
+        per_instance = quota.per_instance(spec.resources())
         allowed, error = quota.allowed_instances(
             session, self.conf, spec.project_id, per_instance, len(uuids), exclude_consumers=uuids
         )

@@ -30,6 +30,11 @@ RESOURCES = ("instances", "cores", "ram")
 UNLIMITED = -1
 
 
+def per_instance(resources: dict[str, int]) -> dict[str, int]:
+    """What one instance claiming ``resources`` (placement classes) counts against a quota."""
+    return {"instances": 1, "cores": resources.get("VCPU", 0), "ram": resources.get("MEMORY_MB", 0)}
+
+
 def _session_of(db_or_session: Database | Session) -> tuple[Any, bool]:
     if isinstance(db_or_session, Database):
         return db_or_session.reader(), True

@@ -214,13 +214,7 @@ class API:
             )
         if req.admin_password is not None:
             passwords.check_deliverable(session, "admin_password", req.config_drive)
-        quota.check_quota(
-            session,
-            self.conf,
-            ctx.project_id,
-            {"instances": count, "cores": count * flavor.vcpus, "ram": count * flavor.memory_mb},
-        )
-        spec = SchedSpec(
+        sched = SchedSpec(
             request_id=ctx.request_id,
             project_id=ctx.project_id,
             user_id=ctx.user_id,
@@ -233,7 +227,10 @@ class API:
             scheduler_hints=req.scheduler_hints.model_dump(exclude_none=True),
             # Only a host whose driver hands the password to the guest may take the instance.
             required_traits=[passwords.ADMIN_PASSWORD_TRAIT] if req.admin_password is not None else [],
-        ).model_dump(mode="json")
+        )
+        each = quota.per_instance(sched.resources())
+        quota.check_quota(session, self.conf, ctx.project_id, {k: count * v for k, v in each.items()})
+        spec = sched.model_dump(mode="json")
         if group is not None:
             spec["instance_group"] = {
                 "uuid": group.uuid,

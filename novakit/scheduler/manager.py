@@ -188,7 +188,7 @@ class SchedulerManager:
                     session,
                     self.conf,
                     spec.project_id,
-                    self._quota_per_instance(resources),
+                    quota.per_instance(resources),
                     wanted,
                     exclude_consumers=instance_uuids,
                 )
@@ -310,10 +310,6 @@ class SchedulerManager:
         for host, count in Counter(group.hosts).items():
             counts[host] = max(counts[host], count)
         return counts
-
-    @staticmethod
-    def _quota_per_instance(resources: dict[str, int]) -> dict[str, int]:
-        return {"instances": 1, "cores": resources.get("VCPU", 0), "ram": resources.get("MEMORY_MB", 0)}
 
     # --- step 2: plan -------------------------------------------------------------------
 
@@ -476,7 +472,7 @@ class SchedulerManager:
                 session,
                 self.conf,
                 request.project_id,
-                self._quota_per_instance(resources),
+                quota.per_instance(resources),
                 wanted,
                 exclude_consumers=instance_uuids,
                 lock=True,

@@ -142,9 +142,8 @@ def resources_of(g: UnmanagedGuest) -> dict[str, int]:
     return {rc: amount for rc, amount in wanted.items() if amount > 0}
 
 
-def _validate_project(project: str | None, ctx: RequestContext) -> str:
-    if project is None:
-        return ctx.project_id
+def validate_project(project: str) -> str:
+    """The project imported servers go to: a bad one is refused before anything is asked."""
     cleaned = project.strip()
     if not cleaned or len(cleaned) > 255 or any(ord(ch) < 0x20 for ch in cleaned):
         raise exceptions.ValidationError("project", "must be 1 to 255 printable characters")
@@ -430,7 +429,7 @@ def import_guests(
     caller = ctx or RequestContext.admin()
     if ctx is not None:
         policy.authorize(ctx, "host:import")
-    project_id = _validate_project(project, caller)
+    project_id = validate_project(project) if project is not None else caller.project_id
     return Importer(db, conf, caller, project_id, rpc).run(host, dry_run=dry_run)
 
 

@@ -250,6 +250,9 @@ class Importer:
                 Instance.deleted == 0,
             )
         ).first()
+        if taken is not None and taken[0] == g.uuid:
+            # A concurrent import committed it between the two reads (PostgreSQL reads afresh).
+            raise _Refused("skipped", f"already server {g.name} ({g.uuid})")
         if taken is not None:
             raise _Refused(
                 "refused",

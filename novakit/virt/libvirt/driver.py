@@ -563,6 +563,9 @@ class LibvirtDriver(ComputeDriver):
             return
         lv = self.libvirt
         element = vconfig.InstanceMetadata.from_instance(instance).to_element()
+        # libvirt puts the element into the namespace given with it: it must come without one.
+        for node in element.iter():
+            node.tag = node.tag.rpartition("}")[2]
         flags = lv.VIR_DOMAIN_AFFECT_CONFIG | (lv.VIR_DOMAIN_AFFECT_LIVE if dom.isActive() else 0)
         try:
             dom.setMetadata(

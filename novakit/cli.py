@@ -337,6 +337,7 @@ def host_enable(name: str) -> None:
 @host_app.command("import")
 def host_import(
     name: str,
+    guests: list[str] | None = typer.Argument(None, help="only these guests (names or uuids; default all)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="list what would be imported, change nothing"),
     project: str | None = typer.Option(None, "--project", help="whose servers they become (default yours)"),
     output: Output = OUTPUT,
@@ -345,7 +346,9 @@ def host_import(
     from novakit.compute import importer
 
     report = _guard(
-        lambda: importer.import_guests(_db(), _conf(), name, ctx=_ctx(), project=project, dry_run=dry_run)
+        lambda: importer.import_guests(
+            _db(), _conf(), name, ctx=_ctx(), project=project, guests=guests or None, dry_run=dry_run
+        )
     )
     if output == Output.json:
         _json(report.model_dump(mode="json"))

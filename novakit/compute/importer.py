@@ -166,7 +166,7 @@ class Importer:
         self.owner = RequestContext(project_id, ctx.user_id, list(ctx.roles), ctx.request_id)
         self.rpc = rpc or ComputeRPC(db, conf)
 
-    def run(self, host: str, *, dry_run: bool = False) -> ImportReport:
+    def run(self, host: str, *, dry_run: bool = False, only: list[str] | None = None) -> ImportReport:
         report = ImportReport(
             request_id=self.ctx.request_id, host=host, project_id=self.owner.project_id, dry_run=dry_run
         )
@@ -177,7 +177,18 @@ class Importer:
             if node is None:
                 raise exceptions.ComputeHostNotFound(host=host)
             nodename = node.hypervisor_hostname
-        for guest in self.unmanaged(host):
+        found = self.unmanaged(host)
+        if only is not None:
+            wanted = set(only)
+            missing = wanted - {g.name for g in found} - {g.uuid for g in found}
+            if missing:
+                raise exceptions.ValidationError(
+                    "guests",
+                    f"host {host} has no unmanaged guest named {', '.join(sorted(missing))} "
+                    "(a name or uuid of a guest novakit did not create)",
+                )
+            found = [g for g in found if g.name in wanted or g.uuid in wanted]
+        for guest in found:
             report.guests.append(self._one(host, nodename, guest, dry_run))
         return report
 
@@ -421,6 +432,7 @@ def import_guests(
     *,
     ctx: RequestContext | None = None,
     project: str | None = None,
+    guests: Iterable[str] | None = None,
     dry_run: bool = False,
     rpc: ComputeRPC | None = None,
 ) -> ImportReport:
@@ -428,12 +440,15 @@ def import_guests(
 
     ``ctx`` must be an admin's (policy ``host:import``); without one the caller is the
     library's own. ``project``: whose servers they become (default the caller's).
+    ``guests``: only these (names or uuids); one the host does not list as unmanaged
+    fails the whole import before anything is written.
     """
     caller = ctx or RequestContext.admin()
     if ctx is not None:
         policy.authorize(ctx, "host:import")
     project_id = validate_project(project) if project is not None else caller.project_id
-    return Importer(db, conf, caller, project_id, rpc).run(host, dry_run=dry_run)
+    only = None if guests is None else [str(g) for g in guests]
+    return Importer(db, conf, caller, project_id, rpc).run(host, dry_run=dry_run, only=only)
 
 
 def import_hosts(

@@ -282,3 +282,19 @@ def test_heal_imports_unmanaged_guests_when_asked_and_its_dry_run_only_lists_the
     assert cloud.api.get(ctx, uuid)["status"] == "ACTIVE"
     assert heal(cloud.db, cloud.conf, import_unmanaged=True).corrections == []
     assert sorted(report.hosts) == sorted(HOSTS)
+
+
+def test_an_import_of_named_guests_takes_only_those_and_an_unknown_name_changes_nothing(cloud: Cloud) -> None:
+    fake = cloud.fake("compute-1")
+    a = fake.define_foreign("a", vcpus=1, memory_mb=1024, root_gb=10)
+    b = fake.define_foreign("b", vcpus=1, memory_mb=1024, root_gb=10)
+    before = cloud.snapshot()
+    with pytest.raises(exceptions.ValidationError) as err:
+        import_guests(cloud.db, cloud.conf, "compute-1", guests=["a", "nope"])
+    assert err.value.field == "guests" and "host compute-1 has no unmanaged guest named nope" in str(
+        err.value
+    )
+    assert cloud.snapshot() == before
+
+    assert [g.uuid for g in import_guests(cloud.db, cloud.conf, "compute-1", guests=[b]).guests] == [b]
+    assert [u.uuid for u in fake.list_unmanaged()] == [a]

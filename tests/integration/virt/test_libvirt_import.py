@@ -70,17 +70,14 @@ def test_a_domain_defined_outside_novakit_is_imported_started_and_deleted(
     name, uuid = f"nk-legacy-{uuidlib.uuid4().hex[:8]}", str(uuidlib.uuid4())
     dom = system_conn.defineXML(_domain_xml(name, uuid, disk))
     try:
-        dry = import_guests(sqlite_db, conf, host, ctx=admin, dry_run=True)
-        mine = [g for g in dry.guests if g.uuid == uuid]
-        assert [(g.name, g.vcpus, g.memory_mb, g.root_gb, g.outcome, g.flavor, g.fits) for g in mine] == [
-            (name, 1, 64, 1, "would_import", "imported-1c-64m-1g", True)
-        ]
+        # Only our domain: the daemon is shared, and every other domain on it is someone else's.
+        dry = import_guests(sqlite_db, conf, host, ctx=admin, guests=[name], dry_run=True)
+        assert [
+            (g.name, g.vcpus, g.memory_mb, g.root_gb, g.outcome, g.flavor, g.fits) for g in dry.guests
+        ] == [(name, 1, 64, 1, "would_import", "imported-1c-64m-1g", True)]
         assert not sqlite_db.engine.connect().exec_driver_sql("SELECT * FROM instances").all()
 
-        report = import_guests(sqlite_db, conf, host, ctx=admin)
-        # Only our domain: whatever else the shared daemon holds is someone else's, left alone by
-        # the assertions (it may well be imported into this throw-away database too).
-        [g] = [g for g in report.guests if g.uuid == uuid]
+        [g] = import_guests(sqlite_db, conf, host, ctx=admin, guests=[uuid]).guests
         assert (g.outcome, g.vm_state, g.flavor_created) == ("imported", "stopped", True), g.reason
         api = API(sqlite_db, conf)
         server = api.get(admin, uuid)

@@ -336,7 +336,7 @@ def host_enable(name: str) -> None:
 
 @host_app.command("import")
 def host_import(
-    name: str,
+    name: str = typer.Argument(..., help="the compute host"),
     guests: list[str] | None = typer.Argument(None, help="only these guests (names or uuids; default all)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="list what would be imported, change nothing"),
     project: str | None = typer.Option(None, "--project", help="whose servers they become (default yours)"),

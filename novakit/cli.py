@@ -334,6 +334,44 @@ def host_enable(name: str) -> None:
     console.print(f"host {name} enabled")
 
 
+@host_app.command("import")
+def host_import(
+    name: str = typer.Argument(..., help="the compute host"),
+    guests: list[str] | None = typer.Argument(None, help="only these guests (names or uuids; default all)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="list what would be imported, change nothing"),
+    project: str | None = typer.Option(None, "--project", help="whose servers they become (default yours)"),
+    output: Output = OUTPUT,
+) -> None:
+    """Turn the guests on a host that novakit did not create into servers with claims (admin only)."""
+    from novakit.compute import importer
+
+    report = _guard(
+        lambda: importer.import_guests(
+            _db(), _conf(), name, ctx=_ctx(), project=project, guests=guests or None, dry_run=dry_run
+        )
+    )
+    if output == Output.json:
+        _json(report.model_dump(mode="json"))
+        return
+    title = f"import from {name} into project {report.project_id}" + (
+        " (dry run: nothing changed)" if dry_run else ""
+    )
+    table = Table(title=escape(title))
+    for col in ("guest", "uuid", "size", "power", "flavor", "server", "outcome"):
+        table.add_column(col)
+    for g in report.guests:
+        size = f"{g.vcpus} vCPU, {g.memory_mb} MB, {g.root_gb}+{g.ephemeral_gb} GB"
+        flavor = (g.flavor or "-") + (" (new)" if g.flavor_created else "")
+        outcome = g.outcome.replace("_", " ") + (f": {g.reason}" if g.reason else "")
+        table.add_row(
+            escape(g.name), g.uuid, size, g.power_state, escape(flavor), g.vm_state or "-", escape(outcome)
+        )
+    console.print(table)
+    done = sum(g.outcome in ("imported", "would_import") for g in report.guests)
+    verb = "would import" if dry_run else "imported"
+    console.print(f"{verb} {done} of {len(report.guests)} unmanaged guest(s)", highlight=False)
+
+
 # ----------------------------------------------------------------------- flavors and images
 
 
@@ -681,13 +719,28 @@ def heal_command(
     destroy_orphans: bool = typer.Option(
         False, "--destroy-orphans", help="destroy guests that no server on their host owns"
     ),
+    import_unmanaged: bool = typer.Option(
+        False, "--import-unmanaged", help="import guests novakit did not create (as `host import`)"
+    ),
+    import_project: str | None = typer.Option(
+        None, "--import-project", help="whose servers imported guests become (default yours)"
+    ),
     output: Output = OUTPUT,
 ) -> None:
     """Make the database agree with the hypervisors (power states, vanished guests, stuck builds, orphans)."""
     from novakit.heal import heal
 
-    report = heal(
-        _db(), _conf(), hosts=host or None, dry_run=dry_run, destroy_orphans=destroy_orphans, ctx=_ctx()
+    report = _guard(
+        lambda: heal(
+            _db(),
+            _conf(),
+            hosts=host or None,
+            dry_run=dry_run,
+            destroy_orphans=destroy_orphans,
+            import_unmanaged=import_unmanaged,
+            import_project=import_project,
+            ctx=_ctx(),
+        )
     )
     if output == Output.json:
         _json(report.model_dump(mode="json"))

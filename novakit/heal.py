@@ -93,6 +93,13 @@ What it corrects, and why each rule is what it is:
 * **Orphan guests** (no live instance on that host owns them) are reported and
   destroyed only when ``destroy_orphans`` is set.
 
+* **Unmanaged guests** (domains novakit did not create, which no host lists as
+  novakit's) are left alone, unless ``import_unmanaged`` is set: then every host
+  that answered has them imported as servers with claims, by
+  ``novakit.compute.importer`` (the same decisions as ``novakit host import``),
+  into ``import_project`` (default the caller's); each is an ``imported_guest``
+  correction, not applied when refused (its ``error`` says why).
+
 An instance whose row changed after the hosts were asked is skipped: its
 guest list is older than its record. Every write is guarded by the states it
 read (and a take-over by the owner it read), so a user's concurrent action
@@ -150,6 +157,7 @@ Kind = Literal[
     "abandoned_action",
     "orphan_allocation",
     "orphan_guest",
+    "imported_guest",
 ]
 
 _OFF = (PowerState.SHUTDOWN, PowerState.CRASHED)
@@ -263,6 +271,9 @@ class Healer:
         base = ctx or RequestContext.admin()
         # Heal acts for the system, as Nova's periodic tasks use an admin context.
         self.ctx = RequestContext("admin", "admin", ["admin"], base.request_id)
+        # Servers heal imports belong to the caller's project (or the one asked for), by its user.
+        self._import_as = (base.user_id, ["admin"], base.request_id)
+        self.import_project_default = base.project_id
         self.rpc = rpc or ComputeRPC(db, conf)
         self.clock = clock or utcnow
         self._conductor: Conductor | None = None
@@ -292,6 +303,8 @@ class Healer:
         dry_run: bool = False,
         destroy_orphans: bool = False,
         unreachable: dict[str, str] | None = None,
+        import_unmanaged: bool = False,
+        import_project: str | None = None,
     ) -> HealReport:
         """Compare, correct, report. ``reports`` (host -> uuid -> power state) skips asking the hosts."""
         report = HealReport(
@@ -343,7 +356,37 @@ class Healer:
         if not wanted:
             report.corrections.extend(self._abandoned_actions(dry_run))
         report.corrections.extend(self._orphan_allocations(wanted, dry_run))
+        if import_unmanaged:
+            report.corrections.extend(self._import_unmanaged(report, dry_run, import_project))
         return report
+
+    def _import_unmanaged(self, report: HealReport, dry_run: bool, project: str | None) -> list[Correction]:
+        from novakit.compute import importer
+
+        ctx = RequestContext(project or self.import_project_default, *self._import_as)
+        imports, failed = importer.import_hosts(
+            self.db, self.conf, report.hosts, ctx=ctx, dry_run=dry_run, rpc=self.rpc
+        )
+        report.unreachable.update(failed)
+        out = []
+        for one in imports:
+            for g in one.guests:
+                if g.outcome == "skipped":
+                    continue  # already a server: nothing to correct
+                out.append(
+                    Correction(
+                        kind="imported_guest",
+                        instance=g.uuid,
+                        host=one.host,
+                        before=f"unmanaged {g.name}/{g.power_state}",
+                        after=g.vm_state or "unmanaged",
+                        detail=f"a guest novakit did not create; flavor {g.flavor or '-'}"
+                        + (" (recorded for it)" if g.flavor_created else ""),
+                        applied=g.outcome == "imported",
+                        error=g.reason or None,
+                    )
+                )
+        return out
 
     # ------------------------------------------------------------------ reading
 
@@ -977,6 +1020,8 @@ def heal(
     dry_run: bool = False,
     destroy_orphans: bool = False,
     unreachable: dict[str, str] | None = None,
+    import_unmanaged: bool = False,
+    import_project: str | None = None,
     ctx: RequestContext | None = None,
     rpc: ComputeRPC | None = None,
     clock: Callable[[], dt.datetime] | None = None,
@@ -994,6 +1039,12 @@ def heal(
     """
     if ctx is not None:
         policy.authorize(ctx, "heal")
+        if import_unmanaged:
+            policy.authorize(ctx, "host:import")
+    if import_project is not None:
+        from novakit.compute.importer import validate_project
+
+        import_project = validate_project(import_project)
     return Healer(db, conf, ctx, rpc, clock).run(
         hosts,
         reports,
@@ -1001,6 +1052,8 @@ def heal(
         dry_run=dry_run,
         destroy_orphans=destroy_orphans,
         unreachable=unreachable,
+        import_unmanaged=import_unmanaged,
+        import_project=import_project,
     )
 
 

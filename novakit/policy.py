@@ -25,6 +25,7 @@ ADMIN_ONLY: dict[str, str] = {
     "host:force_down": "force a host down or up",
     "host:heartbeat": "record a host's contact (heartbeat)",
     "host:list": "list hosts with their usage and state",
+    "host:import": "turn guests on a host that novakit did not create into servers with claims",
     "host:show": "see which host and node a server is on, and the scheduler's per-host explanation",
     "flavor:create": "create a flavor",
     "flavor:delete": "delete a flavor",

@@ -98,7 +98,11 @@ _LIFECYCLE: dict[str, tuple[str, Callable[[ComputeDriver, InstanceSpec, dict[str
 
 def _event_name(operation: str) -> str:
     """The event an operation is recorded under on the host (Nova's names)."""
-    names = {"rebuild": "compute_rebuild_instance", "destroy": "compute_terminate_instance"}
+    names = {
+        "rebuild": "compute_rebuild_instance",
+        "destroy": "compute_terminate_instance",
+        "adopt": "compute_import_instance",
+    }
     return names.get(operation) or _LIFECYCLE[operation][0]
 
 
@@ -213,6 +217,10 @@ class ComputeManager:
                     self._in_order(request, i, lambda i: self.lifecycle(op, i, request.options))
                     for i in request.instances
                 ]
+            elif op == "adopt":
+                result.results = [self._in_order(request, i, self.adopt_instance) for i in request.instances]
+            elif op == "list_unmanaged":
+                result.unmanaged = self.driver.list_unmanaged()
             elif op == "get_info":
                 result.results = [self.get_info(i) for i in request.instances]
             elif op == "list_instances":
@@ -328,6 +336,18 @@ class ComputeManager:
             return rec.result
         rec.result.ok = True
         rec.result.power_state = int(PowerState.NOSTATE)
+        return rec.result
+
+    def adopt_instance(self, instance: InstanceSpec) -> InstanceResult:
+        """Make a guest novakit did not create ``instance``'s (a brownfield import)."""
+        rec = _Recorder(self.host, instance.uuid)
+        try:
+            with rec.event("compute_import_instance"):
+                self.driver.adopt(instance)
+        except Exception:
+            return rec.result
+        rec.result.ok = True
+        self._observe(instance, rec.result, quiet=True)
         return rec.result
 
     def get_info(self, instance: InstanceSpec) -> InstanceResult:

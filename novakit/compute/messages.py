@@ -34,6 +34,10 @@ Operation = Literal[
     "list_instances",
     "get_available_resource",
     "console_output",
+    # Brownfield import (``novakit.compute.importer``): the guests novakit does not own, and
+    # marking one as an instance's so that every later operation finds it.
+    "list_unmanaged",
+    "adopt",
 ]
 
 
@@ -186,6 +190,26 @@ class HostResources(_Model):
     traits: list[str] = Field(default_factory=list)
 
 
+class UnmanagedGuest(_Model):
+    """A guest on a host that novakit did not create, as an import needs to know it.
+
+    ``root_gb`` is the first disk's virtual size and ``ephemeral_gb`` the other disks'
+    together, each rounded up to whole GiB (what a flavor would have to give it).
+    ``problem`` says why it cannot be imported as it is (a disk whose size the host
+    cannot read), or is None.
+    """
+
+    uuid: str
+    name: str
+    vcpus: int
+    memory_mb: int
+    root_gb: int
+    ephemeral_gb: int = 0
+    power_state: int
+    disks: list[str] = Field(default_factory=list)  # the disks' targets (vda, ...), for the report
+    problem: str | None = None
+
+
 class ComputeResult(_Model):
     request_id: str
     host: str
@@ -193,4 +217,5 @@ class ComputeResult(_Model):
     results: list[InstanceResult] = Field(default_factory=list)
     resources: HostResources | None = None
     instances_on_host: dict[str, int] | None = None  # uuid -> power state
+    unmanaged: list[UnmanagedGuest] | None = None  # operation list_unmanaged
     error: Fault | None = None  # the whole request failed (driver unusable, ...)

@@ -115,6 +115,19 @@ def why_not_fits(resources: dict[str, int], rows: Sequence[Any]) -> str:
     return ""
 
 
+def why_not_claimable(
+    session: Session, consumer_uuid: str, provider_id: int, resources: dict[str, int]
+) -> str:
+    """Why a claim of ``resources`` on the provider would not fit now; empty if it would.
+
+    The claim's own check, read without claiming: what a dry run reports.
+    """
+    rows = session.execute(_STATE, {"consumer": consumer_uuid, "id": provider_id}).all()
+    if not rows:
+        return "provider no longer exists"
+    return why_not_fits(resources, rows)
+
+
 _TRY_LOCK = text("SELECT id FROM resource_providers WHERE id = :id FOR NO KEY UPDATE SKIP LOCKED")
 
 

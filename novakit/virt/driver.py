@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions
-from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec
+from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec, UnmanagedGuest
 from novakit.compute.states import PowerState
 
 
@@ -148,6 +148,21 @@ class ComputeDriver:
 
     def list_instances(self) -> dict[str, PowerState]:
         """Every guest novakit owns on this host: instance uuid -> power state."""
+        raise NotImplementedError
+
+    def list_unmanaged(self) -> list[UnmanagedGuest]:
+        """Every guest on this host that novakit does not own (``list_instances`` leaves it out):
+        what a brownfield import reads. Nothing is changed on the host."""
+        raise NotImplementedError
+
+    def adopt(self, instance: InstanceSpec) -> None:
+        """Make the unmanaged guest whose uuid is ``instance.uuid`` this instance's guest.
+
+        Post-condition: ``list_instances`` lists it and every operation on ``instance``
+        finds it; ``list_unmanaged`` no longer does. Its power state, disks and devices
+        are left as they are. Idempotent for a guest already adopted; raises
+        InstanceNotFound when the host has no such guest (it was removed meanwhile).
+        """
         raise NotImplementedError
 
     def get_interface_addresses(self, instance: InstanceSpec) -> list[str]:

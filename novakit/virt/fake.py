@@ -27,6 +27,10 @@ which is how a test points one host of an inventory at a failure:
     finds it CRASHED. ``crash(uuid)`` does the same on demand.
 
 ``vanish(uuid)`` deletes a guest behind novakit's back, for tests of healing.
+``define_foreign(...)`` defines a guest novakit did not create (someone ran
+``virt-install``), for tests of brownfield imports: it is ``foreign`` in the
+state file until ``adopt`` makes it an instance's; till then ``list_instances``
+and every operation on an instance leave it alone, as the libvirt driver does.
 
 An admin password reaches a fake guest as the libvirt driver's reaches a real
 one: its hash is recorded with the guest (``admin_password_hash``) and the
@@ -52,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions, files
-from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec
+from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec, UnmanagedGuest
 from novakit.compute.states import PowerState
 from novakit.virt import admin_password_line, guest_ready_line
 from novakit.virt.driver import ComputeDriver, InstanceInfo
@@ -193,10 +197,10 @@ class FakeDriver(ComputeDriver):
             raise
 
     def _guest(self, state: dict[str, Any], uuid: str) -> dict[str, Any]:
-        try:
-            guest: dict[str, Any] = state["instances"][uuid]
-        except KeyError:
-            raise exceptions.InstanceNotFound(instance_id=uuid) from None
+        guest: dict[str, Any] | None = state["instances"].get(uuid)
+        if guest is None or guest.get("foreign"):
+            # A foreign guest is nobody's instance until it is adopted.
+            raise exceptions.InstanceNotFound(instance_id=uuid)
         return guest
 
     @staticmethod
@@ -310,7 +314,9 @@ class FakeDriver(ComputeDriver):
 
     def destroy(self, instance: InstanceSpec) -> None:
         with self._locked_state() as state:
-            state["instances"].pop(instance.uuid, None)
+            guest = state["instances"].get(instance.uuid)
+            if guest is not None and not guest.get("foreign"):
+                del state["instances"][instance.uuid]
 
     def power_off(self, instance: InstanceSpec, timeout: float = 60, retry_interval: float = 5) -> None:
         with self._locked_state() as state:
@@ -387,7 +393,38 @@ class FakeDriver(ComputeDriver):
         with self._locked_state() as state:
             for guest in state["instances"].values():
                 self._settle(guest)
-            return {uuid: PowerState(g["power_state"]) for uuid, g in state["instances"].items()}
+            return {
+                uuid: PowerState(g["power_state"])
+                for uuid, g in state["instances"].items()
+                if not g.get("foreign")
+            }
+
+    def list_unmanaged(self) -> list[UnmanagedGuest]:
+        with self._locked_state(readonly=True) as state:
+            return [
+                UnmanagedGuest(
+                    uuid=uuid,
+                    name=g["name"],
+                    vcpus=g["vcpus"],
+                    memory_mb=g["memory_mb"],
+                    root_gb=g["disk_gb"] - g.get("ephemeral_gb", 0),
+                    ephemeral_gb=g.get("ephemeral_gb", 0),
+                    power_state=g["power_state"],
+                    disks=["vda", "vdb"] if g.get("ephemeral_gb") else ["vda"],
+                )
+                for uuid, g in sorted(state["instances"].items(), key=lambda item: item[1]["name"])
+                if g.get("foreign")
+            ]
+
+    def adopt(self, instance: InstanceSpec) -> None:
+        with self._locked_state() as state:
+            guest = state["instances"].get(instance.uuid)
+            if guest is None:
+                raise exceptions.InstanceNotFound(instance_id=instance.uuid)
+            if guest.pop("foreign", False):
+                guest.update(
+                    project_id=instance.project_id, user_id=instance.user_id, flavor=instance.flavor.name
+                )
 
     def get_interface_addresses(self, instance: InstanceSpec) -> list[str]:
         with self._locked_state(readonly=True) as state:
@@ -415,6 +452,43 @@ class FakeDriver(ComputeDriver):
             guest["power_state"] = int(PowerState.CRASHED)
             guest.pop("crash_pending", None)
             _console(guest, "Kernel panic - not syncing: fake crash (novakit fake driver)")
+
+    def define_foreign(
+        self,
+        name: str,
+        *,
+        vcpus: int = 1,
+        memory_mb: int = 1024,
+        root_gb: int = 10,
+        ephemeral_gb: int = 0,
+        power_state: PowerState = PowerState.RUNNING,
+        uuid: str | None = None,
+    ) -> str:
+        """Define a guest novakit did not create (as ``virt-install`` would); returns its uuid."""
+        import uuid as uuidlib
+
+        uuid = uuid or str(uuidlib.uuid4())
+        with self._locked_state() as state:
+            self._refuse_duplicate(state, uuid)
+            state["instances"][uuid] = {
+                "foreign": True,
+                "name": name,
+                "hostname": name,
+                "project_id": "",
+                "user_id": "",
+                "image_id": "",
+                "flavor": "",
+                "vcpus": vcpus,
+                "memory_mb": memory_mb,
+                "disk_gb": root_gb + ephemeral_gb,
+                "ephemeral_gb": ephemeral_gb,
+                "networks": 1,
+                "config_drive": False,
+                "power_state": int(power_state),
+                "created_at": _now(),
+                "console": [],
+            }
+        return uuid
 
     def vanish(self, uuid: str) -> None:
         """Delete a guest behind novakit's back (someone ran ``virsh undefine``)."""

@@ -14,6 +14,8 @@ description:
     guest vanished goes to C(error) with a fault; builds stuck in C(building) past
     C(compute.build_timeout) go to C(error) and free their claim; allocations held by no live
     server are removed; guests no server owns are reported (and destroyed with O(destroy_orphans)).
+  - With O(import_unmanaged), guests that novakit did not create on the hosts that answered become
+    servers with their claims, as C(novakit host import) does (an C(imported_guest) correction each).
   - A host without an answer in O(guests) is reported as unreachable and its servers are left alone.
 version_added: 0.1.0
 author: novakit developers (@novakit)
@@ -26,7 +28,8 @@ attributes:
     support: partial
     details:
       - Check mode is O(dry_run) - RV(report) lists every correction a real run would make, with
-        C(applied) false; C(changed) stays false, as nothing was changed.
+        C(applied) false (with O(import_unmanaged), each guest it would import, its flavor and whether
+        its claim fits); C(changed) stays false, as nothing was changed.
   diff_mode:
     support: none
 options:
@@ -53,6 +56,16 @@ options:
     description: Destroy guests that no live server on their host owns.
     type: bool
     default: false
+  import_unmanaged:
+    description:
+      - Import the guests novakit did not create as servers with claims (an existing flavor of their
+        size, else a private C(imported-...) flavor recorded for them). A guest whose claim does not
+        fit its host is refused, with placement's reason. Admin only (C(host:import)).
+    type: bool
+    default: false
+  import_project:
+    description: The project imported servers belong to (default the caller's).
+    type: str
 """
 
 EXAMPLES = r"""
@@ -88,7 +101,7 @@ report:
       elements: dict
       contains:
         kind:
-          description: C(power_state), C(stopped), C(vanished), C(build_timeout), C(build_adopted), C(orphan_allocation) or C(orphan_guest).
+          description: C(power_state), C(stopped), C(vanished), C(build_timeout), C(build_adopted), C(orphan_allocation), C(orphan_guest) or C(imported_guest).
           type: str
         instance:
           description: The instance (or, for an orphan guest, the guest's uuid).
@@ -137,6 +150,8 @@ class HealModule(NovakitModule):
         "hosts": {"type": "list", "elements": "str"},
         "dry_run": {"type": "bool", "default": False},
         "destroy_orphans": {"type": "bool", "default": False},
+        "import_unmanaged": {"type": "bool", "default": False},
+        "import_project": {"type": "str"},
     }
     module_kwargs = {"supports_check_mode": True}
 
@@ -161,6 +176,8 @@ class HealModule(NovakitModule):
             ctx=self.context(),
             dry_run=self.params["dry_run"] or self.check_mode,
             destroy_orphans=self.params["destroy_orphans"],
+            import_unmanaged=self.params["import_unmanaged"],
+            import_project=self.params["import_project"],
         )
         changed = any(c.applied for c in report.corrections)
         return {"changed": changed, "report": report.model_dump(mode="json")}

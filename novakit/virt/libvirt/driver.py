@@ -28,6 +28,13 @@ disks are volumes in a storage pool on the remote host, made and filled
 through the libvirt connection (``storage.RemoteStorage``); the image cache
 stays local and verifies each image before its one upload. There an instance
 owns every volume named ``<uuid>.*`` instead of a directory.
+
+A guest novakit did not create (a brownfield import, ``novakit.compute.importer``)
+keeps its name and disks; ``adopt`` writes novakit's ``<metadata>`` element into
+it, and from then on it is the instance whose uuid is the domain's uuid (Nova's
+instance uuid is the libvirt domain uuid too). Destroying it removes the domain,
+its saved memory and NVRAM, not its disk files: novakit did not make them and
+cannot know what else uses them.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions
-from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec
+from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec, UnmanagedGuest
 from novakit.compute.states import PowerState
 from novakit.virt.driver import ComputeDriver, InstanceInfo
 from novakit.virt.libvirt import config as vconfig
@@ -116,14 +123,40 @@ class LibvirtDriver(ComputeDriver):
         return self.instances_path / uuid
 
     def _lookup(self, uuid: str) -> Guest | None:
-        """The domain novakit made for this instance, or None."""
+        """The domain novakit made (or adopted) for this instance, or None."""
         try:
             domain = self._conn().lookupByName(vconfig.domain_name(uuid))
+        except self.libvirt.libvirtError as exc:
+            if exc.get_error_code() != self.libvirt.VIR_ERR_NO_DOMAIN:
+                raise self._compute_error("look up", uuid, exc) from None
+            domain = self._lookup_by_uuid(uuid)
+            if domain is None or self._owned_uuid(domain) != uuid:
+                return None  # no domain, or one novakit does not own: never touched
+        return Guest(domain, uuid)
+
+    def _lookup_by_uuid(self, uuid: str) -> Any:
+        try:
+            return self._conn().lookupByUUIDString(uuid)
         except self.libvirt.libvirtError as exc:
             if exc.get_error_code() == self.libvirt.VIR_ERR_NO_DOMAIN:
                 return None
             raise self._compute_error("look up", uuid, exc) from None
-        return Guest(domain, uuid)
+
+    def _owned_uuid(self, dom: Any) -> str | None:
+        """The instance uuid of a domain novakit made or adopted, else None."""
+        owned = vconfig.owned_uuid(dom.name(), dom.UUIDString())
+        if owned is not None:
+            return owned
+        try:
+            dom.metadata(self.libvirt.VIR_DOMAIN_METADATA_ELEMENT, vconfig.NOVAKIT_NS, 0)
+        except self.libvirt.libvirtError as exc:
+            if exc.get_error_code() in (
+                self.libvirt.VIR_ERR_NO_DOMAIN_METADATA,
+                self.libvirt.VIR_ERR_NO_DOMAIN,
+            ):
+                return None
+            raise
+        return str(dom.UUIDString()).lower()
 
     def _guest(self, instance: InstanceSpec) -> Guest:
         uuid = _valid_uuid(instance.uuid)
@@ -166,7 +199,7 @@ class LibvirtDriver(ComputeDriver):
             domains = conn.listAllDomains(self.libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
             vcpus_used = memory_kib_used = 0
             for dom in domains:
-                if vconfig.owned_uuid(dom.name(), dom.UUIDString()) is None:
+                if self._owned_uuid(dom) is None:
                     continue
                 dom_info = dom.info()
                 memory_kib_used += int(dom_info[1])
@@ -473,12 +506,77 @@ class LibvirtDriver(ComputeDriver):
             domains = self._conn().listAllDomains(0)
             result = {}
             for dom in domains:
-                uuid = vconfig.owned_uuid(dom.name(), dom.UUIDString())
+                uuid = self._owned_uuid(dom)
                 if uuid is not None:
                     result[uuid] = Guest(dom, uuid).get_power_state()
         except self.libvirt.libvirtError as exc:
             raise exceptions.HypervisorUnavailable(host=self.host, reason=exc.get_error_message()) from None
         return result
+
+    def list_unmanaged(self) -> list[UnmanagedGuest]:
+        try:
+            found = [
+                self._describe(dom) for dom in self._conn().listAllDomains(0) if self._owned_uuid(dom) is None
+            ]
+        except self.libvirt.libvirtError as exc:
+            raise exceptions.HypervisorUnavailable(host=self.host, reason=exc.get_error_message()) from None
+        return sorted(found, key=lambda g: g.name)
+
+    def _describe(self, dom: Any) -> UnmanagedGuest:
+        """What an import needs of a foreign domain: its size, its disks' virtual sizes, its state."""
+        info = dom.info()  # [state, max memory KiB, memory KiB, vCPUs, cpu time]
+        problems: list[str] = []
+        sizes: list[int] = []
+        targets: list[str] = []
+        devices = ET.fromstring(dom.XMLDesc(0)).findall("devices/disk[@device='disk']")
+        for disk in devices:
+            target_elem = disk.find("target")
+            target = (target_elem.get("dev", "") if target_elem is not None else "") or "?"
+            targets.append(target)
+            try:
+                sizes.append(int(dom.blockInfo(target, 0)[0]))
+            except self.libvirt.libvirtError as exc:
+                problems.append(f"cannot read the size of disk {target}: {exc.get_error_message()}")
+        if not devices:
+            problems.append("it has no disk")
+        if not dom.isPersistent():
+            problems.append("it is a transient domain (not defined): novakit could not keep its record on it")
+        gib = [-(-size // GiB) for size in sizes]
+        return UnmanagedGuest(
+            uuid=str(dom.UUIDString()).lower(),
+            name=str(dom.name()),
+            vcpus=int(info[3]),
+            memory_mb=-(-int(info[1]) // 1024),
+            root_gb=gib[0] if gib else 0,
+            ephemeral_gb=sum(gib[1:]),
+            power_state=int(Guest(dom, str(dom.UUIDString())).get_power_state()),
+            disks=targets,
+            problem="; ".join(problems) or None,
+        )
+
+    def adopt(self, instance: InstanceSpec) -> None:
+        uuid = _valid_uuid(instance.uuid)
+        dom = self._lookup_by_uuid(uuid) if uuid else None
+        if dom is None:
+            raise exceptions.InstanceNotFound(instance_id=instance.uuid)
+        if self._owned_uuid(dom) is not None:
+            return
+        lv = self.libvirt
+        element = vconfig.InstanceMetadata.from_instance(instance).to_element()
+        # libvirt puts the element into the namespace given with it: it must come without one.
+        for node in element.iter():
+            node.tag = node.tag.rpartition("}")[2]
+        flags = lv.VIR_DOMAIN_AFFECT_CONFIG | (lv.VIR_DOMAIN_AFFECT_LIVE if dom.isActive() else 0)
+        try:
+            dom.setMetadata(
+                lv.VIR_DOMAIN_METADATA_ELEMENT,
+                ET.tostring(element, encoding="unicode"),
+                "novakit",
+                vconfig.NOVAKIT_NS,
+                flags,
+            )
+        except lv.libvirtError as exc:
+            raise self._compute_error("adopt", instance.uuid, exc) from None
 
     def get_interface_addresses(self, instance: InstanceSpec) -> list[str]:
         """Addresses from DHCP leases, then the guest agent, then the ARP table; failures count as none."""

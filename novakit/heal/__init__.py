@@ -1,0 +1,324 @@
+"""Heal: make the database agree with what the hypervisors actually run.
+
+Nova does this in periodic tasks on every compute host and, at start-up, in
+``ComputeManager._init_instance``; novakit runs it when asked (``novakit
+heal``, ``playbooks/heal.yml``), from the controller, with the hosts' guest
+lists (uuid -> power state) either fetched through each host's transport or
+handed in by a playbook that ran the ``compute`` module there.
+
+What it corrects, and why each rule is what it is:
+
+* **Power state** follows Nova's ``_sync_instance_power_state``: an instance
+  with a task running is left to its owner (the task will write its own
+  result; see *interrupted tasks* for one whose owner is gone); the recorded
+  power state becomes the reported one; and then by vm_state:
+
+  - ``active`` whose guest is SHUTDOWN or CRASHED: Nova calls its stop API, so
+    heal records a ``stop`` action and the instance ends ``stopped``.
+    A guest found SUSPENDED is stopped the same way (Nova does too), which
+    needs a real power-off on the host.
+  - ``active`` whose guest is PAUSED: only the power state changes (Nova: ignore).
+  - ``stopped`` whose guest runs (or is paused or suspended): Nova force-stops
+    it; heal powers it off through the host and records ``stop``.
+  - ``paused`` whose guest is SHUTDOWN or CRASHED: force-stopped, ``stopped``.
+  - ``suspended``, ``rescued``, ``resized``, ``error``: power state only.
+
+* **A vanished guest** (the host answered and the guest is not there): Nova
+  records NOSTATE and leaves an active instance as it is; novakit puts it in
+  ``error`` with a fault, because a server a user believes runs and that
+  cannot run is an error, and the state table then offers what helps (rebuild,
+  hard reboot, delete). An instance already in error gets NOSTATE only.
+
+* **Interrupted tasks** (a task state set, its owner gone: the lease of the
+  request that started it ran out, see ``novakit.conductor``) are finished or
+  rolled back as Nova's ``_init_instance`` does when a compute service starts
+  again, by the guest's real power state. Heal first takes the task over (a
+  guarded write that expects the old owner and an expired lease, so a live
+  owner or a second heal wins instead), then records the outcome in the
+  task's own action (its request's), with a ``conductor_heal_interrupted_task``
+  event that names the rule. ``TASK_RULES`` is the table:
+
+  ==================  ==========================  ===========================================
+  task_state          guest found                 heal does (Nova's rule)
+  ==================  ==========================  ===========================================
+  deleting            any, or none                finish the delete: destroy the guest if the
+                                                  host has it, soft-delete, free the claims
+                                                  (Nova deletes again)
+  powering-off        SHUTDOWN, CRASHED           record ``stopped`` (Nova retries the stop,
+                      otherwise                   which finds it off); else stop it again
+  powering-on         RUNNING                     record ``active``; else start it again
+                      otherwise                   (Nova retries the start)
+  rebooting           RUNNING                     soft reboot again (a pending reboot is
+                                                  retried)
+                      not running                 hard reboot instead, ``rebooting_hard``
+                                                  (Nova: a soft reboot that stopped the guest
+                                                  became a hard one)
+  rebooting_hard      any                         hard reboot again (Nova retries it)
+  pausing             PAUSED                      record ``paused`` (it happened)
+                      otherwise                   roll back: ``active``, the task cleared
+                                                  (Nova: running guest, task cleared)
+  unpausing           RUNNING                     record ``active`` (Nova clears the task)
+                      PAUSED                      unpause again (Nova retries the unpause)
+  suspending          SUSPENDED                   record ``suspended``; otherwise roll back
+                                                  as for pausing
+  resuming            RUNNING                     record ``active``; SUSPENDED: resume
+                                                  again, as for unpausing
+  rebuilding          any                         ``error`` with a fault (Nova: an
+                                                  interrupted rebuild is in error)
+  scheduling ...      (building) see *builds*
+  any other           any                         the task is cleared, the power state
+                                                  recorded (Nova clears snapshot and resize
+                                                  preparation states)
+  ==================  ==========================  ===========================================
+
+  Nova leaves a few of these as they were (``pausing`` with a paused guest,
+  ``suspending``, ``resuming``, a task on an ``error`` instance); novakit
+  applies the same rule to every vm_state, because nothing else would ever
+  clear them. A guest that vanished during a task (other than a delete) puts
+  its server in ``error`` as above, and the task's action is finished with
+  the fault. Work redone on a host that fails is recorded as the action's
+  failure (the table's ``on_failure``: a delete or hard reboot ends in error).
+
+* **Builds stuck in building** whose owner is gone (their lease, renewed at
+  every build round, ran out; a build without a lease counts from
+  ``created_at`` plus ``conf.compute.build_timeout``, as Nova's
+  ``_check_instance_build_time``): if the host lists the guest, the build
+  finished and only its result was lost (a killed playbook): the server is
+  recorded as built and keeps its claim. Otherwise: error, a fault, an event
+  on the ``create`` action, and, once the host has answered without the
+  guest, the claim freed and the host let go (as a failed build's).
+
+* **Orphan allocations** (their consumer is no live instance) are removed.
+
+* **Orphan guests** (no live instance on that host owns them) are reported and
+  destroyed only when ``destroy_orphans`` is set.
+
+* **Unmanaged guests** (domains novakit did not create, which no host lists as
+  novakit's) are left alone, unless ``import_unmanaged`` is set: then every host
+  that answered has them imported as servers with claims, by
+  ``novakit.compute.importer`` (the same decisions as ``novakit host import``),
+  into ``import_project`` (default the caller's); each is an ``imported_guest``
+  correction, not applied when refused (its ``error`` says why).
+
+An instance whose row changed after the hosts were asked is skipped: its
+guest list is older than its record. Every write is guarded by the states it
+read (and a take-over by the owner it read), so a user's concurrent action
+wins and heal skips that instance. ``clock`` is heal's "now", for its leases
+and their expiry (tests move it instead of sleeping).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sqlalchemy import select
+
+from novakit import exceptions, policy
+from novakit.compute import hosts as host_records
+from novakit.compute.messages import (
+    ComputeRequest,
+    ComputeResult,
+)
+from novakit.compute.rpc import ComputeRPC
+from novakit.compute.states import TaskState, VmState
+from novakit.config import Config
+from novakit.context import RequestContext
+from novakit.db import api as db_api
+from novakit.db.engine import Database
+from novakit.db.models import ComputeNode, utcnow
+from novakit.heal.base import (
+    RECOVER_EVENT,
+    Correction,
+    HealReport,
+    _Seen,
+)
+from novakit.heal.builds import StuckBuilds
+from novakit.heal.orphans import Orphans
+from novakit.heal.recovery import TASK_RULES, TaskRecovery
+from novakit.heal.sync import PowerSync
+
+__all__ = [
+    "RECOVER_EVENT",
+    "TASK_RULES",
+    "Correction",
+    "HealReport",
+    "Healer",
+    "heal",
+    "reports_from_compute_results",
+]
+
+
+class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans):
+    """One heal run: read the records, ask the hosts, correct what disagrees."""
+
+    # ------------------------------------------------------------------ entry
+
+    def run(
+        self,
+        hosts: Iterable[str] | None = None,
+        reports: dict[str, dict[str, int]] | None = None,
+        *,
+        reported_at: dt.datetime | None = None,
+        dry_run: bool = False,
+        destroy_orphans: bool = False,
+        unreachable: dict[str, str] | None = None,
+        import_unmanaged: bool = False,
+        import_project: str | None = None,
+    ) -> HealReport:
+        """Compare, correct, report. ``reports`` (host -> uuid -> power state) skips asking the hosts."""
+        report = HealReport(
+            request_id=self.ctx.request_id, dry_run=dry_run, unreachable=dict(unreachable or {})
+        )
+        wanted = set(hosts) if hosts else None
+        known = self._registered_hosts()
+        if wanted and wanted - set(known):
+            raise exceptions.ComputeHostNotFound(host=", ".join(sorted(wanted - set(known))))
+        targets = sorted(wanted or (set(reports) & set(known) if reports is not None else set(known)))
+        # Read the records first, then ask the hosts: a guest list younger than the records
+        # cannot make a build that finished in between look vanished.
+        started = utcnow()
+        seen = self._live_instances()
+        if reports is None:
+            reports = self._ask_hosts(targets, report, dry_run)
+            reported_at = started
+        else:
+            reports = {h: g for h, g in reports.items() if h in targets}
+            if not dry_run:
+                # The playbook's hosts answered (or not, with Ansible's reason): record each contact.
+                answered = [ComputeResult(request_id="", host=h, operation="list_instances") for h in reports]
+                host_records.record_contacts(self.db, answered, report.unreachable)
+            reported_at = reported_at or started
+        report.hosts = sorted(reports)
+        for host, guests in sorted(reports.items()):
+            guests = {u: int(p) for u, p in guests.items()}
+            mine = [s for s in seen.values() if s.host == host]
+            for s in mine:
+                if s.changed_at >= reported_at or s.vm_state == VmState.BUILDING.value:
+                    continue  # changed after the host answered (its guest list is stale), or a build
+                if s.task_state is not None:
+                    if not self._owner_gone(s):
+                        continue  # its owner will record the outcome (Nova's sync skips it too)
+                    c: Correction | None = self._recover(s, guests.get(s.uuid), host, dry_run)
+                else:
+                    c = self._sync_one(s, guests.get(s.uuid), host, dry_run)
+                if c is not None:
+                    report.corrections.append(c)
+            report.corrections.extend(
+                self._orphan_guests(host, guests, reported_at, dry_run, destroy_orphans)
+            )
+        if not wanted:
+            # A delete of a server no host holds needs no host's answer.
+            for s in seen.values():
+                if s.host is None and s.task_state == TaskState.DELETING.value and self._owner_gone(s):
+                    report.corrections.append(self._recover(s, None, None, dry_run))
+        report.corrections.extend(self._reap_stuck_builds(wanted, dry_run, reports))
+        if not wanted:
+            report.corrections.extend(self._abandoned_actions(dry_run))
+        report.corrections.extend(self._orphan_allocations(wanted, dry_run))
+        if import_unmanaged:
+            report.corrections.extend(self._import_unmanaged(report, dry_run, import_project))
+        return report
+
+    # ------------------------------------------------------------------ reading
+
+    def _registered_hosts(self) -> list[str]:
+        with self.db.reader() as session:
+            return list(session.execute(select(ComputeNode.host).where(ComputeNode.deleted == 0)).scalars())
+
+    def _live_instances(self) -> dict[str, _Seen]:
+        with self.db.reader() as session:
+            return {i.uuid: _Seen(i) for i in db_api.instance_get_all(session, self.ctx)}
+
+    def _ask_hosts(self, hosts: list[str], report: HealReport, dry_run: bool) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        if not hosts:
+            return out
+        requests = [
+            ComputeRequest(request_id=self.ctx.request_id, host=host, operation="list_instances")
+            for host in hosts
+        ]
+        answers = self.rpc.send_all(requests)
+        if not dry_run:
+            # Every answer is a contact: a host that answered is up, one that could not is down.
+            host_records.record_contacts(self.db, answers)
+        for req, result in zip(requests, answers, strict=True):
+            if result.error is not None or result.instances_on_host is None:
+                why = result.error.message if result.error else "no guest list returned"
+                report.unreachable[req.host] = why
+                continue
+            out[req.host] = dict(result.instances_on_host)
+        return out
+
+
+def heal(
+    db: Database,
+    conf: Config,
+    *,
+    hosts: Iterable[str] | None = None,
+    reports: dict[str, dict[str, int]] | None = None,
+    reported_at: dt.datetime | None = None,
+    dry_run: bool = False,
+    destroy_orphans: bool = False,
+    unreachable: dict[str, str] | None = None,
+    import_unmanaged: bool = False,
+    import_project: str | None = None,
+    ctx: RequestContext | None = None,
+    rpc: ComputeRPC | None = None,
+    clock: Callable[[], dt.datetime] | None = None,
+) -> HealReport:
+    """Compare each host's guests with the database and correct it (see the module docstring).
+
+    Without ``reports`` the hosts are asked through ``rpc`` (direct mode; a
+    ``novakit.compute.rpc.ComputeRPC``); a playbook passes the guest lists its
+    ``compute`` tasks returned, the time it asked (``reported_at``, UTC) and the
+    hosts it could not reach. ``clock``: heal's "now" (naive UTC) for leases.
+
+    ``ctx`` is the caller, who must be an admin (``novakit.policy``): heal changes every
+    project's records. Without one, the caller is the library's own (Python code that
+    holds the database, an operator by the trust model).
+    """
+    if ctx is not None:
+        policy.authorize(ctx, "heal")
+        if import_unmanaged:
+            policy.authorize(ctx, "host:import")
+    if import_project is not None:
+        from novakit.compute.importer import validate_project
+
+        import_project = validate_project(import_project)
+    return Healer(db, conf, ctx, rpc, clock).run(
+        hosts,
+        reports,
+        reported_at=reported_at,
+        dry_run=dry_run,
+        destroy_orphans=destroy_orphans,
+        unreachable=unreachable,
+        import_unmanaged=import_unmanaged,
+        import_project=import_project,
+    )
+
+
+def reports_from_compute_results(
+    registered: dict[str, Any],
+) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
+    """Guest lists from what the ``compute`` module returned per host (``operation: list_instances``).
+
+    A host with no usable answer (unreachable, failed task) is returned as
+    unreachable, never as a host without guests: that would make every server
+    on it look vanished.
+    """
+    reports: dict[str, dict[str, int]] = {}
+    missing: dict[str, str] = {}
+    for host, value in registered.items():
+        results = value.get("results") if isinstance(value, dict) else None
+        if not results or not isinstance(results, list):
+            reason = value.get("msg") if isinstance(value, dict) else None
+            missing[host] = str(reason or "no answer from the compute task")
+            continue
+        result = ComputeResult.model_validate(results[0])
+        if result.error is not None or result.instances_on_host is None:
+            missing[host] = result.error.message if result.error else "no guest list returned"
+            continue
+        reports[host] = dict(result.instances_on_host)
+    return reports, missing

@@ -1,0 +1,189 @@
+"""Builds stuck in building whose owner is gone: adopted when the guest exists, else failed."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.compute import actions
+from novakit.compute.faults import fault_from_exception
+from novakit.compute.messages import (
+    Event,
+)
+from novakit.compute.states import PowerState, VmState
+from novakit.context import RequestContext
+from novakit.db import api as db_api
+from novakit.db.models import InstanceAction, utcnow
+from novakit.heal.base import (
+    BUILD_ADOPTED_EVENT,
+    BUILD_TIMEOUT_EVENT,
+    Correction,
+    HealerBase,
+    _power,
+    _Seen,
+)
+
+
+class StuckBuilds(HealerBase):
+    """Settle builds whose owner is gone, as Nova's ``_check_instance_build_time``."""
+
+    # ------------------------------------------------------------------ stuck builds
+
+    def _reap_stuck_builds(
+        self, hosts: set[str] | None, dry_run: bool, reports: dict[str, dict[str, int]] | None = None
+    ) -> list[Correction]:
+        """Builds whose owner is gone: adopt the ones whose guest runs, fail the others.
+
+        A build whose result never reached the controller (the playbook was killed
+        after the hosts started building) may well have finished: if its host lists
+        the guest, the server is recorded as built, with the power state the host
+        reports, and keeps its claim. Otherwise it goes to error with a fault; its
+        claim is freed (and its host let go, as a failed build's) only when its host
+        answered without the guest (or it never had a host): a host that did not
+        answer may still run it, and freeing the claim then would let the scheduler
+        over-commit that host.
+        """
+        from novakit import placement
+
+        reports = reports or {}
+
+        timeout = self.conf.compute.build_timeout
+        now = self.clock()
+        with self.db.reader() as session:
+            stuck = [_Seen(i) for i in db_api.stuck_builds(session, now, now - dt.timedelta(seconds=timeout))]
+            create_requests = {
+                uuid: request_id
+                for uuid, request_id in session.execute(
+                    select(InstanceAction.instance_uuid, InstanceAction.request_id).where(
+                        InstanceAction.instance_uuid.in_([s.uuid for s in stuck]),
+                        InstanceAction.action == "create",
+                    )
+                ).all()
+            }
+        out = []
+        for s in stuck:
+            if hosts and s.host not in hosts:
+                continue
+            guests = reports.get(s.host) if s.host else None
+            if guests is not None and s.uuid in guests:
+                out.append(self._adopt_build(s, int(guests[s.uuid]), create_requests, dry_run))
+                continue
+            free_claim = s.host is None or guests is not None
+            age = int((now - s.created_at).total_seconds())
+            c = Correction(
+                kind="build_timeout",
+                instance=s.uuid,
+                host=s.host,
+                before=f"building/{s.task_state or '-'}",
+                after="error",
+                detail=f"building for {age} s, its owner ({s.task_owner or 'unknown'}) gone "
+                f"(no lease renewed within build_timeout, {timeout} s); "
+                + (
+                    "claim freed"
+                    if free_claim
+                    else f"claim kept until {s.host} answers (it may still run the guest)"
+                ),
+            )
+            if dry_run:
+                out.append(c)
+                continue
+            exc = exceptions.ComputeError(
+                reason=f"build of instance {s.uuid} timed out: no word from it for {timeout} seconds "
+                f"(stuck in {s.task_state or 'building'}); set to error state"
+            )
+            fault = fault_from_exception(exc, s.host)
+            fault.details = None  # no traceback: nothing raised, a clock ran out
+            create_ctx = self.ctx.with_request_id(create_requests.get(s.uuid, self.ctx.request_id))
+            at = utcnow()
+            event = Event(
+                event=BUILD_TIMEOUT_EVENT,
+                start_time=at,
+                finish_time=at,
+                result="Error",
+                host=s.host,
+                details=c.detail,
+            )
+
+            def write(
+                session: Session,
+                s: _Seen = s,
+                create_ctx: RequestContext = create_ctx,
+                event: Event = event,
+                fault: Any = fault,
+                free_claim: bool = free_claim,
+            ) -> None:
+                values: dict[str, Any] = {"vm_state": VmState.ERROR, "task_state": None}
+                if free_claim:
+                    values.update(host=None, node=None)
+                db_api.instance_update(
+                    session,
+                    s.uuid,
+                    values,
+                    expected_vm_state=[VmState.BUILDING],
+                    expected_task_state=[s.task_state],
+                    expected_owner=s.task_owner,
+                    lease_expired_at=self.clock(),
+                )
+                actions.record_outcome(
+                    session, create_ctx, s.uuid, start="create", events=[event], fault=fault, finish="create"
+                )
+
+            c.applied = self._write(c, write)
+            if c.applied:
+                if free_claim:
+                    placement.remove_allocations(self.db, s.uuid)
+                self.notifier.state_update(s.uuid, ("building", s.task_state), ("error", None), host=s.host)
+                self.notifier.emit("instance.create.error", s.uuid, fault=fault.message)
+            out.append(c)
+        return out
+
+    def _adopt_build(
+        self, s: _Seen, power: int, create_requests: dict[str, str], dry_run: bool
+    ) -> Correction:
+        power_state = PowerState(power) if power in PowerState._value2member_map_ else PowerState.NOSTATE
+        running = power_state == PowerState.RUNNING
+        after = VmState.ACTIVE if running else VmState.STOPPED
+        c = Correction(
+            kind="build_adopted",
+            instance=s.uuid,
+            host=s.host,
+            before=f"building/{s.task_state or '-'}",
+            after=after.value,
+            detail=f"the build finished on {s.host} but its result never reached the "
+            f"controller; the guest is {_power(power)}: recorded as built, claim kept",
+        )
+        if dry_run:
+            return c
+        create_ctx = self.ctx.with_request_id(create_requests.get(s.uuid, self.ctx.request_id))
+        now = utcnow()
+        event = Event(
+            event=BUILD_ADOPTED_EVENT,
+            start_time=now,
+            finish_time=now,
+            result="Success",
+            host=s.host,
+            details=c.detail,
+        )
+
+        def write(session: Session) -> None:
+            db_api.instance_update(
+                session,
+                s.uuid,
+                {"vm_state": after, "task_state": None, "power_state": int(power_state), "launched_at": now},
+                expected_vm_state=[VmState.BUILDING],
+                expected_task_state=[s.task_state],
+                expected_owner=s.task_owner,
+                lease_expired_at=self.clock(),
+            )
+            actions.record_outcome(
+                session, create_ctx, s.uuid, start="create", events=[event], finish="create"
+            )
+
+        c.applied = self._write(c, write)
+        if c.applied:
+            self.notifier.state_update(s.uuid, ("building", s.task_state), (after.value, None), host=s.host)
+        return c

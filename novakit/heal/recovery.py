@@ -1,0 +1,293 @@
+"""Interrupted tasks: finished or rolled back by the guest's power state, as Nova's ``_init_instance``."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.compute import actions
+from novakit.compute.faults import fault_from_exception
+from novakit.compute.messages import (
+    Event,
+    InstanceResult,
+)
+from novakit.compute.states import ACTIONS, PowerState, TaskState, VmState
+from novakit.context import RequestContext
+from novakit.db import api as db_api
+from novakit.db.models import Instance, InstanceAction, utcnow
+from novakit.heal.base import (
+    LOG,
+    RECOVER_EVENT,
+    Correction,
+    HealerBase,
+    _power,
+    _power_state,
+    _Seen,
+)
+
+# What heal does with an interrupted task (module docstring):
+#   finish     the action happened: record where it ends, with the guest's power state
+#   retry      run the action's operation on the host again and record its result
+#   retry_hard a soft reboot becomes a hard one (the task state too)
+#   roll_back  it did not happen: the task is cleared, the vm_state stays
+#   error      the instance goes to error with a fault
+Step = Literal["finish", "retry", "retry_hard", "roll_back", "error"]
+T, P = TaskState, PowerState
+#: task_state -> (the state table's action, {guest power state: step}, step for any other)
+TASK_RULES: dict[TaskState, tuple[str, dict[PowerState, Step], Step]] = {
+    T.DELETING: ("delete", {}, "retry"),
+    T.POWERING_OFF: ("stop", {P.SHUTDOWN: "finish", P.CRASHED: "finish"}, "retry"),
+    T.POWERING_ON: ("start", {P.RUNNING: "finish"}, "retry"),
+    T.REBOOTING: ("reboot", {P.RUNNING: "retry"}, "retry_hard"),
+    T.REBOOT_STARTED: ("reboot", {P.RUNNING: "finish"}, "retry_hard"),
+    T.REBOOTING_HARD: ("reboot_hard", {}, "retry"),
+    T.REBOOT_STARTED_HARD: ("reboot_hard", {P.RUNNING: "finish"}, "retry"),
+    T.PAUSING: ("pause", {P.PAUSED: "finish"}, "roll_back"),
+    T.UNPAUSING: ("unpause", {P.RUNNING: "finish", P.PAUSED: "retry"}, "roll_back"),
+    T.SUSPENDING: ("suspend", {P.SUSPENDED: "finish"}, "roll_back"),
+    T.RESUMING: ("resume", {P.RUNNING: "finish", P.SUSPENDED: "retry"}, "roll_back"),
+    T.REBUILDING: ("rebuild", {}, "error"),
+    T.REBUILD_BLOCK_DEVICE_MAPPING: ("rebuild", {}, "error"),
+    T.REBUILD_SPAWNING: ("rebuild", {}, "error"),
+}
+_STEP_SAYS = {
+    "finish": "the guest shows it happened: recorded as done",
+    "retry": "run again on the host",
+    "retry_hard": "the guest is not running: rebooted hard instead",
+    "roll_back": "it did not happen: the task is cleared and the server stays as it was",
+    "error": "an interrupted rebuild leaves the server in error",
+}
+
+
+def _expected_end(step: str, action: str | None, vm_state: str) -> str:
+    """Where a recovery step leaves the instance, for a dry run's report."""
+    if step in ("finish", "retry", "retry_hard") and action is not None:
+        end = ACTIONS["reboot_hard" if step == "retry_hard" else action].end_vm_state
+        return end.value if end is not None else vm_state
+    return VmState.ERROR.value if step in ("vanished", "error") else vm_state
+
+
+class TaskRecovery(HealerBase):
+    """Take over a task whose owner is gone and end it by ``TASK_RULES``."""
+
+    # ------------------------------------------------------------------ interrupted tasks
+
+    def _recover(self, s: _Seen, reported: int | None, host: str | None, dry_run: bool) -> Correction:
+        """Finish or roll back ``s``'s task, whose owner is gone, by ``TASK_RULES``.
+
+        ``reported``: the guest's power state on ``host``, None when the host has no guest
+        for it (or it has no host).
+        """
+        task = str(s.task_state)
+        power = None if reported is None else _power_state(reported)
+        rule = TASK_RULES.get(TaskState(task)) if task in TaskState._value2member_map_ else None
+        action: str | None = None
+        if rule is None:
+            step, says = "clear", "an unknown task: cleared, the power state recorded"
+        else:
+            action, by_power, otherwise = rule
+            if power is None and action != "delete":
+                step, says = "vanished", "the guest vanished: the server is in error"
+            else:
+                step = "finish" if power is None else by_power.get(power, otherwise)
+                says = _STEP_SAYS[step]
+        c = Correction(
+            kind="task_recovered",
+            instance=s.uuid,
+            host=host,
+            before=f"{s.vm_state}/{task}",
+            after=_expected_end(step, action, s.vm_state),
+            detail=f"the owner of its {task} task ({s.task_owner or 'unknown'}) is gone and the guest "
+            f"is {_power(power) if power is not None else 'not there'}: {says}",
+        )
+        if dry_run:
+            return c
+        if step == "retry_hard":  # Nova: a soft reboot whose guest stopped became a hard reboot
+            action, step = "reboot_hard", "retry"
+        options = self._retry_options(action)
+        try:
+            task_ctx = self.db.run_in_transaction(
+                lambda session: self._take_over(session, s, action, options)
+            )
+        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
+            c.error = f"skipped: the instance changed meanwhile ({exc.format_message()})"
+            return c
+        now = utcnow()
+        event = Event(
+            event=RECOVER_EVENT,
+            start_time=now,
+            finish_time=now,
+            result="Success" if step in ("finish", "retry") else "Error",
+            host=host,
+            details=c.detail,
+        )
+        if step in ("vanished", "clear"):
+            self._end_task(s, task_ctx, action, event, vanished=step == "vanished", power=power)
+        else:
+            assert action is not None
+            res = self._outcome(s, task_ctx, action, step, power, options, event)
+            self.conductor.finish_action(task_ctx, s.uuid, action, res, host, owner=self.ctx.request_id)
+        c.applied = True
+        c.after = self._state_now(s.uuid)
+        return c
+
+    def _take_over(
+        self, session: Session, s: _Seen, action: str | None, options: dict[str, Any]
+    ) -> RequestContext:
+        """Make heal the task's owner (only if its owner and expired lease are still as read);
+        returns the context of the action the task belongs to, to record its outcome in."""
+        values: dict[str, Any] = {
+            "task_owner": self.ctx.request_id,
+            "task_lease_until": self.conductor.lease_until(options.get("timeout") or 0),
+        }
+        if action is not None and s.task_state not in ACTIONS[action].passes:
+            values["task_state"] = ACTIONS[action].passes[0]  # a soft reboot turned hard
+        db_api.instance_update(
+            session,
+            s.uuid,
+            values,
+            expected_task_state=[s.task_state],
+            expected_owner=s.task_owner,
+            lease_expired_at=self.clock(),
+        )
+        record_as = ACTIONS[action].record_as if action is not None else "heal"
+        row = actions.unfinished_action(session, s.uuid, record_as)
+        if row is not None:
+            return self.ctx.with_request_id(row.request_id)
+        actions.action_start(session, self.ctx, s.uuid, record_as)
+        return self.ctx
+
+    def _retry_options(self, action: str | None) -> dict[str, Any]:
+        if action == "stop":
+            return {"timeout": self.conf.compute.shutdown_timeout}
+        if action in ("reboot", "reboot_hard"):
+            return {"reboot_type": "HARD" if action == "reboot_hard" else "SOFT"}
+        return {}
+
+    def _outcome(
+        self,
+        s: _Seen,
+        task_ctx: RequestContext,
+        action: str,
+        step: str,
+        power: PowerState | None,
+        options: dict[str, Any],
+        event: Event,
+    ) -> InstanceResult:
+        """What the task came to: the guest's word, or the host's answer to doing it again."""
+        power_state = int(power) if power is not None else None
+        if step == "retry":
+            request = self.conductor.prepare_action(task_ctx, s.uuid, action, options)
+            if request is not None:
+                request.request_id = self.ctx.request_id
+                result = self.rpc.send(request)
+                res = next((r for r in result.results if r.uuid == s.uuid), None)
+                res = res or InstanceResult(uuid=s.uuid, ok=False, fault=result.error)
+                return res.model_copy(update={"events": [event, *res.events]})
+            step = "finish"  # a delete of a server no host holds: nothing to do on a host
+        fault = None
+        if step == "error":
+            exc = exceptions.ComputeError(
+                reason=f"{action} of instance {s.uuid} was interrupted (its owner, "
+                f"{s.task_owner or 'unknown'}, is gone); set to error state"
+            )
+            fault = fault_from_exception(exc, s.host)
+            fault.details = None  # nothing raised: an owner went away
+        return InstanceResult(
+            uuid=s.uuid, ok=step == "finish", power_state=power_state, events=[event], fault=fault
+        )
+
+    def _end_task(
+        self,
+        s: _Seen,
+        task_ctx: RequestContext,
+        action: str | None,
+        event: Event,
+        *,
+        vanished: bool,
+        power: PowerState | None,
+    ) -> None:
+        """Clear a task heal has taken over: in error if its guest vanished, else as it was."""
+        values: dict[str, Any] = {"task_state": None}
+        fault = None
+        if vanished:
+            values.update(vm_state=VmState.ERROR, power_state=int(PowerState.NOSTATE))
+            fault = fault_from_exception(exceptions.InstanceNotFound(instance_id=s.uuid), s.host)
+            fault.message = (
+                f"The guest of instance {s.uuid} vanished from host {s.host}; set to error by heal"
+            )
+        elif power is not None:
+            values["power_state"] = int(power)
+        record_as = ACTIONS[action].record_as if action is not None else "heal"
+
+        def write(session: Session) -> None:
+            db_api.instance_update(session, s.uuid, values, expected_owner=self.ctx.request_id)
+            actions.record_outcome(session, task_ctx, s.uuid, events=[event], fault=fault, finish=record_as)
+
+        try:
+            self.db.run_in_transaction(write)
+        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
+            LOG.info("instance %s changed while heal ended its task: %s", s.uuid, exc.format_message())
+
+    def _state_now(self, uuid: str) -> str:
+        with self.db.reader() as session:
+            inst = db_api.instance_get(session, self.ctx, uuid, include_deleted=True)
+            return f"{inst.vm_state}/{_power(inst.power_state)}"
+
+    def _abandoned_actions(self, dry_run: bool) -> list[Correction]:
+        """Finish the actions whose request ended without recording an outcome.
+
+        An action belongs to a task only while its request owns that task; one whose
+        request was killed after another request took its instance over (a delete over
+        a pause, a second delete of a stuck one) or that never had a task (a lock
+        killed before its finish) would otherwise stay open for ever. Only actions
+        started longer than a lease ago: a request that just lost a race records its
+        own finish a moment later.
+        """
+        now = self.clock()
+        older = now - dt.timedelta(seconds=self.conf.compute.build_timeout)
+        with self.db.reader() as session:
+            rows = session.execute(
+                select(
+                    InstanceAction.instance_uuid,
+                    InstanceAction.action,
+                    InstanceAction.request_id,
+                    Instance.task_owner,
+                    Instance.task_state,
+                    Instance.vm_state,
+                    Instance.deleted,
+                )
+                .join(Instance, Instance.uuid == InstanceAction.instance_uuid)
+                .where(InstanceAction.finish_time.is_(None), InstanceAction.start_time < older)
+                .order_by(InstanceAction.id)
+            ).all()
+        message = f"Abandoned: its request ended without an outcome; finished by heal {self.ctx.request_id}"
+        out = []
+        for uuid, action, request_id, owner, task, vm_state, deleted in rows:
+            running = not deleted and (task is not None or vm_state == VmState.BUILDING.value)
+            if running and owner == request_id:
+                continue  # its own task, still running (or left to a later heal)
+            c = Correction(
+                kind="abandoned_action",
+                instance=uuid,
+                before=f"{action} ({request_id}) open",
+                after="finished",
+                detail=f"request {request_id} ended without recording what became of its {action}",
+            )
+            if not dry_run:
+
+                def write(
+                    session: Session, uuid: str = uuid, action: str = action, rid: str = request_id
+                ) -> None:
+                    actions.action_finish(
+                        session, self.ctx.with_request_id(rid), uuid, action, message=message
+                    )
+
+                self.db.run_in_transaction(write)
+                c.applied = True
+            out.append(c)
+        return out

@@ -24,7 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
-from novakit.compute import actions, flavors, images, passwords, schemas, states
+from novakit.compute import actions, flavors, images, listing, passwords, schemas, states
 from novakit.compute.messages import ComputeRequest
 from novakit.compute.states import (
     POWER_STATE_NAMES,
@@ -66,18 +66,42 @@ class API:
 
     # ------------------------------------------------------------------ reads
 
-    def get(self, ctx: RequestContext, ref: str) -> dict[str, Any]:
+    def get(self, ctx: RequestContext, ref: str, *, deleted: bool = False) -> dict[str, Any]:
+        """A server by name or uuid; ``deleted``: a deleted one (the last deleted of a name)."""
         with self.db.reader() as session:
-            return server_view(db_api.instance_get_by_name_or_uuid(session, ctx, ref), ctx)
+            inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref, deleted=deleted)
+            names = listing.image_names(session, {inst.image_ref} if inst.image_ref else set())
+            return server_view(inst, ctx, names.get(inst.image_ref or ""))
 
     def list(self, ctx: RequestContext, **filters: Any) -> builtins.list[dict[str, Any]]:
+        """Every server ``ctx`` may see (an admin: every project's), for the library's own
+        callers (inventory, callback); a listing as Nova's API gives it is ``list_servers``."""
         with self.db.reader() as session:
             return [server_view(i, ctx) for i in db_api.instance_get_all(session, ctx, **filters)]
 
-    def list_actions(self, ctx: RequestContext, ref: str) -> builtins.list[dict[str, Any]]:
+    def list_servers(
+        self, ctx: RequestContext, query: listing.ServerQuery | dict[str, Any] | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        """Nova's server listing: filters, scope and pages (``novakit.compute.listing``)."""
+        with self.db.reader() as session:
+            rows = listing.list_servers(session, ctx, query)
+            names = listing.image_names(session, {i.image_ref for i in rows if i.image_ref})
+            return [server_view(i, ctx, names.get(i.image_ref or "")) for i in rows]
+
+    def console_output(self, ctx: RequestContext, ref: str, lines: int | None = None) -> str:
+        """The server's console log, read from its host (``novakit.compute.console``)."""
+        from novakit.compute import console
+
+        return console.console_output(self.db, self.conductor.rpc, ctx, ref, lines)
+
+    def list_actions(
+        self, ctx: RequestContext, ref: str, *, deleted: bool = False
+    ) -> builtins.list[dict[str, Any]]:
         """The instance's actions with their events (Nova's os-instance-actions)."""
         with self.db.reader() as session:
-            inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref, include_deleted=True)
+            inst = db_api.instance_get_by_name_or_uuid(
+                session, ctx, ref, include_deleted=True, deleted=deleted
+            )
             out = []
             for a in actions.list_actions(session, inst.uuid):
                 out.append(
@@ -748,8 +772,11 @@ def host_shown(ctx: RequestContext, project_id: str, host: str) -> str:
     return host if policy.allowed(ctx, "host:show") else host_id(project_id, host)
 
 
-def server_view(inst: Instance, ctx: RequestContext) -> dict[str, Any]:
-    """A server as the caller may see it (Nova's server show, trimmed)."""
+def server_view(inst: Instance, ctx: RequestContext, image_name: str | None = None) -> dict[str, Any]:
+    """A server as the caller may see it (Nova's server show, trimmed).
+
+    ``image_name``: its image's name, when the caller has read it (listings read them at once).
+    """
     # Only a server in error shows its fault: the others never load their faults.
     fault = inst.faults[0] if inst.vm_state == "error" and inst.faults else None
     view: dict[str, Any] = {
@@ -769,6 +796,7 @@ def server_view(inst: Instance, ctx: RequestContext) -> dict[str, Any]:
         "availability_zone": inst.availability_zone,
         "flavor": dict(inst.flavor or {}),
         "image": inst.image_ref,
+        "image_name": image_name,
         "addresses": list(inst.addresses or []),
         "metadata": dict(inst.instance_metadata or {}),
         "locked": inst.locked,

@@ -34,7 +34,7 @@ options:
     description: Only servers with this status (V(ACTIVE), V(ERROR), V(SHUTOFF), ...).
     type: str
   host:
-    description: Only servers on this compute host.
+    description: Only servers on this compute host (an admin's filter; a member is refused).
     type: str
   all_projects:
     description: Every project's servers (admins only); otherwise the caller's project.
@@ -130,19 +130,18 @@ class ServerInfoModule(NovakitModule):
         from novakit import policy
 
         api, ctx, p = self.api(), self.context(), self.params
-        if p["all_projects"]:
-            policy.authorize(ctx, "servers:all_projects")
-        if ctx.is_admin and not p["all_projects"] and not p["server"]:
-            # An admin sees every project; without all_projects, show its own like anyone else.
-            servers = [s for s in api.list(ctx) if s["project_id"] == ctx.project_id]
+        if p["server"]:
+            if p["all_projects"]:
+                policy.authorize(ctx, "servers:all_projects")
+            servers = [api.get(ctx, p["server"])]
+            if p["status"] and servers[0]["status"] != p["status"].upper():
+                servers = []
+            if p["host"] and servers and servers[0]["host"] != p["host"]:
+                servers = []
         else:
-            servers = [api.get(ctx, p["server"])] if p["server"] else api.list(ctx)
-        servers = [
-            s
-            for s in servers
-            if (not p["status"] or s["status"] == p["status"].upper())
-            and (not p["host"] or s["host"] == p["host"])
-        ]
+            # The library's listing decides scope and filters, in its query (novakit.compute.listing).
+            query = {"status": p["status"], "host": p["host"], "all_projects": p["all_projects"]}
+            servers = api.list_servers(ctx, query)
         if p["with_actions"]:
             for s in servers:
                 s["actions"] = api.list_actions(ctx, s["id"])

@@ -101,3 +101,12 @@ def image_names(session: Session, refs: set[str]) -> dict[str, str]:
         return {}
     rows = session.execute(select(Image.uuid, Image.name).where(Image.uuid.in_(sorted(refs)))).all()
     return {uuid: name for uuid, name in rows}
+
+
+def server_names(session: Session, ctx: RequestContext, prefix: str = "", limit: int = 200) -> list[str]:
+    """The names of the caller's project's live servers that start with ``prefix`` (for shell
+    completion: names only, in one small query)."""
+    stmt = db_api.scoped(ctx, select(Instance.display_name)).where(Instance.project_id == ctx.project_id)
+    if prefix:
+        stmt = stmt.where(Instance.display_name.startswith(prefix, autoescape=True))
+    return list(session.execute(stmt.order_by(Instance.display_name).limit(limit)).scalars())

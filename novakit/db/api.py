@@ -34,7 +34,9 @@ from novakit.db.models import Instance, utcnow
 UNSET: Any = object()
 
 
-def _scoped(ctx: RequestContext, stmt: Select[Any], include_deleted: bool = False) -> Select[Any]:
+def scoped(ctx: RequestContext, stmt: Select[Any], include_deleted: bool = False) -> Select[Any]:
+    """``stmt`` limited to what ``ctx`` may see: live instances (unless ``include_deleted``) and,
+    for anyone but an admin, its own project's."""
     if not include_deleted:
         stmt = stmt.where(Instance.deleted == 0)
     if not ctx.is_admin:
@@ -46,7 +48,7 @@ def instance_get(
     session: Session, ctx: RequestContext, uuid: str, *, include_deleted: bool = False
 ) -> Instance:
     """The instance, if the caller may see it; another project's looks not found."""
-    stmt = _scoped(ctx, select(Instance).where(Instance.uuid == uuid), include_deleted)
+    stmt = scoped(ctx, select(Instance).where(Instance.uuid == uuid), include_deleted)
     inst = session.execute(stmt).scalar_one_or_none()
     if inst is None:
         raise exceptions.InstanceNotFound(instance_id=uuid)
@@ -79,14 +81,14 @@ def instance_get_by_name_or_uuid(
             raise exceptions.InstanceNotFound(instance_id=f"{ref} (among deleted servers)")
         return found_deleted
     if include_deleted:
-        stmt = _scoped(ctx, select(Instance).where(Instance.uuid == ref), include_deleted=True)
+        stmt = scoped(ctx, select(Instance).where(Instance.uuid == ref), include_deleted=True)
         found = session.execute(stmt).scalar_one_or_none()
         if found is not None:
             return found
-    stmt = _scoped(ctx, select(Instance).where(or_(Instance.uuid == ref, Instance.display_name == ref)))
+    stmt = scoped(ctx, select(Instance).where(or_(Instance.uuid == ref, Instance.display_name == ref)))
     matches = list(session.execute(stmt.limit(2)).scalars())
     if not matches:
-        gone = _scoped(
+        gone = scoped(
             ctx, select(Instance.id).where(Instance.display_name == ref, Instance.deleted != 0), True
         )
         if session.execute(gone.limit(1)).first() is not None:
@@ -143,7 +145,7 @@ def instance_get_all(
     listing's); ``limit``: at most this many. The order is ``sort_key``
     (``SORT_KEYS``) then the row id, ``sort_dir`` asc or desc.
     """
-    stmt = _scoped(ctx, select(Instance), include_deleted or only_deleted)
+    stmt = scoped(ctx, select(Instance), include_deleted or only_deleted)
     if only_deleted:
         stmt = stmt.where(Instance.deleted != 0)
     if project_id is not None:

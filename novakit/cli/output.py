@@ -80,11 +80,14 @@ def chosen(fmt: Format | None, output: Format | None) -> Format:
 
 
 def select(columns: Sequence[Col], wanted: Sequence[str] | None) -> list[Col]:
+    """The columns ``-c`` names: by heading first (``Image``), else by key (``image``)."""
     if not wanted:
         return list(columns)
     out = []
     for name in wanted:
-        match = next((c for c in columns if name.lower() in c.names()), None)
+        wanted_name = name.lower()
+        match = next((c for c in columns if wanted_name == c.header.lower()), None)
+        match = match or next((c for c in columns if wanted_name in c.names()), None)
         if match is None:
             known = ", ".join(c.header for c in columns)
             raise exceptions.ValidationError("column", f"{name!r} is not a column here; columns: {known}")

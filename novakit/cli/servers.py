@@ -258,9 +258,11 @@ def server_list(
     }
     caller = ctx()
     servers = guard(lambda: api().list_servers(caller, query))
-    everything = long_columns(caller.is_admin)
-    # -c chooses from every column, those of --long too.
-    columns = everything if long or column else LIST_COLUMNS
+    columns = long_columns(caller.is_admin) if long else LIST_COLUMNS
+    if column:
+        # -c chooses from every column, those of --long too.
+        shown = {c.header for c in columns}
+        columns = [*columns, *(c for c in long_columns(caller.is_admin) if c.header not in shown)]
     guard(lambda: output.emit_list(servers, columns, fmt, out, column, "servers"))
 
 

@@ -318,8 +318,11 @@ def test_every_command_has_help_and_no_flag_shows_a_value(nk: Run) -> None:  # n
 
 
 def test_server_names_complete_as_the_operator(
-    cloud: Run, env: dict[str, str | None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:  # noqa: F811
+    cloud: Run,  # noqa: F811
+    env: dict[str, str | None],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     cloud("server", "create", "alpha", "--flavor", "m1.small", "--image", "tiny", "--count", "2")
     cloud("server", "create", "beta", "--flavor", "m1.small", "--image", "tiny")
     cloud("server", "create", "alpine", "--flavor", "m1.small", "--image", "tiny", **MEMBER)

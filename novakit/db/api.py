@@ -94,8 +94,8 @@ def instance_get_by_name_or_uuid(
         if session.execute(gone.limit(1)).first() is not None:
             raise exceptions.InstanceNotFound(
                 instance_id=ref,
-                message=f"No live server is named {ref!r}; a deleted server of that name exists "
-                "(use --deleted, or deleted: true, to see it).",
+                message=f"Instance {ref} could not be found among live servers; a deleted server "
+                "of that name exists (novakit server show --deleted; deleted=True in Python).",
             )
         raise exceptions.InstanceNotFound(instance_id=ref)
     if len(matches) > 1:

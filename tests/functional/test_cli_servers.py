@@ -175,9 +175,7 @@ def test_deleted_servers_are_found_by_name_with_deleted(fleet: Run) -> None:
         0
     ]
     fleet("server", "delete", "old")
-    _one_line_error(
-        fleet("server", "show", "old", code=1), "a deleted server of that name exists (novakit server show --deleted"
-    )
+    _one_line_error(fleet("server", "show", "old", code=1), "a deleted server of that name exists (novakit")
     _one_line_error(fleet("server", "events", "old", code=1), "exists (novakit server show --deleted")
     gone = _json(fleet("server", "show", "old", "--deleted", "-f", "json"))
     assert (gone["id"], gone["status"]) == (first["id"], "DELETED")

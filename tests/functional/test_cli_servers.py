@@ -340,3 +340,28 @@ def test_server_names_complete_as_the_operator(
     assert complete_server("al") == [] and not missing.parent.exists()
     monkeypatch.setenv("NOVAKIT_DB_URL", "postgresql+psycopg://u:p@127.0.0.1:1/none")
     assert complete_server("al") == []
+
+
+def test_the_other_commands_take_the_same_formats(cloud: Run) -> None:  # noqa: F811
+    created = cloud(
+        "server", "create", "f", "--flavor", "m1.small", "--image", "tiny", "-f", "value", "-c", "Name"
+    )
+    assert created.stdout == "f\n"
+    events = cloud("server", "events", "f", "-f", "csv", "-c", "Action", "-c", "Event").stdout.splitlines()
+    assert events[0] == '"Action","Event"' and events[1].startswith('"create",') and len(events) > 2
+    assert yaml.safe_load(cloud("server", "events", "f", "-f", "yaml").stdout)[0]["action"] == "create"
+    beats = _json(cloud("host", "heartbeat", "-f", "json", "-c", "Host", "-c", "Answered"))
+    assert {"Host": "compute-1", "Answered": True} in beats
+    assert cloud("heal", "-f", "value", "-c", "Kind").stdout == ""  # nothing to correct
+    assert _json(cloud("heal", "-f", "json"))["corrections"] == []
+    listed = list(
+        csv.reader(io.StringIO(cloud("host", "list", "-f", "csv", "-c", "Host", "-c", "vCPU").stdout))
+    )
+    assert listed[0] == ["Host", "vCPU"]
+    assert sorted(listed[1:]) in (
+        [["compute-1", "1/32"], ["compute-2", "0/64"]],
+        [["compute-1", "0/32"], ["compute-2", "1/64"]],
+    )
+    _one_line_error(
+        cloud("host", "list", "-c", "Nope", code=1), "Invalid column: 'Nope' is not a column here"
+    )

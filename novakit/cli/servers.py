@@ -24,11 +24,13 @@ from novakit.cli.base import api, conf, console, ctx, err_console, guard, server
 from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
 
 
-def complete_server(incomplete: str) -> list[str]:
+def complete_server(ctx: Any, incomplete: str) -> list[str]:
     """Shell completion of server names, read as the operator's identity.
 
-    Quiet and quick whatever happens: a database that is missing (never created
-    here), down or not migrated completes nothing rather than printing an error.
+    ``ctx`` (typer's, None when called directly) gives the command line's ``--config``
+    and ``--db-url``. Quiet and quick whatever happens: a database that is missing
+    (never created here), down or not migrated completes nothing rather than
+    printing an error.
     """
     try:
         import os
@@ -38,7 +40,9 @@ def complete_server(incomplete: str) -> list[str]:
         from novakit.context import context_from
         from novakit.db.engine import Database
 
-        settings = load_config(None, db_url=os.environ.get("NOVAKIT_DB_URL") or None)
+        given = ctx.find_root().params if ctx is not None else {}
+        db_url = given.get("db_url") or os.environ.get("NOVAKIT_DB_URL") or None
+        settings = load_config(given.get("config"), db_url=db_url)
         url = settings.database_url
         if url.startswith("sqlite") and not os.path.exists(url.split("///", 1)[-1]):
             return []

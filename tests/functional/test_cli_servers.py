@@ -329,17 +329,17 @@ def test_server_names_complete_as_the_operator(
             monkeypatch.delenv(key, raising=False)
         else:
             monkeypatch.setenv(key, value)
-    assert complete_server("al") == ["alpha-1", "alpha-2"]
-    assert complete_server("") == ["alpha-1", "alpha-2", "beta"]
+    assert complete_server(None, "al") == ["alpha-1", "alpha-2"]
+    assert complete_server(None, "") == ["alpha-1", "alpha-2", "beta"]
     for key, value in MEMBER.items():
         monkeypatch.setenv(key, value)
-    assert complete_server("al") == ["alpine"]
+    assert complete_server(None, "al") == ["alpine"]
     # No database: nothing completes, nothing is printed, and no database file is made.
     missing = tmp_path / "nowhere" / "novakit.db"
     monkeypatch.setenv("NOVAKIT_DB_URL", f"sqlite:///{missing}")
-    assert complete_server("al") == [] and not missing.parent.exists()
+    assert complete_server(None, "al") == [] and not missing.parent.exists()
     monkeypatch.setenv("NOVAKIT_DB_URL", "postgresql+psycopg://u:p@127.0.0.1:1/none")
-    assert complete_server("al") == []
+    assert complete_server(None, "al") == []
 
 
 def test_the_other_commands_take_the_same_formats(cloud: Run) -> None:  # noqa: F811

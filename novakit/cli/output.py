@@ -158,7 +158,9 @@ def emit_list(
     else:
         table = Table(title=title)
         for c in cols:
-            table.add_column(c.header)
+            # A narrow terminal folds a value over lines rather than cutting it: an id cut short
+            # ("611b94b3…") cannot be pasted into the next command.
+            table.add_column(c.header, overflow="fold")
         for r in rows:
             table.add_row(*(Text(text(c.value(r))) for c in cols))
         console.print(table)
@@ -189,7 +191,7 @@ def emit_show(
     else:
         table = Table(title=title)
         table.add_column("Field")
-        table.add_column("Value")
+        table.add_column("Value", overflow="fold")
         for c in cols:
             table.add_row(c.header, Text(text(c.value(record))))
         console.print(table)

@@ -17,11 +17,13 @@ sees the text)::
     │   └── OverQuota ............... a project quota would be exceeded
     ├── NotFound (404)
     │   ├── InstanceNotFound, FlavorNotFound, ImageNotFound,
-    │   └── ComputeHostNotFound, ServerGroupNotFound, ResourceProviderNotFound
+    │   ├── ComputeHostNotFound, ServerGroupNotFound, ResourceProviderNotFound
+    │   └── MarkerNotFound .......... a listing's marker names no server of the listing
     ├── Conflict (409)
     │   ├── UnexpectedTaskStateError  a guarded state write lost a race
     │   │   └── UnexpectedDeletingTaskStateError
     │   ├── DuplicateName ........... a live server of that name exists
+    │   ├── HostInUse ............... a host that still has servers or claims cannot be deleted
     │   ├── ConcurrentUpdateDetected  retries of a compare-and-swap ran out
     │   └── ServerDiffers ........... a declared server exists with another flavor or image
     ├── NoValidHost (500) ........... the scheduler found nowhere to go;
@@ -194,6 +196,15 @@ class ServerGroupNotFound(NotFound):
     msg_fmt = "Server group %(group_id)s could not be found."
 
 
+class MarkerNotFound(NotFound):
+    """Nova's answer (400 there) to a page marker that is not a server of the listing."""
+
+    msg_fmt = (
+        "Invalid marker: %(marker)s is not a server of this listing "
+        "(the marker is the id of the last server of the previous page)"
+    )
+
+
 class ResourceProviderNotFound(NotFound):
     msg_fmt = "Resource provider %(name_or_uuid)s could not be found."
 
@@ -204,6 +215,10 @@ class ResourceProviderNotFound(NotFound):
 class Conflict(NovakitError):
     msg_fmt = "Conflict: %(reason)s"
     code = 409
+
+
+class HostInUse(Conflict):
+    msg_fmt = "Compute host %(host)s cannot be deleted: %(reason)s"
 
 
 class UnexpectedTaskStateError(Conflict):

@@ -23,6 +23,7 @@ ADMIN_ONLY: dict[str, str] = {
     "host:register": "register a compute host or change its inventory (compute_node, host add)",
     "host:disable": "disable or enable a host for scheduling",
     "host:force_down": "force a host down or up",
+    "host:delete": "delete a compute host (its service, node and resource provider)",
     "host:heartbeat": "record a host's contact (heartbeat)",
     "host:list": "list hosts with their usage and state",
     "host:import": "turn guests on a host that novakit did not create into servers with claims",

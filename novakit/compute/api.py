@@ -10,7 +10,6 @@ The work itself is the conductor's.
 from __future__ import annotations
 
 import builtins
-import hashlib
 import re
 import uuid as uuidlib
 from collections.abc import Callable
@@ -24,16 +23,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
-from novakit.compute import actions, flavors, images, passwords, schemas, states
+from novakit.compute import actions, flavors, images, listing, passwords, schemas, states
 from novakit.compute.messages import ComputeRequest
 from novakit.compute.states import (
-    POWER_STATE_NAMES,
     PowerState,
     TaskState,
     Transition,
     VmState,
-    status_from_state,
 )
+from novakit.compute.views import host_shown, server_view
 from novakit.config import Config, load_config
 from novakit.context import RequestContext
 from novakit.db import api as db_api
@@ -66,18 +64,42 @@ class API:
 
     # ------------------------------------------------------------------ reads
 
-    def get(self, ctx: RequestContext, ref: str) -> dict[str, Any]:
+    def get(self, ctx: RequestContext, ref: str, *, deleted: bool = False) -> dict[str, Any]:
+        """A server by name or uuid; ``deleted``: a deleted one (the last deleted of a name)."""
         with self.db.reader() as session:
-            return server_view(db_api.instance_get_by_name_or_uuid(session, ctx, ref), ctx)
+            inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref, deleted=deleted)
+            names = listing.image_names(session, {inst.image_ref} if inst.image_ref else set())
+            return server_view(inst, ctx, names.get(inst.image_ref or ""))
 
     def list(self, ctx: RequestContext, **filters: Any) -> builtins.list[dict[str, Any]]:
+        """Every server ``ctx`` may see (an admin: every project's), for the library's own
+        callers (inventory, callback); a listing as Nova's API gives it is ``list_servers``."""
         with self.db.reader() as session:
             return [server_view(i, ctx) for i in db_api.instance_get_all(session, ctx, **filters)]
 
-    def list_actions(self, ctx: RequestContext, ref: str) -> builtins.list[dict[str, Any]]:
+    def list_servers(
+        self, ctx: RequestContext, query: listing.ServerQuery | dict[str, Any] | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        """Nova's server listing: filters, scope and pages (``novakit.compute.listing``)."""
+        with self.db.reader() as session:
+            rows = listing.list_servers(session, ctx, query)
+            names = listing.image_names(session, {i.image_ref for i in rows if i.image_ref})
+            return [server_view(i, ctx, names.get(i.image_ref or "")) for i in rows]
+
+    def console_output(self, ctx: RequestContext, ref: str, lines: int | None = None) -> str:
+        """The server's console log, read from its host (``novakit.compute.console``)."""
+        from novakit.compute import console
+
+        return console.console_output(self.db, self.conductor.rpc, ctx, ref, lines)
+
+    def list_actions(
+        self, ctx: RequestContext, ref: str, *, deleted: bool = False
+    ) -> builtins.list[dict[str, Any]]:
         """The instance's actions with their events (Nova's os-instance-actions)."""
         with self.db.reader() as session:
-            inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref, include_deleted=True)
+            inst = db_api.instance_get_by_name_or_uuid(
+                session, ctx, ref, include_deleted=True, deleted=deleted
+            )
             out = []
             for a in actions.list_actions(session, inst.uuid):
                 out.append(
@@ -731,53 +753,3 @@ _PREPARE: dict[str, Prepare] = {
 # Built once: building an insert costs more than running it.
 _INSERT_INSTANCE = cast(Table, Instance.__table__).insert()
 _INSERT_REQUEST_SPEC = cast(Table, RequestSpec.__table__).insert()
-
-
-def host_id(project_id: str, host: str | None) -> str:
-    """Nova's ``hostId``: which host, as a project may know it (the same within a project, opaque)."""
-    if not host:
-        return ""
-    return hashlib.sha224((project_id + host).encode()).hexdigest()
-
-
-def host_shown(ctx: RequestContext, project_id: str, host: str) -> str:
-    """A host as ``ctx`` may see it: its name for an admin, else its ``host_id``."""
-    return host if policy.allowed(ctx, "host:show") else host_id(project_id, host)
-
-
-def server_view(inst: Instance, ctx: RequestContext) -> dict[str, Any]:
-    """A server as the caller may see it (Nova's server show, trimmed)."""
-    # Only a server in error shows its fault: the others never load their faults.
-    fault = inst.faults[0] if inst.vm_state == "error" and inst.faults else None
-    view: dict[str, Any] = {
-        "id": inst.uuid,
-        "name": inst.display_name,
-        "hostname": inst.hostname,
-        "status": status_from_state(inst.vm_state, inst.task_state),
-        "vm_state": inst.vm_state,
-        "task_state": inst.task_state,
-        "power_state": inst.power_state,
-        "power_state_name": POWER_STATE_NAMES.get(PowerState(inst.power_state), str(inst.power_state)),
-        # Hosts are the operator's business (Nova: OS-EXT-SRV-ATTR:host is admin-only); everyone
-        # gets the opaque host_id, the same for two servers of a project on one host.
-        "host": inst.host if policy.allowed(ctx, "host:show") else None,
-        "node": inst.node if policy.allowed(ctx, "host:show") else None,
-        "host_id": host_id(inst.project_id, inst.host),
-        "availability_zone": inst.availability_zone,
-        "flavor": dict(inst.flavor or {}),
-        "image": inst.image_ref,
-        "addresses": list(inst.addresses or []),
-        "metadata": dict(inst.instance_metadata or {}),
-        "locked": inst.locked,
-        "locked_reason": inst.locked_reason,
-        "project_id": inst.project_id,
-        "user_id": inst.user_id,
-        "reservation_id": inst.reservation_id,
-        "created": inst.created_at,
-        "updated": inst.updated_at,
-        "launched_at": inst.launched_at,
-        "terminated_at": inst.terminated_at,
-    }
-    if fault is not None:
-        view["fault"] = actions.fault_view(fault, ctx)
-    return view

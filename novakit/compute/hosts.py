@@ -345,6 +345,51 @@ def set_disabled(
     placement.set_provider_disabled(db, host, disabled)
 
 
+def delete_host(db: Database, ctx: RequestContext, host: str) -> dict[str, Any]:
+    """Remove a host: its service, compute node and resource provider, in one transaction.
+
+    Refused (HostInUse, nothing changed) while any server that is not deleted is on
+    it or any claim holds its resources: those would lose their host or their claim.
+    Safe against a boot claiming on it meanwhile: the provider's generation is
+    swapped before the checks (``placement.providers.delete_provider_in_session``),
+    so a claim that lands first makes the delete fail, and one that comes after
+    finds no provider. Nova's ``openstack compute service delete``.
+    """
+    policy.authorize(ctx, "host:delete")
+    from novakit.placement import providers
+
+    def write(session: Session) -> dict[str, Any]:
+        node = _node(session, host)
+        servers = session.execute(
+            select(func.count(Instance.id)).where(Instance.host == host, Instance.deleted == 0)
+        ).scalar_one()
+        if servers:
+            raise exceptions.HostInUse(
+                host=host,
+                reason=f"{servers} server(s) are on it; delete them first "
+                f"(novakit server list --host {host} --all-projects)",
+            )
+        # The claims are the guard against a boot in flight (its server has no host yet).
+        try:
+            removed = providers.delete_provider_in_session(session, host)
+        except exceptions.Conflict as exc:
+            raise exceptions.HostInUse(host=host, reason=exc.kwargs.get("reason", str(exc))) from None
+        now = utcnow()
+        session.execute(
+            update(ComputeNode)
+            .where(ComputeNode.host == host, ComputeNode.deleted == 0)
+            .values(deleted=ComputeNode.id, deleted_at=now)
+        )
+        session.execute(
+            update(Service)
+            .where(Service.host == host, Service.binary == BINARY, Service.deleted == 0)
+            .values(deleted=Service.id, deleted_at=now)
+        )
+        return {"host": host, "uuid": node.uuid, "provider_deleted": removed}
+
+    return db.run_in_transaction(write)
+
+
 def _service(session: Session, host: str) -> Service:
     svc = session.execute(
         select(Service).where(Service.host == host, Service.binary == BINARY, Service.deleted == 0)

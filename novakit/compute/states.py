@@ -135,6 +135,31 @@ def status_from_state(vm_state: str, task_state: str | None = None) -> str:
     return task_map["default"]
 
 
+#: every status a server can show, as ``server list --status`` accepts them
+STATUSES: tuple[str, ...] = tuple(sorted({s for m in STATUS_MAP.values() for s in m.values()}))
+
+
+def states_for_status(status: str) -> list[tuple[str, str | None, tuple[str, ...]]]:
+    """The (vm_state, task_state, other task states) that show ``status``: the reverse of
+    ``status_from_state``, for a listing that filters by status in its query.
+
+    ``task_state`` None is the vm_state's default: any task state but the ``other`` ones, which
+    show a status of their own. Raises ValidationError for a status no server can show.
+    """
+    wanted = status.upper()
+    if wanted not in STATUSES:
+        from novakit import exceptions
+
+        raise exceptions.ValidationError("status", f"{status!r} is not one of {', '.join(STATUSES)}")
+    out: list[tuple[str, str | None, tuple[str, ...]]] = []
+    for vm_state, task_map in STATUS_MAP.items():
+        own = tuple(sorted(str(k) for k in task_map if k != "default"))
+        for key, shown in task_map.items():
+            if shown == wanted:
+                out.append((vm_state.value, None if key == "default" else str(key), own))
+    return out
+
+
 # Marker for "any vm_state" / "any task_state" in the table.
 ANY: frozenset[str] = frozenset({"*"})
 

@@ -34,7 +34,9 @@ from novakit.db.models import Instance, utcnow
 UNSET: Any = object()
 
 
-def _scoped(ctx: RequestContext, stmt: Select[Any], include_deleted: bool = False) -> Select[Any]:
+def scoped(ctx: RequestContext, stmt: Select[Any], include_deleted: bool = False) -> Select[Any]:
+    """``stmt`` limited to what ``ctx`` may see: live instances (unless ``include_deleted``) and,
+    for anyone but an admin, its own project's."""
     if not include_deleted:
         stmt = stmt.where(Instance.deleted == 0)
     if not ctx.is_admin:
@@ -46,7 +48,7 @@ def instance_get(
     session: Session, ctx: RequestContext, uuid: str, *, include_deleted: bool = False
 ) -> Instance:
     """The instance, if the caller may see it; another project's looks not found."""
-    stmt = _scoped(ctx, select(Instance).where(Instance.uuid == uuid), include_deleted)
+    stmt = scoped(ctx, select(Instance).where(Instance.uuid == uuid), include_deleted)
     inst = session.execute(stmt).scalar_one_or_none()
     if inst is None:
         raise exceptions.InstanceNotFound(instance_id=uuid)
@@ -54,24 +56,65 @@ def instance_get(
 
 
 def instance_get_by_name_or_uuid(
-    session: Session, ctx: RequestContext, ref: str, *, include_deleted: bool = False
+    session: Session,
+    ctx: RequestContext,
+    ref: str,
+    *,
+    include_deleted: bool = False,
+    deleted: bool = False,
 ) -> Instance:
-    """By uuid or by name (names are unique per project among live servers)."""
+    """By uuid or by name (names are unique per project among live servers).
+
+    ``include_deleted``: a deleted server is found by its uuid too. ``deleted``: only deleted
+    servers, by uuid or by name; of several deleted servers of one name, the one deleted last.
+    A name that matches no live server but a deleted one says so, and how to reach it.
+    """
+    if deleted:
+        by_ref = or_(Instance.uuid == ref, Instance.display_name == ref)
+        stmt = select(Instance).where(Instance.deleted != 0, by_ref)
+        if not ctx.is_admin:
+            stmt = stmt.where(Instance.project_id == ctx.project_id)
+        # A uuid match first; then the most recently deleted of the name.
+        stmt = stmt.order_by((Instance.uuid == ref).desc(), Instance.deleted_at.desc(), Instance.id.desc())
+        found_deleted = session.execute(stmt.limit(1)).scalar_one_or_none()
+        if found_deleted is None:
+            raise exceptions.InstanceNotFound(instance_id=f"{ref} (among deleted servers)")
+        return found_deleted
     if include_deleted:
-        stmt = _scoped(ctx, select(Instance).where(Instance.uuid == ref), include_deleted=True)
+        stmt = scoped(ctx, select(Instance).where(Instance.uuid == ref), include_deleted=True)
         found = session.execute(stmt).scalar_one_or_none()
         if found is not None:
             return found
-    stmt = _scoped(ctx, select(Instance).where(or_(Instance.uuid == ref, Instance.display_name == ref)))
-    found = list(session.execute(stmt.limit(2)).scalars())
-    if not found:
+    stmt = scoped(ctx, select(Instance).where(or_(Instance.uuid == ref, Instance.display_name == ref)))
+    matches = list(session.execute(stmt.limit(2)).scalars())
+    if not matches:
+        gone = scoped(
+            ctx, select(Instance.id).where(Instance.display_name == ref, Instance.deleted != 0), True
+        )
+        if session.execute(gone.limit(1)).first() is not None:
+            raise exceptions.InstanceNotFound(
+                instance_id=ref,
+                message=f"Instance {ref} could not be found among live servers; a deleted server "
+                "of that name exists (novakit server show --deleted; deleted=True in Python).",
+            )
         raise exceptions.InstanceNotFound(instance_id=ref)
-    if len(found) > 1:
-        uuid_match = [i for i in found if i.uuid == ref]
+    if len(matches) > 1:
+        uuid_match = [i for i in matches if i.uuid == ref]
         if uuid_match:
             return uuid_match[0]
         raise exceptions.Invalid(reason=f"more than one server is named {ref!r} (use its uuid)")
-    return found[0]
+    return matches[0]
+
+
+#: the orders a listing may ask for: name -> column (none of them is ever NULL, so a marker's
+#: position in the order is always defined)
+SORT_KEYS: dict[str, Any] = {
+    "created_at": Instance.created_at,
+    "name": Instance.display_name,
+    "display_name": Instance.display_name,
+    "vm_state": Instance.vm_state,
+    "uuid": Instance.uuid,
+}
 
 
 def instance_get_all(
@@ -82,15 +125,73 @@ def instance_get_all(
     vm_states: Iterable[str] | None = None,
     uuids: Sequence[str] | None = None,
     include_deleted: bool = False,
+    project_id: str | None = None,
+    only_deleted: bool = False,
+    states: Sequence[tuple[str, str | None, tuple[str, ...]]] | None = None,
+    name_regex: str | None = None,
+    instance_type_id: int | None = None,
+    image_ref: str | None = None,
+    marker: str | None = None,
+    limit: int | None = None,
+    sort_key: str = "created_at",
+    sort_dir: str = "asc",
 ) -> list[Instance]:
-    stmt = _scoped(ctx, select(Instance), include_deleted)
+    """The instances ``ctx`` may see that match every filter given, in one query.
+
+    ``states``: (vm_state, task_state, other task states) triples as
+    ``states.states_for_status`` gives them. ``name_regex``: a regular expression
+    searched in the name (Nova's ``name`` filter). ``marker``: the uuid of the last
+    instance of the previous page (MarkerNotFound if it is not one of this
+    listing's); ``limit``: at most this many. The order is ``sort_key``
+    (``SORT_KEYS``) then the row id, ``sort_dir`` asc or desc.
+    """
+    stmt = scoped(ctx, select(Instance), include_deleted or only_deleted)
+    if only_deleted:
+        stmt = stmt.where(Instance.deleted != 0)
+    if project_id is not None:
+        stmt = stmt.where(Instance.project_id == project_id)
     if host is not None:
         stmt = stmt.where(Instance.host == host)
     if vm_states is not None:
         stmt = stmt.where(Instance.vm_state.in_(list(vm_states)))
     if uuids is not None:
         stmt = stmt.where(one_of(Instance.uuid, uuids))
-    return list(session.execute(stmt.order_by(Instance.created_at, Instance.id)).scalars())
+    if states is not None:
+        clauses = []
+        for vm_state, task_state, others in states:
+            if task_state is not None:
+                clauses.append(and_(Instance.vm_state == vm_state, Instance.task_state == task_state))
+            elif others:
+                not_other = or_(Instance.task_state.is_(None), Instance.task_state.not_in(list(others)))
+                clauses.append(and_(Instance.vm_state == vm_state, not_other))
+            else:
+                clauses.append(Instance.vm_state == vm_state)
+        stmt = stmt.where(or_(*clauses) if clauses else false())
+    if name_regex is not None:
+        stmt = stmt.where(Instance.display_name.regexp_match(name_regex))
+    if instance_type_id is not None:
+        stmt = stmt.where(Instance.instance_type_id == instance_type_id)
+    if image_ref is not None:
+        stmt = stmt.where(Instance.image_ref == image_ref)
+    column = SORT_KEYS[sort_key]
+    descending = sort_dir == "desc"
+    if marker is not None:
+        # The marker must be a row of this very listing (same scope and filters), as in Nova.
+        row = session.execute(
+            stmt.with_only_columns(column, Instance.id).where(Instance.uuid == marker)
+        ).first()
+        if row is None:
+            raise exceptions.MarkerNotFound(marker=marker)
+        value, row_id = row
+        if descending:
+            stmt = stmt.where(or_(column < value, and_(column == value, Instance.id < row_id)))
+        else:
+            stmt = stmt.where(or_(column > value, and_(column == value, Instance.id > row_id)))
+    order = (column.desc(), Instance.id.desc()) if descending else (column, Instance.id)
+    stmt = stmt.order_by(*order)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return list(session.execute(stmt).scalars())
 
 
 def one_of(column: Any, values: Sequence[Any]) -> Any:

@@ -98,24 +98,35 @@ def delete_provider(db: Database, name_or_uuid: str) -> bool:
     A provider with allocations is refused (Nova: ResourceProviderInUse) so that
     a decommissioned host cannot silently drop the claims of live instances.
     """
+    return db.run_in_transaction(lambda session: delete_provider_in_session(session, name_or_uuid))
 
-    def _delete(session: Session) -> bool:
-        provider = find_provider(session, name_or_uuid)
-        if provider is None:
-            return False
-        used = session.execute(
-            text("SELECT COUNT(*) FROM allocations WHERE resource_provider_id = :id"), {"id": provider.id}
-        ).scalar_one()
-        if used:
-            raise exceptions.Conflict(
-                reason=f"provider {provider.name} still holds {used} allocation rows; "
-                "delete its instances first"
-            )
-        for table in ("inventories", "resource_provider_traits", "resource_provider_aggregates"):
-            session.execute(
-                text(f"DELETE FROM {table} WHERE resource_provider_id = :id"), {"id": provider.id}
-            )
-        session.execute(text("DELETE FROM resource_providers WHERE id = :id"), {"id": provider.id})
-        return True
 
-    return db.run_in_transaction(_delete)
+def delete_provider_in_session(session: Session, name_or_uuid: str) -> bool:
+    """``delete_provider`` inside the caller's transaction.
+
+    The provider's generation is swapped first, as every claim swaps it before it
+    writes allocations: a claim that read the provider before us loses its swap
+    (and finds the provider gone on its retry), and one that swapped first makes
+    ours fail, so no allocation can land between the check below and the delete.
+    """
+    from novakit.placement.inventories import bump_generation
+
+    provider = find_provider(session, name_or_uuid)
+    if provider is None:
+        return False
+    if not bump_generation(session, provider.id, provider.generation):
+        raise exceptions.Conflict(
+            reason=f"resource provider {provider.name} changed while it was being deleted "
+            "(a claim was written on it); look again and retry"
+        )
+    used = session.execute(
+        text("SELECT COUNT(*) FROM allocations WHERE resource_provider_id = :id"), {"id": provider.id}
+    ).scalar_one()
+    if used:
+        raise exceptions.Conflict(
+            reason=f"provider {provider.name} still holds {used} allocation rows; delete its instances first"
+        )
+    for table in ("inventories", "resource_provider_traits", "resource_provider_aggregates"):
+        session.execute(text(f"DELETE FROM {table} WHERE resource_provider_id = :id"), {"id": provider.id})
+    session.execute(text("DELETE FROM resource_providers WHERE id = :id"), {"id": provider.id})
+    return True

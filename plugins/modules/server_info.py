@@ -34,8 +34,23 @@ options:
     description: Only servers with this status (V(ACTIVE), V(ERROR), V(SHUTOFF), ...).
     type: str
   host:
-    description: Only servers on this compute host.
+    description: Only servers on this compute host (an admin's filter; a member is refused).
     type: str
+  flavor:
+    description: Only servers of this flavor (name or id).
+    type: str
+  image:
+    description: Only servers built from this image (name or id).
+    type: str
+  name_regex:
+    description: Only servers whose name matches this regular expression (a search, as Nova's C(name) filter).
+    type: str
+  deleted:
+    description:
+      - Deleted servers only (the caller's project; every project's with O(all_projects)). With O(server),
+        the deleted server of that name or uuid (of a name, the one deleted last).
+    type: bool
+    default: false
   all_projects:
     description: Every project's servers (admins only); otherwise the caller's project.
     type: bool
@@ -121,6 +136,10 @@ class ServerInfoModule(NovakitModule):
         "server": {"type": "str", "aliases": ["name"]},
         "status": {"type": "str"},
         "host": {"type": "str"},
+        "flavor": {"type": "str"},
+        "image": {"type": "str"},
+        "name_regex": {"type": "str"},
+        "deleted": {"type": "bool", "default": False},
         "all_projects": {"type": "bool", "default": False},
         "with_actions": {"type": "bool", "default": False},
     }
@@ -130,22 +149,22 @@ class ServerInfoModule(NovakitModule):
         from novakit import policy
 
         api, ctx, p = self.api(), self.context(), self.params
-        if p["all_projects"]:
-            policy.authorize(ctx, "servers:all_projects")
-        if ctx.is_admin and not p["all_projects"] and not p["server"]:
-            # An admin sees every project; without all_projects, show its own like anyone else.
-            servers = [s for s in api.list(ctx) if s["project_id"] == ctx.project_id]
+        if p["server"]:
+            if p["all_projects"]:
+                policy.authorize(ctx, "servers:all_projects")
+            servers = [api.get(ctx, p["server"], deleted=p["deleted"])]
+            if p["status"] and servers[0]["status"] != p["status"].upper():
+                servers = []
+            if p["host"] and servers and servers[0]["host"] != p["host"]:
+                servers = []
         else:
-            servers = [api.get(ctx, p["server"])] if p["server"] else api.list(ctx)
-        servers = [
-            s
-            for s in servers
-            if (not p["status"] or s["status"] == p["status"].upper())
-            and (not p["host"] or s["host"] == p["host"])
-        ]
+            # The library's listing decides scope and filters, in its query (novakit.compute.listing).
+            filters = ("status", "host", "flavor", "image", "deleted", "all_projects")
+            query = {key: p[key] for key in filters}
+            servers = api.list_servers(ctx, {**query, "name": p["name_regex"]})
         if p["with_actions"]:
             for s in servers:
-                s["actions"] = api.list_actions(ctx, s["id"])
+                s["actions"] = api.list_actions(ctx, s["id"], deleted=p["deleted"])
         return {"changed": False, "servers": servers}
 
 

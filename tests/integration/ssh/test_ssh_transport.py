@@ -83,6 +83,10 @@ def test_build_and_every_action_over_ssh(
     }
     assert events["create"] == [("compute__do_build_and_run_instance", "ssh-1", "Success")]
     assert events["stop"] == [("compute_stop_instance", "ssh-1", "Success")]
+    # The console log comes back the way every operation does: over the host's transport.
+    console = cloud.api.console_output(ctx, "far")
+    assert "novakit-init: hostname far" in console and "reboot: Restarting system" in console
+    assert cloud.api.console_output(ctx, "far", lines=1) == console.splitlines(keepends=True)[-1]
 
     gone = cloud.api.delete(ctx, server["id"])
     assert gone["status"] == "DELETED"

@@ -1,0 +1,197 @@
+"""How every list and show command prints: ``-f table|json|yaml|value|csv`` and ``-c COLUMN``.
+
+As python-openstackclient's formatters do: a table for people; ``value`` (the
+values, space-separated, one row per line, no heading) and ``csv`` for the shell;
+``json`` and ``yaml`` for programs. ``-c`` (repeatable) keeps the named columns,
+by the name the table heads them with (case does not matter) or their key.
+
+``json`` and ``yaml`` without ``-c`` print the whole record as the library gives
+it, which is what ``--output json`` (``-o json``), kept as an alias of
+``--format``, always printed; with ``-c`` they print the chosen columns, keyed by
+their names as shown.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from novakit import exceptions
+from novakit.cli.base import console
+
+
+class Format(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+    value = "value"
+    csv = "csv"
+
+
+FORMAT = typer.Option(
+    None,
+    "--format",
+    "-f",
+    help="output format: table (default), json, yaml, value or csv",
+    show_default=False,
+)
+OUTPUT = typer.Option(None, "--output", "-o", help="the same as --format (e.g. -o json)", show_default=False)
+COLUMN = typer.Option(
+    None,
+    "--column",
+    "-c",
+    help="show only this column (repeat for more), named as the table heads it",
+    show_default=False,
+)
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column: its heading, and the record's key or a function of the record."""
+
+    header: str
+    get: str | Callable[[dict[str, Any]], Any]
+
+    def value(self, record: dict[str, Any]) -> Any:
+        return record.get(self.get) if isinstance(self.get, str) else self.get(record)
+
+    def names(self) -> set[str]:
+        keys = {self.header.lower(), self.header.lower().replace(" ", "_")}
+        if isinstance(self.get, str):
+            keys.add(self.get.lower())
+        return keys
+
+
+def chosen(fmt: Format | None, output: Format | None) -> Format:
+    if fmt is not None and output is not None and fmt != output:
+        raise exceptions.ValidationError("format", f"--format {fmt} and --output {output} disagree; give one")
+    return fmt or output or Format.table
+
+
+def select(columns: Sequence[Col], wanted: Sequence[str] | None) -> list[Col]:
+    """The columns ``-c`` names: by heading first (``Image``), else by key (``image``)."""
+    if not wanted:
+        return list(columns)
+    out = []
+    for name in wanted:
+        wanted_name = name.lower()
+        match = next((c for c in columns if wanted_name == c.header.lower()), None)
+        match = match or next((c for c in columns if wanted_name in c.names()), None)
+        if match is None:
+            known = ", ".join(c.header for c in columns)
+            raise exceptions.ValidationError("column", f"{name!r} is not a column here; columns: {known}")
+        out.append(match)
+    return out
+
+
+def text(v: Any) -> str:
+    """A value as a table cell or a ``value``/``csv`` field shows it."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "True" if v else "False"
+    if isinstance(v, dt.datetime):
+        return v.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(v, list):
+        return ", ".join(map(str, v)) or "-"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={x}" for k, x in v.items()) or "-"
+    return str(v)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, dt.datetime):
+        return v.isoformat()
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    if v is None or isinstance(v, str | int | float | bool):
+        return v
+    return str(v)
+
+
+def dump(data: Any, fmt: Format) -> None:
+    """``data`` as JSON or YAML on stdout."""
+    if fmt == Format.yaml:
+        import yaml
+
+        sys.stdout.write(yaml.safe_dump(_plain(data), sort_keys=False, allow_unicode=True))
+    else:
+        sys.stdout.write(json.dumps(_plain(data), indent=2) + "\n")
+
+
+def emit_list(
+    rows: list[dict[str, Any]],
+    columns: Sequence[Col],
+    fmt: Format | None,
+    output: Format | None = None,
+    wanted: Sequence[str] | None = None,
+    title: str | None = None,
+) -> None:
+    """Rows in the chosen format; ``columns`` are the table's (and what ``-c`` chooses from)."""
+    form = chosen(fmt, output)
+    cols = select(columns, wanted)
+    if form in (Format.json, Format.yaml):
+        dump(rows if not wanted else [{c.header: c.value(r) for c in cols} for r in rows], form)
+    elif form == Format.value:
+        for r in rows:
+            sys.stdout.write(" ".join(text(c.value(r)) for c in cols) + "\n")
+    elif form == Format.csv:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
+        writer.writerow([c.header for c in cols])
+        for r in rows:
+            writer.writerow([text(c.value(r)) for c in cols])
+        sys.stdout.write(buffer.getvalue())
+    else:
+        table = Table(title=title)
+        for c in cols:
+            # A narrow terminal folds a value over lines rather than cutting it: an id cut short
+            # ("611b94b3…") cannot be pasted into the next command.
+            table.add_column(c.header, overflow="fold")
+        for r in rows:
+            table.add_row(*(Text(text(c.value(r))) for c in cols))
+        console.print(table)
+
+
+def emit_show(
+    record: dict[str, Any],
+    fields: Sequence[Col],
+    fmt: Format | None,
+    output: Format | None = None,
+    wanted: Sequence[str] | None = None,
+    title: str | None = None,
+) -> None:
+    """One record: a Field/Value table, or its fields in the chosen format."""
+    form = chosen(fmt, output)
+    cols = select(fields, wanted)
+    if form in (Format.json, Format.yaml):
+        dump(record if not wanted else {c.header: c.value(record) for c in cols}, form)
+    elif form == Format.value:
+        for c in cols:
+            sys.stdout.write(text(c.value(record)) + "\n")
+    elif form == Format.csv:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
+        writer.writerow([c.header for c in cols])
+        writer.writerow([text(c.value(record)) for c in cols])
+        sys.stdout.write(buffer.getvalue())
+    else:
+        table = Table(title=title)
+        table.add_column("Field")
+        table.add_column("Value", overflow="fold")
+        for c in cols:
+            table.add_row(c.header, Text(text(c.value(record))))
+        console.print(table)

@@ -1,0 +1,421 @@
+"""``novakit server``: servers as ``openstack server`` shows and handles them.
+
+``server list`` takes Nova's filters (``--status``, ``--name`` as a regular
+expression, ``--flavor``, ``--image``, ``--host``, ``--all-projects``,
+``--deleted``) and pages (``--limit``, ``--marker``); the library applies them in
+its query (``novakit.compute.listing``). Its columns are openstack's: ID, Name,
+Status, Networks, Image, Flavor (names, not ids); ``--long`` adds task and power
+state, the host (an admin's; a member sees the opaque Host ID), availability zone,
+properties and the creation time.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+
+from novakit.cli import output
+from novakit.cli.base import api, conf, console, ctx, err_console, guard, server_app
+from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
+
+
+def complete_server(ctx: Any, incomplete: str) -> list[str]:
+    """Shell completion of server names, read as the operator's identity.
+
+    ``ctx`` (typer's, None when called directly) gives the command line's ``--config``
+    and ``--db-url``. Quiet and quick whatever happens: a database that is missing
+    (never created here), down or not migrated completes nothing rather than
+    printing an error.
+    """
+    try:
+        import os
+
+        from novakit.compute import listing
+        from novakit.config import load_config
+        from novakit.context import context_from
+        from novakit.db.engine import Database
+
+        given = ctx.find_root().params if ctx is not None else {}
+        db_url = given.get("db_url") or os.environ.get("NOVAKIT_DB_URL") or None
+        settings = load_config(given.get("config"), db_url=db_url)
+        url = settings.database_url
+        if url.startswith("sqlite") and not os.path.exists(url.split("///", 1)[-1]):
+            return []
+        caller = context_from({}, identity=settings.identity)
+        with Database(url, auto_upgrade=False).reader() as session:
+            return listing.server_names(session, caller, incomplete)
+    except Exception:
+        return []
+
+
+SERVER = typer.Argument(..., help="server name or id", autocompletion=complete_server)
+
+
+def _flavor(r: dict[str, Any]) -> Any:
+    return (r.get("flavor") or {}).get("name")
+
+
+def _image(r: dict[str, Any]) -> Any:
+    return r.get("image_name") or r.get("image")
+
+
+LIST_COLUMNS = [
+    Col("ID", "id"),
+    Col("Name", "name"),
+    Col("Status", "status"),
+    Col("Networks", "addresses"),
+    Col("Image", _image),
+    Col("Flavor", _flavor),
+]
+
+
+def long_columns(admin: bool) -> list[Col]:
+    """The --long columns: a member gets the Host ID where an admin gets the Host."""
+    host = Col("Host", "host") if admin else Col("Host ID", "host_id")
+    return [
+        Col("ID", "id"),
+        Col("Name", "name"),
+        Col("Status", "status"),
+        Col("Task State", "task_state"),
+        Col("Power State", "power_state_name"),
+        Col("Networks", "addresses"),
+        Col("Image Name", _image),
+        Col("Image ID", "image"),
+        Col("Flavor Name", _flavor),
+        Col("Flavor ID", lambda r: (r.get("flavor") or {}).get("flavorid")),
+        Col("Availability Zone", "availability_zone"),
+        host,
+        Col("Properties", "metadata"),
+        Col("Created", "created"),
+    ]
+
+
+def show_fields(admin: bool) -> list[Col]:
+    fields = [
+        Col("id", "id"),
+        Col("name", "name"),
+        Col("status", "status"),
+        Col("vm_state", "vm_state"),
+        Col("task_state", "task_state"),
+        Col("power_state", "power_state_name"),
+        *([Col("host", "host")] if admin else []),
+        Col("host_id", "host_id"),
+        Col("availability_zone", "availability_zone"),
+        Col("addresses", "addresses"),
+        Col(
+            "flavor",
+            lambda r: (
+                f"{_flavor(r)} ({r['flavor'].get('vcpus')} vCPU, {r['flavor'].get('memory_mb')} MB)"
+                if r.get("flavor")
+                else None
+            ),
+        ),
+        Col(
+            "image", lambda r: f"{r['image_name']} ({r['image']})" if r.get("image_name") else r.get("image")
+        ),
+        Col("metadata", "metadata"),
+        Col("locked", "locked"),
+        Col("locked_reason", "locked_reason"),
+        Col("project_id", "project_id"),
+        Col("user_id", "user_id"),
+        Col("created", "created"),
+        Col("launched_at", "launched_at"),
+        Col("terminated_at", "terminated_at"),
+        Col("fault", lambda r: f"{r['fault']['code']}: {r['fault']['message']}" if r.get("fault") else None),
+    ]
+    return fields
+
+
+@server_app.command("create")
+def server_create(
+    cli: typer.Context,
+    name: str = typer.Argument(..., help="the server's name (several get -1, -2, ...)"),
+    flavor: str = typer.Option(..., help="flavor name or id"),
+    image: str = typer.Option(..., help="image name or id"),
+    count: int = typer.Option(1, help="how many servers (names get -1, -2, ...)"),
+    min_count: int | None = typer.Option(None, help="fewer than this is a failure (default: count)"),
+    user_data: Path | None = typer.Option(
+        None, help="file with cloud-init user data", exists=True, dir_okay=False, readable=True
+    ),
+    meta: list[str] | None = typer.Option(None, "--meta", help="metadata key=value (repeat)"),
+    group: str | None = typer.Option(None, help="server group name or id"),
+    availability_zone: str | None = typer.Option(None, help="availability zone"),
+    wait: bool = typer.Option(
+        True,
+        "--wait/--no-wait",
+        help="build now and wait (default); --no-wait records the servers (building/scheduling), "
+        "hands their build to a background worker and returns, printing the worker's log path",
+    ),
+    fmt: Format | None = FORMAT,
+    out: Format | None = OUTPUT,
+    column: list[str] | None = COLUMN,
+) -> None:
+    """Create servers; with --wait (default) they are built before the command returns.
+
+    With --no-wait a background worker schedules and builds them; `novakit server list`
+    shows how far they are. A create whose servers end in error exits with status 1.
+    """
+    from rich.progress import Progress
+
+    compute = api()
+    data: dict[str, Any] = {
+        "name": name,
+        "flavor": flavor,
+        "image": image,
+        "max_count": count,
+        "min_count": min_count or count,
+        "metadata": dict(m.split("=", 1) for m in (meta or []) if "=" in m),
+        "server_group": group,
+        "availability_zone": availability_zone,
+    }
+    if user_data is not None:
+        data["user_data"] = base64.b64encode(user_data.read_bytes()).decode()
+    caller = ctx()
+    form = guard(lambda: output.chosen(fmt, out))
+    started = time.monotonic()
+    if not wait:
+        from novakit import worker
+
+        servers = guard(lambda: compute.create(caller, data, build=False))
+        # The worker reads the configuration this command was given.
+        given = cli.find_root().params
+        job = worker.Job.for_context(
+            caller,
+            servers[0]["id"],
+            config=str(Path(given["config"]).resolve()) if given.get("config") else None,
+            db_url=given.get("db_url"),
+            build=[s["id"] for s in servers],
+        )
+        _, log = worker.start(conf(), job)
+        err_console.print(
+            f"{len(servers)} server(s) recorded; a background worker builds them (log: {log})",
+            highlight=False,
+            soft_wrap=True,
+        )
+    else:
+        from novakit import notifications
+
+        with Progress(console=err_console, transient=True) as progress:
+            task = progress.add_task(f"building {count} server(s)", total=count)
+
+            def on_note(note: dict[str, Any]) -> None:
+                if note["event_type"] in ("instance.create.end", "instance.create.error"):
+                    progress.advance(task)
+
+            unsubscribe = notifications.subscribe(on_note)
+            try:
+                servers = guard(lambda: compute.create(caller, data))
+            finally:
+                unsubscribe()
+        active = sum(1 for s in servers if s["status"] == "ACTIVE")
+        took = time.monotonic() - started
+        err_console.print(f"{active} of {len(servers)} server(s) active in {took:.1f} s", highlight=False)
+    columns = [*LIST_COLUMNS[:3], Col("Host", "host"), LIST_COLUMNS[3]] if caller.is_admin else LIST_COLUMNS
+    guard(lambda: output.emit_list(servers, columns, form, None, column, f"request {caller.request_id}"))
+    if form == Format.table:
+        for s in servers:
+            if s.get("fault"):
+                err_console.print(f"{s['name']}: {escape(s['fault']['message'])}", highlight=False)
+    # A create whose servers ended in error failed, whatever was printed (scripts and AWX read the status).
+    if any(s["status"] == "ERROR" for s in servers):
+        raise typer.Exit(1)
+
+
+@server_app.command("list")
+def server_list(
+    status: str | None = typer.Option(None, help="only servers in this status (ACTIVE, SHUTOFF, ERROR, ...)"),
+    name: str | None = typer.Option(None, help="only servers whose name matches this regular expression"),
+    flavor: str | None = typer.Option(None, help="only servers of this flavor (name or id)"),
+    image: str | None = typer.Option(None, help="only servers built from this image (name or id)"),
+    host: str | None = typer.Option(None, help="only servers on this host (admin only)"),
+    all_projects: bool = typer.Option(False, "--all-projects", help="every project's servers (admin only)"),
+    deleted: bool = typer.Option(
+        False, "--deleted", help="deleted servers only (your project's; every project's with --all-projects)"
+    ),
+    long: bool = typer.Option(False, "--long", help="more columns: task and power state, host, zone, ..."),
+    limit: int | None = typer.Option(None, help="at most this many servers (a page)", min=1),
+    marker: str | None = typer.Option(None, help="start after this server id (the previous page's last)"),
+    sort_key: str = typer.Option("created_at", help="order by created_at, name, vm_state or uuid"),
+    sort_dir: str = typer.Option("asc", help="asc or desc"),
+    fmt: Format | None = FORMAT,
+    out: Format | None = OUTPUT,
+    column: list[str] | None = COLUMN,
+) -> None:
+    """List servers (your project's; an admin's --all-projects: every project's)."""
+    query = {
+        "status": status,
+        "name": name,
+        "flavor": flavor,
+        "image": image,
+        "host": host,
+        "all_projects": all_projects,
+        "deleted": deleted,
+        "limit": limit,
+        "marker": marker,
+        "sort_key": sort_key,
+        "sort_dir": sort_dir,
+    }
+    caller = ctx()
+    servers = guard(lambda: api().list_servers(caller, query))
+    columns = long_columns(caller.is_admin) if long else LIST_COLUMNS
+    if column:
+        # -c chooses from every column, those of --long too.
+        shown = {c.header for c in columns}
+        columns = [*columns, *(c for c in long_columns(caller.is_admin) if c.header not in shown)]
+    guard(lambda: output.emit_list(servers, columns, fmt, out, column, "servers"))
+
+
+@server_app.command("show")
+def server_show(
+    server: str = SERVER,
+    deleted: bool = typer.Option(False, "--deleted", help="a deleted server (of a name: the last deleted)"),
+    fmt: Format | None = FORMAT,
+    out: Format | None = OUTPUT,
+    column: list[str] | None = COLUMN,
+) -> None:
+    """Show one server: its states, host, addresses, flavor, image, metadata and last fault."""
+    caller = ctx()
+    s = guard(lambda: api().get(caller, server, deleted=deleted))
+    guard(lambda: output.emit_show(s, show_fields(caller.is_admin), fmt, out, column, s["name"]))
+
+
+EVENT_COLUMNS = [
+    Col("Action", "action"),
+    Col("Request ID", "request_id"),
+    Col("Start", "start_time"),
+    Col("Finish", "finish_time"),
+    Col("Message", "message"),
+    Col("Event", "event"),
+    Col("Host", "host"),
+    Col("Result", "result"),
+]
+
+
+@server_app.command("events")
+def server_events(
+    server: str = SERVER,
+    deleted: bool = typer.Option(False, "--deleted", help="a deleted server (of a name: the last deleted)"),
+    fmt: Format | None = FORMAT,
+    out: Format | None = OUTPUT,
+    column: list[str] | None = COLUMN,
+) -> None:
+    """The server's actions and their events (the audit trail)."""
+    acts = guard(lambda: api().list_actions(ctx(), server, deleted=deleted))
+    form = guard(lambda: output.chosen(fmt, out))
+    if form in (Format.json, Format.yaml) and not column:
+        output.dump(acts, form)
+        return
+    # One row per action, then one per event of it (the action's columns left blank).
+    rows: list[dict[str, Any]] = []
+    for a in acts:
+        rows.append({k: a[k] for k in ("action", "request_id", "start_time", "finish_time", "message")})
+        for e in a["events"]:
+            rows.append({k: e[k] for k in ("event", "start_time", "finish_time", "host", "result")})
+    if form == Format.table:
+        blank = {"action": "", "request_id": "", "message": "", "event": "", "host": "", "result": ""}
+        rows = [{**blank, **r} for r in rows]
+    guard(lambda: output.emit_list(rows, EVENT_COLUMNS, form, None, column, f"actions of {server}"))
+
+
+@server_app.command("console")
+def server_console(
+    server: str = SERVER,
+    lines: int | None = typer.Option(None, help="only the last N lines of the log"),
+) -> None:
+    """Print the server's console log (its serial console so far), read from its host."""
+    import sys
+
+    text = guard(lambda: api().console_output(ctx(), server, lines))
+    sys.stdout.write(text if not text or text.endswith("\n") else text + "\n")
+
+
+def _action(action: str, server: str, options: dict[str, Any] | None = None) -> None:
+    s = guard(lambda: api().act(ctx(), server, action, options).server)
+    console.print(f"{s['name']}: {s['status']} (vm_state {s['vm_state']}, power {s['power_state_name']})")
+    if s.get("fault") and s["status"] == "ERROR":
+        err_console.print(f"fault: {escape(s['fault']['message'])}", highlight=False)
+
+
+@server_app.command("delete")
+def server_delete(server: str = SERVER) -> None:
+    """Delete a server: its guest and disks on its host, and its claim."""
+    _action("delete", server)
+
+
+@server_app.command("stop")
+def server_stop(
+    server: str = SERVER,
+    timeout: int | None = typer.Option(None, help="seconds of graceful shutdown before forcing it off"),
+) -> None:
+    """Shut a server down (SHUTOFF)."""
+    _action("stop", server, {"timeout": timeout})
+
+
+@server_app.command("start")
+def server_start(server: str = SERVER) -> None:
+    """Start a stopped server."""
+    _action("start", server)
+
+
+@server_app.command("reboot")
+def server_reboot(
+    server: str = SERVER,
+    hard: bool = typer.Option(False, "--hard", help="reset, do not ask the guest"),
+) -> None:
+    """Reboot a server (soft: the guest is asked; --hard: it is reset)."""
+    _action("reboot", server, {"reboot_type": "HARD" if hard else "SOFT"})
+
+
+@server_app.command("pause")
+def server_pause(server: str = SERVER) -> None:
+    """Pause a server: its vCPUs stop, its memory stays."""
+    _action("pause", server)
+
+
+@server_app.command("unpause")
+def server_unpause(server: str = SERVER) -> None:
+    """Unpause a paused server."""
+    _action("unpause", server)
+
+
+@server_app.command("suspend")
+def server_suspend(server: str = SERVER) -> None:
+    """Suspend a server: its memory is saved to disk."""
+    _action("suspend", server)
+
+
+@server_app.command("resume")
+def server_resume(server: str = SERVER) -> None:
+    """Resume a suspended server from its saved memory."""
+    _action("resume", server)
+
+
+@server_app.command("lock")
+def server_lock(
+    server: str = SERVER, reason: str | None = typer.Option(None, help="why (shown by server show)")
+) -> None:
+    """Lock a server: actions on it are refused to non-admins until it is unlocked."""
+    _action("lock", server, {"reason": reason})
+
+
+@server_app.command("unlock")
+def server_unlock(server: str = SERVER) -> None:
+    """Unlock a locked server."""
+    _action("unlock", server)
+
+
+@server_app.command("rename")
+def server_rename(server: str = SERVER, name: str = typer.Argument(..., help="the new name")) -> None:
+    """Give a server a new name."""
+    _action("rename", server, {"name": name})
+
+
+@server_app.command("rebuild")
+def server_rebuild(server: str = SERVER, image: str = typer.Option(..., help="new image name or id")) -> None:
+    """Rebuild a server from an image: a new root disk, the same server."""
+    _action("rebuild", server, {"image": image})

@@ -1,0 +1,112 @@
+"""Listing servers as Nova's ``GET /servers`` does: filters, scope, order and pages.
+
+One place decides what a listing shows, for every entry point (the CLI's
+``server list``, the ``server_info`` module, the Python API): the filters are
+checked here (``ServerQuery``) and applied in the database query
+(``novakit.db.api.instance_get_all``), never afterwards in a caller.
+
+Scope, as in Nova: everyone lists their own project's servers; an admin lists
+every project's only when asking (``all_projects``, policy
+``servers:all_projects``). Filtering by host is an admin's (policy
+``host:show``: members never learn host names). ``deleted`` lists deleted
+servers only; novakit lets a member list its own project's deleted servers
+(Nova keeps that filter for admins; here a project's history is its own and
+shows nothing of others), an admin any project's with ``all_projects``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from novakit import policy
+from novakit.compute import flavors, images, schemas, states
+from novakit.context import RequestContext
+from novakit.db import api as db_api
+from novakit.db.models import Image, Instance
+
+#: Nova's limit when a listing gives none (``osapi_max_limit``)
+MAX_LIMIT = 1000
+
+
+class ServerQuery(schemas._Request):
+    """What a server listing may ask for; every field is optional."""
+
+    status: str | None = None
+    name: str | None = None  # a regular expression searched in the name
+    flavor: str | None = None  # name or id
+    image: str | None = None  # name or id
+    host: str | None = None
+    all_projects: bool = False
+    deleted: bool = False
+    limit: int | None = Field(default=None, ge=1, le=MAX_LIMIT)
+    marker: str | None = None
+    sort_key: Literal["created_at", "name", "vm_state", "uuid"] = "created_at"
+    sort_dir: Literal["asc", "desc"] = "asc"
+
+    @field_validator("status")
+    @classmethod
+    def _known_status(cls, value: str | None) -> str | None:
+        if value is not None and value.upper() not in states.STATUSES:
+            raise ValueError(f"{value!r} is not one of {', '.join(states.STATUSES)}")
+        return value.upper() if value is not None else None
+
+    @field_validator("name")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"is not a valid regular expression ({exc})") from None
+        return value
+
+
+def list_servers(
+    session: Session, ctx: RequestContext, query: ServerQuery | dict[str, Any] | None = None
+) -> list[Instance]:
+    """The instances of a listing, checked and filtered in one query."""
+    q = query if isinstance(query, ServerQuery) else schemas.parse(ServerQuery, dict(query or {}))
+    if q.all_projects:
+        policy.authorize(ctx, "servers:all_projects")
+    if q.host is not None:
+        policy.authorize(ctx, "host:show")
+    filters: dict[str, Any] = {
+        "host": q.host,
+        "name_regex": q.name,
+        "marker": q.marker,
+        "limit": q.limit,
+        "sort_key": q.sort_key,
+        "sort_dir": q.sort_dir,
+        "only_deleted": q.deleted,
+    }
+    if not q.all_projects:
+        filters["project_id"] = ctx.project_id
+    if q.status is not None:
+        filters["states"] = states.states_for_status(q.status)
+    if q.flavor is not None:
+        filters["instance_type_id"] = flavors.get(session, q.flavor).id
+    if q.image is not None:
+        filters["image_ref"] = images.get(session, q.image).uuid
+    return db_api.instance_get_all(session, ctx, **filters)
+
+
+def image_names(session: Session, refs: set[str]) -> dict[str, str]:
+    """Image uuid -> name for the images servers were built from (deleted images too)."""
+    if not refs:
+        return {}
+    rows = session.execute(select(Image.uuid, Image.name).where(Image.uuid.in_(sorted(refs)))).all()
+    return {uuid: name for uuid, name in rows}
+
+
+def server_names(session: Session, ctx: RequestContext, prefix: str = "", limit: int = 200) -> list[str]:
+    """The names of the caller's project's live servers that start with ``prefix`` (for shell
+    completion: names only, in one small query)."""
+    stmt = db_api.scoped(ctx, select(Instance.display_name)).where(Instance.project_id == ctx.project_id)
+    if prefix:
+        stmt = stmt.where(Instance.display_name.startswith(prefix, autoescape=True))
+    return list(session.execute(stmt.order_by(Instance.display_name).limit(limit)).scalars())

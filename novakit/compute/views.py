@@ -1,0 +1,71 @@
+"""Servers as a caller may see them: what every read and write of the API returns.
+
+Hosts are the operator's business (Nova: ``OS-EXT-SRV-ATTR:host`` is admin-only): a
+view names the host only for a caller allowed ``host:show``; everyone gets the
+opaque ``host_id``, the same for two servers of a project on one host.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from novakit import policy
+from novakit.compute import actions
+from novakit.compute.states import POWER_STATE_NAMES, PowerState, status_from_state
+from novakit.context import RequestContext
+from novakit.db.models import Instance
+
+
+def host_id(project_id: str, host: str | None) -> str:
+    """Nova's ``hostId``: which host, as a project may know it (the same within a project, opaque)."""
+    if not host:
+        return ""
+    return hashlib.sha224((project_id + host).encode()).hexdigest()
+
+
+def host_shown(ctx: RequestContext, project_id: str, host: str) -> str:
+    """A host as ``ctx`` may see it: its name for an admin, else its ``host_id``."""
+    return host if policy.allowed(ctx, "host:show") else host_id(project_id, host)
+
+
+def server_view(inst: Instance, ctx: RequestContext, image_name: str | None = None) -> dict[str, Any]:
+    """A server as the caller may see it (Nova's server show, trimmed).
+
+    ``image_name``: its image's name, when the caller has read it (listings read them at once).
+    """
+    # Only a server in error shows its fault: the others never load their faults.
+    fault = inst.faults[0] if inst.vm_state == "error" and inst.faults else None
+    view: dict[str, Any] = {
+        "id": inst.uuid,
+        "name": inst.display_name,
+        "hostname": inst.hostname,
+        "status": status_from_state(inst.vm_state, inst.task_state),
+        "vm_state": inst.vm_state,
+        "task_state": inst.task_state,
+        "power_state": inst.power_state,
+        "power_state_name": POWER_STATE_NAMES.get(PowerState(inst.power_state), str(inst.power_state)),
+        # Hosts are the operator's business (Nova: OS-EXT-SRV-ATTR:host is admin-only); everyone
+        # gets the opaque host_id, the same for two servers of a project on one host.
+        "host": inst.host if policy.allowed(ctx, "host:show") else None,
+        "node": inst.node if policy.allowed(ctx, "host:show") else None,
+        "host_id": host_id(inst.project_id, inst.host),
+        "availability_zone": inst.availability_zone,
+        "flavor": dict(inst.flavor or {}),
+        "image": inst.image_ref,
+        "image_name": image_name,
+        "addresses": list(inst.addresses or []),
+        "metadata": dict(inst.instance_metadata or {}),
+        "locked": inst.locked,
+        "locked_reason": inst.locked_reason,
+        "project_id": inst.project_id,
+        "user_id": inst.user_id,
+        "reservation_id": inst.reservation_id,
+        "created": inst.created_at,
+        "updated": inst.updated_at,
+        "launched_at": inst.launched_at,
+        "terminated_at": inst.terminated_at,
+    }
+    if fault is not None:
+        view["fault"] = actions.fault_view(fault, ctx)
+    return view

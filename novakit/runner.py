@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from novakit import files
+from novakit import context, files
 
 ROOT = Path(__file__).resolve().parents[1]
 COLLECTION = "novakit.cloud"
@@ -190,8 +190,10 @@ def _prepare(
     extravars = dict(extravars or {})
     if request_id:
         extravars["novakit_request_id"] = request_id
-    rid = str(extravars.get("novakit_request_id") or os.environ.get("NOVAKIT_REQUEST_ID") or ident)
-    rid = rid if rid.startswith("req-") else f"req-{rid}"
+    # The rule every plugin follows (the caller's id, NOVAKIT_REQUEST_ID, an AWX job id), else the ident.
+    rid = context.run_request_id(
+        extravars, {**os.environ, **(envvars or {})}
+    ) or context.normalize_request_id(ident)
     env = {
         # The ansible-playbook next to this interpreter, so that modules run where novakit is installed.
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",

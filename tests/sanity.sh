@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ansible-test sanity on a staged copy of the collection (ansible-test needs the collection at
+# ansible-test sanity on the collection as built and installed (ansible-test needs the collection at
 # .../ansible_collections/novakit/cloud, and a real directory, not the checkout's symlink).
 # Runs the tests that need neither docker nor the network. Usage: tests/sanity.sh [ansible-test args]
 set -euo pipefail
@@ -35,14 +35,10 @@ PYEOF
 fi
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
+# The collection as a user gets it: the tarball galaxy.yml's allow list builds, installed.
+"$BIN/ansible-galaxy" collection build --output-path "$STAGE/dist" "$ROOT" >/dev/null
+"$BIN/ansible-galaxy" collection install --offline -p "$STAGE" "$STAGE"/dist/novakit-cloud-*.tar.gz >/dev/null
 DEST=$STAGE/ansible_collections/novakit/cloud
-mkdir -p "$DEST"
-# The collection's files only: no venv, state, tests of the library, benchmarks or the checkout symlink.
-for item in galaxy.yml meta plugins roles playbooks README.md requirements.txt bindep.txt LICENSE; do
-  [ -e "$ROOT/$item" ] && cp -a "$ROOT/$item" "$DEST/"
-done
-rm -rf "$DEST/playbooks/collections"
-find "$DEST" -name __pycache__ -prune -exec rm -rf {} +
 mkdir -p "$DEST/tests/sanity"
 # The modules run with novakit, which needs Python 3.11: test them there only.
 cat > "$DEST/tests/config.yml" <<'YAML'

@@ -302,7 +302,7 @@ def test_novakit_boot_and_the_runner_use_the_installed_collection(
         """
         import json
         from novakit import runner
-        r = runner.run("boot", extravars={"server_name": "rn", "flavor": "m1.tiny"})
+        r = runner.run("boot", extravars={"server_name": "rn", "flavor": "m1.tiny", "awx_job_id": 4300})
         print(json.dumps({"ok": r.ok, "servers": r.servers, "request_id": r.request_id,
                           "playbook": runner.playbook_path("boot")}))
         """
@@ -310,6 +310,9 @@ def test_novakit_boot_and_the_runner_use_the_installed_collection(
     result = json.loads(_py(built, fleet, code).stdout.strip().splitlines()[-1])
     assert result["ok"] and result["playbook"] == "novakit.cloud.boot", result
     assert [(s["name"], s["status"]) for s in result["servers"]] == [("rn", "ACTIVE")]
+    # Run as an AWX job would run it, the library's runner names the request by the job id too.
+    assert result["request_id"] == "req-awx-4300"
+    assert [a["request_id"] for a in api_for(fleet).list_actions(ADMIN, "rn")] == ["req-awx-4300"]
     assert list(tmp.glob("novakit-runner-*")) == []
 
     novakit = str(built["venv"] / "bin" / "novakit")

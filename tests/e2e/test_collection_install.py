@@ -16,7 +16,9 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +77,17 @@ def tracked() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, tracked: list[str]) -> dict[str, Any]:
+def base() -> Iterator[Path]:
+    # Not under pytest's basetemp: other pytest sessions of the same user on this machine prune
+    # basetemps they think old, and this module's directories live for minutes.
+    path = Path(tempfile.mkdtemp(prefix="novakit-collection-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def built(base: Path, tracked: list[str]) -> dict[str, Any]:
     """The copied checkout with strays, its tarball, the installed collection, and a venv with the library."""
-    base = tmp_path_factory.mktemp("collection")
     src = base / "checkout"
     for rel in tracked:
         source, dest = ROOT / rel, src / rel
@@ -174,9 +184,10 @@ def test_the_tarball_holds_exactly_the_collection_and_the_library(
 
 
 @pytest.fixture(scope="module")
-def fleet(built: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def fleet(built: dict[str, Any], base: Path) -> dict[str, str]:
     """The embedded default's state in a temp dir, its fake fleet registered by novakit.cloud.compute_node."""
-    root = tmp_path_factory.mktemp("installed-fleet")
+    root = base / "fleet"
+    root.mkdir()
     (root / "novakit.toml").write_text(BASE_CONFIG)
     (root / "tmp").mkdir()
     env = _clean_env(

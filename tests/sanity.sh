@@ -37,8 +37,12 @@ STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 # The collection as a user gets it: the tarball galaxy.yml's allow list builds, installed.
 "$BIN/ansible-galaxy" collection build --output-path "$STAGE/dist" "$ROOT" >/dev/null
-"$BIN/ansible-galaxy" collection install --offline -p "$STAGE" "$STAGE"/dist/novakit-cloud-*.tar.gz >/dev/null
+# Only the stage counts as installed: with another novakit.cloud in ~/.ansible/collections, ansible-galaxy
+# would find "nothing to do".
+ANSIBLE_COLLECTIONS_PATH=$STAGE "$BIN/ansible-galaxy" collection install --offline -p "$STAGE" \
+  "$STAGE"/dist/novakit-cloud-*.tar.gz >/dev/null
 DEST=$STAGE/ansible_collections/novakit/cloud
+[ -f "$DEST/MANIFEST.json" ] || { echo "sanity.sh: the built collection did not install into $STAGE" >&2; exit 1; }
 mkdir -p "$DEST/tests/sanity"
 # The modules run with novakit, which needs Python 3.11: test them there only.
 cat > "$DEST/tests/config.yml" <<'YAML'

@@ -130,6 +130,8 @@ def built(base: Path, tracked: list[str]) -> dict[str, Any]:
             str(tarball),
         ],
         cwd=base,
+        # Only the empty path counts: a novakit.cloud in ~/.ansible/collections would make it "Nothing to do".
+        env=_clean_env(ANSIBLE_COLLECTIONS_PATH=str(collections)),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     installed = collections / "ansible_collections" / "novakit" / "cloud"

@@ -27,28 +27,44 @@ rewritten without it before ansible-playbook starts. The extra variables, which
 may hold user data, are written to ``env/extravars`` (0600) for ansible-playbook
 to read, and removed once it has read them and again when the run ends; the
 tasks that carry them (``user_data``, ``admin_password``) set ``no_log``, so they are in no event.
+
+Where the playbooks come from: run from a checkout (the tests, an editable install),
+``boot`` is the checkout's ``playbooks/boot.yml`` and the inventory defaults to its
+``inventory/local.yml``. Installed (a wheel, or ``pip install`` of the installed
+collection's own files), there is no ``playbooks/`` next to the package: ``boot``
+becomes ``novakit.cloud.boot``, which ansible-playbook finds in its collections path
+(``ANSIBLE_COLLECTIONS_PATH`` or Ansible's defaults), and the inventory defaults to
+the copy of ``inventory/local.yml`` the package carries (``BUILTIN_INVENTORY``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from novakit import files
+from novakit import context, files
 
 ROOT = Path(__file__).resolve().parents[1]
+COLLECTION = "novakit.cloud"
+#: A checkout's playbooks; an installed novakit has none next to it (ROOT is site-packages).
 PLAYBOOKS = ROOT / "playbooks"
+#: The embedded default (fake compute hosts on this machine, connection local, the Python that runs
+#: ansible-playbook): a checkout's inventory/local.yml, else the copy the package carries.
+BUILTIN_INVENTORY = Path(__file__).resolve().with_name("data") / "local_inventory.yml"
 DEFAULT_INVENTORY = ROOT / "inventory" / "local.yml"
-CALLBACK = "novakit.cloud.novakit"
+CALLBACK = f"{COLLECTION}.novakit"
+# Ansible's collections path when ANSIBLE_COLLECTIONS_PATH does not set one.
+_ANSIBLE_DEFAULT_COLLECTIONS = ("~/.ansible/collections", "/usr/share/ansible/collections")
 
 EventHandler = Callable[[dict[str, Any]], None]
 
@@ -92,21 +108,63 @@ class _Run:
         return self.private / "env"
 
 
-def playbook_path(playbook: str | os.PathLike[str]) -> str:
-    """``boot``, ``boot.yml``, a path, or a collection playbook name (``novakit.cloud.boot``)."""
+def in_checkout() -> bool:
+    """Whether novakit runs from a checkout of the repository, its playbooks next to the package."""
+    return (ROOT / "galaxy.yml").is_file() and PLAYBOOKS.is_dir()
+
+
+def default_inventory() -> Path:
+    return DEFAULT_INVENTORY if in_checkout() and DEFAULT_INVENTORY.is_file() else BUILTIN_INVENTORY
+
+
+def collections_paths(env: dict[str, str] | None = None) -> list[Path]:
+    """Where ansible-playbook looks for collections: the given path, else Ansible's defaults and sys.path."""
+    source: Mapping[str, str] = os.environ if env is None else env
+    given = source.get("ANSIBLE_COLLECTIONS_PATH") or source.get("ANSIBLE_COLLECTIONS_PATHS")
+    paths = given.split(os.pathsep) if given else list(_ANSIBLE_DEFAULT_COLLECTIONS)
+    # ansible-core also finds collections installed as ansible_collections/ on its Python's sys.path.
+    return [Path(p).expanduser() for p in [*paths, *sys.path] if p]
+
+
+def installed_playbooks(env: dict[str, str] | None = None) -> list[str] | None:
+    """The playbooks of the first novakit.cloud in the collections path, or None if none is found."""
+    namespace, name = COLLECTION.split(".")
+    for base in collections_paths(env):
+        playbooks = base / "ansible_collections" / namespace / name / "playbooks"
+        if playbooks.is_dir():
+            return sorted(p.stem for p in playbooks.glob("*.yml"))
+    return None
+
+
+def playbook_path(playbook: str | os.PathLike[str], env: dict[str, str] | None = None) -> str:
+    """``boot``, ``boot.yml``, a path, or a collection playbook name (``novakit.cloud.boot``).
+
+    From a checkout a name is a file of its ``playbooks/``; installed, it is the
+    collection's playbook of that name, left for ansible-playbook to find in the
+    collections path of ``env`` (default: this process's environment).
+    """
+    from novakit import exceptions
+
     text = str(playbook)
-    if text.startswith("novakit.cloud."):
+    if text.startswith(f"{COLLECTION}."):
         return text
     path = Path(text)
     if path.is_file():
         return str(path.resolve())
-    for candidate in (PLAYBOOKS / text, PLAYBOOKS / f"{text}.yml"):
-        if candidate.is_file():
-            return str(candidate)
-    known = sorted(p.stem for p in PLAYBOOKS.glob("*.yml"))
-    from novakit import exceptions
-
-    raise exceptions.ValidationError("playbook", f"no playbook {text!r}; known playbooks: {', '.join(known)}")
+    if in_checkout():
+        for candidate in (PLAYBOOKS / text, PLAYBOOKS / f"{text}.yml"):
+            if candidate.is_file():
+                return str(candidate)
+        known: list[str] | None = sorted(p.stem for p in PLAYBOOKS.glob("*.yml"))
+    else:
+        name = text.removesuffix(".yml")
+        known = installed_playbooks(env)
+        if re.fullmatch(r"[a-z_][a-z0-9_]*", name) and (known is None or name in known):
+            # Also when no collection is found here (an ansible.cfg may name another path): then
+            # ansible-playbook says it found no such playbook.
+            return f"{COLLECTION}.{name}"
+    listed = f"known playbooks: {', '.join(known)}" if known else f"the {COLLECTION} collection has none here"
+    raise exceptions.ValidationError("playbook", f"no playbook {text!r}; {listed}")
 
 
 def _prepare(
@@ -132,14 +190,13 @@ def _prepare(
     extravars = dict(extravars or {})
     if request_id:
         extravars["novakit_request_id"] = request_id
-    rid = str(extravars.get("novakit_request_id") or os.environ.get("NOVAKIT_REQUEST_ID") or ident)
-    rid = rid if rid.startswith("req-") else f"req-{rid}"
+    # The rule every plugin follows (the caller's id, NOVAKIT_REQUEST_ID, an AWX job id), else the ident.
+    rid = context.run_request_id(
+        extravars, {**os.environ, **(envvars or {})}
+    ) or context.normalize_request_id(ident)
     env = {
         # The ansible-playbook next to this interpreter, so that modules run where novakit is installed.
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(
-            [str(PLAYBOOKS / "collections"), os.environ.get("ANSIBLE_COLLECTIONS_PATH", "")]
-        ).rstrip(os.pathsep),
         "ANSIBLE_CALLBACKS_ENABLED": ",".join(
             filter(None, [os.environ.get("ANSIBLE_CALLBACKS_ENABLED", ""), CALLBACK])
         ),
@@ -147,6 +204,13 @@ def _prepare(
         **{k: v for k, v in os.environ.items() if k.startswith("NOVAKIT_") and k != "NOVAKIT_REQUEST_ID"},
         **(envvars or {}),
     }
+    # A checkout's collection first (its playbooks/collections links to the checkout); installed,
+    # the collections path the caller has, or Ansible's defaults when it has none.
+    collections = [str(PLAYBOOKS / "collections")] if in_checkout() else []
+    given = env.get("ANSIBLE_COLLECTIONS_PATH", os.environ.get("ANSIBLE_COLLECTIONS_PATH", ""))
+    collections += [given] if given else []
+    if collections:
+        env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join(collections)
     if extravars:
         # ansible-runner passes env/extravars to ansible-playbook as -e @file when it is there;
         # handed to ansible-runner instead, they would be on the command line, in `ps` for all.
@@ -169,9 +233,9 @@ def _prepare(
 
     kwargs: dict[str, Any] = {
         "private_data_dir": str(run_dir.private),
-        "playbook": playbook_path(playbook),
+        "playbook": playbook_path(playbook, env),
         # ansible-runner runs from its private directory: a relative path would name nothing there.
-        "inventory": str(Path(inventory).resolve() if inventory else DEFAULT_INVENTORY),
+        "inventory": str(Path(inventory).resolve() if inventory else default_inventory()),
         # In memory only: with suppress_env_files ansible-runner writes no env/envvars.
         "envvars": env,
         "suppress_env_files": True,
@@ -370,7 +434,7 @@ def boot(
     keep_artifacts: bool = False,
     on_event: EventHandler | None = None,
 ) -> RunResult:
-    """Boot ``count`` servers through ``playbooks/boot.yml`` and return the result.
+    """Boot ``count`` servers through the boot playbook (``novakit.cloud.boot``) and return the result.
 
     ``on_event`` receives every ansible-runner event (a dict with ``event``,
     ``event_data`` (``task``, ``host``, ``res``...), ``stdout``, ``counter``) as it

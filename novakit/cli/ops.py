@@ -105,7 +105,9 @@ def boot_command(
     flavor: str = typer.Option("m1.small", help="flavor name or id"),
     image: str = typer.Option("tiny", help="image name or id"),
     count: int = typer.Option(1, help="how many servers (names get -1, -2, ...)"),
-    inventory: Path | None = typer.Option(None, help="Ansible inventory (default: inventory/local.yml)"),
+    inventory: Path | None = typer.Option(
+        None, help="Ansible inventory (default: the fake fleet of local.yml)"
+    ),
     user_data: Path | None = typer.Option(None, help="file with cloud-init user data"),
     check: bool = typer.Option(False, "--check", help="check mode: say where they would land"),
     keep_artifacts: bool = typer.Option(
@@ -117,7 +119,7 @@ def boot_command(
     out: Format | None = OUTPUT,
     column: list[str] | None = COLUMN,
 ) -> None:
-    """Boot servers with playbooks/boot.yml through ansible-runner, showing its progress."""
+    """Boot servers with novakit.cloud.boot through ansible-runner, showing its progress."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from novakit import runner

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tarfile
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest

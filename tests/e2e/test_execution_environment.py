@@ -54,6 +54,7 @@ all:
 # mount namespace of its own (unshare), with /usr/share an overlay whose writes go to $WORK.
 STEPS = r"""
 set -euo pipefail
+PS4='+ [$SECONDS s] '; set -x
 mount -t overlay overlay -o "lowerdir=/usr/share,upperdir=$WORK/upper,workdir=$WORK/overlay" /usr/share
 # base stage: the image's Python, with pip, ansible-core and ansible-runner ($ANSIBLE_INSTALL_REFS)
 $PYTHON -m venv "$VENV"
@@ -177,6 +178,9 @@ def test_execution_environment_builds_from_the_repository(root_with_namespaces: 
         # The machine's way to PyPI (PIP_* settings, its pip cache), nothing of this checkout's venv.
         **{k: v for k, v in os.environ.items() if k.startswith("PIP_")},
         "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip"),
+        # No bytecode compiling of what pip installs: it changes no installed file's content and
+        # costs a minute on a busy machine.
+        "PIP_NO_COMPILE": "1",
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": str(work / "home"),
         "LANG": "C.UTF-8",
@@ -198,6 +202,7 @@ def test_execution_environment_builds_from_the_repository(root_with_namespaces: 
         text=True,
         timeout=600,
     )
+    (tmp_path / "steps.log").write_text(run.stdout + run.stderr)  # each step with its second
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
 
     # What introspect found: the library from the installed collection's files, by a direct

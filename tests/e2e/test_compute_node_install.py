@@ -38,7 +38,7 @@ INSTALL_TASKS = (
     "Install novakit into its own virtual environment",
     "Tell whether the install changed the virtual environment",
     "Ask whether libvirtd answers",
-    "Find the host's service manager (the play may not gather facts)",
+    "Find whether systemd runs the host",
     "Start virtlogd and libvirtd (hosts without systemd)",
     "Start libvirtd (hosts with systemd)",
     "Run novakit's modules on this host with the Python that has novakit",

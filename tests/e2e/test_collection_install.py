@@ -47,7 +47,7 @@ TOP_FILES = {
     "changelogs/changelog.yaml",
 }
 TREES = ("plugins/", "roles/", "meta/", "playbooks/", "novakit/")
-NOT_PACKED = ("playbooks/collections/",)
+NOT_PACKED = ("playbooks/collections/", "meta/awx/context/")
 
 
 def _packed(path: str) -> bool:
@@ -108,6 +108,9 @@ def built(base: Path, tracked: list[str]) -> dict[str, Any]:
         "novakit.egg-info/PKG-INFO",
         ".venv/bin/python",
         "novakit-cloud-0.0.1.tar.gz",
+        # What building the execution environment leaves next to its definition.
+        "meta/awx/novakit-cloud-0.1.0.tar.gz",
+        "meta/awx/context/_build/requirements.yml",
     ]
     for rel in strays:
         (src / rel).parent.mkdir(parents=True, exist_ok=True)

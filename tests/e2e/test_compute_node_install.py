@@ -1,16 +1,19 @@
 """The compute_node role's install path (compute_node_install: true) on this machine as the host.
 
-As root on Debian: apt of packages that are already there is a no-op, and pip installs the
-repository checkout (a copy of its package) into a virtual environment of the test's own,
-without the libvirt extra: the fake driver needs no libvirt-python, and compiling it would
-add about a minute.
+As root on Debian: apt of packages that are already there is a no-op, and the role's default
+installs the library that came with the collection (here the checkout): packed on the controller,
+copied to the host next to a virtual environment of the test's own, installed by pip from there,
+with no package index asked for novakit. The fake driver gets no libvirt extra (libvirt-python
+and what it compiles with are for the libvirt driver only).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -24,12 +27,18 @@ from tests.e2e.test_flows import play
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_TASKS = (
-    "Install libvirt, QEMU and what libvirt-python builds with",
+    "Install libvirt, QEMU and Python's venv",
+    "Install what libvirt-python builds with (libvirt driver only)",
+    "A scratch directory on the controller for the library's source archive",
+    "Pack the library that came with this collection",
+    "Make the directory for the library's source archive",
+    "Copy the library's source archive to the host",
+    "Remove the controller's scratch directory",
     "What the virtual environment holds before the install",
     "Install novakit into its own virtual environment",
     "Tell whether the install changed the virtual environment",
     "Ask whether libvirtd answers",
-    "Find the host's service manager (the play may not gather facts)",
+    "Find whether systemd runs the host",
     "Start virtlogd and libvirtd (hosts without systemd)",
     "Start libvirtd (hosts with systemd)",
     "Run novakit's modules on this host with the Python that has novakit",
@@ -62,16 +71,6 @@ def running(pidfile: Path) -> int | None:
     return pid
 
 
-def checkout_snapshot(dest: Path) -> Path:
-    """The checkout's package as it is now, for pip: pip builds a directory in place (build/,
-    egg-info), and the shared tree may change between the test's two runs."""
-    dest.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, dest / name)
-    shutil.copytree(ROOT / "novakit", dest / "novakit", ignore=shutil.ignore_patterns("__pycache__"))
-    return dest
-
-
 @pytest.fixture
 def root_on_debian() -> None:
     if os.geteuid() != 0:
@@ -91,11 +90,7 @@ def test_compute_node_install_on_this_machine(root_on_debian: None, tmp_path: Pa
         "NOVAKIT_CONFIG": str(tmp_path / "novakit.toml"),
     }
     venv = tmp_path / "venv"
-    extravars = {
-        "compute_node_install": True,
-        "compute_node_venv": str(venv),
-        "compute_node_package": str(checkout_snapshot(tmp_path / "checkout")),
-    }
+    extravars = {"compute_node_install": True, "compute_node_venv": str(venv)}
     already = {name: running(pidfile) for name, pidfile in DAEMONS.items()}
     try:
         first = play("compute_node", tmp_path, env, extravars, inventory=tmp_path / "hosts.yml")
@@ -105,14 +100,31 @@ def test_compute_node_install_on_this_machine(root_on_debian: None, tmp_path: Pa
             [
                 str(venv / "bin" / "python"),
                 "-c",
-                "import novakit.compute.manager, novakit; print(novakit.__file__)",
+                "import importlib.metadata as m, importlib.util, json, novakit.compute.manager, novakit;"
+                "print(json.dumps([novakit.__file__, json.loads(m.distribution('novakit')"
+                ".read_text('direct_url.json'))['url'], importlib.util.find_spec('libvirt') is None]))",
             ],
             capture_output=True,
             text=True,
             cwd=tmp_path,  # not the checkout, which python -c would import first
         )
         assert check.returncode == 0, check.stderr
-        assert check.stdout.startswith(str(venv)), check.stdout  # installed there, not the checkout
+        where, source, no_libvirt = json.loads(check.stdout)
+        assert where.startswith(str(venv)), where  # installed there, not the checkout
+        # from the archive the role packed and copied, whose files are the checkout's
+        assert source == f"file://{tmp_path / 'novakit-src.tar.gz'}"
+        with tarfile.open(tmp_path / "novakit-src.tar.gz") as archive:
+            packed = archive.getnames()
+        library = {
+            f"novakit-src/{p.relative_to(ROOT).as_posix()}"
+            for p in (ROOT / "novakit").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts
+        }
+        assert set(packed) - library == {"novakit-src/pyproject.toml", "novakit-src/README.md"} | {
+            f"novakit-src/{p.name}" for p in ROOT.glob("LICENSE*")
+        }
+        assert library <= set(packed)
+        assert no_libvirt, "the fake driver's host got libvirt-python"
 
         api = api_for(env)
         (host,) = hosts.list_hosts(api.db, api.conf)

@@ -527,6 +527,9 @@ def _add_diff(api: API, ctx: RequestContext, params: dict[str, Any], out: dict[s
             "before": params["before"],
             "after": after if after is not None else states_of(out.get("servers") or []),
         }
+        if step == "summary":
+            # Ansible shows a diff of a changed result only: the run changed what differs.
+            out["changed"] = out["diff"]["before"] != out["diff"]["after"]
 
 
 def _run_step(

@@ -91,7 +91,7 @@ def test_a_count_that_is_no_number_is_refused_naming_it(tmp_path: Path, env: dic
     run = run_playbook("boot.yml", tmp_path, env, {"server_name": "bad", "count": "three"})
     out = run.stdout.read()
     assert run.rc != 0
-    assert "Invalid count" in out, out
+    assert "count: Input should be a valid integer" in out, out
     assert _live(env) == {}
 
 

@@ -317,7 +317,11 @@ def ensure_count(
         request.setdefault("flavor", members[0]["flavor"].get("name"))
         request.setdefault("image", members[0]["image"])
     outcome = api.create_servers(ctx, request, dry_run=dry_run, declarative=True)
-    before = {s["name"]: _shown(s) or {} for s in [*outcome.servers, *outcome.surplus]}
+    before = {
+        s["name"]: _shown(s) or {}
+        for s in [*outcome.servers, *outcome.surplus]
+        if s["id"] not in outcome.created
+    }
     known = {s["name"] for s in outcome.servers} - set(outcome.unbuilt)
     if dry_run:
         plan = {n: h for n, h in outcome.would_schedule_to.items() if n not in known}

@@ -73,7 +73,8 @@ def schedule(
     surplus = [s["name"] for s in outcome.surplus]
     deletes = start_actions(api, ctx, "delete", surplus, check_mode=dry_run) if surplus else None
     deleting = deletes["instances"] if deletes else []
-    before = states_of([*outcome.servers, *outcome.surplus])
+    # As they were before this step: the servers it recorded did not exist.
+    before = states_of([s for s in [*outcome.servers, *outcome.surplus] if s["id"] not in outcome.created])
     if dry_run:
         chosen = outcome.would_schedule_to
         known = {s["name"] for s in outcome.servers}

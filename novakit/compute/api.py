@@ -175,7 +175,9 @@ class API:
             return self._plan(ctx, req, names)
         uuids, records = self._create_records(ctx, req, names)
         views = [server_view(inst, ctx) for inst, _ in records.values()]
-        return CreateOutcome(servers=views, uuids=uuids, changed=True, unbuilt=uuids, records=records)
+        return CreateOutcome(
+            servers=views, uuids=uuids, changed=True, unbuilt=uuids, records=records, created=uuids
+        )
 
     def _converge(self, ctx: RequestContext, req: schemas.ServerCreate, *, dry_run: bool) -> CreateOutcome:
         """The declarative create: have the request's servers (``names``), no more, no fewer.
@@ -233,6 +235,7 @@ class API:
             outcome.servers = [by_name[n] for n in plan.wanted]
             outcome.uuids = [v["id"] for v in outcome.servers]
             outcome.unbuilt = [*picked_up, *uuids]
+            outcome.created = uuids
             outcome.changed = True
             # The conductor may start from the records just written only when they are all it builds.
             outcome.records = None if picked_up else records
@@ -646,6 +649,7 @@ class CreateOutcome:
     unbuilt: builtins.list[str] = dc_field(default_factory=builtins.list)  # recorded, never scheduled
     records: dict[str, tuple[Instance, RequestSpec]] | None = None  # as just written (for the conductor)
     would_schedule_to: dict[str, str | None] = dc_field(default_factory=dict)
+    created: builtins.list[str] = dc_field(default_factory=builtins.list)  # recorded by this call
     # declarative, with a count: the live servers numbered above it, highest first, for the caller to delete
     surplus: builtins.list[dict[str, Any]] = dc_field(default_factory=builtins.list)
 

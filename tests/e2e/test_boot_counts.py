@@ -103,14 +103,14 @@ def test_check_mode_says_what_would_be_created_and_deleted_and_changes_nothing(
     before = _live(env)
 
     _, up = _boot(tmp_path, env, "ck", 5, cmdline="--check --diff")
-    assert "ck-4 would be created, scheduled to compute-" in up
-    assert "ck-5 would be created, scheduled to compute-" in up
+    assert "ck-4 would be scheduled to compute-" in up
+    assert "ck-5 would be scheduled to compute-" in up
     assert "would be deleted" not in up
 
     _, down = _boot(tmp_path, env, "ck", 1, cmdline="--check --diff")
     assert "ck-3 would be deleted" in down and "ck-2 would be deleted" in down
     assert down.index("ck-3 would be deleted") < down.index("ck-2 would be deleted")
-    assert "would be created" not in down
+    assert "(created)" not in down
     # --diff shows the plan: ck-2 and ck-3 go
     assert '-    "ck-2": {' in down and '-    "ck-3": {' in down, down
 

@@ -105,7 +105,7 @@ def test_check_mode_says_what_would_be_created_and_deleted_and_changes_nothing(
     _, up = _boot(tmp_path, env, "ck", 5, cmdline="--check --diff")
     assert "ck-4 would be scheduled to compute-" in up
     assert "ck-5 would be scheduled to compute-" in up
-    assert "would be deleted" not in up
+    assert "would be deleted (numbered" not in up
 
     _, down = _boot(tmp_path, env, "ck", 1, cmdline="--check --diff")
     assert "ck-3 would be deleted" in down and "ck-2 would be deleted" in down
@@ -125,6 +125,19 @@ def test_diff_shows_each_server_before_and_after(tmp_path: Path, env: dict[str, 
     # df-1 was there before and after; df-2 is new
     assert '+    "df-2": {' in out, out
     assert '"status": "ACTIVE"' in out
+
+    stop = run_playbook(
+        "server_action.yml", tmp_path, env, {"server_action": "stop", "servers": "df-2"}, cmdline="--diff"
+    )
+    out = stop.stdout.read()
+    assert stop.rc == 0 and "[WARNING]" not in out, out
+    assert '-        "status": "ACTIVE"' in out and '+        "status": "SHUTOFF"' in out, out
+
+    gone = run_playbook("delete.yml", tmp_path, env, {"servers": "df-2"}, cmdline="--diff")
+    out = gone.stdout.read()
+    assert gone.rc == 0 and "[WARNING]" not in out, out
+    assert '-    "df-2": {' in out, out
+    assert sorted(_live(env)) == ["df-1"]
 
 
 def test_two_runs_scaling_the_same_name_at_once_make_each_server_once(

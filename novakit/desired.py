@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions, worker
-from novakit.compute import images, states
+from novakit.compute import images, names, states
 from novakit.compute.api import API
 from novakit.compute.messages import ComputeRequest
 from novakit.compute.states import VmState
@@ -237,6 +237,136 @@ def ensure(
         then=[worker.Step(action=a, options=options_for(a, options)) for a in todo[1:]],
         failure=f"server {server['name']} is ERROR",
     )
+
+
+@dataclass
+class CountOutcome:
+    """What ``ensure_count`` did or, as a dry run, would do, server by server."""
+
+    changed: bool
+    servers: list[View]  # the wanted ones as they now are (a dry run: those that exist)
+    created: list[str]  # names, lowest first
+    deleted: list[str]  # names, highest first
+    actions: dict[str, list[str]]  # by name: the actions each wanted server took (or would)
+    before: dict[str, View]
+    plan: dict[str, str | None]  # a dry run's new servers and the host each would get
+
+    def result(self) -> dict[str, Any]:
+        """The outcome as the ``server`` module returns it with ``count``."""
+        out: dict[str, Any] = {
+            "changed": self.changed,
+            "servers": self.servers,
+            "created": self.created,
+            "deleted": self.deleted,
+            "actions": self.actions,
+        }
+        if self.plan:
+            out["would_schedule_to"] = self.plan
+        return out
+
+    def diff(self) -> tuple[dict[str, View], dict[str, View]]:
+        """Each server before and after, by name (``SHOWN``); the deleted ones are gone after."""
+        after = {s["name"]: _shown(s) or {} for s in self.servers if not _gone(s)}
+        after.update({n: {"name": n, "host": h} for n, h in self.plan.items()})
+        for name in self.deleted:
+            after.pop(name, None)
+        return self.before, after
+
+
+def ensure_count(
+    api: API,
+    ctx: RequestContext,
+    name: str,
+    count: int,
+    state: str = "present",
+    *,
+    create: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+    dry_run: bool = False,
+    background: Background = Background(),
+) -> CountOutcome:
+    """Have exactly ``count`` servers ``name-1`` ... ``name-N`` in ``state``; the ``server`` module's
+    call with ``count``.
+
+    The naming and what a count means are ``API.create_servers``'s (declarative):
+    the missing numbers are created in one request (all or nothing, as the boot
+    playbook's default ``min_count``), the servers numbered above the count
+    deleted through the one delete (``ensure(..., "absent")``), the highest
+    first, and every wanted server brought to ``state`` as ``ensure`` brings one.
+    """
+    if count < 1:
+        raise exceptions.ValidationError("count", "must be at least 1 (state absent deletes a server)")
+    if state == "absent":
+        raise exceptions.ValidationError(
+            "count", "is the number of servers to have: not with state absent (delete each by name)"
+        )
+    if state not in STATES:
+        raise exceptions.ValidationError("state", f"{state!r} is not one of {', '.join(STATES)}")
+    request = {**{k: v for k, v in (create or {}).items() if v is not None}, "name": name}
+    request.update(max_count=count, min_count=count)
+    members = [v for n in names.names_for(name, count) if (v := find(api, ctx, n)) is not None]
+    for server in members:
+        check_unchanged(api, ctx, server, create)
+    if not (request.get("flavor") and request.get("image")):
+        if len(members) < count:
+            missing = next(n for n in names.names_for(name, count) if n not in {m["name"] for m in members})
+            raise exceptions.Invalid(
+                reason=f"server {missing} does not exist; a flavor and an image are needed to create it"
+            )
+        # All there: the request only says how many; the family's own flavor and image complete it.
+        request.setdefault("flavor", members[0]["flavor"].get("name"))
+        request.setdefault("image", members[0]["image"])
+    outcome = api.create_servers(ctx, request, dry_run=dry_run, declarative=True)
+    before = {
+        s["name"]: _shown(s) or {}
+        for s in [*outcome.servers, *outcome.surplus]
+        if s["id"] not in outcome.created
+    }
+    known = {s["name"] for s in outcome.servers} - set(outcome.unbuilt)
+    if dry_run:
+        plan = {n: h for n, h in outcome.would_schedule_to.items() if n not in known}
+        actions: dict[str, list[str]] = {n: ["create"] for n in plan}
+        for server in outcome.servers:
+            actions[server["name"]] = ensure(
+                api, ctx, server["id"], state, options=options, dry_run=True
+            ).actions
+        deleted = [s["name"] for s in outcome.surplus]
+        changed = bool(plan or deleted or any(actions.values()))
+        return CountOutcome(changed, outcome.servers, list(plan), deleted, actions, before, plan)
+    new = {s["id"]: s for s in outcome.servers if s["id"] in outcome.unbuilt}
+    created = [s["name"] for s in new.values()]
+    detached = Background(
+        wait=False, timeout=background.timeout, config=background.config, db_url=background.db_url
+    )
+    proc, log = None, None
+    if new:
+        proc, log = hand_off(api, ctx, next(iter(new)), background, build=list(new))
+    for server in outcome.surplus:
+        _delete(api, ctx, server["id"], server, False, detached)
+    deleted = [s["name"] for s in outcome.surplus]
+    if background.wait:
+        for server in new.values():
+            seen = wait_until(
+                api, ctx, server, _reached(VmState.ACTIVE), "ACTIVE", background, proc, str(log)
+            )
+            if seen is not None and seen["vm_state"] == VmState.ERROR.value:
+                reason = (seen.get("fault") or {}).get("message") or "no fault recorded"
+                raise exceptions.ServerFailed(
+                    seen, changed=True, what=f"server {seen['name']} is ERROR", reason=reason
+                )
+        for server in outcome.surplus:
+            wait_until(api, ctx, server, _deleted, "deleted", background)
+    actions = {n: ["create"] for n in created}
+    views = []
+    for server in outcome.servers:
+        if server["id"] in new and not background.wait:
+            views.append(server)  # still building: its power state is for a later run
+            continue
+        out = ensure(api, ctx, server["id"], state, options=options, background=background)
+        actions[server["name"]] = [*actions.get(server["name"], []), *out.actions]
+        views.append(out.server or server)
+    changed = bool(created or deleted or any(actions.values()))
+    return CountOutcome(changed, views, created, deleted, actions, before, {})
 
 
 def perform(

@@ -19,6 +19,7 @@ calls it in a process of its own. Both hand it the task's validated options.
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from typing import Any
 
@@ -40,45 +41,73 @@ def _wire(requests: list[ComputeRequest]) -> list[dict[str, Any]]:
 def schedule(
     api: API, ctx: RequestContext, server: dict[str, Any], *, dry_run: bool = False
 ) -> dict[str, Any]:
-    """Play 1: record, check quota, schedule and claim. Idempotent by name.
+    """Play 1: record, check quota, schedule and claim; declarative.
 
-    The create is the API's (``create_servers``, declarative): servers that
-    exist already are left alone, except those recorded and never scheduled,
-    which are scheduled now. ``dry_run`` (check mode) runs the same checks and
-    the scheduler's dry run, and says where each server would go.
+    ``count`` is the wanted number of servers ``name-1`` ... ``name-N`` (without
+    it, the one server ``name``): the create is the API's (``create_servers``,
+    declarative), which records the missing ones and leaves alone those that
+    exist, except those recorded and never scheduled, which are scheduled now.
+    The servers numbered above the count are deleted, the highest first, by the
+    lifecycle playbooks' own delete (``start_actions``): their destroy requests
+    join the first round's builds (``delete``), and the record step records them.
+
+    ``dry_run`` (check mode) runs the same checks, the scheduler's dry run and
+    the delete's, and says where each new server would go (``would_schedule_to``),
+    which servers would be created (``would_create``) and which deleted
+    (``would_delete``).
 
     ``round_hosts`` are the hosts any round of this boot may send work to: the
-    chosen hosts and the alternates the conductor keeps for a reschedule
-    (it reschedules to nothing else), so that the playbook can set up its
-    build loop once.
+    chosen hosts, the alternates the conductor keeps for a reschedule (it
+    reschedules to nothing else) and the hosts of the deletes, so that the
+    playbook can set up its build loop once.
     """
     data = {k: v for k, v in server.items() if v is not None}
     if "count" in data:
         data["max_count"] = data.pop("count")
-    outcome = api.create_servers(ctx, data, dry_run=dry_run, declarative=True)
+    try:
+        outcome = api.create_servers(ctx, data, dry_run=dry_run, declarative=True)
+    except exceptions.ValidationError as exc:
+        # The playbook's variable is count: the error names it so.
+        errors = [("count" if f == "max_count" else f, r) for f, r in exc.errors]
+        raise exceptions.ValidationError(errors[0][0], errors[0][1], errors) from None
+    surplus = [s["name"] for s in outcome.surplus]
+    deletes = start_actions(api, ctx, "delete", surplus, check_mode=dry_run) if surplus else None
+    deleting = deletes["instances"] if deletes else []
+    # As they were before this step: the servers it recorded did not exist.
+    before = states_of([s for s in [*outcome.servers, *outcome.surplus] if s["id"] not in outcome.created])
     if dry_run:
         chosen = outcome.would_schedule_to
+        known = {s["name"] for s in outcome.servers}
+        gone = {s["name"] for s in (deletes["servers"] if deletes else []) if s["id"] in deleting}
+        planned = {n: {"status": "ACTIVE", "host": h} for n, h in chosen.items() if n not in known}
         return {
-            "changed": outcome.changed,
+            "before": before,
+            "after": {**{n: v for n, v in before.items() if n not in gone}, **planned},
+            "changed": outcome.changed or bool(deleting),
             "request_id": ctx.request_id,
             "instances": outcome.uuids,
             "servers": outcome.servers,
             "requests": [],
             "would_schedule_to": chosen,
+            "would_create": [n for n in chosen if n not in known],
+            "would_delete": sorted(gone, key=[s["name"] for s in outcome.surplus].index),
             "hosts": sorted({h for h in chosen.values() if h}),
             "round_hosts": [],
         }
     requests = _schedule_unbuilt(api, ctx, outcome.unbuilt, picked_up=outcome.records is None)
+    destroys = [ComputeRequest.model_validate(r) for r in deletes["requests"]] if deletes else []
+    everything = [*outcome.uuids, *deleting]
     return {
-        "changed": outcome.changed,
+        "before": before,
+        "changed": outcome.changed or bool(deleting),
         "request_id": ctx.request_id,
-        "instances": outcome.uuids,
-        "requests": _wire(requests),
-        "hosts": sorted({r.host for r in requests}),
-        "round_hosts": _round_hosts(api, requests),
+        "instances": everything,
+        "requests": _wire([*requests, *destroys]),
+        "hosts": sorted({r.host for r in [*requests, *destroys]}),
+        "round_hosts": sorted(set(_round_hosts(api, requests)) | {r.host for r in destroys}),
         **{
             k: v
-            for k, v in summary(api, ctx, outcome.uuids).items()
+            for k, v in summary(api, ctx, everything).items()
             if k in ("servers", "report", "failed_servers")
         },
     }
@@ -158,6 +187,14 @@ def record_round(
         host_results = results.get(request.host)
         index = per_host_index.get(request.host, 0)
         per_host_index[request.host] = index + 1
+        if request.action is not None:
+            # A delete of a scale-down (``schedule``): recorded as the delete playbook records it.
+            if request.host in reasons or not host_results or index >= len(host_results):
+                reason = reasons.get(request.host) or f"host {request.host} returned no result"
+                api.conductor.record_unreachable(ctx, request, f"Ansible: {reason}")
+            else:
+                api.conductor.record_action_result(ctx, request, host_results[index])
+            continue
         if request.operation != "build":
             continue  # clean-ups (a guest built for a server deleted meanwhile) need no record
         # A build is recorded in its request's create action: a server picked up by this run
@@ -176,6 +213,15 @@ def record_round(
         "requests": _wire(follow_up),
         "hosts": sorted({r.host for r in follow_up}),
         **{k: v for k, v in summary(api, ctx, uuids).items() if k in ("servers", "report", "failed_servers")},
+    }
+
+
+def states_of(servers: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each live server's state by name, as ``--diff`` shows it before and after a run."""
+    return {
+        s["name"]: {"status": s["status"], "host": s["host"], "power_state": s["power_state_name"]}
+        for s in servers
+        if s["vm_state"] != VmState.DELETED.value
     }
 
 
@@ -202,8 +248,11 @@ PUBLISHED = ("id", "name", "host", "addresses", "status")
 
 
 def published(servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each server as ``set_stats`` publishes it; shaped here, where it costs nothing next to Jinja."""
-    return [{k: s[k] for k in PUBLISHED if k in s} for s in servers]
+    """Each server as ``set_stats`` publishes it; shaped here, where it costs nothing next to Jinja.
+
+    The servers a scale-down deleted are in the report, not among those published.
+    """
+    return [{k: s[k] for k in PUBLISHED if k in s} for s in servers if s["vm_state"] != VmState.DELETED.value]
 
 
 def summary(api: API, ctx: RequestContext, uuids: list[str]) -> dict[str, Any]:
@@ -244,7 +293,10 @@ def start_actions(
     requests: list[ComputeRequest] = []
     changed: list[str] = []
     views: list[dict[str, Any]] = []
+    before: list[dict[str, Any]] = []
     for ref in servers:
+        with contextlib.suppress(exceptions.InstanceNotFound):
+            before.append(api.get(ctx, ref))
         out = api.act(ctx, ref, action, options, dry_run=check_mode, defer=True, declarative=True)
         if out.server is None:
             continue
@@ -261,6 +313,7 @@ def start_actions(
         "requests": _wire(requests),
         "hosts": sorted({r.host for r in requests}),
         "servers": views,
+        "before": states_of(before),
     }
 
 
@@ -367,6 +420,30 @@ def heartbeat(
 STEPS = ("schedule", "record", "summary", "action", "record_action", "images", "heartbeat")
 
 
+#: the fields of a compute request's instances that are secret (``InstanceSpec.to_wire``)
+SECRET_FIELDS = ("user_data", "admin_password_hash")
+
+
+def split_secrets(requests: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]]]:
+    """Wire requests without their secrets, and the secrets by instance uuid.
+
+    The playbooks hand the secrets to the compute task in an option of their own,
+    marked ``no_log``: only they are hidden, and the task's result (why a host
+    failed or was unreachable) shows. The ``compute`` module puts them back.
+    """
+    public: list[dict[str, Any]] = []
+    secrets: dict[str, dict[str, str]] = {}
+    for request in requests:
+        instances = []
+        for inst in request.get("instances") or []:
+            hidden = {k: inst[k] for k in SECRET_FIELDS if inst.get(k) is not None}
+            if hidden:
+                secrets.setdefault(inst["uuid"], {}).update(hidden)
+            instances.append({**inst, **dict.fromkeys(hidden)})
+        public.append({**request, "instances": instances})
+    return public, secrets
+
+
 def parse_results(
     raw: dict[str, Any] | None,
 ) -> tuple[dict[str, list[ComputeResult]], dict[str, str]]:
@@ -381,7 +458,8 @@ def parse_results(
         if isinstance(value, dict):  # a registered task result
             if value.get("unreachable") or value.get("failed"):
                 what = "unreachable" if value.get("unreachable") else "compute task failed"
-                failures[host] = f"host {host}: {what}"
+                why = value.get("msg")
+                failures[host] = f"host {host}: {what}" + (f": {why}" if why else "")
             value = value.get("results")
         if isinstance(value, list) and value:
             results[host] = [ComputeResult.model_validate(v) for v in value if isinstance(v, dict)]
@@ -410,13 +488,59 @@ def run_step(
     *,
     check_mode: bool = False,
     host_failures: dict[str, str] | None = None,
+    diff: bool = False,
 ) -> dict[str, Any]:
     """One step of the ``novakit.cloud.conductor`` task, ``params`` being its options.
+
+    ``diff`` (``--diff``): the steps that end a run say each server's state before
+    it (the ``before`` the playbook kept from its first step) and after it, as
+    Ansible's ``diff``: ``summary`` and ``record_action`` (and, in check mode,
+    ``schedule``, whose after is its plan).
 
     ``host_failures`` are the hosts the novakit callback plugin saw fail in this
     run (``{host: reason}``): a host of the round without results fails with
     that reason as its fault.
+
+    The compute requests it returns carry no secrets: those of the schedule and
+    action steps come apart in ``secrets`` (``split_secrets``).
     """
+    out = _run_step(api, ctx, params, check_mode=check_mode, host_failures=host_failures)
+    if diff:
+        _add_diff(api, ctx, params, out)
+    if out.get("requests"):
+        out["requests"], secrets = split_secrets(out["requests"])
+        # A record step's follow-ups build the schedule step's servers again, whose secrets
+        # the playbook kept: it returns none, so that its result needs no no_log.
+        if params["step"] != "record":
+            out["secrets"] = secrets
+    elif params["step"] in ("schedule", "action"):
+        out["secrets"] = {}
+    return out
+
+
+def _add_diff(api: API, ctx: RequestContext, params: dict[str, Any], out: dict[str, Any]) -> None:
+    step = params["step"]
+    if step == "schedule" and "after" in out:
+        out["diff"] = {"before": out["before"], "after": out["after"]}
+    elif step in ("summary", "record_action") and params.get("before") is not None:
+        after = params.get("after")
+        out["diff"] = {
+            "before": params["before"],
+            "after": after if after is not None else states_of(out.get("servers") or []),
+        }
+        if step == "summary":
+            # Ansible shows a diff of a changed result only: the run changed what differs.
+            out["changed"] = out["diff"]["before"] != out["diff"]["after"]
+
+
+def _run_step(
+    api: API,
+    ctx: RequestContext,
+    params: dict[str, Any],
+    *,
+    check_mode: bool = False,
+    host_failures: dict[str, str] | None = None,
+) -> dict[str, Any]:
     step = params["step"]
     if step not in STEPS:
         raise exceptions.ValidationError("step", f"{step!r} is not one of {', '.join(STEPS)}")

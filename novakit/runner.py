@@ -421,7 +421,7 @@ def boot(
     *,
     flavor: str = "m1.small",
     image: str = "tiny",
-    count: int = 1,
+    count: int | None = None,
     min_count: int | None = None,
     user_data: str | None = None,
     admin_password: str | None = None,
@@ -434,7 +434,8 @@ def boot(
     keep_artifacts: bool = False,
     on_event: EventHandler | None = None,
 ) -> RunResult:
-    """Boot ``count`` servers through the boot playbook (``novakit.cloud.boot``) and return the result.
+    """Have ``count`` servers ``server_name-1`` ... ``-N`` (no count: one, ``server_name``) through
+    the boot playbook (``novakit.cloud.boot``) and return the result.
 
     ``on_event`` receives every ansible-runner event (a dict with ``event``,
     ``event_data`` (``task``, ``host``, ``res``...), ``stdout``, ``counter``) as it
@@ -443,8 +444,9 @@ def boot(
     status), ``request_id`` keys the run's instance actions, ``ok`` says whether
     the playbook succeeded (a server in ERROR does not fail it: check ``servers``).
     """
-    extravars: dict[str, Any] = {"server_name": server_name, "flavor": flavor, "image": image, "count": count}
+    extravars: dict[str, Any] = {"server_name": server_name, "flavor": flavor, "image": image}
     optional = {
+        "count": count,
         "min_count": min_count,
         "user_data": user_data,
         "admin_password": admin_password,

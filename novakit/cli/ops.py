@@ -104,7 +104,11 @@ def boot_command(
     name: str,
     flavor: str = typer.Option("m1.small", help="flavor name or id"),
     image: str = typer.Option("tiny", help="image name or id"),
-    count: int = typer.Option(1, help="how many servers (names get -1, -2, ...)"),
+    count: int | None = typer.Option(
+        None,
+        help="the wanted number of servers NAME-1 ... NAME-N: a re-run with another count adds the "
+        "missing ones and deletes those numbered above it (without --count: one server named NAME)",
+    ),
     inventory: Path | None = typer.Option(
         None, help="Ansible inventory (default: the fake fleet of local.yml)"
     ),

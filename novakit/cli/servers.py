@@ -137,7 +137,9 @@ def server_create(
     name: str = typer.Argument(..., help="the server's name (several get -1, -2, ...)"),
     flavor: str = typer.Option(..., help="flavor name or id"),
     image: str = typer.Option(..., help="image name or id"),
-    count: int = typer.Option(1, help="how many servers (names get -1, -2, ...)"),
+    count: int | None = typer.Option(
+        None, help="how many servers: NAME-1 ... NAME-N (without --count: one server named NAME)"
+    ),
     min_count: int | None = typer.Option(None, help="fewer than this is a failure (default: count)"),
     user_data: Path | None = typer.Option(
         None, help="file with cloud-init user data", exists=True, dir_okay=False, readable=True
@@ -167,12 +169,15 @@ def server_create(
         "name": name,
         "flavor": flavor,
         "image": image,
-        "max_count": count,
-        "min_count": min_count or count,
         "metadata": dict(m.split("=", 1) for m in (meta or []) if "=" in m),
         "server_group": group,
         "availability_zone": availability_zone,
     }
+    # Only the counts given: a request with none is one server named NAME (``novakit.compute.names``).
+    if count is not None:
+        data["max_count"] = count
+    if min_count is not None or count is not None:
+        data["min_count"] = min_count or count
     if user_data is not None:
         data["user_data"] = base64.b64encode(user_data.read_bytes()).decode()
     caller = ctx()
@@ -201,7 +206,7 @@ def server_create(
         from novakit import notifications
 
         with Progress(console=err_console, transient=True) as progress:
-            task = progress.add_task(f"building {count} server(s)", total=count)
+            task = progress.add_task(f"building {count or 1} server(s)", total=count or 1)
 
             def on_note(note: dict[str, Any]) -> None:
                 if note["event_type"] in ("instance.create.end", "instance.create.error"):

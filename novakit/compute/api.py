@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
 from novakit.compute import actions, flavors, images, listing, passwords, schemas, states
+from novakit.compute import names as naming
 from novakit.compute.messages import ComputeRequest
 from novakit.compute.states import (
     PowerState,
@@ -173,11 +174,15 @@ class API:
     ) -> CreateOutcome:
         """Check and record a create request; building is the caller's (``unbuilt``).
 
-        ``declarative`` (the boot playbook): when every name of the request
-        exists already, nothing new is recorded; those of them recorded but never
-        scheduled (``--no-wait``, a run killed before its schedule step) are
-        returned in ``unbuilt`` for the caller to build. Some names taken and
-        some free is a DuplicateName, as for any create.
+        Names follow ``names``: ``name`` without a count, ``name-1`` ... ``name-N``
+        with one. A name taken is a DuplicateName.
+
+        ``declarative`` (the boot playbook, the ``server`` module): the request is
+        what should exist (``_converge``): the missing servers are recorded, those
+        that exist are left alone, except those recorded but never scheduled
+        (``--no-wait``, a run killed before its schedule step), which are returned
+        in ``unbuilt`` for the caller to build, and, with a count, those numbered
+        above it are returned in ``surplus`` for the caller to delete.
         """
         req = data if isinstance(data, schemas.ServerCreate) else schemas.parse(schemas.ServerCreate, data)
         ceiling = self.conf.compute.max_count
@@ -185,24 +190,79 @@ class API:
             raise exceptions.ValidationError(
                 "max_count", f"must be at most {ceiling} (the configuration's compute.max_count)"
             )
-        names = _names(req)
         if declarative:
-            with self.db.reader() as session:
-                existing = _existing(session, ctx, names)
-                if existing and len(existing) == len(names):
-                    unbuilt = [i.uuid for i in existing if _never_scheduled(i)]
-                    return CreateOutcome(
-                        servers=[server_view(i, ctx) for i in existing],
-                        uuids=[i.uuid for i in existing],
-                        changed=bool(unbuilt),
-                        unbuilt=unbuilt,
-                        would_schedule_to={i.display_name: i.host for i in existing},
-                    )
+            return self._converge(ctx, req, dry_run=dry_run)
+        names = _names(req)
         if dry_run:
             return self._plan(ctx, req, names)
         uuids, records = self._create_records(ctx, req, names)
         views = [server_view(inst, ctx) for inst, _ in records.values()]
-        return CreateOutcome(servers=views, uuids=uuids, changed=True, unbuilt=uuids, records=records)
+        return CreateOutcome(
+            servers=views, uuids=uuids, changed=True, unbuilt=uuids, records=records, created=uuids
+        )
+
+    def _converge(self, ctx: RequestContext, req: schemas.ServerCreate, *, dry_run: bool) -> CreateOutcome:
+        """The declarative create: have the request's servers (``names``), no more, no fewer.
+
+        With a count, the servers numbered 1..N that are missing are recorded (gaps
+        filled) and those numbered above N come back in ``surplus`` for the caller
+        to delete through its delete path; without one, the one server ``name``.
+        ``min_count`` is the fewest of the N that must exist afterwards: the new
+        ones are all-or-nothing down to what that leaves to create.
+
+        A run that loses the race for a name (another run recorded it between
+        this one's read and its insert: the unique key refuses the insert) plans
+        again and finds it there: the servers exist once, and the winner builds
+        them, so the second plan picks up nothing.
+        """
+        count = naming.count_of(req)
+        for attempt in (1, 2):
+            with self.db.reader() as session:
+                live = _family(session, ctx, req.name)
+                if count is None:
+                    plan = naming.ScalePlan(
+                        wanted=[req.name], missing=[] if req.name in live else [req.name], extra=[]
+                    )
+                else:
+                    plan = naming.plan(req.name, count, live)
+                existing = [live[n] for n in plan.existing]
+                kept = [server_view(i, ctx) for i in existing]
+                surplus = [server_view(live[n], ctx) for n in plan.extra]
+            picked_up = [i.uuid for i in existing if _never_scheduled(i)] if attempt == 1 else []
+            outcome = CreateOutcome(
+                servers=kept,
+                uuids=[i.uuid for i in existing],
+                changed=bool(picked_up),
+                unbuilt=picked_up,
+                would_schedule_to={i.display_name: i.host for i in existing},
+                surplus=surplus,
+            )
+            if not plan.missing:
+                return outcome
+            fewest = max(1, min(len(plan.missing), req.min_count - len(existing)))
+            batch = req.model_copy(update={"max_count": len(plan.missing), "min_count": fewest})
+            if dry_run:
+                planned = self._plan(ctx, batch, plan.missing)
+                outcome.would_schedule_to.update(planned.would_schedule_to)
+                outcome.changed = True
+                return outcome
+            try:
+                uuids, records = self._create_records(ctx, batch, plan.missing)
+            except exceptions.DuplicateName:
+                if attempt == 1:
+                    continue
+                raise
+            new = {uuid: server_view(inst, ctx) for uuid, (inst, _) in records.items()}
+            by_name = {v["name"]: v for v in [*kept, *new.values()]}
+            outcome.servers = [by_name[n] for n in plan.wanted]
+            outcome.uuids = [v["id"] for v in outcome.servers]
+            outcome.unbuilt = [*picked_up, *uuids]
+            outcome.created = uuids
+            outcome.changed = True
+            # The conductor may start from the records just written only when they are all it builds.
+            outcome.records = None if picked_up else records
+            return outcome
+        raise AssertionError("unreachable")  # pragma: no cover - the second attempt returns or raises
 
     def create_records(self, ctx: RequestContext, req: schemas.ServerCreate) -> builtins.list[str]:
         """Record the servers of ``req`` (building/scheduling, action ``create``); their uuids."""
@@ -608,6 +668,9 @@ class CreateOutcome:
     unbuilt: builtins.list[str] = dc_field(default_factory=builtins.list)  # recorded, never scheduled
     records: dict[str, tuple[Instance, RequestSpec]] | None = None  # as just written (for the conductor)
     would_schedule_to: dict[str, str | None] = dc_field(default_factory=dict)
+    created: builtins.list[str] = dc_field(default_factory=builtins.list)  # recorded by this call
+    # declarative, with a count: the live servers numbered above it, highest first, for the caller to delete
+    surplus: builtins.list[dict[str, Any]] = dc_field(default_factory=builtins.list)
 
 
 def _check_lock(ctx: RequestContext, inst: Instance, t: Transition) -> None:
@@ -628,9 +691,20 @@ def _check_lock(ctx: RequestContext, inst: Instance, t: Transition) -> None:
 
 
 def _names(req: schemas.ServerCreate) -> builtins.list[str]:
-    """The servers' names: ``name``, or ``name-1`` ... ``name-N`` for several."""
-    count = int(req.max_count or req.min_count)
-    return [req.name] if count == 1 else [f"{req.name}-{i + 1}" for i in range(count)]
+    """The servers' names (the rule is ``names``'s): ``name``, or ``name-1`` ... ``name-N`` with a count."""
+    return naming.names_for(req.name, naming.count_of(req))
+
+
+def _family(session: Session, ctx: RequestContext, name: str) -> dict[str, Instance]:
+    """The caller's live servers named ``name`` or ``name-<anything>``, by name (``naming.plan`` sorts)."""
+    rows = session.execute(
+        select(Instance).where(
+            Instance.project_id == ctx.project_id,
+            Instance.deleted == 0,
+            (Instance.display_name == name) | Instance.display_name.startswith(name + "-", autoescape=True),
+        )
+    ).scalars()
+    return {i.display_name: i for i in rows}
 
 
 def _existing(session: Session, ctx: RequestContext, names: builtins.list[str]) -> builtins.list[Instance]:

@@ -144,6 +144,7 @@ class ActionModule(ActionBase):
                 args,
                 check_mode=bool(self._task.check_mode),
                 host_failures=host_failures_from_env(),
+                diff=bool(self._task.diff),
             )
         except nk_exceptions.NoValidHost as exc:
             return {

@@ -35,6 +35,14 @@ options:
     type: list
     elements: dict
     default: []
+  secrets:
+    description:
+      - The requests' secrets (user data, admin password hashes) by instance uuid, as
+        C(novakit.cloud.conductor) returns them apart from the requests (RV(novakit.cloud.conductor#module:secrets)),
+        so that only they are hidden from the task's output (the option is C(no_log)) and the
+        task's result, with why a host failed, shows.
+    type: dict
+    default: {}
   operation:
     description:
       - Run one operation without instances instead, such as C(get_available_resource).
@@ -78,8 +86,8 @@ EXAMPLES = r"""
     driver: libvirt
     driver_options: {uri: "qemu:///system"}
     requests: "{{ novakit_build_requests }}"
+    secrets: "{{ novakit_secrets }}"
   register: novakit_build
-  no_log: true
 """
 
 RETURN = r"""
@@ -183,6 +191,7 @@ class ComputeModule(NovakitModule):
     needs_database = False
     argument_spec = {
         "requests": {"type": "list", "elements": "dict", "default": []},
+        "secrets": {"type": "dict", "default": {}, "no_log": True},
         "operation": {"type": "str", "choices": ["get_available_resource", "list_instances", "cache_images"]},
         "images": {"type": "list", "elements": "dict", "default": []},
         "host": {"type": "str", "required": True},
@@ -216,7 +225,14 @@ class ComputeModule(NovakitModule):
             return {"changed": bool(self.params["requests"]), "results": []}
         results = []
         changed = False
+        secrets = self.params["secrets"]
         for raw in self.params["requests"]:
+            raw = {
+                **raw,
+                "instances": [
+                    {**i, **(secrets.get(i.get("uuid")) or {})} for i in raw.get("instances") or []
+                ],
+            }
             request = ComputeRequest.model_validate(raw)
             if request.host != host:
                 self.ansible.fail_json(msg=f"request for host {request.host} reached host {host}")

@@ -51,7 +51,10 @@ attributes:
         on each server; O(step=record) and O(step=record_action) record nothing, as there is no real
         round to record. A refusal is the real run's, word for word.
   diff_mode:
-    support: none
+    support: full
+    details:
+      - With C(--diff), O(step=summary) and O(step=record_action) (given O(before)) and, in check
+        mode, O(step=schedule) return each server's state (status, host, power state) before and after.
 options:
   step:
     description: Which step to run.
@@ -61,7 +64,10 @@ options:
   server:
     description:
       - The servers to create, for O(step=schedule). Keys as the C(server) module's options.
-      - C(name), C(flavor) and C(image) are required; C(count) makes names C(name-1), C(name-2)...
+      - C(name), C(flavor) and C(image) are required.
+      - C(count) is the wanted number of servers C(name-1) ... C(name-N) - the missing numbers are
+        created, the servers numbered above it deleted, the highest first; without it, the one
+        server C(name). C(min_count) is the fewest of them that must exist once the step is done.
     type: dict
   requests:
     description: Build requests of this round (the previous step's RV(requests)), for O(step=record).
@@ -104,6 +110,17 @@ options:
     description: Image names or ids, for O(step=images).
     type: list
     elements: str
+  before:
+    description:
+      - For O(step=summary) and O(step=record_action) with C(--diff), each server's state before
+        the run (RV(before) of the run's first step); the result's diff shows it against the
+        servers as they now are.
+    type: dict
+  after:
+    description:
+      - For O(step=summary) with C(--diff) in check mode, the planned states (RV(after) of
+        O(step=schedule)) to show instead of the servers as they are.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -129,8 +146,9 @@ instances:
   sample: [0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4]
 requests:
   description:
-    - Compute requests for the hosts, one per host and operation - the builds of the next round, or
-      the action's. They carry user data; register them with C(no_log).
+    - Compute requests for the hosts, one per host and operation - the builds of the next round
+      (and, for O(step=schedule), the deletes of a scale-down), or the action's. Their secrets
+      are in RV(secrets), not here.
   returned: when step is schedule, record or action
   type: list
   elements: dict
@@ -154,6 +172,15 @@ requests:
     options:
       description: The operation's options (C(reboot_type), C(timeout)...).
       type: dict
+secrets:
+  description:
+    - The secrets of RV(requests) (user data, admin password hashes) by instance uuid, taken out of
+      the requests; for the C(compute) task's O(novakit.cloud.compute#module:secrets), which hides
+      them. O(step=record) returns none - its follow-ups build the servers of O(step=schedule)
+      again, whose secrets the playbook keeps. Register the steps that return them with C(no_log).
+  returned: when step is schedule or action
+  type: dict
+  sample: {0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4: {user_data: I2Nsb3VkLWNvbmZpZwo=}}
 hosts:
   description: The compute hosts that have a request in RV(requests).
   returned: when step is schedule, record or action
@@ -250,6 +277,28 @@ would_schedule_to:
   returned: in check mode, step schedule
   type: dict
   sample: {web-1: compute-large, web-2: compute-medium}
+before:
+  description: For O(step=schedule) and O(step=action), each server's state before the step, by name.
+  returned: when step is schedule or action
+  type: dict
+  sample: {web-1: {status: ACTIVE, host: compute-large, power_state: Running}}
+after:
+  description: In check mode, for O(step=schedule), each server's state as the run would leave it, by name.
+  returned: in check mode, step schedule
+  type: dict
+  sample: {web-1: {status: ACTIVE, host: compute-large, power_state: Running}, web-2: {status: ACTIVE, host: compute-small}}
+would_create:
+  description: In check mode, for O(step=schedule), the servers that would be created.
+  returned: in check mode, step schedule
+  type: list
+  elements: str
+  sample: [web-3]
+would_delete:
+  description: In check mode, for O(step=schedule), the servers numbered above the count that would be deleted.
+  returned: in check mode, step schedule
+  type: list
+  elements: str
+  sample: [web-5, web-4]
 failed_servers:
   description: >-
     For O(step=record_action), the servers whose action failed, with the fault message; for
@@ -339,6 +388,8 @@ class ConductorModule(NovakitModule):
         "servers": {"type": "list", "elements": "str"},
         "options": {"type": "dict", "default": {}, "no_log": False},
         "images": {"type": "list", "elements": "str"},
+        "before": {"type": "dict"},
+        "after": {"type": "dict"},
     }
     module_kwargs = {
         "supports_check_mode": True,
@@ -361,6 +412,7 @@ class ConductorModule(NovakitModule):
             self.params,
             check_mode=self.check_mode,
             host_failures=host_failures_from_env(),
+            diff=self.ansible._diff,
         )
 
 

@@ -38,9 +38,20 @@ attributes:
         run checks them (the lock, the state table). A refusal is the real run's, word for word.
 options:
   name:
-    description: Server name (unique in the project) or uuid.
+    description:
+      - Server name (unique in the project) or uuid.
+      - With O(count), the name of the family C(NAME-1) ... C(NAME-N).
     type: str
     required: true
+  count:
+    description:
+      - The wanted number of servers named C(NAME-1) ... C(NAME-N) (C(count=1) is C(NAME-1)), each
+        in O(state) - the missing numbers are created, the lowest first, in one request (all or
+        nothing); the servers numbered above O(count) are deleted, the highest first; the same task
+        again changes nothing. Without it, the task manages the one server named O(name), no suffix.
+      - RV(created) and RV(deleted) name what was done (in check mode, what would be); RV(servers)
+        lists the servers. Not with O(state=absent).
+    type: int
   state:
     description:
       - V(present) makes sure it exists (built and, when new, running); V(absent) deletes it and frees
@@ -113,6 +124,13 @@ EXAMPLES = r"""
     image: tiny
   check_mode: true
   register: plan
+
+- name: Three web servers, web-1 to web-3; run again with count 2 and web-3 is deleted
+  novakit.cloud.server:
+    name: web
+    count: 3
+    flavor: m1.small
+    image: tiny
 
 - name: Stop it
   novakit.cloud.server:
@@ -235,16 +253,36 @@ id:
   type: str
   sample: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4
 would_schedule_to:
-  description: In check mode, the host the scheduler would choose for a new server.
+  description:
+    - In check mode, the host the scheduler would choose for a new server.
+    - With O(count), a dict of the new servers' names and the host each would get.
   returned: in check mode, when the server does not exist yet
-  type: str
+  type: raw
   sample: compute-large
 actions:
-  description: The lifecycle actions run (or, in check mode, that would run), in order.
+  description:
+    - The lifecycle actions run (or, in check mode, that would run), in order.
+    - With O(count), a dict of such lists by server name.
   returned: always
+  type: raw
+  sample: [unpause, stop]
+servers:
+  description: With O(count), the servers C(NAME-1) ... C(NAME-N) as they now are (in check mode, those that exist).
+  returned: when count is given
+  type: list
+  elements: dict
+created:
+  description: With O(count), the servers created (in check mode, that would be), lowest first.
+  returned: when count is given
   type: list
   elements: str
-  sample: [unpause, stop]
+  sample: [web-3]
+deleted:
+  description: With O(count), the servers numbered above it that were deleted (in check mode, that would be), highest first.
+  returned: when count is given
+  type: list
+  elements: str
+  sample: [web-5, web-4]
 worker_log:
   description:
     - The log of the background process that carries the work on (scheduling, building, the
@@ -278,6 +316,7 @@ CREATE = (
 class ServerModule(NovakitModule):
     argument_spec = {
         "name": {"type": "str", "required": True},
+        "count": {"type": "int"},
         "state": {
             "type": "str",
             "default": "present",
@@ -305,6 +344,19 @@ class ServerModule(NovakitModule):
         p = self.params
         create = {k: p[k] for k in CREATE}
         create["user_data"] = desired.encode_user_data(p["user_data"])
+        if p["count"] is not None:
+            many = desired.ensure_count(
+                self.api(),
+                self.context(),
+                p["name"],
+                p["count"],
+                p["state"],
+                create=create,
+                options={"timeout": p["shutdown_timeout"]},
+                dry_run=self.check_mode,
+                background=background(self),
+            )
+            return self.with_diff(many.result(), *many.diff())
         out = desired.ensure(
             self.api(),
             self.context(),

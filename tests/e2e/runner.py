@@ -20,6 +20,7 @@ def run_playbook(
     inventory: Path | None = None,
     verbosity: int = 0,
     ident: str | None = None,
+    cmdline: str | None = None,
 ) -> ansible_runner.Runner:
     private = tmp_path / "runner"
     private.mkdir(exist_ok=True)
@@ -42,6 +43,7 @@ def run_playbook(
         quiet=True,
         verbosity=verbosity,
         ident=ident,
+        cmdline=cmdline,
     )
 
 

@@ -86,7 +86,8 @@ def test_no_valid_host_is_reported_with_its_reason(tmp_path: Path, env: dict[str
     run = run_playbook("boot.yml", tmp_path, env, {"server_name": "huge", "count": 1, "flavor": "giant"})
     out = run.stdout.read()
     assert run.rc != 0, out  # the last play fails, naming the server and its fault
-    assert "huge: ERROR" in out and "1 server(s) in error: huge: No valid host" in out
+    # count=1 is huge-1: with a count, the servers are numbered, one or many
+    assert "huge-1: ERROR" in out and "1 server(s) in error: huge-1: No valid host" in out
     servers = api.list(RequestContext.admin())
     assert len(servers) == 1 and servers[0]["status"] == "ERROR"
     assert all("No valid host" in s["fault"]["message"] for s in servers)

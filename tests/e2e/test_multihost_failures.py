@@ -89,8 +89,14 @@ def test_builds_for_a_host_ansible_cannot_reach_land_on_alternates_with_a_fault_
     run = cloud.run(
         "boot.yml", {"server_name": "cut", "count": 3, "flavor": "tb.small", "image": "tiny"}, inventory=cut
     )
-    # The run reports nk-h2 unreachable (rc 4); the controller's plays went on without it.
-    assert "nk-h2" in run.stdout.read()
+    # The run reports nk-h2 unreachable (rc 4, and the recap's count, which AWX reads), with the
+    # reason in the task's output (only secrets are no_log); the controller's plays went on without it.
+    out = run.stdout.read()
+    assert run.rc == 4, out
+    assert run.stats is not None and "nk-h2" in run.stats["dark"], run.stats
+    assert "nk-h2" not in run.stats.get("ignored", {}), run.stats
+    assert "censored" not in out and "hidden by no_log" not in out, out
+    assert "UNREACHABLE!" in out and "Connection refused" in out, out
 
     api = cloud.api()
     servers = api.list(ADMIN)
@@ -99,6 +105,8 @@ def test_builds_for_a_host_ansible_cannot_reach_land_on_alternates_with_a_fault_
     (moved,) = [s for s in servers if _faults(api.db, s["id"])]
     faults = _faults(api.db, moved["id"])
     assert len(faults) == 1 and "nk-h2" in faults[0], faults
+    # The fault records why Ansible could not reach it.
+    assert "Connection refused" in faults[0], faults
     assert _create_events(cloud, moved) == [("nk-h2", "Error"), (moved["host"], "Success")]
     assert_nothing_lost(cloud)
 

@@ -72,3 +72,64 @@ def test_check_mode_steps_write_nothing(cloud: Cloud, ctx: RequestContext) -> No
     record = playflow.run_step(cloud.api, ctx, {"step": "record", "requests": []}, check_mode=True)
     assert record["changed"] is False and record["published"] == []
     assert cloud.snapshot() == before
+
+
+def _round(cloud: Cloud, ctx: RequestContext, scheduled: dict[str, Any]) -> dict[str, Any]:
+    """The build play and the record step of one round, secrets put back as the compute module does."""
+    secrets = scheduled.get("secrets") or {}
+    requests = [
+        {**r, "instances": [{**i, **secrets.get(i["uuid"], {})} for i in r["instances"]]}
+        for r in scheduled["requests"]
+    ]
+    params = {
+        "step": "record",
+        "requests": scheduled["requests"],
+        "instances": scheduled["instances"],
+        "results": build_on_hosts(cloud, requests),
+    }
+    return playflow.run_step(cloud.api, ctx, params)
+
+
+def test_count_scales_and_the_requests_carry_no_secrets(cloud: Cloud, ctx: RequestContext) -> None:
+    server = {"name": "sc", "flavor": "m1.small", "image": "tiny", "count": 2, "user_data": "c2VjcmV0LXVk"}
+    up = playflow.run_step(cloud.api, ctx, {"step": "schedule", "server": server})
+    assert [p["name"] for p in up["published"]] == ["sc-1", "sc-2"]
+    # The secrets travel apart (for the compute task's no_log option), not in the requests.
+    assert "c2VjcmV0LXVk" not in repr(up["requests"])
+    assert {s["user_data"] for s in up["secrets"].values()} == {"c2VjcmV0LXVk"}
+    assert set(up["secrets"]) == set(up["instances"])
+    built = _round(cloud, ctx, up)
+    assert "secrets" not in built and built["requests"] == []
+    assert [s["status"] for s in built["servers"]] == ["ACTIVE", "ACTIVE"]
+
+    # count=1: sc-2 is deleted, through the delete action, in the same round trip
+    down = playflow.run_step(cloud.api, ctx, {"step": "schedule", "server": {**server, "count": 1}})
+    assert down["changed"] and down["before"].keys() == {"sc-1", "sc-2"}
+    (delete,) = down["requests"]
+    assert delete["action"] == "delete" and [i["name"] for i in delete["instances"]] == ["sc-2"]
+    recorded = _round(cloud, ctx, down)
+    assert [p["name"] for p in recorded["published"]] == ["sc-1"]
+    assert "sc-2: DELETED on -" in recorded["report"]
+    assert [s["name"] for s in cloud.api.list(ctx)] == ["sc-1"]
+    sc2 = next(s for s in built["servers"] if s["name"] == "sc-2")
+    assert [a["action"] for a in cloud.api.list_actions(ctx, sc2["id"])] == ["create", "delete"]
+
+    # the same count again changes nothing; no count at all is one server named sc, beside them
+    same = playflow.run_step(cloud.api, ctx, {"step": "schedule", "server": {**server, "count": 1}})
+    assert same["changed"] is False and same["requests"] == []
+    single = {k: v for k, v in server.items() if k != "count"}
+    alone = playflow.run_step(cloud.api, ctx, {"step": "schedule", "server": single})
+    assert [p["name"] for p in alone["published"]] == ["sc"]
+
+
+def test_a_count_below_one_is_refused_naming_count(cloud: Cloud, ctx: RequestContext) -> None:
+    import pytest
+
+    from novakit import exceptions
+
+    before = cloud.snapshot()
+    server = {"name": "zero", "flavor": "m1.small", "image": "tiny", "count": 0}
+    with pytest.raises(exceptions.ValidationError) as err:
+        playflow.run_step(cloud.api, ctx, {"step": "schedule", "server": server})
+    assert err.value.field == "count", err.value.errors
+    assert cloud.snapshot() == before

@@ -7,6 +7,7 @@ import time
 from collections import Counter
 
 import pytest
+from sqlalchemy import text
 
 from novakit.context import RequestContext
 from novakit.db import api as db_api
@@ -44,3 +45,25 @@ def test_two_actions_at_once_one_wins(cloud: Cloud, ctx: RequestContext, first: 
     # The loser left no action behind: only create and the winner's action.
     assert [a["action"] for a in cloud.api.list_actions(ctx, server["id"])][0] == "create"
     assert len(cloud.api.list_actions(ctx, server["id"])) == 2
+
+
+def test_two_runs_scaling_one_name_at_once_make_each_server_once(cloud: Cloud, ctx: RequestContext) -> None:
+    """Two boot runs asking for 3 of ``race`` at once: 3 servers, each scheduled and claimed once."""
+    start_at = time.time() + 3.0
+    args = [(cloud.db.url, str(cloud.conf.state_dir), "race", 3, start_at)] * 2
+    with _pool(2) as pool:
+        outcomes = pool.starmap(workers.scale, args)
+    assert not [o for o in outcomes if o.startswith("error:")], outcomes
+    # Each run scheduled what it recorded or picked up; together, the three.
+    assert "race-1,race-2,race-3" in outcomes, outcomes
+    servers = cloud.api.list(ctx)
+    assert sorted(s["name"] for s in servers) == ["race-1", "race-2", "race-3"]
+    with cloud.db.reader() as session:
+        rows = session.execute(
+            text("SELECT consumer_id, resource_provider_id, resource_class FROM allocations")
+        )
+        claims = [tuple(r) for r in rows]
+    assert {c for c, _, _ in claims} == {s["id"] for s in servers}
+    for s in servers:
+        mine = [(p, rc) for c, p, rc in claims if c == s["id"]]
+        assert len({p for p, _ in mine}) == 1 and len(mine) == len({rc for _, rc in mine}), mine

@@ -50,3 +50,27 @@ def api_action(url: str, state_dir: str, uuid: str, action: str, start_at: float
         return f"conflict:{exc.__class__.__name__}"
     finally:
         db.dispose()
+
+
+def scale(url: str, state_dir: str, name: str, count: int, start_at: float) -> str:
+    """The boot playbook's schedule step for ``count`` servers ``name-N``, as a separate run; its names."""
+    from novakit import playflow
+    from novakit.compute.api import API
+    from novakit.config import load_config
+    from novakit.context import RequestContext
+    from novakit.db.engine import Database
+
+    conf = load_config(db_url=url, state_dir=state_dir, quota={"instances": -1, "cores": -1, "ram": -1})
+    db = Database(url)
+    api = API(db, conf)
+    ctx = RequestContext("project-a", "alice", ["member"])
+    wait_until(start_at)
+    try:
+        out = playflow.schedule(
+            api, ctx, {"name": name, "flavor": "m1.small", "image": "tiny", "count": count}
+        )
+        return ",".join(sorted(i["name"] for r in out["requests"] for i in r["instances"]))
+    except exceptions.NovakitError as exc:
+        return f"error:{exc.__class__.__name__}: {exc}"
+    finally:
+        db.dispose()

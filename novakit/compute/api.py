@@ -179,9 +179,10 @@ class API:
 
         ``declarative`` (the boot playbook, the ``server`` module): the request is
         what should exist (``_converge``): the missing servers are recorded, those
-        that exist are left alone, except those recorded but never scheduled
-        (``--no-wait``, a run killed before its schedule step), which are returned
-        in ``unbuilt`` for the caller to build, and, with a count, those numbered
+        that exist are left alone, except those recorded but never scheduled whose
+        owner is gone (a run killed before its schedule step, its lease run out),
+        which this request takes over and returns in ``unbuilt`` for the caller to
+        build, and, with a count, those numbered
         above it are returned in ``surplus`` for the caller to delete.
         """
         req = data if isinstance(data, schemas.ServerCreate) else schemas.parse(schemas.ServerCreate, data)
@@ -228,7 +229,7 @@ class API:
                 existing = [live[n] for n in plan.existing]
                 kept = [server_view(i, ctx) for i in existing]
                 surplus = [server_view(live[n], ctx) for n in plan.extra]
-            picked_up = [i.uuid for i in existing if _never_scheduled(i)] if attempt == 1 else []
+            picked_up = self._take_over_unscheduled(ctx, existing, dry_run) if attempt == 1 else []
             outcome = CreateOutcome(
                 servers=kept,
                 uuids=[i.uuid for i in existing],
@@ -263,6 +264,45 @@ class API:
             outcome.records = None if picked_up else records
             return outcome
         raise AssertionError("unreachable")  # pragma: no cover - the second attempt returns or raises
+
+    def _take_over_unscheduled(
+        self, ctx: RequestContext, existing: builtins.list[Instance], dry_run: bool
+    ) -> builtins.list[str]:
+        """The servers of ``existing`` recorded but never scheduled whose owner is gone, made this
+        request's (a guarded write that expects the owner read and its lease run out, as heal's
+        take-over): the uuids now ``ctx``'s to build.
+
+        A server whose owner is alive is left to it: its run is between recording and
+        scheduling it (the same moment, in another process), and two runs building one
+        server would each claim a host for it.
+        """
+        now = self.conductor.clock()
+        stale = now - timedelta(seconds=self.conf.compute.build_timeout)
+        orphaned = [i for i in existing if _never_scheduled(i) and db_api.owner_gone(i, now, stale)]
+        if dry_run or not orphaned:
+            return [i.uuid for i in orphaned]
+        lease = self.conductor.lease_until()
+
+        def take(session: Session) -> builtins.list[str]:
+            taken = []
+            for inst in orphaned:
+                try:
+                    db_api.instance_update(
+                        session,
+                        inst.uuid,
+                        {"task_owner": ctx.request_id, "task_lease_until": lease},
+                        expected_task_state=[TaskState.SCHEDULING],
+                        expected_vm_state=[VmState.BUILDING],
+                        expected_owner=inst.task_owner,
+                        lease_expired_at=now,
+                        fetch=False,
+                    )
+                except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+                    continue  # taken over, scheduled or deleted meanwhile: not ours
+                taken.append(inst.uuid)
+            return taken
+
+        return cast(builtins.list[str], self.db.run_in_transaction(take))
 
     def create_records(self, ctx: RequestContext, req: schemas.ServerCreate) -> builtins.list[str]:
         """Record the servers of ``req`` (building/scheduling, action ``create``); their uuids."""

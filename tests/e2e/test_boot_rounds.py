@@ -5,6 +5,7 @@ build=False)``) get built."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -197,6 +198,13 @@ def test_boot_builds_a_server_recorded_and_never_scheduled(prepared_fleet: Path,
     api = api_for(env)
     (recorded,) = api.create(ADMIN, {"name": "orphan", "flavor": "m1.small", "image": "tiny"}, build=False)
     assert (recorded["status"], recorded["task_state"], recorded["host"]) == ("BUILD", "scheduling", None)
+    # Its owner (a run killed before its schedule step) is gone: its lease ran out.
+    api.db.run_in_transaction(
+        lambda s: s.execute(
+            text("UPDATE instances SET task_lease_until = :t WHERE uuid = :u"),
+            {"t": dt.datetime(2000, 1, 1), "u": recorded["id"]},
+        )
+    )
 
     result = play("boot", tmp_path, env, {"server_name": "orphan"})
     assert result.ok, result.runner.stdout.read()

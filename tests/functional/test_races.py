@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import multiprocessing
 import time
 from collections import Counter
@@ -67,3 +68,45 @@ def test_two_runs_scaling_one_name_at_once_make_each_server_once(cloud: Cloud, c
     for s in servers:
         mine = [(p, rc) for c, p, rc in claims if c == s["id"]]
         assert len({p for p, _ in mine}) == 1 and len(mine) == len({rc for _, rc in mine}), mine
+
+
+def _claims(cloud: Cloud, uuid: str) -> list[tuple[int, str]]:
+    with cloud.db.reader() as session:
+        rows = session.execute(
+            text("SELECT resource_provider_id, resource_class FROM allocations WHERE consumer_id = :c"),
+            {"c": uuid},
+        )
+        return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def test_a_recorded_server_is_taken_over_only_when_its_owner_is_gone_and_by_one_run(cloud: Cloud) -> None:
+    """A run between recording and scheduling a server owns it: another run leaves it alone. Once
+    its lease has run out (the run was killed), one of two runs at once takes it over and builds it."""
+    owner = RequestContext("project-a", "alice", ["member"])
+    (recorded,) = cloud.api.create(
+        owner, {"name": "adopt", "flavor": "m1.small", "image": "tiny", "max_count": 1}, build=False
+    )
+    assert (recorded["name"], recorded["task_state"], recorded["host"]) == ("adopt-1", "scheduling", None)
+
+    # Its owner is alive: a second run finds the server and schedules nothing.
+    assert workers.scale(cloud.db.url, str(cloud.conf.state_dir), "adopt", 1, time.time()) == ""
+    assert cloud.api.get(owner, recorded["id"])["task_state"] == "scheduling"
+    assert _claims(cloud, recorded["id"]) == []
+
+    # The owner died and its lease ran out: two runs at once, one takes it over.
+    cloud.db.run_in_transaction(
+        lambda s: s.execute(
+            text("UPDATE instances SET task_lease_until = :t WHERE uuid = :u"),
+            {"t": dt.datetime(2000, 1, 1), "u": recorded["id"]},
+        )
+    )
+    start_at = time.time() + 3.0
+    args = [(cloud.db.url, str(cloud.conf.state_dir), "adopt", 1, start_at)] * 2
+    with _pool(2) as pool:
+        outcomes = pool.starmap(workers.scale, args)
+    assert sorted(outcomes) == ["", "adopt-1"], outcomes
+    server = cloud.api.get(cloud.admin, recorded["id"])
+    assert server["host"] is not None and server["task_state"] == "scheduling"
+    claims = _claims(cloud, recorded["id"])
+    assert claims and len({p for p, _ in claims}) == 1, claims
+    assert [s["name"] for s in cloud.api.list(owner)] == ["adopt-1"]

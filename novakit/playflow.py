@@ -46,7 +46,8 @@ def schedule(
     ``count`` is the wanted number of servers ``name-1`` ... ``name-N`` (without
     it, the one server ``name``): the create is the API's (``create_servers``,
     declarative), which records the missing ones and leaves alone those that
-    exist, except those recorded and never scheduled, which are scheduled now.
+    exist, except those recorded and never scheduled whose owner is gone, which are taken over
+    and scheduled now.
     The servers numbered above the count are deleted, the highest first, by the
     lifecycle playbooks' own delete (``start_actions``): their destroy requests
     join the first round's builds (``delete``), and the record step records them.
@@ -119,8 +120,8 @@ def _schedule_unbuilt(
     """Schedule and claim ``uuids``, each under the request that recorded it.
 
     Servers this call recorded belong to ``ctx``'s request. Servers picked up
-    (recorded earlier and never scheduled: ``API.create(..., build=False)``
-    without a build after it, a run killed before this step) belong to the
+    (recorded earlier and never scheduled by an owner now gone: ``API.create(...,
+    build=False)`` without a build after it, a run killed before this step) belong to the
     request of their ``create`` action:
     their build is recorded there, and their compute requests carry that
     request id to the record step (``record_round``).

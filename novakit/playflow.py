@@ -27,7 +27,7 @@ from sqlalchemy import select
 
 from novakit import exceptions, policy
 from novakit.compute.api import API, server_view
-from novakit.compute.messages import ComputeRequest, ComputeResult
+from novakit.compute.messages import ComputeRequest, ComputeResult, split_secrets
 from novakit.compute.states import VmState
 from novakit.context import RequestContext
 from novakit.db import api as db_api
@@ -422,27 +422,6 @@ STEPS = ("schedule", "record", "summary", "action", "record_action", "images", "
 
 
 #: the fields of a compute request's instances that are secret (``InstanceSpec.to_wire``)
-SECRET_FIELDS = ("user_data", "admin_password_hash")
-
-
-def split_secrets(requests: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]]]:
-    """Wire requests without their secrets, and the secrets by instance uuid.
-
-    The playbooks hand the secrets to the compute task in an option of their own,
-    marked ``no_log``: only they are hidden, and the task's result (why a host
-    failed or was unreachable) shows. The ``compute`` module puts them back.
-    """
-    public: list[dict[str, Any]] = []
-    secrets: dict[str, dict[str, str]] = {}
-    for request in requests:
-        instances = []
-        for inst in request.get("instances") or []:
-            hidden = {k: inst[k] for k in SECRET_FIELDS if inst.get(k) is not None}
-            if hidden:
-                secrets.setdefault(inst["uuid"], {}).update(hidden)
-            instances.append({**inst, **dict.fromkeys(hidden)})
-        public.append({**request, "instances": instances})
-    return public, secrets
 
 
 def parse_results(

@@ -219,3 +219,34 @@ class ComputeResult(_Model):
     instances_on_host: dict[str, int] | None = None  # uuid -> power state
     unmanaged: list[UnmanagedGuest] | None = None  # operation list_unmanaged
     error: Fault | None = None  # the whole request failed (driver unusable, ...)
+
+
+# --- secrets apart from the wire requests -------------------------------------------------
+
+SECRET_FIELDS = ("user_data", "admin_password_hash")
+
+
+def split_secrets(requests: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, dict[str, str]]]:
+    """Wire requests without their secrets, and the secrets by instance uuid.
+
+    The playbooks hand the secrets to the compute task in an option of their own,
+    marked ``no_log``: only they are hidden, and the task's result (why a host
+    failed or was unreachable) shows. The ``compute`` module puts them back.
+    """
+    public: list[dict[str, Any]] = []
+    secrets: dict[str, dict[str, str]] = {}
+    for request in requests:
+        instances = []
+        for inst in request.get("instances") or []:
+            hidden = {k: inst[k] for k in SECRET_FIELDS if inst.get(k) is not None}
+            if hidden:
+                secrets.setdefault(inst["uuid"], {}).update(hidden)
+            instances.append({**inst, **dict.fromkeys(hidden)})
+        public.append({**request, "instances": instances})
+    return public, secrets
+
+
+def join_secrets(request: dict[str, Any], secrets: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """A wire request with its instances' secrets put back (``split_secrets`` undone), on the host."""
+    instances = [{**i, **(secrets.get(i.get("uuid")) or {})} for i in request.get("instances") or []]
+    return {**request, "instances": instances}

@@ -203,7 +203,7 @@ class ComputeModule(NovakitModule):
 
     def run(self):
         from novakit.compute.manager import ComputeManager
-        from novakit.compute.messages import ComputeRequest
+        from novakit.compute.messages import ComputeRequest, join_secrets
         from novakit.virt.driver import load_driver
 
         host = self.params["host"]
@@ -227,13 +227,7 @@ class ComputeModule(NovakitModule):
         changed = False
         secrets = self.params["secrets"]
         for raw in self.params["requests"]:
-            raw = {
-                **raw,
-                "instances": [
-                    {**i, **(secrets.get(i.get("uuid")) or {})} for i in raw.get("instances") or []
-                ],
-            }
-            request = ComputeRequest.model_validate(raw)
+            request = ComputeRequest.model_validate(join_secrets(raw, secrets))
             if request.host != host:
                 self.ansible.fail_json(msg=f"request for host {request.host} reached host {host}")
             result = manager.handle(request)

@@ -232,7 +232,7 @@ def test_an_unreachable_host_becomes_a_fault_and_its_build_goes_elsewhere(tmp_pa
     # compute-dead counts as unreachable in the recap (what AWX reads), so the run fails (rc 4)
     # although its server was rescheduled and is active.
     assert (result.status, result.rc) == ("failed", 4), out
-    assert list((result.stats.get("dark") or {})) == ["compute-dead"], result.stats
+    assert list(result.stats.get("dark") or {}) == ["compute-dead"], result.stats
     server = api.get(ADMIN, "far")
     assert server["status"] == "ACTIVE" and server["host"] == "compute-alive"
     # compute-dead never answered, so it left no event of its own: its trace is the fault.

@@ -22,8 +22,8 @@ pg_bin() {
     [ -n "$d" ] && echo "$d"
 }
 
-as_pg() {  # run a command as the postgres user (initdb refuses root)
-    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+as_pg() {  # run a command as the postgres user (initdb refuses root), from a directory it may enter
+    if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 start() {

@@ -132,6 +132,16 @@ def dump(data: Any, fmt: Format) -> None:
         sys.stdout.write(json.dumps(_plain(data), indent=2) + "\n")
 
 
+def _csv(cols: Sequence[Col], rows: list[dict[str, Any]]) -> None:
+    """A header line of ``cols`` and a line per row, every field quoted (openstack's csv)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
+    writer.writerow([c.header for c in cols])
+    for r in rows:
+        writer.writerow([text(c.value(r)) for c in cols])
+    sys.stdout.write(buffer.getvalue())
+
+
 def emit_list(
     rows: list[dict[str, Any]],
     columns: Sequence[Col],
@@ -149,12 +159,7 @@ def emit_list(
         for r in rows:
             sys.stdout.write(" ".join(text(c.value(r)) for c in cols) + "\n")
     elif form == Format.csv:
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
-        writer.writerow([c.header for c in cols])
-        for r in rows:
-            writer.writerow([text(c.value(r)) for c in cols])
-        sys.stdout.write(buffer.getvalue())
+        _csv(cols, rows)
     else:
         table = Table(title=title)
         for c in cols:
@@ -183,11 +188,7 @@ def emit_show(
         for c in cols:
             sys.stdout.write(text(c.value(record)) + "\n")
     elif form == Format.csv:
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
-        writer.writerow([c.header for c in cols])
-        writer.writerow([text(c.value(record)) for c in cols])
-        sys.stdout.write(buffer.getvalue())
+        _csv(cols, [record])
     else:
         table = Table(title=title)
         table.add_column("Field")

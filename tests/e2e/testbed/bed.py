@@ -3,7 +3,8 @@
 Everything lives under one base directory (``NOVAKIT_TESTBED_DIR``, default /opt/novakit-testbed):
 
 ``venv/``            a Python the hosts' users can run (/root is 0700, so the repository's .venv is not
-                     theirs), with novakit installed editable from the repository: hosts run the current code
+                     theirs), with a copy of the repository's library, made anew whenever its sources
+                     change: hosts run the current code, from a checkout at any path
 ``images/``          the image store: the tiny guest, world-readable
 ``run/``             this bring-up: sshd config, host key, the client key, known_hosts, authorized keys,
                      pid file, ``inventory.yml``, ``state.json``
@@ -27,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +42,8 @@ REPO = Path(__file__).resolve().parents[3]
 DEFAULT_BASE = Path(os.environ.get("NOVAKIT_TESTBED_DIR", "/opt/novakit-testbed"))
 TINY_IMAGE_DIR = Path(os.environ.get("NOVAKIT_TINY_IMAGE_DIR", REPO / ".state" / "tiny-image"))
 IMAGE_FILES = ("vmlinuz", "initrd.img", "root.qcow2", "cmdline")
+# Besides novakit/, what the hosts' copy of the library is built from.
+SOURCE_FILES = ("pyproject.toml", "README.md", "LICENSE")
 USER_PREFIX = "nk-h"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Debian packages that provide the commands bring-up runs.
@@ -121,6 +125,16 @@ def _pid_alive(pid: int, comm: str | None = None) -> bool:
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _source_digest() -> str:
+    """A hash of what the hosts' copy of the library is built from."""
+    digest = hashlib.sha256()
+    files = [REPO / name for name in SOURCE_FILES]
+    files += sorted(p for p in (REPO / "novakit").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for path in files:
+        digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def _run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -320,20 +334,35 @@ class Testbed:
                 tmp.replace(dst)
 
     def _venv(self) -> None:
-        probe = "import libvirt, novakit, sys; sys.stdout.write(novakit.__file__)"
-        if self.python.exists():
-            proc = subprocess.run([str(self.python), "-c", probe], capture_output=True, text=True)
-            if proc.returncode == 0 and Path(proc.stdout).is_relative_to(REPO):
+        """The hosts' Python: Debian's python3 with a copy of the repository's current library.
+
+        A copy, not an editable install: the hosts' users cannot read a checkout under a home
+        directory such as /root. The copy is stamped with a hash of the sources and made anew
+        whenever they change, so the hosts always run the code under test.
+        """
+        stamp = self.venv / "novakit-source.sha256"
+        digest = _source_digest()
+        if self.python.exists() and stamp.exists() and stamp.read_text() == digest:
+            probe = subprocess.run([str(self.python), "-c", "import libvirt, novakit"], capture_output=True)
+            if probe.returncode == 0:
                 return
-        shutil.rmtree(self.venv, ignore_errors=True)
-        # Debian's python3: the pyenv Python under /root is out of the hosts' users' reach.
-        _run(["/usr/bin/python3", "-m", "venv", str(self.venv)])
-        # Editable, so that the hosts run the repository's current code.
-        _run([str(self.venv / "bin" / "pip"), "install", "-q", "-e", f"{REPO}[libvirt]"])
+        if not self.python.exists():
+            # Debian's python3: the pyenv Python under /root is out of the hosts' users' reach.
+            _run(["/usr/bin/python3", "-m", "venv", str(self.venv)])
+        with tempfile.TemporaryDirectory(prefix="novakit-src-") as tmp:
+            src = Path(tmp) / "novakit"
+            src.mkdir()
+            for name in SOURCE_FILES:
+                shutil.copy2(REPO / name, src / name)
+            shutil.copytree(REPO / "novakit", src / "novakit", ignore=shutil.ignore_patterns("__pycache__"))
+            pip = [str(self.venv / "bin" / "pip"), "install", "-q", "--no-cache-dir"]
+            _run([*pip, "--force-reinstall", "--no-deps", str(src)])
+            _run([*pip, f"{src}[libvirt]"])
         for path in [self.venv, *self.venv.rglob("*")]:
             mode = path.lstat().st_mode
             if not path.is_symlink():
                 path.chmod(mode | 0o044 | (0o011 if mode & 0o100 else 0))
+        stamp.write_text(digest)
 
     def _keys(self) -> None:
         for key in (self.client_key, self.host_key):

@@ -31,7 +31,10 @@ attributes:
     support: none
 options:
   requests:
-    description: Requests for this host (from C(novakit.cloud.conductor) or the lifecycle playbooks).
+    description:
+      - Requests for this host (from C(novakit.cloud.conductor) or the lifecycle playbooks).
+      - They run side by side, at most O(max_concurrent_builds) at once; requests for the same
+        instance run one after the other, in the order given.
     type: list
     elements: dict
     default: []
@@ -223,17 +226,19 @@ class ComputeModule(NovakitModule):
             # What a host would do depends on its hypervisor's answer; the controller steps
             # already said in check mode what would be asked of it.
             return {"changed": bool(self.params["requests"]), "results": []}
-        results = []
-        changed = False
         secrets = self.params["secrets"]
-        for raw in self.params["requests"]:
-            request = ComputeRequest.model_validate(join_secrets(raw, secrets))
+        requests = [
+            ComputeRequest.model_validate(join_secrets(raw, secrets)) for raw in self.params["requests"]
+        ]
+        for request in requests:
             if request.host != host:
                 self.ansible.fail_json(msg=f"request for host {request.host} reached host {host}")
-            result = manager.handle(request)
-            changed = changed or any(r.ok for r in result.results)
-            results.append(result.model_dump(mode="json"))
-        return {"changed": changed, "results": results}
+        # Side by side, each instance's requests in the order given (the manager's rule).
+        results = manager.handle_all(requests)
+        return {
+            "changed": any(r.ok for result in results for r in result.results),
+            "results": [result.model_dump(mode="json") for result in results],
+        }
 
     def _cache_images(self, driver):
         from novakit.compute.messages import ImageSpec

@@ -111,29 +111,25 @@ def test_builds_for_a_host_ansible_cannot_reach_land_on_alternates_with_a_fault_
     assert_nothing_lost(cloud)
 
 
-def _run_and_kill(
-    cloud: Cloud, extravars: dict[str, Any], after_task: str, delay: float
-) -> ansible_runner.Runner:
-    """Run boot.yml and SIGKILL ansible-playbook's process group ``delay`` s after ``after_task`` starts.
+def _run_and_kill(cloud: Cloud, extravars: dict[str, Any], after_task: str) -> ansible_runner.Runner:
+    """Run boot.yml and SIGKILL ansible-playbook's process group when the first host answers
+    ``after_task``: half way, whatever the machine's speed. The other hosts may be building
+    still or be done; the next play (which records the results) has not run, as Ansible
+    starts it only once every host has answered.
 
     The kill is ours, by the pid the run's events carry: ansible-runner's own cancel left
     ansible-playbook running here, and the run then finished behind the test's back.
     """
     killed: list[int] = []
 
-    def kill(pid: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
-            killed.append(pid)
-
     def on_event(event: dict[str, Any]) -> bool:
         data = event.get("event_data", {})
-        if event.get("event") == "runner_on_start" and data.get("task") == after_task and not killed:
+        answered = event.get("event") in ("runner_on_ok", "runner_on_failed")
+        if answered and data.get("task") == after_task and not killed:
             pid = int(event.get("pid") or data.get("pid"))
-            timer = threading.Timer(delay, kill, args=(pid,))
-            timer.daemon = True
-            timer.start()
-            killed.append(0)  # armed
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+                killed.append(pid)
         return True
 
     private = cloud.dir / "killed-runner"
@@ -152,8 +148,8 @@ def _run_and_kill(
         quiet=True,
         event_handler=on_event,
     )
-    assert killed[1:], "the build play never started, or the run ended before the kill"
-    pid = killed[1]
+    assert killed, "no host answered the build task, or the run ended before the kill"
+    pid = killed[0]
     assert not Path(f"/proc/{pid}").exists(), f"ansible-playbook {pid} survived the kill"
     return runner
 
@@ -168,7 +164,7 @@ def test_heal_after_a_boot_killed_half_way_leaves_every_server_in_a_true_state(
     try:
         cloud.register_hosts()
         boot = {"server_name": "cut", "count": 3, "flavor": "tb.small", "image": "tiny"}
-        killed = _run_and_kill(cloud, boot, "Build and run the instances scheduled here", delay=2.0)
+        killed = _run_and_kill(cloud, boot, "Build and run the instances scheduled here")
         assert killed.rc != 0
         servers = cloud.api().list(ADMIN)
         assert len(servers) == 3 and all(s["status"] == "BUILD" for s in servers), servers

@@ -21,7 +21,9 @@ import argparse
 import datetime as dt
 import os
 import shutil
+import signal
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -103,6 +105,8 @@ def main() -> None:
     args = parser.parse_args()
     image_dir = args.image_dir.resolve()
     libvirt.registerErrorHandler(lambda _c, _e: None, None)
+    # A timeout's SIGTERM still removes the guests (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     area = Path(tempfile.mkdtemp(prefix="novakit-bench-lifecycle-", dir="/var/tmp"))
     area.chmod(0o755)
     times: dict[tuple[str, str], list[float]] = {}
@@ -128,6 +132,7 @@ def main() -> None:
                 for op in ("stop", "start"):
                     fn = raw_op(conn, op, guests) if side == "raw" else novakit_op(manager, op, guests)
                     times.setdefault((side, op), []).append(fn)
+                    print(f"  ({side} {op}: {fn:.2f} s)", file=sys.stderr, flush=True)
                     logs = [driver.instances_path / g.uuid / "console.log" for g in guests]
                     if op == "stop":  # a fresh log, to see the next boot's marker in
                         for log in logs:

@@ -323,10 +323,11 @@ def _boot_fleet(
             Figure(
                 "boot_serial",
                 f"boot, {len(serial)} one-server requests serially",
-                _rates(began, finished),
+                rates := _rates(began, finished),
                 load0,
                 _load(),
-                f"overall {len(serial) / wall:.1f}/s; median [min..max] over tenths of the phase",
+                f"overall {len(serial) / wall:.1f}/s; median [min..max] over tenths of the phase; "
+                f"first tenth {rates[0]:.1f}/s, last {rates[-1]:.1f}/s",
             )
         )
         print(figures[-1].line(), flush=True)
@@ -339,10 +340,11 @@ def _boot_fleet(
             Figure(
                 "boot_clients",
                 f"boot, {len(parallel)} requests from {args.clients} processes at once",
-                _rates(began, finished),
+                rates := _rates(began, finished),
                 load0,
                 _load(),
-                f"overall {len(parallel) / wall:.1f}/s; median [min..max] over tenths of the phase",
+                f"overall {len(parallel) / wall:.1f}/s; median [min..max] over tenths of the phase; "
+                f"first tenth {rates[0]:.1f}/s, last {rates[-1]:.1f}/s",
             )
         )
         print(figures[-1].line(), flush=True)

@@ -41,16 +41,15 @@ from typing import Any
 
 from sqlalchemy import event, text
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from novakit.compute import flavors, hosts, images  # noqa: E402
+from cloud import bench_config, fake_hosts, fresh_database  # noqa: E402
+
 from novakit.compute.api import API  # noqa: E402
 from novakit.config import load_config  # noqa: E402
 from novakit.context import RequestContext  # noqa: E402
 from novakit.db.engine import Database  # noqa: E402
-from novakit.db.models import Base  # noqa: E402
 from novakit.transport import get_transport  # noqa: E402
-from novakit.virt.driver import load_driver  # noqa: E402
 
 HOSTS = 20
 
@@ -123,27 +122,9 @@ class Split:
 
 
 def _fresh_cloud(db_url: str | None, area: Path) -> tuple[API, Database, Split]:
-    url = db_url or f"sqlite:///{area / 'novakit.db'}"
-    db = Database(url, auto_upgrade=False)
-    if not db.is_sqlite:
-        with db.engine.begin() as conn:
-            Base.metadata.drop_all(conn)
-            conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
-    db.upgrade_if_needed()
-    conf = load_config(db_url=url, state_dir=area, quota={"instances": -1, "cores": -1, "ram": -1})
-    admin = RequestContext.admin()
-    for n in range(HOSTS):
-        name = f"bench-{n:02d}"
-        info = {
-            "driver": "fake",
-            "transport": "local",
-            "options": {"vcpus": 64, "memory_mb": 262144, "local_gb": 4000, "state_dir": str(area / "fake")},
-        }
-        driver = load_driver("fake", name, info["options"])
-        driver.init_host()
-        hosts.register_host(db, conf, name, driver.get_available_resource(), info)
-    flavors.create(db, admin, {"name": "m1.tiny", "vcpus": 1, "memory_mb": 512, "root_gb": 1})
-    images.create(db, admin, {"name": "tiny"})
+    db = fresh_database(db_url, area)
+    conf = bench_config(db, area)
+    fake_hosts(db, conf, area, HOSTS)
     split = Split()
     api = API(db, conf)
     conductor = api.conductor

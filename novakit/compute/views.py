@@ -29,6 +29,16 @@ def host_shown(ctx: RequestContext, project_id: str, host: str) -> str:
     return host if policy.allowed(ctx, "host:show") else host_id(project_id, host)
 
 
+#: POWER_STATE_NAMES by the number rows hold
+_POWER_NAMES_BY_NUMBER = {int(p): name for p, name in POWER_STATE_NAMES.items()}
+
+
+def _power_state_name(power_state: int) -> str:
+    # By the number first: building the enum for every row cost a listing a tenth of its time.
+    name = _POWER_NAMES_BY_NUMBER.get(power_state)
+    return name if name is not None else POWER_STATE_NAMES.get(PowerState(power_state), str(power_state))
+
+
 def server_view(inst: Instance, ctx: RequestContext, image_name: str | None = None) -> dict[str, Any]:
     """A server as the caller may see it (Nova's server show, trimmed).
 
@@ -44,7 +54,7 @@ def server_view(inst: Instance, ctx: RequestContext, image_name: str | None = No
         "vm_state": inst.vm_state,
         "task_state": inst.task_state,
         "power_state": inst.power_state,
-        "power_state_name": POWER_STATE_NAMES.get(PowerState(inst.power_state), str(inst.power_state)),
+        "power_state_name": _power_state_name(inst.power_state),
         # Hosts are the operator's business (Nova: OS-EXT-SRV-ATTR:host is admin-only); everyone
         # gets the opaque host_id, the same for two servers of a project on one host.
         "host": inst.host if policy.allowed(ctx, "host:show") else None,

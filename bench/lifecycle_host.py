@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import libvirt
-from virt_spawn import URI, tiny, wait_for  # type: ignore[import-not-found]
+from virt_spawn import URI, bench_driver, tiny, wait_for  # type: ignore[import-not-found]
 
 from novakit.compute.manager import ComputeManager
 from novakit.compute.messages import ComputeRequest, InstanceSpec
@@ -111,15 +111,7 @@ def main() -> None:
     area.chmod(0o755)
     times: dict[tuple[str, str], list[float]] = {}
     load_before = os.getloadavg()
-    driver = LibvirtDriver(
-        "bench",
-        {
-            "uri": URI,
-            "domain_type": "qemu",
-            "instances_path": str(area / "inst"),
-            "image_store": str(image_dir),
-        },
-    )
+    driver = bench_driver(area, image_dir)
     conn = libvirt.open(URI)
     all_guests: list[InstanceSpec] = []
     try:

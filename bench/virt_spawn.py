@@ -65,6 +65,21 @@ def tiny(image_dir: Path) -> InstanceSpec:
     )
 
 
+def bench_driver(area: Path, image_dir: Path) -> LibvirtDriver:
+    """A libvirt driver on ``URI`` (TCG) with its instances under ``area`` and the tiny image's store."""
+    driver = LibvirtDriver(
+        "bench",
+        {
+            "uri": URI,
+            "domain_type": "qemu",
+            "instances_path": str(area / "inst"),
+            "image_store": str(image_dir),
+        },
+    )
+    driver.init_host()
+    return driver
+
+
 def wait_for(path: Path, line: str) -> None:
     deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline:
@@ -123,16 +138,7 @@ def main() -> None:
     area = Path(tempfile.mkdtemp(prefix="novakit-bench-spawn-", dir="/var/tmp"))
     area.chmod(0o755)
     try:
-        driver = LibvirtDriver(
-            "bench",
-            {
-                "uri": URI,
-                "domain_type": "qemu",
-                "instances_path": str(area / "inst"),
-                "image_store": str(image_dir),
-            },
-        )
-        driver.init_host()
+        driver = bench_driver(area, image_dir)
         conn = libvirt.open(URI)
         cold = novakit_run(driver, image_dir)  # fills the image cache
         nk, raw = [], []

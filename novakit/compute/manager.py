@@ -231,7 +231,9 @@ class ComputeManager:
         op = request.operation
         try:
             if op == "build":
-                result.results = self._run_batch(self.build_and_run_instance, request)
+                result.results = self._side_by_side(
+                    request.instances, lambda i: self.build_and_run_instance(i, request.options)
+                )
                 result.resources = self.driver.get_available_resource()
             elif op == "rebuild":
                 result.results = self._each(request, lambda i: self.rebuild_instance(i, request.options))
@@ -269,14 +271,20 @@ class ComputeManager:
             ]
         return result
 
+    def _side_by_side(
+        self, instances: list[InstanceSpec], fn: Callable[[InstanceSpec], InstanceResult]
+    ) -> list[InstanceResult]:
+        """``fn`` on each instance, side by side; the results in the instances' order."""
+        if len(instances) <= 1:
+            return [fn(i) for i in instances]
+        with ThreadPoolExecutor(max_workers=min(len(instances), self.max_concurrent_builds)) as pool:
+            return list(pool.map(fn, instances))
+
     def _each(
         self, request: ComputeRequest, fn: Callable[[InstanceSpec], InstanceResult]
     ) -> list[InstanceResult]:
-        """``fn`` on each instance of ``request``, side by side; the results in the instances' order."""
-        if len(request.instances) <= 1:
-            return [self._in_order(request, i, fn) for i in request.instances]
-        with ThreadPoolExecutor(max_workers=min(len(request.instances), self.max_concurrent_builds)) as pool:
-            return list(pool.map(lambda i: self._in_order(request, i, fn), request.instances))
+        """``fn`` on each instance of ``request`` under ``_in_order``, side by side."""
+        return self._side_by_side(request.instances, lambda i: self._in_order(request, i, fn))
 
     def _in_order(
         self, request: ComputeRequest, instance: InstanceSpec, fn: Callable[[InstanceSpec], InstanceResult]
@@ -294,14 +302,6 @@ class ComputeManager:
         except exceptions.ActionSuperseded:
             LOG.info("%s of %s not run on %s: superseded", request.operation, instance.uuid, self.host)
             return rec.result
-
-    def _run_batch(
-        self, fn: Callable[[InstanceSpec, dict[str, Any]], InstanceResult], request: ComputeRequest
-    ) -> list[InstanceResult]:
-        if len(request.instances) <= 1:
-            return [fn(i, request.options) for i in request.instances]
-        with ThreadPoolExecutor(max_workers=self.max_concurrent_builds) as pool:
-            return list(pool.map(lambda i: fn(i, request.options), request.instances))
 
     # --- builds -----------------------------------------------------------------
 

@@ -343,7 +343,10 @@ class Testbed:
         stamp = self.venv / "novakit-source.sha256"
         digest = _source_digest()
         if self.python.exists() and stamp.exists() and stamp.read_text() == digest:
-            probe = subprocess.run([str(self.python), "-c", "import libvirt, novakit"], capture_output=True)
+            # From /: run in the checkout, "-c" would find its novakit/ instead of the copy.
+            probe = subprocess.run(
+                [str(self.python), "-c", "import libvirt, novakit"], capture_output=True, cwd="/"
+            )
             if probe.returncode == 0:
                 return
         if not self.python.exists():

@@ -52,8 +52,10 @@ from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
-from novakit.db.models import Instance, RequestSpec, utcnow
+from novakit.db.models import HostMapping, Instance, RequestSpec, utcnow
 from novakit.lifecycle import LifecycleConductor
+from novakit.cells.moves import move_to_cell
+from novakit.cells.registry import UNSCHEDULED, grouped, in_cell_of
 
 LOG = logging.getLogger(__name__)
 
@@ -95,9 +97,14 @@ class Conductor(LifecycleConductor):
         """Renew ``ctx``'s request's leases on ``uuids`` before a host call; the uuids it still owns
         (heal may have taken the others over, or they were deleted)."""
         until = self.lease_until(extra_seconds)
-        return self.db.run_in_transaction(
-            lambda session: db_api.renew_leases(session, uuids, ctx.request_id, until)
-        )
+        owned: list[str] = []
+        for _cell, group in grouped(self.db, uuids):
+            owned.extend(
+                self.db.run_in_transaction(
+                    lambda session, group=group: db_api.renew_leases(session, group, ctx.request_id, until)
+                )
+            )
+        return owned
 
     @property
     def scheduler(self) -> Any:
@@ -129,7 +136,32 @@ class Conductor(LifecycleConductor):
         ``records``: the instances and request specs as the caller has just written them (direct
         mode); otherwise they are read. Either way the claims' guarded writes check that each
         instance is still building, so one deleted meanwhile is skipped.
+
+        The servers wait in the API database until they are placed (``novakit.cells``); the
+        scheduler picks among the hosts of every cell, then each placed server moves into its
+        host's cell and each that could not be placed into cell0 (Nova's super conductor).
         """
+        with self.db.target_cell(UNSCHEDULED):
+            requests, infos = self._schedule_waiting(ctx, instance_uuids, records)
+        placed = [spec.uuid for req in requests for spec in req.instances]
+        by_host = {spec.uuid: req.host for req in requests for spec in req.instances}
+        cells = self.db.cells.host_cells(set(by_host.values()))
+        moving: dict[Any, list[str]] = defaultdict(list)
+        for uuid in placed:
+            cell = cells.get(by_host[uuid])
+            if cell is not None:
+                moving[cell].append(uuid)
+        for cell, uuids in moving.items():
+            move_to_cell(self.db, uuids, cell)
+        return requests, infos
+
+    def _schedule_waiting(
+        self,
+        ctx: RequestContext,
+        instance_uuids: list[str],
+        records: dict[str, tuple[Instance, RequestSpec]] | None = None,
+    ) -> tuple[list[ComputeRequest], dict[str, dict[str, Any]]]:
+        """``_schedule`` with the API database's instance tables targeted."""
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
         if records is None:
@@ -219,8 +251,8 @@ class Conductor(LifecycleConductor):
         )
         return dict.fromkeys(uuids[allowed:], error) if error is not None else {}
 
-    @staticmethod
     def _claimed(
+        self,
         session: Session,
         found: dict[str, tuple[Instance, RequestSpec]],
         placed: list[tuple[str, list[Any]]],
@@ -237,6 +269,19 @@ class Conductor(LifecycleConductor):
 
         gone.clear()
         out = []
+        # Alternates stay in the chosen host's cell, as Nova keeps them: a reschedule moves
+        # the build to another host, never its records to another database.
+        chosen_hosts = {choices[0].host for _, choices in placed}
+        alternate_hosts = {a.host for _, choices in placed for a in choices[1:]}
+        cell_of: dict[str, int] = {}
+        if alternate_hosts:
+            cell_of = dict(
+                session.execute(  # type: ignore[arg-type]
+                    select(HostMapping.host, HostMapping.cell_id).where(
+                        HostMapping.host.in_(sorted(chosen_hosts | alternate_hosts))
+                    )
+                ).all()
+            )
         images_seen: dict[str, Any] = {}
         now = utcnow()
         for uuid, choices in placed:
@@ -264,7 +309,9 @@ class Conductor(LifecycleConductor):
                 _RS_SCHEDULED,
                 {
                     "uuid": uuid,
-                    "alternates": [a.model_dump() for a in choices[1:]],
+                    "alternates": [
+                        a.model_dump() for a in choices[1:] if cell_of.get(a.host) == cell_of.get(chosen.host)
+                    ],
                     "attempts": (rs.attempts or 0) + 1,
                     "tried": [*(rs.tried_hosts or []), chosen.host],
                 },
@@ -283,6 +330,8 @@ class Conductor(LifecycleConductor):
         )
         for uuid in uuids:
             self._set_error(ctx, uuid, fault, [event], expected=[TaskState.SCHEDULING])
+        # What could not be scheduled lives in cell0, with its fault (Nova's super conductor).
+        move_to_cell(self.db, uuids, self.db.cells.cell0())
 
     def record_build_result(
         self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
@@ -308,8 +357,10 @@ class Conductor(LifecycleConductor):
                     follow_up[(nxt[0], "build")].append(nxt[1])
         builds = list(by_uuid.values())
         if succeeded:
-            for spec in self._build_succeeded(ctx, request.host, succeeded, result, builds):
-                follow_up[(request.host, "destroy")].append(spec)
+            for _cell, group in grouped(self.db, [s.uuid for s, _ in succeeded]):
+                part = [(s, r) for s, r in succeeded if s.uuid in group]
+                for spec in self._build_succeeded(ctx, request.host, part, result, builds):
+                    follow_up[(request.host, "destroy")].append(spec)
         else:
             hosts.report(self.db, request.host, result, builds)
         return [
@@ -467,6 +518,7 @@ class Conductor(LifecycleConductor):
         self._set_error(ctx, spec.uuid, fault, res.events, expected=BUILD_TASK_STATES)
         return None
 
+    @in_cell_of("uuid")
     def _rescheduled(
         self,
         ctx: RequestContext,
@@ -502,13 +554,14 @@ class Conductor(LifecycleConductor):
             actions.record_lost_race(self.db, ctx, uuid, "create", res.events, res.fault, exc)
             return False
 
+    @in_cell_of("uuid")
     def _still_building(
         self, ctx: RequestContext, uuid: str, host: str, events: list[Event], fault: Any
     ) -> bool:
         """Whether ``uuid`` is still a build on ``host``; if not, its events are recorded (and a
         deleted one's claims freed) and its failure is nobody's to handle any more."""
         with self.db.reader() as session:
-            row = session.execute(_BUILD_OF, {"uuid": uuid}).first()
+            row = session.execute(_BUILD_OF, {"uuid": uuid}, bind_arguments=db_api.ON_INSTANCES).first()
         if row is not None and not row.deleted and row.vm_state == VmState.BUILDING and row.host == host:
             return True
         exc = exceptions.UnexpectedTaskStateError(
@@ -519,6 +572,7 @@ class Conductor(LifecycleConductor):
         actions.record_lost_race(self.db, ctx, uuid, "create", events, fault, exc)
         return False
 
+    @in_cell_of("uuid")
     def _set_error(
         self, ctx: RequestContext, uuid: str, fault: Any, events: list[Event], expected: list[TaskState]
     ) -> None:
@@ -582,7 +636,7 @@ _BUILD_OF = text("SELECT deleted, vm_state, host FROM instances WHERE uuid = :uu
 def _states_of(session: Session, uuids: list[str]) -> dict[str, tuple[str, str | None]]:
     """(vm_state, task_state) of each instance, by uuid."""
     if len(uuids) == 1:
-        rows = session.execute(_STATES_OF_ONE, {"uuid": uuids[0]}).all()
+        rows = session.execute(_STATES_OF_ONE, {"uuid": uuids[0]}, bind_arguments=db_api.ON_INSTANCES).all()
     else:
         rows = session.execute(
             select(Instance.uuid, Instance.vm_state, Instance.task_state).where(Instance.uuid.in_(uuids))

@@ -42,6 +42,10 @@ sees the text)::
     │   ├── ActionSuperseded ........ a later action on the instance ran on its host first
     │   └── HypervisorUnavailable ... the host's hypervisor cannot be reached
     ├── DatabaseNotMigrated ......... the database's schema is missing or older than this novakit
+    ├── InvalidCell (400) ........... a cell's database is unreachable or of the wrong kind
+    ├── CellNotFound (404), CellInUse (409), HostMappedElsewhere (409)
+    ├── CellDown (503) .............. a cell's database cannot be reached now
+    ├── CellNotTargeted ............. a bug: instance tables used with no cell targeted
     └── MissingDependency ........... an optional library is not installed
 
 Every class formats ``msg_fmt`` with the keyword arguments it was given, so a
@@ -294,6 +298,40 @@ class DatabaseNotMigrated(NovakitError):
     msg_fmt = (
         "The database %(database)s is not migrated (schema revision %(current)s, this novakit needs "
         "%(head)s): run `novakit db upgrade` or the novakit.cloud.db_upgrade playbook against it first"
+    )
+
+
+class InvalidCell(Invalid):
+    """A cell's database is not one novakit can use as a cell; ``reason`` says what is wrong."""
+
+    msg_fmt = "Cell %(cell)s: %(reason)s"
+
+
+class CellNotFound(NotFound):
+    msg_fmt = "Cell %(cell)s could not be found (novakit cell list shows the cells)."
+
+
+class CellInUse(Conflict):
+    msg_fmt = "Cell %(cell)s cannot be deleted: %(reason)s"
+
+
+class HostMappedElsewhere(Conflict):
+    msg_fmt = (
+        "Compute host %(host)s is already mapped to cell %(mapped)s, not %(cell)s: a host lives in one cell"
+    )
+
+
+class CellDown(NovakitError):
+    """A cell's database did not answer; the other cells go on without it."""
+
+    msg_fmt = "Cell %(cell)s is unreachable: %(reason)s"
+    code = 503
+
+
+class CellNotTargeted(NovakitError):
+    msg_fmt = (
+        "Internal error: the instance tables were used with no cell targeted "
+        "(Database.target_cell); this is a novakit bug"
     )
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, notifications
+from novakit.cells.registry import in_cell_of
 from novakit.compute import actions, hosts, images
 from novakit.compute.messages import ComputeRequest, ComputeResult, InstanceResult
 from novakit.compute.rpc import ComputeRPC, instance_spec
@@ -41,6 +42,7 @@ class LifecycleConductor:
     rpc: ComputeRPC
     notifier: notifications.Notifier
 
+    @in_cell_of("uuid")
     def prepare_action(
         self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any] | None = None
     ) -> ComputeRequest | None:
@@ -92,6 +94,7 @@ class LifecycleConductor:
                 res = InstanceResult(uuid=spec.uuid, ok=False, fault=result.error)
             self.finish_action(ctx, spec.uuid, action, res, host=request.host)
 
+    @in_cell_of("uuid")
     def finish_action(
         self,
         ctx: RequestContext,

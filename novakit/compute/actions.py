@@ -29,11 +29,12 @@ from sqlalchemy import Table, bindparam, func, select, text, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
+from novakit.cells.registry import in_cell_of, targeting
 from novakit.compute.faults import _truncate, fault_from_exception, fault_is_internal
 from novakit.compute.messages import Event, Fault
 from novakit.compute.states import TaskState
 from novakit.context import RequestContext
-from novakit.db.api import one_of
+from novakit.db.api import ON_INSTANCES, one_of
 from novakit.db.engine import Database
 from novakit.db.models import InstanceAction, InstanceActionEvent, InstanceFault, utcnow
 
@@ -351,7 +352,8 @@ def instance_event(
             if fault_on_error:
                 record_fault(session, instance_uuid, fault)
 
-        db.run_in_transaction(write)
+        with targeting(db, instance_uuid):
+            db.run_in_transaction(write)
         raise
     event = Event(
         event=event_name,
@@ -361,7 +363,8 @@ def instance_event(
         host=host,
         details=extra.get("details"),
     )
-    db.run_in_transaction(lambda s: _add_event(s, _action_for(s, ctx, instance_uuid), event))
+    with targeting(db, instance_uuid):
+        db.run_in_transaction(lambda s: _add_event(s, _action_for(s, ctx, instance_uuid), event))
 
 
 def list_actions(session: Session, instance_uuid: str) -> list[InstanceAction]:
@@ -381,6 +384,7 @@ def lost_race(exc: exceptions.NovakitError) -> str:
     return f"Not recorded: the instance changed meanwhile ({exc.format_message()})"
 
 
+@in_cell_of("instance_uuid")
 def record_lost_race(
     db: Database,
     ctx: RequestContext,
@@ -419,7 +423,7 @@ def fate(session: Session, instance_uuid: str, host: str | None) -> tuple[bool, 
     another host: the guest here goes, the claim there stays. Recorded on ``host`` by
     someone else (heal adopted the build): both stay, a recorded server uses them.
     """
-    row = session.execute(_FATE_OF, {"uuid": instance_uuid}).first()
+    row = session.execute(_FATE_OF, {"uuid": instance_uuid}, bind_arguments=ON_INSTANCES).first()
     if row is None or row.deleted:
         return True, True
     if row.task_state == TaskState.DELETING.value:

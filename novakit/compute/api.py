@@ -38,6 +38,9 @@ from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import Instance, InstanceGroup, InstanceGroupMember, RequestSpec
+from novakit.cells import instances as cell_instances
+from novakit.cells import mappings
+from novakit.cells.registry import UNSCHEDULED, grouped, locate
 
 
 def hostname_for(name: str) -> str:
@@ -66,26 +69,50 @@ class API:
     # ------------------------------------------------------------------ reads
 
     def get(self, ctx: RequestContext, ref: str, *, deleted: bool = False) -> dict[str, Any]:
-        """A server by name or uuid; ``deleted``: a deleted one (the last deleted of a name)."""
-        with self.db.reader() as session:
-            inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref, deleted=deleted)
-            names = listing.image_names(session, {inst.image_ref} if inst.image_ref else set())
-            return server_view(inst, ctx, names.get(inst.image_ref or ""))
+        """A server by name or uuid; ``deleted``: a deleted one (the last deleted of a name).
+
+        A server whose cell is down is answered with what the API database knows of it
+        (status UNKNOWN, ``cell_instances.unknown_record``), as Nova does.
+        """
+        cell = locate(self.db.cells, ctx, ref, deleted=deleted)
+        try:
+            with self.db.target_cell(cell), self.db.reader() as session:
+                inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref, deleted=deleted)
+                names = listing.image_names(session, {inst.image_ref} if inst.image_ref else set())
+                return server_view(inst, ctx, names.get(inst.image_ref or ""))
+        except exceptions.CellDown:
+            with self.db.reader() as session:
+                found = mappings.find(session, ctx, ref, deleted=deleted)
+            return cell_instances.unknown_record(found[0], cell.name)
 
     def list(self, ctx: RequestContext, **filters: Any) -> builtins.list[dict[str, Any]]:
-        """Every server ``ctx`` may see (an admin: every project's), for the library's own
-        callers (inventory, callback); a listing as Nova's API gives it is ``list_servers``."""
-        with self.db.reader() as session:
-            return [server_view(i, ctx) for i in db_api.instance_get_all(session, ctx, **filters)]
+        """Every server ``ctx`` may see (an admin: every project's), in every cell, for the
+        library's own callers (inventory, callback); a listing as Nova's API gives it is
+        ``list_servers``. A down cell's servers come as minimal records (status UNKNOWN)."""
+        rows, _down = cell_instances.list_all(self.db, ctx, filters)
+        return [r if isinstance(r, dict) else server_view(r, ctx) for r in rows]
 
     def list_servers(
         self, ctx: RequestContext, query: listing.ServerQuery | dict[str, Any] | None = None
     ) -> builtins.list[dict[str, Any]]:
-        """Nova's server listing: filters, scope and pages (``novakit.compute.listing``)."""
+        """Nova's server listing: filters, scope and pages (``novakit.compute.listing``), over
+        every cell, merge-sorted; a down cell's servers come as minimal records."""
+        return self.list_servers_and_down(ctx, query)[0]
+
+    def list_servers_and_down(
+        self, ctx: RequestContext, query: listing.ServerQuery | dict[str, Any] | None = None
+    ) -> tuple[builtins.list[dict[str, Any]], builtins.list[str]]:
+        """``list_servers``, and the names of the cells that did not answer."""
         with self.db.reader() as session:
-            rows = listing.list_servers(session, ctx, query)
-            names = listing.image_names(session, {i.image_ref for i in rows if i.image_ref})
-            return [server_view(i, ctx, names.get(i.image_ref or "")) for i in rows]
+            filters = listing.filters_of(session, ctx, query)
+        rows, down = cell_instances.list_all(self.db, ctx, filters)
+        live = [r for r in rows if not isinstance(r, dict)]
+        with self.db.reader() as session:
+            names = listing.image_names(session, {i.image_ref for i in live if i.image_ref})
+        views = [
+            r if isinstance(r, dict) else server_view(r, ctx, names.get(r.image_ref or "")) for r in rows
+        ]
+        return views, sorted(c.name for c in down)
 
     def console_output(self, ctx: RequestContext, ref: str, lines: int | None = None) -> str:
         """The server's console log, read from its host (``novakit.compute.console``)."""
@@ -97,7 +124,8 @@ class API:
         self, ctx: RequestContext, ref: str, *, deleted: bool = False
     ) -> builtins.list[dict[str, Any]]:
         """The instance's actions with their events (Nova's os-instance-actions)."""
-        with self.db.reader() as session:
+        cell = locate(self.db.cells, ctx, ref, include_deleted=True, deleted=deleted)
+        with self.db.target_cell(cell), self.db.reader() as session:
             inst = db_api.instance_get_by_name_or_uuid(
                 session, ctx, ref, include_deleted=True, deleted=deleted
             )
@@ -158,10 +186,7 @@ class API:
         if build and outcome.unbuilt:
             # The conductor starts from the records just written instead of reading them back.
             self.conductor.build_instances(ctx, outcome.unbuilt, records=outcome.records)
-            with self.db.reader() as session:
-                return [
-                    server_view(i, ctx) for i in db_api.instance_get_all(session, ctx, uuids=outcome.uuids)
-                ]
+            return [server_view(i, ctx) for i in cell_instances.get_many(self.db, ctx, outcome.uuids)]
         return outcome.servers
 
     def create_servers(
@@ -218,17 +243,16 @@ class API:
         """
         count = naming.count_of(req)
         for attempt in (1, 2):
-            with self.db.reader() as session:
-                live = _family(session, ctx, req.name)
-                if count is None:
-                    plan = naming.ScalePlan(
-                        wanted=[req.name], missing=[] if req.name in live else [req.name], extra=[]
-                    )
-                else:
-                    plan = naming.plan(req.name, count, live)
-                existing = [live[n] for n in plan.existing]
-                kept = [server_view(i, ctx) for i in existing]
-                surplus = [server_view(live[n], ctx) for n in plan.extra]
+            live = self._family(ctx, req.name)
+            if count is None:
+                plan = naming.ScalePlan(
+                    wanted=[req.name], missing=[] if req.name in live else [req.name], extra=[]
+                )
+            else:
+                plan = naming.plan(req.name, count, live)
+            existing = [live[n] for n in plan.existing]
+            kept = [server_view(i, ctx) for i in existing]
+            surplus = [server_view(live[n], ctx) for n in plan.extra]
             picked_up = self._take_over_unscheduled(ctx, existing, dry_run) if attempt == 1 else []
             outcome = CreateOutcome(
                 servers=kept,
@@ -285,7 +309,7 @@ class API:
 
         def take(session: Session) -> builtins.list[str]:
             taken = []
-            for inst in orphaned:
+            for inst in [i for i in orphaned if i.uuid in group]:
                 try:
                     db_api.instance_update(
                         session,
@@ -302,7 +326,10 @@ class API:
                 taken.append(inst.uuid)
             return taken
 
-        return cast(builtins.list[str], self.db.run_in_transaction(take))
+        taken: builtins.list[str] = []
+        for _cell, group in grouped(self.db, [i.uuid for i in orphaned]):
+            taken.extend(cast(builtins.list[str], self.db.run_in_transaction(take)))
+        return taken
 
     def create_records(self, ctx: RequestContext, req: schemas.ServerCreate) -> builtins.list[str]:
         """Record the servers of ``req`` (building/scheduling, action ``create``); their uuids."""
@@ -325,7 +352,12 @@ class API:
         if req.availability_zone is not None:
             self._check_az(session, req.availability_zone)
         for ref in [*req.scheduler_hints.same_host, *req.scheduler_hints.different_host]:
-            db_api.instance_get(session, ctx, ref)
+            # Wherever the server lives: its mapping says it is one the caller may see.
+            if (
+                not mappings.find(session, ctx, ref)
+                or mappings.find(session, ctx, ref)[0].instance_uuid != ref
+            ):
+                raise exceptions.InstanceNotFound(instance_id=ref)
         if image.min_ram and flavor.memory_mb < image.min_ram:
             raise exceptions.ValidationError(
                 "flavor", f"image {image.name} needs at least {image.min_ram} MB of RAM"
@@ -369,9 +401,9 @@ class API:
 
         with self.db.reader() as session:
             spec = self._checked_request(session, ctx, req, len(names))[3]
-            taken = _existing(session, ctx, names)
+        taken = self._existing(ctx, names)
         if taken:
-            raise exceptions.DuplicateName(name=taken[0].display_name, project_id=ctx.project_id)
+            raise exceptions.DuplicateName(name=taken[0], project_id=ctx.project_id)
         # Placeholder consumers: nothing is written, they only keep the instances apart.
         uuids = [f"00000000-0000-4000-8000-{i:012d}" for i in range(len(names))]
         selections = self.conductor.scheduler.select_destinations(
@@ -450,6 +482,9 @@ class API:
                     for uuid in uuids
                 ],
             )
+            # Mapped with the records, not scheduled yet: in the API database's own instance tables.
+            # A name taken in any cell fails the mapping's insert on its unique key.
+            mappings.add_instances(session, rows)
             actions.actions_start_new(session, ctx, uuids, "create")
             if group is not None:
                 session.execute(
@@ -459,12 +494,12 @@ class API:
             return rows, spec
 
         try:
-            rows, spec = self.db.run_in_transaction(write)
+            with self.db.target_cell(UNSCHEDULED):
+                rows, spec = self.db.run_in_transaction(write)
         except IntegrityError:
-            with self.db.reader() as session:
-                taken = _existing(session, ctx, names)
+            taken = self._existing(ctx, names)
             raise exceptions.DuplicateName(
-                name=taken[0].display_name if taken else names[0], project_id=ctx.project_id
+                name=taken[0] if taken else names[0], project_id=ctx.project_id
             ) from None
         records = {
             str(row["uuid"]): (
@@ -549,6 +584,21 @@ class API:
         not exist is not an error.
         """
         t, opts = states.resolve(action, options)
+        with self.db.target_cell(locate(self.db.cells, ctx, ref)):
+            return self._act(ctx, ref, t, opts, dry_run=dry_run, defer=defer, declarative=declarative)
+
+    def _act(
+        self,
+        ctx: RequestContext,
+        ref: str,
+        t: Transition,
+        opts: dict[str, Any],
+        *,
+        dry_run: bool,
+        defer: bool,
+        declarative: bool,
+    ) -> ActOutcome:
+        """``act`` in the server's cell (targeted)."""
 
         def check(session: Session) -> tuple[Instance | None, dict[str, Any] | None, dict[str, Any]]:
             try:
@@ -628,6 +678,17 @@ class API:
         with self.db.reader() as session:
             view = server_view(db_api.instance_get(session, ctx, uuid, include_deleted=True), ctx)
         return ActOutcome(server=view, changed=changed, action=t.action, request=request)
+
+    def _family(self, ctx: RequestContext, name: str) -> dict[str, Instance]:
+        """The caller's live servers named ``name`` or ``name-<anything>``, by name, in every cell
+        (``naming.plan`` sorts)."""
+        uuids = cell_instances.names_of_project(self.db, ctx.project_id, family=name)
+        return {i.display_name: i for i in cell_instances.get_many(self.db, ctx, list(uuids.values()))}
+
+    def _existing(self, ctx: RequestContext, names: builtins.list[str]) -> builtins.list[str]:
+        """The names of ``names`` the caller's project has live servers of, in that order."""
+        taken = cell_instances.names_of_project(self.db, ctx.project_id, names=names)
+        return [n for n in names if n in taken]
 
     def _abandoned(self, inst: Instance) -> bool:
         """Whether ``inst``'s running task has lost its owner (its lease ran out)."""
@@ -735,31 +796,6 @@ def _names(req: schemas.ServerCreate) -> builtins.list[str]:
     return naming.names_for(req.name, naming.count_of(req))
 
 
-def _family(session: Session, ctx: RequestContext, name: str) -> dict[str, Instance]:
-    """The caller's live servers named ``name`` or ``name-<anything>``, by name (``naming.plan`` sorts)."""
-    rows = session.execute(
-        select(Instance).where(
-            Instance.project_id == ctx.project_id,
-            Instance.deleted == 0,
-            (Instance.display_name == name) | Instance.display_name.startswith(name + "-", autoescape=True),
-        )
-    ).scalars()
-    return {i.display_name: i for i in rows}
-
-
-def _existing(session: Session, ctx: RequestContext, names: builtins.list[str]) -> builtins.list[Instance]:
-    """The caller's live servers of these names, in the order of ``names``."""
-    rows = session.execute(
-        select(Instance).where(
-            Instance.project_id == ctx.project_id,
-            Instance.deleted == 0,
-            db_api.one_of(Instance.display_name, names),
-        )
-    ).scalars()
-    by_name = {i.display_name: i for i in rows}
-    return [by_name[n] for n in names if n in by_name]
-
-
 def _never_scheduled(inst: Instance) -> bool:
     return (
         inst.vm_state == VmState.BUILDING.value
@@ -841,15 +877,7 @@ def _prepare_rename(
 
 
 def _check_name_free(session: Session, inst: Instance, name: str) -> None:
-    clash = session.execute(
-        select(Instance.uuid).where(
-            Instance.project_id == inst.project_id,
-            Instance.display_name == name,
-            Instance.deleted == 0,
-            Instance.uuid != inst.uuid,
-        )
-    ).first()
-    if clash is not None:
+    if cell_instances.name_taken(session, inst.project_id, name, but=inst.uuid):
         raise exceptions.DuplicateName(name=name, project_id=inst.project_id)
 
 

@@ -40,15 +40,24 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pydantic
-from sqlalchemy import JSON, Integer, func, select, text, update
+from sqlalchemy import JSON, Integer, delete, func, select, text, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
+from novakit.cells.scatter import scatter
 from novakit.compute.messages import ComputeResult, HostResources, InstanceResult
 from novakit.config import Config, PlacementConfig
 from novakit.context import RequestContext
 from novakit.db.engine import Database
-from novakit.db.models import Allocation, ComputeNode, Instance, ResourceProvider, Service, utcnow
+from novakit.db.models import (
+    Allocation,
+    ComputeNode,
+    HostMapping,
+    Instance,
+    ResourceProvider,
+    Service,
+    utcnow,
+)
 
 if TYPE_CHECKING:
     from novakit.compute.rpc import ComputeRPC
@@ -74,12 +83,16 @@ def register_host(
     *,
     now: dt.datetime | None = None,
     ctx: RequestContext | None = None,
+    cell: str | None = None,
 ) -> dict[str, Any]:
     """Create or refresh a host's service, compute node and resource provider. Idempotent.
 
     The host has just reported its resources: that is a successful contact (``now``, UTC).
     ``ctx``, the caller, must be an admin (``host:register``); None is the library's own
-    caller (Python code holding the database: an operator).
+    caller (Python code holding the database: an operator). ``cell``: the cell (name or
+    uuid) the host's servers live in; without it a mapped host keeps its cell and a new one
+    goes to the default cell (``novakit.cells.registry.default_cell``). A host lives in
+    one cell: naming another than its own is refused (``HostMappedElsewhere``).
     """
     if ctx is not None:
         policy.authorize(ctx, "host:register")
@@ -103,8 +116,20 @@ def register_host(
     settings = {k: getattr(placement_conf, k) for k in RATIO_KEYS}
 
     check_resources(resources)
+    from novakit.cells import mappings
+    from novakit.cells.registry import default_cell
+
+    chosen = db.cells.get(cell) if cell is not None else None
+    if chosen is not None and chosen.is_cell0:
+        raise exceptions.ValidationError(
+            "cell", "cell0 holds servers that could not be scheduled, never hosts"
+        )
+    if chosen is None and db.cells.of_host(host) is None:
+        chosen = default_cell(db.cells)
 
     def write(session: Session) -> ComputeNode:
+        if chosen is not None and chosen.id is not None:
+            mappings.map_host(session, host, chosen.id, chosen.name)
         known = session.execute(
             select(Service.id).where(Service.host == host, Service.binary == BINARY, Service.deleted == 0)
         ).first()
@@ -358,11 +383,14 @@ def delete_host(db: Database, ctx: RequestContext, host: str) -> dict[str, Any]:
     policy.authorize(ctx, "host:delete")
     from novakit.placement import providers
 
+    from novakit.cells.registry import UNSCHEDULED
+
     def write(session: Session) -> dict[str, Any]:
         node = _node(session, host)
         servers = session.execute(
             select(func.count(Instance.id)).where(Instance.host == host, Instance.deleted == 0)
         ).scalar_one()
+        session.execute(delete(HostMapping).where(HostMapping.host == host))
         if servers:
             raise exceptions.HostInUse(
                 host=host,
@@ -387,7 +415,9 @@ def delete_host(db: Database, ctx: RequestContext, host: str) -> dict[str, Any]:
         )
         return {"host": host, "uuid": node.uuid, "provider_deleted": removed}
 
-    return db.run_in_transaction(write)
+    # The servers on it are in its cell's database (a host never mapped: the API database's).
+    with db.target_cell(db.cells.of_host(host) or UNSCHEDULED):
+        return db.run_in_transaction(write)
 
 
 def _service(session: Session, host: str) -> Service:
@@ -574,44 +604,52 @@ def list_hosts(
         )
         for name, rc, used in rows:
             usage[(name, rc)] = int(used or 0)
-        counts = dict(
-            session.execute(
-                select(Instance.host, func.count(Instance.id))
-                .where(Instance.deleted == 0, Instance.host.isnot(None))
-                .group_by(Instance.host)
-            ).all()
-        )
-        out = []
-        for node in nodes:
-            svc = services.get(node.host)
-            state = is_up(svc, conf, now) if svc is not None else Liveness(False, "no compute service")
-            capacity = {
-                "VCPU": int((node.vcpus - node.reserved_host_cpus) * node.cpu_allocation_ratio),
-                "MEMORY_MB": int(
-                    (node.memory_mb - min(node.reserved_host_memory_mb, node.memory_mb))
-                    * node.ram_allocation_ratio
-                ),
-                "DISK_GB": int(
-                    (node.local_gb - math.ceil(node.reserved_host_disk_mb / 1024))
-                    * node.disk_allocation_ratio
-                ),
+        cell_of = {host: cell.name for host, cell in db.cells.host_cells().items()}
+    counts: dict[str, int] = {}
+    for per_cell in scatter(db, _servers_per_host).results.values():
+        for host_name, count in per_cell.items():
+            counts[host_name] = counts.get(host_name, 0) + count
+    out = []
+    for node in nodes:
+        svc = services.get(node.host)
+        state = is_up(svc, conf, now) if svc is not None else Liveness(False, "no compute service")
+        capacity = {
+            "VCPU": int((node.vcpus - node.reserved_host_cpus) * node.cpu_allocation_ratio),
+            "MEMORY_MB": int(
+                (node.memory_mb - min(node.reserved_host_memory_mb, node.memory_mb))
+                * node.ram_allocation_ratio
+            ),
+            "DISK_GB": int(
+                (node.local_gb - math.ceil(node.reserved_host_disk_mb / 1024)) * node.disk_allocation_ratio
+            ),
+        }
+        out.append(
+            {
+                "host": node.host,
+                "hypervisor_type": node.hypervisor_type,
+                "status": "disabled" if svc is None or svc.disabled else "enabled",
+                "disabled_reason": svc.disabled_reason if svc else None,
+                "state": "up" if state else "down",
+                "down_reason": state.reason or None,
+                "forced_down": bool(svc.forced_down) if svc else False,
+                "last_contact_at": svc.last_contact_at if svc else None,
+                "last_seen_up": svc.last_seen_up if svc else None,
+                "instances": int(counts.get(node.host, 0)),
+                "capacity": capacity,
+                "used": {rc: usage.get((node.host, rc), 0) for rc in capacity},
+                "cached_images": list(node.cached_images or []),
+                "driver": node.driver.get("driver") if node.driver else None,
+                "cell": cell_of.get(node.host),
             }
-            out.append(
-                {
-                    "host": node.host,
-                    "hypervisor_type": node.hypervisor_type,
-                    "status": "disabled" if svc is None or svc.disabled else "enabled",
-                    "disabled_reason": svc.disabled_reason if svc else None,
-                    "state": "up" if state else "down",
-                    "down_reason": state.reason or None,
-                    "forced_down": bool(svc.forced_down) if svc else False,
-                    "last_contact_at": svc.last_contact_at if svc else None,
-                    "last_seen_up": svc.last_seen_up if svc else None,
-                    "instances": int(counts.get(node.host, 0)),
-                    "capacity": capacity,
-                    "used": {rc: usage.get((node.host, rc), 0) for rc in capacity},
-                    "cached_images": list(node.cached_images or []),
-                    "driver": node.driver.get("driver") if node.driver else None,
-                }
-            )
-        return out
+        )
+    return out
+
+
+def _servers_per_host(_cell: Any, session: Session) -> dict[str, int]:
+    """Live servers per host in one cell (``list_hosts`` adds the cells up)."""
+    rows = session.execute(
+        select(Instance.host, func.count(Instance.id))
+        .where(Instance.deleted == 0, Instance.host.isnot(None))
+        .group_by(Instance.host)
+    ).all()
+    return {host: int(count) for host, count in rows}

@@ -2,8 +2,9 @@
 
 One place decides what a listing shows, for every entry point (the CLI's
 ``server list``, the ``server_info`` module, the Python API): the filters are
-checked here (``ServerQuery``) and applied in the database query
-(``novakit.db.api.instance_get_all``), never afterwards in a caller.
+checked here (``ServerQuery``, ``filters_of``) and applied in the database query
+(``novakit.db.api.instance_get_all``) of every cell (``novakit.cells.instances``),
+never afterwards in a caller.
 
 Scope, as in Nova: everyone lists their own project's servers; an admin lists
 every project's only when asking (``all_projects``, policy
@@ -26,8 +27,7 @@ from sqlalchemy.orm import Session
 from novakit import policy
 from novakit.compute import flavors, images, schemas, states
 from novakit.context import RequestContext
-from novakit.db import api as db_api
-from novakit.db.models import Image, Instance
+from novakit.db.models import Image, InstanceMapping
 
 #: Nova's limit when a listing gives none (``osapi_max_limit``)
 MAX_LIMIT = 1000
@@ -66,10 +66,11 @@ class ServerQuery(schemas._Request):
         return value
 
 
-def list_servers(
+def filters_of(
     session: Session, ctx: RequestContext, query: ServerQuery | dict[str, Any] | None = None
-) -> list[Instance]:
-    """The instances of a listing, checked and filtered in one query."""
+) -> dict[str, Any]:
+    """A listing's query checked and turned into ``db_api.instance_get_all``'s filters (the
+    flavor and image looked up in the API database); every cell is then asked with them."""
     q = query if isinstance(query, ServerQuery) else schemas.parse(ServerQuery, dict(query or {}))
     if q.all_projects:
         policy.authorize(ctx, "servers:all_projects")
@@ -92,7 +93,7 @@ def list_servers(
         filters["instance_type_id"] = flavors.get(session, q.flavor).id
     if q.image is not None:
         filters["image_ref"] = images.get(session, q.image).uuid
-    return db_api.instance_get_all(session, ctx, **filters)
+    return filters
 
 
 def image_names(session: Session, refs: set[str]) -> dict[str, str]:
@@ -105,8 +106,10 @@ def image_names(session: Session, refs: set[str]) -> dict[str, str]:
 
 def server_names(session: Session, ctx: RequestContext, prefix: str = "", limit: int = 200) -> list[str]:
     """The names of the caller's project's live servers that start with ``prefix`` (for shell
-    completion: names only, in one small query)."""
-    stmt = db_api.scoped(ctx, select(Instance.display_name)).where(Instance.project_id == ctx.project_id)
+    completion: names only, in one small query of the API database's mappings)."""
+    stmt = select(InstanceMapping.display_name).where(
+        InstanceMapping.project_id == ctx.project_id, InstanceMapping.deleted == 0
+    )
     if prefix:
-        stmt = stmt.where(Instance.display_name.startswith(prefix, autoescape=True))
-    return list(session.execute(stmt.order_by(Instance.display_name).limit(limit)).scalars())
+        stmt = stmt.where(InstanceMapping.display_name.startswith(prefix, autoescape=True))
+    return list(session.execute(stmt.order_by(InstanceMapping.display_name).limit(limit)).scalars())

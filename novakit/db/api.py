@@ -26,9 +26,13 @@ from sqlalchemy import Select, and_, bindparam, false, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
+from novakit.cells import mappings
 from novakit.compute.states import TaskState, VmState
 from novakit.context import RequestContext
 from novakit.db.models import Instance, utcnow
+
+#: For a text statement on the instance tables: bound to the targeted cell as they are.
+ON_INSTANCES: dict[str, Any] = {"mapper": Instance.__mapper__}
 
 # Sentinel: "do not check this column".
 UNSET: Any = object()
@@ -117,8 +121,7 @@ SORT_KEYS: dict[str, Any] = {
 }
 
 
-def instance_get_all(
-    session: Session,
+def _listing(
     ctx: RequestContext,
     *,
     host: str | None = None,
@@ -131,20 +134,8 @@ def instance_get_all(
     name_regex: str | None = None,
     instance_type_id: int | None = None,
     image_ref: str | None = None,
-    marker: str | None = None,
-    limit: int | None = None,
-    sort_key: str = "created_at",
-    sort_dir: str = "asc",
-) -> list[Instance]:
-    """The instances ``ctx`` may see that match every filter given, in one query.
-
-    ``states``: (vm_state, task_state, other task states) triples as
-    ``states.states_for_status`` gives them. ``name_regex``: a regular expression
-    searched in the name (Nova's ``name`` filter). ``marker``: the uuid of the last
-    instance of the previous page (MarkerNotFound if it is not one of this
-    listing's); ``limit``: at most this many. The order is ``sort_key``
-    (``SORT_KEYS``) then the row id, ``sort_dir`` asc or desc.
-    """
+    **_order: Any,
+) -> Select[Any]:
     stmt = scoped(ctx, select(Instance), include_deleted or only_deleted)
     if only_deleted:
         stmt = stmt.where(Instance.deleted != 0)
@@ -173,25 +164,70 @@ def instance_get_all(
         stmt = stmt.where(Instance.instance_type_id == instance_type_id)
     if image_ref is not None:
         stmt = stmt.where(Instance.image_ref == image_ref)
+    return stmt
+
+
+def marker_position(
+    session: Session, ctx: RequestContext, marker: str, filters: dict[str, Any]
+) -> tuple[Any, int]:
+    """Where the marker stands in a listing: (its sort value, its row id). The marker must be a
+    row of this very listing (same scope and filters), as in Nova."""
+    column = SORT_KEYS[filters.get("sort_key", "created_at")]
+    row = session.execute(
+        _listing(ctx, **filters).with_only_columns(column, Instance.id).where(Instance.uuid == marker)
+    ).first()
+    if row is None:
+        raise exceptions.MarkerNotFound(marker=marker)
+    return row[0], row[1]
+
+
+def instance_get_all(
+    session: Session,
+    ctx: RequestContext,
+    *,
+    marker: str | None = None,
+    after: tuple[Any, int | None] | None = None,
+    limit: int | None = None,
+    sort_key: str = "created_at",
+    sort_dir: str = "asc",
+    **filters: Any,
+) -> list[Instance]:
+    """The instances ``ctx`` may see that match every filter given, in one query.
+
+    Filters (``_listing``): ``host``, ``vm_states``, ``uuids``, ``include_deleted``,
+    ``project_id``, ``only_deleted``, ``states``: (vm_state, task_state, other task states)
+    triples as ``states.states_for_status`` gives them, ``name_regex``: a regular expression
+    searched in the name (Nova's ``name`` filter), ``instance_type_id``, ``image_ref``.
+    ``marker``: the uuid of the last instance of the previous page (MarkerNotFound if it is
+    not one of this listing's); ``after``: a position instead, (sort value, row id) to start
+    after, row id None for rows past the value only, -1 for rows at the value too (another
+    cell's marker, ``novakit.cells.instances``); ``limit``: at most this many. The order is
+    ``sort_key`` (``SORT_KEYS``) then the row id, ``sort_dir`` asc or desc.
+    """
+    stmt = _listing(ctx, **filters)
     column = SORT_KEYS[sort_key]
     descending = sort_dir == "desc"
     if marker is not None:
-        # The marker must be a row of this very listing (same scope and filters), as in Nova.
-        row = session.execute(
-            stmt.with_only_columns(column, Instance.id).where(Instance.uuid == marker)
-        ).first()
-        if row is None:
-            raise exceptions.MarkerNotFound(marker=marker)
-        value, row_id = row
-        if descending:
-            stmt = stmt.where(or_(column < value, and_(column == value, Instance.id < row_id)))
+        after = marker_position(session, ctx, marker, {**filters, "sort_key": sort_key})
+    if after is not None:
+        value, row_id = after
+        past = column < value if descending else column > value
+        if row_id is None:
+            stmt = stmt.where(past)
+        elif row_id == -1:
+            stmt = stmt.where(or_(past, column == value))
         else:
-            stmt = stmt.where(or_(column > value, and_(column == value, Instance.id > row_id)))
+            tie = Instance.id < row_id if descending else Instance.id > row_id
+            stmt = stmt.where(or_(past, and_(column == value, tie)))
     order = (column.desc(), Instance.id.desc()) if descending else (column, Instance.id)
     stmt = stmt.order_by(*order)
     if limit is not None:
         stmt = stmt.limit(limit)
-    return list(session.execute(stmt).scalars())
+    rows = list(session.execute(stmt).scalars())
+    for inst in rows:
+        if inst.vm_state == "error":
+            inst.faults  # noqa: B018 - loaded here: a view of a server in error shows its fault
+    return rows
 
 
 def one_of(column: Any, values: Sequence[Any]) -> Any:
@@ -313,6 +349,9 @@ def instance_update(
         params["w_now"] = lease_expired_at
     result = session.execute(stmt, params)
     if result.rowcount == 1:  # type: ignore[attr-defined]
+        if "display_name" in values:
+            # The name is the project's across every cell: the mapping's unique key holds it.
+            mappings.rename(session, uuid, values["display_name"])
         if not fetch:
             return None  # type: ignore[return-value]
         stmt = select(Instance).where(Instance.uuid == uuid).execution_options(populate_existing=True)
@@ -374,6 +413,7 @@ def instance_soft_delete(
         .values(deleted=Instance.id, deleted_at=utcnow())
         .execution_options(synchronize_session=False)
     )
+    mappings.soft_delete(session, uuid)
     session.refresh(inst)
     return inst
 
@@ -417,5 +457,9 @@ def renew_leases(session: Session, uuids: Sequence[str], owner: str, until: dt.d
     """Extend the lease of the tasks ``owner`` still owns on ``uuids``; the uuids it still owns."""
     if not uuids:
         return []
-    rows = session.execute(_RENEW_STMT, {"until": until, "owner": owner, "uuids": list(uuids)}).all()
+    rows = session.execute(
+        _RENEW_STMT,
+        {"until": until, "owner": owner, "uuids": list(uuids)},
+        bind_arguments=ON_INSTANCES,
+    ).all()
     return [r[0] for r in rows]

@@ -22,10 +22,18 @@ waiters and wake them at commit.
 ``run_in_transaction`` retries a whole writer function when the database
 reports a transient conflict: SQLite "database is locked" after the busy
 timeout, PostgreSQL serialisation failures and deadlocks.
+
+Cells (``novakit.cells``): a ``Database`` is the API database; the instance
+tables (``models.CELL_TABLES``) are read and written in the cell an operation
+targets, as Nova's ``target_cell``: ``with db.target_cell(cell): ...`` routes
+every session opened inside it, the instance tables to the cell's database and
+the rest to the API database. A session opened with no cell targeted refuses
+the instance tables (``CellNotTargeted``) instead of guessing a cell.
 """
 
 from __future__ import annotations
 
+import contextvars
 import fcntl
 import os
 import random
@@ -35,7 +43,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import create_engine, event, make_url
 from sqlalchemy.engine import Engine
@@ -44,6 +52,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from novakit import exceptions, files
 from novakit.config import Config, load_config
+
+if TYPE_CHECKING:
+    from novakit.cells.registry import Cell, CellRegistry
 
 T = TypeVar("T")
 
@@ -174,17 +185,76 @@ def _prepare_sqlite_file(path: str, *, create_dir: bool) -> None:
         os.close(files.create_private(path))
 
 
+def is_unreachable(exc: BaseException) -> bool:
+    """A database that cannot be reached at all (server down, file gone), not a conflict."""
+    if not isinstance(exc, DBAPIError) or is_transient(exc):
+        return False
+    if exc.connection_invalidated:
+        return True
+    said = str(exc.orig).lower()
+    return any(
+        w in said
+        for w in (
+            "connection refused",
+            "connection failed",
+            "could not connect",
+            "server closed the connection",
+            "terminating connection",
+            "unable to open database file",
+            "connection is closed",
+            "no connection to the server",
+        )
+    )
+
+
+class _Untargeted:
+    """What the instance tables are bound to in a session no cell was targeted for."""
+
+
+_UNTARGETED = _Untargeted()
+
+
+class _CellSession(Session):
+    """A session whose instance tables live in a cell's database (``Database.target_cell``)."""
+
+    def get_bind(self, mapper: Any = None, *, clause: Any = None, **kw: Any) -> Any:
+        bind = super().get_bind(mapper, clause=clause, **kw)
+        if bind is _UNTARGETED:
+            raise exceptions.CellNotTargeted()
+        return bind
+
+
+def _cell_binds(cell_bind: Any) -> dict[Any, Any]:
+    from novakit.db.models import CELL_TABLES, Base
+
+    binds: dict[Any, Any] = {}
+    for mapper in Base.registry.mappers:
+        if mapper.local_table.name in CELL_TABLES:  # type: ignore[union-attr]
+            binds[mapper.class_] = cell_bind
+            binds[mapper.local_table] = cell_bind
+    return binds
+
+
 class Database:
     """One database, with writer and reader transactions.
 
     ``create_dir``: make the directory of a SQLite file when it is missing, as the
     embedded default's is (``from_config``); the directory of a URL someone gave must exist.
+    ``kind``: "api" (the API database, which may be a cell too) or "cell" (a cell's own
+    database: instance tables only, migrated by the cell tree).
     """
 
     def __init__(
-        self, url: str, *, auto_upgrade: bool | None = None, echo: bool = False, create_dir: bool = False
+        self,
+        url: str,
+        *,
+        auto_upgrade: bool | None = None,
+        echo: bool = False,
+        create_dir: bool = False,
+        kind: str = "api",
     ) -> None:
         self.url = url
+        self.kind = kind
         self.is_sqlite = _is_sqlite(url)
         self.sqlite_path = _sqlite_file(url) if self.is_sqlite else ""
         if self.is_sqlite:
@@ -195,11 +265,23 @@ class Database:
             )
             _setup_sqlite(self.engine)
         else:
-            self.engine = create_engine(url, echo=echo, pool_pre_ping=True, pool_size=5, max_overflow=10)
-        self._writer = sessionmaker(
-            bind=self.engine.execution_options(novakit_write=True), expire_on_commit=False
-        )
+            self.engine = create_engine(
+                url,
+                echo=echo,
+                pool_pre_ping=True,
+                pool_size=5,
+                max_overflow=10,
+                # A cell whose server is down must answer "down" at once, not after minutes.
+                connect_args={"connect_timeout": 5},
+            )
+        self.write_engine = self.engine.execution_options(novakit_write=True)
+        self._writer = sessionmaker(bind=self.write_engine, expire_on_commit=False)
         self._reader = sessionmaker(bind=self.engine, expire_on_commit=False)
+        self._target: contextvars.ContextVar[Cell | None] = contextvars.ContextVar(
+            f"novakit-target-cell-{id(self)}", default=None
+        )
+        self._routed: dict[tuple[str, bool], sessionmaker[Session]] = {}
+        self._cells: CellRegistry | None = None
         # The embedded default upgrades itself on first use; a shared
         # PostgreSQL is upgraded explicitly with `novakit db upgrade`.
         if auto_upgrade if auto_upgrade is not None else self.is_sqlite:
@@ -211,15 +293,80 @@ class Database:
         conf = conf or load_config()
         return cls(conf.database_url, create_dir=not conf.db_url)
 
+    # --- cells --------------------------------------------------------------------
+
+    @property
+    def cells(self) -> CellRegistry:
+        """The cells of this API database (``novakit.cells.registry``)."""
+        if self._cells is None:
+            from novakit.cells.registry import CellRegistry
+
+            self._cells = CellRegistry(self)
+        return self._cells
+
+    @contextmanager
+    def target_cell(self, cell: Cell) -> Iterator[Cell]:
+        """Route the instance tables of every session opened inside to ``cell``'s database."""
+        token = self._target.set(cell)
+        try:
+            yield cell
+        finally:
+            self._target.reset(token)
+
+    @property
+    def targeted(self) -> Cell | None:
+        return self._target.get()
+
+    def _sessions(self, write: bool) -> tuple[sessionmaker[Session], Database | None]:
+        """The session factory for the targeted cell, and the cell's database when it is not this one."""
+        cell = self._target.get()
+        if self.kind != "api":
+            return (self._writer if write else self._reader), None
+        cell_db = self.cells.database(cell) if cell is not None else None
+        if cell_db is self:
+            return (self._writer if write else self._reader), None
+        key = (cell.uuid if cell is not None else "", write)
+        factory = self._routed.get(key)
+        if factory is None:
+            if cell_db is None:
+                cell_bind: Any = _UNTARGETED
+            else:
+                cell_bind = cell_db.write_engine if write else cell_db.engine
+            factory = self._routed[key] = sessionmaker(
+                class_=_CellSession,
+                bind=self.write_engine if write else self.engine,
+                binds=_cell_binds(cell_bind),
+                expire_on_commit=False,
+            )
+        return factory, cell_db
+
+    @contextmanager
+    def _cell_reached(self, cell_db: Database | None) -> Iterator[None]:
+        """A cell database that cannot be reached fails with ``CellDown``, naming the cell."""
+        if cell_db is None:
+            yield
+            return
+        try:
+            yield
+        except DBAPIError as exc:
+            if not is_unreachable(exc):
+                raise
+            cell = self._target.get()
+            raise exceptions.CellDown(cell=cell.name if cell else "?", reason=str(exc.orig).strip()) from None
+
     @contextmanager
     def writer(self) -> Iterator[Session]:
         """A write transaction: committed on success, rolled back on any error."""
-        with self._schema_told(), write_gate(self), self._writer() as session, session.begin():
-            yield session
+        factory, cell_db = self._sessions(True)
+        with self._schema_told(), self._cell_reached(cell_db), write_gate(self):
+            with write_gate(cell_db) if cell_db is not None else _nothing(), factory() as session:
+                with session.begin():
+                    yield session
 
     @contextmanager
     def reader(self) -> Iterator[Session]:
-        with self._schema_told(), self._reader() as session, session.begin():
+        factory, cell_db = self._sessions(False)
+        with self._schema_told(), self._cell_reached(cell_db), factory() as session, session.begin():
             yield session
 
     @contextmanager
@@ -264,17 +411,65 @@ class Database:
     def current_revision(self) -> str | None:
         from novakit.db import migration
 
-        return migration.current_revision(self.engine)
+        return migration.current_revision(self.engine, "cell" if self.kind == "cell" else "api")
 
-    def upgrade_if_needed(self) -> None:
+    def _trees(self) -> tuple[str, ...]:
+        # The API database carries the cell tree too: its instance tables hold the servers not
+        # scheduled yet, and cell1's where it is cell1.
+        return ("cell",) if self.kind == "cell" else ("api", "cell")
+
+    def _at_head(self) -> bool:
         from novakit.db import migration
 
-        head = migration.head_revision()
+        with self.engine.connect() as conn:
+            return all(
+                migration.current_revision(conn, tree) == migration.head_revision(tree)  # type: ignore[arg-type]
+                for tree in self._trees()
+            )
+
+    def upgrade(self) -> None:
+        """Bring every tree this database carries to its head.
+
+        A cell database with no tables at all is made from the models and stamped (the cell
+        tree's schema test holds them equal), without loading Alembic: cell0 is made this way
+        on first use.
+        """
+        from novakit.db import migration
+
+        if self.kind == "cell" and self._create_empty_cell():
+            return
+        for tree in self._trees():
+            migration.upgrade(self.engine, tree=tree)  # type: ignore[arg-type]
+
+    def _create_empty_cell(self) -> bool:
+        from sqlalchemy import inspect as sa_inspect
+        from sqlalchemy import text as sa_text
+
+        from novakit.db import migration
+        from novakit.db.models import CELL_TABLES, Base
+
+        with self.write_engine.begin() as conn:
+            if not self.is_sqlite:
+                conn.execute(sa_text("SELECT pg_advisory_xact_lock(7205759)"))
+            if sa_inspect(conn).get_table_names():
+                return False
+            tables = [t for t in Base.metadata.sorted_tables if t.name in CELL_TABLES]
+            Base.metadata.create_all(conn, tables=tables)
+            conn.execute(
+                sa_text("CREATE TABLE alembic_version_cell (version_num VARCHAR(32) NOT NULL PRIMARY KEY)")
+            )
+            conn.execute(
+                sa_text("INSERT INTO alembic_version_cell VALUES (:v)"),
+                {"v": migration.head_revision("cell")},
+            )
+        return True
+
+    def upgrade_if_needed(self) -> None:
         path = self.sqlite_path
         # Created empty (0600) by __init__; SQLite has written nothing to it yet.
         new_file = bool(path) and (not os.path.exists(path) or not os.path.getsize(path))
         # A new file is first touched under the lock below: turning it to WAL is a write of its own.
-        if not new_file and self.current_revision() == head:
+        if not new_file and self._at_head():
             return
         if path:
             # Several processes may open a new file at once: one upgrades, the others wait for it.
@@ -282,12 +477,19 @@ class Database:
             try:
                 with write_gate(self):
                     fcntl.flock(lock, fcntl.LOCK_EX)
-                    if self.current_revision() != head:
-                        migration.upgrade(self.engine)
+                    if not self._at_head():
+                        self.upgrade()
             finally:
                 os.close(lock)  # and with it the flock
         else:
-            migration.upgrade(self.engine)
+            self.upgrade()
 
     def dispose(self) -> None:
+        if self._cells is not None:
+            self._cells.dispose()
         self.engine.dispose()
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield

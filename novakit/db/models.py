@@ -7,6 +7,12 @@ live row and the row's own id once deleted, which lets a unique constraint
 include ``deleted`` and still allow a name to be reused after a delete.
 The schema is created and changed only by the Alembic migrations in
 ``migrations/``; a test checks that the models and the migrations agree.
+
+Cells v2, as Nova has it: the tables of ``CELL_TABLES`` (an instance and its audit trail)
+live in a cell's database, everything else in the API database, which also maps cells,
+hosts and instances to their cell (``CellMapping``, ``HostMapping``, ``InstanceMapping``).
+The names are disjoint, so one database can be the API database and a cell at once: the
+embedded default is, and so is a database that predates cells (``novakit.cells``).
 """
 
 from __future__ import annotations
@@ -419,3 +425,63 @@ class InstanceGroupMember(TimestampMixin, Base):
     instance_uuid: Mapped[str] = mapped_column(String(36))
 
     group: Mapped[InstanceGroup] = relationship(back_populates="members")
+
+
+# --- cells v2 (API database) ---------------------------------------------------------
+
+
+class CellMapping(TimestampMixin, Base):
+    """A cell and how to reach its database.
+
+    ``database_url`` None means "derived from the API database's": cell1 of a database that
+    holds both (the embedded default, a pre-cells database), and cell0 next to it
+    (``novakit.cells.registry``). ``disabled``: no new servers are scheduled into it.
+    """
+
+    __tablename__ = "cell_mappings"
+    __table_args__ = (UniqueConstraint("uuid"), UniqueConstraint("name"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    name: Mapped[str] = mapped_column(String(255))
+    database_url: Mapped[str | None] = mapped_column(Text)
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class HostMapping(TimestampMixin, Base):
+    """The cell a compute host's servers live in (one cell a host)."""
+
+    __tablename__ = "host_mappings"
+    __table_args__ = (UniqueConstraint("host"), Index("ix_host_mappings_cell_id", "cell_id"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cell_id: Mapped[int] = mapped_column(ForeignKey("cell_mappings.id"))
+    host: Mapped[str] = mapped_column(String(255))
+
+
+class InstanceMapping(TimestampMixin, SoftDeleteMixin, Base):
+    """Where an instance lives, and enough of it to answer for it while its cell is down.
+
+    ``cell_id`` None: not scheduled yet, the instance is in the API database's own instance
+    tables (Nova keeps a build request there). The name and project make server names
+    unique per project across every cell (the modules are idempotent by name) and give the
+    minimal record a down cell's server is listed with.
+    """
+
+    __tablename__ = "instance_mappings"
+    __table_args__ = (
+        UniqueConstraint("instance_uuid"),
+        UniqueConstraint("project_id", "display_name", "deleted"),
+        Index("ix_instance_mappings_cell_id", "cell_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    instance_uuid: Mapped[str] = mapped_column(String(36))
+    cell_id: Mapped[int | None] = mapped_column(ForeignKey("cell_mappings.id"))
+    project_id: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[str | None] = mapped_column(String(255))
+    display_name: Mapped[str] = mapped_column(String(255))
+
+
+#: The tables a cell's database holds; every other table is the API database's.
+CELL_TABLES = frozenset({"instances", "instance_actions", "instance_actions_events", "instance_faults"})

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text
 
+from novakit.cells.registry import UNSCHEDULED
 from novakit.compute.states import PowerState
 from novakit.db.engine import Database
 from novakit.db.models import Instance, InstanceAction, utcnow
@@ -138,7 +139,7 @@ def _round(url: str, state_dir: str, log_dir: Path, seed: int) -> None:
 
 def _in_flight(db: Database) -> Counter[str]:
     """What the killed processes left running: builds, actions, deletes."""
-    with db.reader() as session:
+    with db.target_cell(UNSCHEDULED), db.reader() as session:
         rows = session.execute(
             select(Instance.vm_state, Instance.task_state).where(Instance.deleted == 0)
         ).all()
@@ -158,7 +159,7 @@ def _findings(cloud: Any, db: Database) -> list[str]:
     from novakit import quota
 
     out: list[str] = []
-    with db.reader() as session:
+    with db.target_cell(UNSCHEDULED), db.reader() as session:
         live = list(session.execute(select(Instance).where(Instance.deleted == 0)).scalars())
         unfinished = session.execute(
             select(InstanceAction.instance_uuid, InstanceAction.action, InstanceAction.request_id).where(

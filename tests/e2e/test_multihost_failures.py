@@ -22,6 +22,7 @@ import pytest
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 
+from novakit.cells.registry import UNSCHEDULED
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import InstanceFault
@@ -51,7 +52,7 @@ def _create_events(cloud: Cloud, server: dict[str, Any]) -> list[tuple[str, str]
 
 
 def _faults(db: Database, uuid: str) -> list[str]:
-    with db.reader() as session:
+    with db.target_cell(UNSCHEDULED), db.reader() as session:
         rows = session.execute(select(InstanceFault.message).where(InstanceFault.instance_uuid == uuid))
         return list(rows.scalars())
 

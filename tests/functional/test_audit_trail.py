@@ -6,6 +6,7 @@ import pytest
 from sqlalchemy import select
 
 from novakit import exceptions
+from novakit.cells.registry import UNSCHEDULED
 from novakit.compute import actions
 from novakit.compute.faults import fault_from_exception
 from novakit.context import RequestContext
@@ -46,7 +47,7 @@ def test_each_request_is_its_own_action(cloud: Cloud, ctx: RequestContext) -> No
 def test_a_failed_event_marks_its_action_error_and_records_a_fault(cloud: Cloud, ctx: RequestContext) -> None:
     server = boot(cloud, ctx, "failing")
     req_ctx = ctx.with_request_id("req-manual")
-    with cloud.db.writer() as session:
+    with cloud.db.target_cell(UNSCHEDULED), cloud.db.writer() as session:
         actions.action_start(session, req_ctx, server["id"], "stop")
     with (
         pytest.raises(ValueError),
@@ -67,7 +68,7 @@ def test_a_failed_event_marks_its_action_error_and_records_a_fault(cloud: Cloud,
 
 def test_internal_faults_show_only_the_class_to_non_admins(cloud: Cloud, ctx: RequestContext) -> None:
     server = boot(cloud, ctx, "faulty")
-    with cloud.db.writer() as session:
+    with cloud.db.target_cell(UNSCHEDULED), cloud.db.writer() as session:
         fault = fault_from_exception(KeyError("the database password is hunter2"), "compute-1")
         actions.record_fault(session, server["id"], fault)
         fault_row = session.execute(select(InstanceFault)).scalar_one()
@@ -89,7 +90,7 @@ def test_fault_messages_are_cut_at_255_characters(cloud: Cloud, ctx: RequestCont
     server = boot(cloud, ctx, "long")
     fault = fault_from_exception(exceptions.ComputeError(reason="x" * 1000), "compute-1")
     assert len(fault.message) == 255
-    with cloud.db.writer() as session:
+    with cloud.db.target_cell(UNSCHEDULED), cloud.db.writer() as session:
         row = actions.record_fault(session, server["id"], fault)
         assert len(row.message) == 255
 
@@ -101,7 +102,7 @@ def test_an_event_without_its_action_is_refused(cloud: Cloud, ctx: RequestContex
         actions.instance_event(cloud.db, ctx.with_request_id("req-none"), server["id"], "x"),
     ):
         pass
-    with cloud.db.reader() as session:
+    with cloud.db.target_cell(UNSCHEDULED), cloud.db.reader() as session:
         assert (
             session.execute(select(InstanceAction).where(InstanceAction.request_id == "req-none")).first()
             is None

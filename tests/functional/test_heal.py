@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import update
 
 from novakit import exceptions, placement
+from novakit.cells.registry import UNSCHEDULED
 from novakit.compute.states import PowerState
 from novakit.context import RequestContext
 from novakit.db.models import ComputeNode, Instance, utcnow
@@ -118,7 +119,7 @@ def test_a_build_killed_half_way_is_reaped_and_its_claim_freed(cloud: Cloud, ctx
         for s in cloud.api.create(ctx, {"name": "young", "flavor": "m1.small", "image": "tiny"}, build=False)
     ]
     cloud.api.conductor.schedule_instances(ctx, [young])
-    with cloud.db.writer() as session:
+    with cloud.db.target_cell(UNSCHEDULED), cloud.db.writer() as session:
         session.execute(update(Instance).where(Instance.uuid == uuid).values(task_state="spawning"))
     host = cloud.api.get(cloud.admin, uuid)["host"]
     assert placement.get_usages(cloud.db, host)["VCPU"] >= 1
@@ -176,7 +177,7 @@ def test_orphan_allocations_are_freed_and_orphan_guests_reported_until_asked(
         "u",
     )
     # A delete that died after the record was marked deleted: its claim and guest stay behind.
-    with cloud.db.writer() as session:
+    with cloud.db.target_cell(UNSCHEDULED), cloud.db.writer() as session:
         session.execute(
             update(Instance)
             .where(Instance.uuid == server["id"])
@@ -202,7 +203,7 @@ def test_an_unreachable_host_is_reported_and_its_servers_left_alone(
     cloud: Cloud, ctx: RequestContext
 ) -> None:
     server = boot(cloud, ctx, "far")
-    with cloud.db.writer() as session:
+    with cloud.db.target_cell(UNSCHEDULED), cloud.db.writer() as session:
         session.execute(
             update(ComputeNode)
             .where(ComputeNode.host == server["host"])

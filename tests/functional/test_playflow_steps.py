@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import select
 
 from novakit import playflow
+from novakit.cells.registry import UNSCHEDULED
 from novakit.compute.manager import ComputeManager
 from novakit.compute.messages import ComputeRequest
 from novakit.context import RequestContext
@@ -52,7 +53,7 @@ def test_a_host_the_callback_saw_fail_is_rescheduled_with_its_reason(
         assert by_id[uuid]["status"] == "BUILD"
         (action,) = cloud.api.list_actions(cloud.admin, uuid)
         assert [(e["host"], e["result"]) for e in action["events"]] == [(silent, "Error")]
-    with cloud.db.reader() as session:
+    with cloud.db.target_cell(UNSCHEDULED), cloud.db.reader() as session:
         columns = (InstanceFault.instance_uuid, InstanceFault.host, InstanceFault.message)
         faults = session.execute(select(*columns)).all()
     # The callback's reason, not the other host's, is the fault of each moved server.

@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from novakit import exceptions, placement, quota
+from novakit.cells.registry import UNSCHEDULED
 from novakit.compute.messages import ComputeRequest, ComputeResult
 from novakit.compute.states import PowerState
 from novakit.context import RequestContext
@@ -208,7 +209,7 @@ def test_a_build_deleted_while_it_ran_loses_its_guest_and_claim(cloud: Cloud, ct
 
     assert cloud.api.create(ctx, {"name": "doomed", "flavor": "m1.small", "image": "tiny"}) == []
 
-    with cloud.db.reader() as session:
+    with cloud.db.target_cell(UNSCHEDULED), cloud.db.reader() as session:
         row = session.execute(select(Instance).where(Instance.display_name == "doomed")).scalar_one()
         uuid, host = row.uuid, row.host
     assert uuid not in cloud.fake(host).list_instances()

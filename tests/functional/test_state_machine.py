@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import func, select
 
 from novakit import exceptions
+from novakit.cells.registry import UNSCHEDULED
 from novakit.compute.states import ACTIONS, PowerState, VmState
 from novakit.db import api as db_api
 from novakit.db.models import InstanceAction
@@ -71,10 +72,10 @@ def _put_in_state(cloud: Cloud, ctx: Any, name: str, vm_state: str, task_state: 
         spec_host = server["host"]
         from novakit.compute.rpc import instance_spec
 
-        with cloud.db.reader() as session:
+        with cloud.db.target_cell(UNSCHEDULED), cloud.db.reader() as session:
             spec = instance_spec(session, db_api.instance_get(session, cloud.admin, uuid))
         getattr(cloud.fake(spec_host), GUEST_OP[vm_state])(spec)
-    with cloud.db.writer() as session:
+    with cloud.db.target_cell(UNSCHEDULED), cloud.db.writer() as session:
         db_api.instance_update(session, uuid, {"vm_state": vm_state, "task_state": task_state})
     return uuid
 
@@ -93,7 +94,7 @@ def _call(cloud: Cloud, ctx: Any, action: str, uuid: str) -> dict[str, Any]:
 
 
 def _row(cloud: Cloud, uuid: str) -> tuple[Any, ...]:
-    with cloud.db.reader() as session:
+    with cloud.db.target_cell(UNSCHEDULED), cloud.db.reader() as session:
         inst = db_api.instance_get(session, cloud.admin, uuid, include_deleted=True)
         actions = session.execute(
             select(func.count()).select_from(InstanceAction).where(InstanceAction.instance_uuid == uuid)

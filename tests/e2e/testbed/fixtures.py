@@ -21,6 +21,7 @@ import ansible_runner
 import pytest
 from sqlalchemy import select
 
+from novakit.cells.registry import UNSCHEDULED
 from novakit.compute.api import API
 from novakit.config import load_config
 from novakit.context import RequestContext
@@ -189,7 +190,7 @@ def console_output(cloud: Cloud, servers: list[dict[str, Any]]) -> dict[str, str
 
     db = cloud.api().db
     requests: dict[str, list[dict[str, Any]]] = {}
-    with db.reader() as session:
+    with db.target_cell(UNSCHEDULED), db.reader() as session:
         for s in servers:
             inst = session.execute(select(Instance).where(Instance.uuid == s["id"])).scalar_one()
             requests.setdefault(s["host"], []).append(
@@ -224,7 +225,7 @@ def domains_by_host(bed: Testbed) -> dict[str, dict[str, str]]:
 def usage_by_host(db: Database) -> dict[str, dict[str, int]]:
     """{provider name: {resource class: amount allocated}}."""
     out: dict[str, dict[str, int]] = {}
-    with db.reader() as session:
+    with db.target_cell(UNSCHEDULED), db.reader() as session:
         rows = session.execute(
             select(ResourceProvider.name, Allocation.resource_class, Allocation.used).join(
                 Allocation, Allocation.resource_provider_id == ResourceProvider.id
@@ -239,7 +240,7 @@ def usage_by_host(db: Database) -> dict[str, dict[str, int]]:
 def allocations_by_consumer(db: Database) -> dict[str, set[str]]:
     """{consumer uuid: {provider names}}."""
     out: dict[str, set[str]] = {}
-    with db.reader() as session:
+    with db.target_cell(UNSCHEDULED), db.reader() as session:
         rows = session.execute(
             select(Allocation.consumer_id, ResourceProvider.name).join(
                 ResourceProvider, Allocation.resource_provider_id == ResourceProvider.id

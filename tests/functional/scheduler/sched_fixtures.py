@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Any
 
+from novakit.cells.registry import UNSCHEDULED
 from novakit.compute.messages import FlavorSpec, ImageSpec
 from novakit.db.engine import Database
 from novakit.db.models import Instance, InstanceGroup, InstanceGroupMember
@@ -37,7 +38,7 @@ def uuids(n: int) -> list[str]:
 
 def add_instance(db: Database, host: str, *, task_state: str | None = None, uuid: str | None = None) -> str:
     uuid = uuid or str(uuidlib.uuid4())
-    with db.writer() as session:
+    with db.target_cell(UNSCHEDULED), db.writer() as session:
         session.add(
             Instance(
                 uuid=uuid,
@@ -57,7 +58,7 @@ def add_instance(db: Database, host: str, *, task_state: str | None = None, uuid
 
 def add_group(db: Database, policy: str, members: list[str] | None = None, **rules: int) -> str:
     group_uuid = str(uuidlib.uuid4())
-    with db.writer() as session:
+    with db.target_cell(UNSCHEDULED), db.writer() as session:
         group = InstanceGroup(
             uuid=group_uuid, name="g", project_id="p1", user_id="u1", policy=policy, rules=dict(rules)
         )

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from novakit.cells.registry import UNSCHEDULED
 from novakit.compute import hosts
 from novakit.compute.messages import ComputeRequest
 from novakit.context import RequestContext
@@ -113,7 +114,7 @@ def test_an_unreachable_ssh_host_is_rescheduled_and_named_in_the_fault(
     assert created["status"] == "ACTIVE"
     server = cloud.api.get(cloud.admin, created["id"])
     assert server["host"] in HOSTS
-    with cloud.db.reader() as session:
+    with cloud.db.target_cell(UNSCHEDULED), cloud.db.reader() as session:
         faults = select(InstanceFault).where(InstanceFault.instance_uuid == server["id"])
         messages = [(f.host, f.message) for f in session.execute(faults).scalars()]
     assert len(messages) == 1

@@ -1,0 +1,313 @@
+"""The cells of an API database, their databases, and where an instance or a host lives."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import uuid as uuidlib
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import inspect as sa_inspect
+from sqlalchemy import make_url, select, text
+
+from novakit import exceptions
+from novakit.db.models import CellMapping, HostMapping, InstanceMapping
+
+if TYPE_CHECKING:
+    from novakit.db.engine import Database
+
+#: Nova's fixed uuid of cell0, where servers that could not be scheduled live.
+CELL0_UUID = "00000000-0000-0000-0000-000000000000"
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A cell as mapped. ``id`` None is no cell: the API database's own instance tables, where
+    a server waits until it is scheduled (``UNSCHEDULED``)."""
+
+    id: int | None
+    uuid: str
+    name: str
+    database_url: str | None = None
+    disabled: bool = False
+
+    @property
+    def is_cell0(self) -> bool:
+        return self.uuid == CELL0_UUID
+
+    @classmethod
+    def of(cls, row: CellMapping) -> Cell:
+        return cls(row.id, row.uuid, row.name, row.database_url, bool(row.disabled))
+
+
+UNSCHEDULED = Cell(None, "", "(not scheduled)")
+
+
+def derived_url(api_url: str, suffix: str) -> str:
+    """The URL of a database named after the API database's: the SQLite file beside it
+    (``novakit.db`` -> ``novakit-cell0.db``), the PostgreSQL database ``<name>_cell0``."""
+    url = make_url(api_url)
+    name = url.database or ""
+    if url.get_backend_name() == "sqlite":
+        stem, dot, ext = name.rpartition(".")
+        new = f"{stem}-{suffix}.{ext}" if dot and "/" not in ext else f"{name}-{suffix}"
+        return url.set(database=new).render_as_string(hide_password=False)
+    return url.set(database=f"{name}_{suffix}").render_as_string(hide_password=False)
+
+
+class CellRegistry:
+    """Cells read from ``cell_mappings``; one ``Database`` per cell database, kept open."""
+
+    def __init__(self, api: Database) -> None:
+        self.api = api
+        self._dbs: dict[str, Database] = {}
+        self._by_id: dict[int, Cell] = {}
+        self._lock = threading.Lock()
+
+    # --- the cells -------------------------------------------------------------------
+
+    def all(self) -> list[Cell]:
+        """Every cell, cell0 first, then by name."""
+        with self.api.reader() as session:
+            rows = session.execute(select(CellMapping).order_by(CellMapping.id)).scalars().all()
+        cells = [Cell.of(r) for r in rows]
+        with self._lock:
+            self._by_id.update({c.id: c for c in cells if c.id is not None})
+        return sorted(cells, key=lambda c: (not c.is_cell0, c.name))
+
+    def get(self, ref: str) -> Cell:
+        """A cell by name or uuid."""
+        for cell in self.all():
+            if ref in (cell.name, cell.uuid):
+                return cell
+        raise exceptions.CellNotFound(cell=ref)
+
+    def by_id(self, cell_id: int | None) -> Cell:
+        if cell_id is None:
+            return UNSCHEDULED
+        cell = self._by_id.get(cell_id)
+        if cell is None:
+            self.all()
+            cell = self._by_id.get(cell_id)
+            if cell is None:
+                raise exceptions.CellNotFound(cell=str(cell_id))
+        return cell
+
+    def cell0(self) -> Cell:
+        for cell in self.all():
+            if cell.is_cell0:
+                return cell
+        raise exceptions.CellNotFound(cell="cell0")
+
+    def listed(self) -> list[Cell]:
+        """What a listing reads: every cell, and the servers not scheduled yet unless the API
+        database is a cell itself (then they are among that cell's rows)."""
+        cells = self.all()
+        if not any(self.database(c) is self.api for c in cells):
+            cells.append(UNSCHEDULED)
+        return cells
+
+    # --- their databases ------------------------------------------------------------------
+
+    def url_of(self, cell: Cell) -> str:
+        if cell.database_url:
+            return cell.database_url
+        if cell.is_cell0:
+            return derived_url(self.api.url, "cell0")
+        return self.api.url
+
+    def database(self, cell: Cell) -> Database:
+        """The cell's database: the API database itself where it is that cell (or for a server
+        not scheduled yet); cell0's beside it is created, empty, on first use."""
+        if cell.id is None:
+            return self.api
+        url = self.url_of(cell)
+        if url == self.api.url:
+            return self.api
+        with self._lock:
+            db = self._dbs.get(url)
+            if db is None:
+                from novakit.db.engine import Database
+
+                derived = cell.is_cell0 and not cell.database_url
+                db = Database(url, kind="cell", auto_upgrade=False, create_dir=False)
+                if derived:
+                    _create_database(url)
+                    db.upgrade_if_needed()
+                self._dbs[url] = db
+        return db
+
+    def dispose(self) -> None:
+        with self._lock:
+            for db in self._dbs.values():
+                db.dispose()
+            self._dbs.clear()
+
+    # --- where things are ----------------------------------------------------------------
+
+    def of_instances(self, uuids: Sequence[str]) -> dict[Cell, list[str]]:
+        """The uuids by the cell they live in (unmapped ones are left out)."""
+        if not uuids:
+            return {}
+        with self.api.reader() as session:
+            rows = session.execute(
+                select(InstanceMapping.instance_uuid, InstanceMapping.cell_id).where(
+                    InstanceMapping.instance_uuid.in_(list(uuids))
+                )
+            ).all()
+        where = dict(rows)
+        out: dict[Cell, list[str]] = defaultdict(list)
+        for uuid in uuids:
+            if uuid in where:
+                out[self.by_id(where[uuid])].append(uuid)
+        return dict(out)
+
+    def of_instance(self, uuid: str) -> Cell:
+        found = self.of_instances([uuid])
+        if not found:
+            raise exceptions.InstanceNotFound(instance_id=uuid)
+        return next(iter(found))
+
+    def of_host(self, host: str) -> Cell | None:
+        with self.api.reader() as session:
+            cell_id = session.execute(select(HostMapping.cell_id).where(HostMapping.host == host)).scalar()
+        return self.by_id(cell_id) if cell_id is not None else None
+
+    def host_cells(self, hosts: Iterable[str] | None = None) -> dict[str, Cell]:
+        """Host -> cell, for ``hosts`` or every mapped host."""
+        stmt = select(HostMapping.host, HostMapping.cell_id)
+        if hosts is not None:
+            stmt = stmt.where(HostMapping.host.in_(list(hosts)))
+        with self.api.reader() as session:
+            rows = session.execute(stmt).all()
+        return {host: self.by_id(cell_id) for host, cell_id in rows}
+
+
+def _create_database(url: str) -> None:
+    """Create a derived PostgreSQL database if it is missing (a SQLite file is made by ``Database``)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        return
+    from sqlalchemy import create_engine
+
+    admin = create_engine(parsed.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            name = parsed.database
+            if conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first():
+                return
+            try:
+                conn.execute(text(f'CREATE DATABASE "{name}"'))
+            except Exception as exc:  # a concurrent creator, or no right to create
+                if "already exists" not in str(exc):
+                    raise exceptions.InvalidCell(
+                        cell="cell0",
+                        reason=f"its database {name} could not be created ({exc.__class__.__name__}); "
+                        "create it, or map cell0 to a database of your own with novakit cell create",
+                    ) from None
+    finally:
+        admin.dispose()
+
+
+def new_cell_uuid() -> str:
+    return str(uuidlib.uuid4())
+
+
+def kind_of(db: Any) -> str:
+    """What a database holds: "api", "cell" (migrated), "empty", "cell-old" or "other"."""
+    from novakit.db import migration
+
+    with db.engine.connect() as conn:
+        insp = sa_inspect(conn)
+        names = set(insp.get_table_names())
+        if "cell_mappings" in names:
+            return "api"
+        if not names:
+            return "empty"
+        revision = migration.current_revision(conn, "cell")
+    if revision is None:
+        return "other"
+    return "cell" if revision == migration.head_revision("cell") else "cell-old"
+
+
+def locate(
+    registry: CellRegistry, ctx: Any, ref: str, *, deleted: bool = False, include_deleted: bool = False
+) -> Cell:
+    """The cell of the server ``ref`` (uuid or name) means to ``ctx``.
+
+    Not mapped at all: ``UNSCHEDULED``, where the look-up that follows says what is missing
+    as it always did. A name that means servers in two cells is ambiguous, as in one.
+    """
+    from novakit.cells import mappings
+
+    with registry.api.reader() as session:
+        found = mappings.find(session, ctx, ref, deleted=deleted, include_deleted=include_deleted)
+        if not found and not deleted:
+            # Only a deleted one of that name: its cell, where the look-up says how to reach it.
+            found = mappings.find(session, ctx, ref, deleted=True)[:1]
+        if not found:
+            return UNSCHEDULED
+        cell_ids = [m.cell_id for m in found]
+    if not deleted and len(set(cell_ids)) > 1:
+        raise exceptions.Invalid(reason=f"more than one server is named {ref!r} (use its uuid)")
+    return registry.by_id(cell_ids[0])
+
+
+@contextmanager
+def targeting(db: Database, uuid: str) -> Iterator[Cell]:
+    """Target the cell that holds the instance ``uuid`` for what runs inside
+    (``UNSCHEDULED`` for an unmapped one, where a look-up then finds nothing)."""
+    found = db.cells.of_instances([uuid])
+    cell = next(iter(found)) if found else UNSCHEDULED
+    with db.target_cell(cell):
+        yield cell
+
+
+def grouped(db: Database, uuids: Sequence[str]) -> Iterator[tuple[Cell, list[str]]]:
+    """The instances ``uuids`` by cell, each cell targeted while its group is handled."""
+    for cell, group in db.cells.of_instances(uuids).items():
+        with db.target_cell(cell):
+            yield cell, group
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def in_cell_of(param: str) -> Callable[[F], F]:
+    """Run the decorated function in the cell of the instance its argument ``param`` names
+    (a uuid, or an object with ``.uuid``). The database is its ``db`` argument or ``self.db``."""
+
+    def wrap(fn: F) -> F:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind(*args, **kwargs)
+            db = bound.arguments.get("db") or bound.arguments["self"].db
+            ref = bound.arguments[param]
+            with targeting(db, getattr(ref, "uuid", ref)):
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return wrap
+
+
+def default_cell(registry: CellRegistry) -> Cell:
+    """The cell a host goes to when nobody says: the one cell that is not cell0, or ``cell1``."""
+    cells = [c for c in registry.all() if not c.is_cell0]
+    if len(cells) == 1:
+        return cells[0]
+    named = [c for c in cells if c.name == "cell1"]
+    if named:
+        return named[0]
+    raise exceptions.ValidationError(
+        "cell",
+        f"there are several cells ({', '.join(c.name for c in cells)}) and none is cell1: "
+        "say which the host goes to (novakit host add --cell, inventory variable novakit_cell)",
+    )

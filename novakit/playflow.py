@@ -25,6 +25,8 @@ from typing import Any
 
 from sqlalchemy import select
 
+from novakit.cells import instances as cell_instances
+from novakit.cells.registry import grouped
 from novakit import exceptions, policy
 from novakit.compute.api import API, server_view
 from novakit.compute.messages import ComputeRequest, ComputeResult, split_secrets
@@ -130,14 +132,18 @@ def _schedule_unbuilt(
         return []
     if not picked_up:
         return api.conductor.schedule_instances(ctx, uuids)
-    with api.db.reader() as session:
-        owners = dict(
-            session.execute(
-                select(InstanceAction.instance_uuid, InstanceAction.request_id)
-                .where(db_api.one_of(InstanceAction.instance_uuid, uuids), InstanceAction.action == "create")
-                .order_by(InstanceAction.id)
-            ).all()
-        )
+    owners: dict[str, str] = {}
+    for _cell, group in grouped(api.db, uuids):
+        with api.db.reader() as session:
+            owners.update(
+                session.execute(  # type: ignore[arg-type]
+                    select(InstanceAction.instance_uuid, InstanceAction.request_id)
+                    .where(
+                        db_api.one_of(InstanceAction.instance_uuid, group), InstanceAction.action == "create"
+                    )
+                    .order_by(InstanceAction.id)
+                ).all()
+            )
     by_request: dict[str, list[str]] = defaultdict(list)
     for uuid in uuids:
         by_request[owners.get(uuid, ctx.request_id)].append(uuid)
@@ -257,9 +263,8 @@ def published(servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def summary(api: API, ctx: RequestContext, uuids: list[str]) -> dict[str, Any]:
-    with api.db.reader() as session:
-        rows = db_api.instance_get_all(session, ctx, uuids=uuids, include_deleted=True)
-        servers = [server_view(i, ctx) for i in rows]
+    rows = cell_instances.get_many(api.db, ctx, uuids, include_deleted=True)
+    servers = [server_view(i, ctx) for i in rows]
     return {
         "changed": False,
         "request_id": ctx.request_id,
@@ -454,8 +459,7 @@ def _check_visible(api: API, ctx: RequestContext, requests: list[ComputeRequest]
     uuids = list(dict.fromkeys(i.uuid for r in requests for i in r.instances))
     if not uuids:
         return
-    with api.db.reader() as session:
-        seen = {i.uuid for i in db_api.instance_get_all(session, ctx, uuids=uuids, include_deleted=True)}
+    seen = {i.uuid for i in cell_instances.get_many(api.db, ctx, uuids, include_deleted=True)}
     missing = [u for u in uuids if u not in seen]
     if missing:
         raise exceptions.InstanceNotFound(instance_id=missing[0])

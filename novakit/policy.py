@@ -35,6 +35,9 @@ ADMIN_ONLY: dict[str, str] = {
     "quota:update": "set a project's quota",
     "heal": "compare hosts with the database and correct it",
     "db:upgrade": "create or upgrade the database schema (the db module, db_upgrade.yml)",
+    "cell:create": "map a cell to its database, enable or disable it",
+    "cell:list": "list the cells with their databases",
+    "cell:delete": "unmap an empty cell",
     "servers:all_projects": "list the servers of every project",
 }
 

@@ -20,7 +20,7 @@ from sqlalchemy import text
 from novakit.config import Config, load_config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
-from novakit.db.models import Base
+from novakit.db.models import CELL_TABLES, Base
 
 # The test run is the operator: its identity is the admin's, given as an operator gives it (the
 # environment, which every playbook, worker and command the tests start inherits). Tests of the
@@ -57,15 +57,23 @@ def pg_database() -> Iterator[Database | None]:
     with db.engine.begin() as conn:
         Base.metadata.drop_all(conn)
         conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+        conn.execute(text("DROP TABLE IF EXISTS alembic_version_cell"))
     db.upgrade_if_needed()
     yield db
     db.dispose()
 
 
 def _truncate(db: Database) -> None:
-    names = ", ".join(t.name for t in Base.metadata.sorted_tables)
+    """Empty every table, keeping the cells the migrations made (cell0, cell1); cell0's own
+    database (made beside the API database on first use) is emptied too."""
+    names = ", ".join(t.name for t in Base.metadata.sorted_tables if t.name != "cell_mappings")
     with db.engine.begin() as conn:
         conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+        conn.execute(text("DELETE FROM cell_mappings WHERE name NOT IN ('cell0', 'cell1')"))
+    cell0 = db.cells.database(db.cells.cell0())
+    cell_tables = ", ".join(t.name for t in Base.metadata.sorted_tables if t.name in CELL_TABLES)
+    with cell0.engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {cell_tables} RESTART IDENTITY CASCADE"))
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -27,6 +27,9 @@ fi
 
 NOVAKIT_TEST_PG_URL="$(tests/services/postgres.sh start)"
 export NOVAKIT_TEST_PG_URL
+# A second server: the cells tests put a cell's database on it, and stop and start it.
+NOVAKIT_TEST_PG2_URL="$(NOVAKIT_PG_INSTANCE=2 NOVAKIT_PG_PORT=55433 tests/services/postgres.sh start)"
+export NOVAKIT_TEST_PG2_URL
 started_libvirt=""
 if [ -x tests/services/libvirt.sh ]; then
     tests/services/libvirt.sh start
@@ -35,6 +38,7 @@ fi
 cleanup() {
     [ -n "$started_libvirt" ] && tests/services/libvirt.sh stop || true
     tests/services/postgres.sh stop || true
+    NOVAKIT_PG_INSTANCE=2 NOVAKIT_PG_PORT=55433 tests/services/postgres.sh stop || true
 }
 trap cleanup EXIT
 

@@ -178,3 +178,37 @@ def unknown_record(mapping: InstanceMapping, cell_name: str) -> dict[str, Any]:
         "cell": cell_name,
         "cell_down": True,
     }
+
+
+# --- what the scheduler asks of the cells when they are not the API database -------------
+
+
+def hosts_of(db: Database, uuids: Sequence[str]) -> dict[str, str | None]:
+    """``{uuid: host}`` of the live instances ``uuids``, wherever they live."""
+    out: dict[str, str | None] = {}
+    for _cell, group in grouped(db, uuids):
+        with db.reader() as session:
+            rows = session.execute(
+                select(Instance.uuid, Instance.host).where(Instance.deleted == 0, Instance.uuid.in_(group))
+            ).all()
+        out.update(dict(rows))  # type: ignore[arg-type]
+    return out
+
+
+def load_on_hosts(db: Database, hosts: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """``{host: (live servers, servers with a task running)}``, asked of each host's cell."""
+    from sqlalchemy import func
+
+    by_cell: dict[Cell, list[str]] = {}
+    for host, cell in db.cells.host_cells(hosts).items():
+        by_cell.setdefault(cell, []).append(host)
+    out: dict[str, tuple[int, int]] = {}
+    for cell, group in by_cell.items():
+        with db.target_cell(cell), db.reader() as session:
+            rows = session.execute(
+                select(Instance.host, func.count(), func.count(Instance.task_state))
+                .where(Instance.deleted == 0, Instance.host.in_(group))
+                .group_by(Instance.host)
+            ).all()
+        out.update({host: (int(n), int(io)) for host, n, io in rows})
+    return out

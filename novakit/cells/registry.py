@@ -21,6 +21,9 @@ from novakit.db.models import CellMapping, HostMapping, InstanceMapping
 if TYPE_CHECKING:
     from novakit.db.engine import Database
 
+#: How long a cell found up or down is taken to stay so before it is asked again.
+PROBE_SECONDS = 2.0
+
 #: Nova's fixed uuid of cell0, where servers that could not be scheduled live.
 CELL0_UUID = "00000000-0000-0000-0000-000000000000"
 
@@ -68,6 +71,7 @@ class CellRegistry:
         self._dbs: dict[str, Database] = {}
         self._by_id: dict[int, Cell] = {}
         self._lock = threading.Lock()
+        self._probed: dict[str, tuple[float, str]] = {}
 
     # --- the cells -------------------------------------------------------------------
 
@@ -111,6 +115,55 @@ class CellRegistry:
         if not any(self.database(c) is self.api for c in cells):
             cells.append(UNSCHEDULED)
         return cells
+
+    def single_database(self) -> bool:
+        """Whether every cell that holds hosts' servers is the API database (cell0 holds none):
+        then one query of the API database sees every server on a host, as before cells."""
+        return all(self.database(c) is self.api for c in self.all() if not c.is_cell0)
+
+    def unusable_hosts(self) -> dict[str, str]:
+        """Hosts no new server may go to because of their cell: disabled, or its database down
+        (asked at most every ``PROBE_SECONDS`` per cell), host -> why."""
+        out: dict[str, str] = {}
+        cells = [c for c in self.all() if not c.is_cell0]
+        why: dict[int, str] = {}
+        for cell in cells:
+            if cell.disabled:
+                why[cell.id] = f"its cell {cell.name} is disabled"  # type: ignore[index]
+            elif self.database(cell) is not self.api:
+                down = self.probe(cell)
+                if down:
+                    why[cell.id] = f"its cell {cell.name} is down ({down})"  # type: ignore[index]
+        if why:
+            for host, cell in self.host_cells().items():
+                if cell.id in why:
+                    out[host] = why[cell.id]  # type: ignore[index]
+        return out
+
+    def probe(self, cell: Cell) -> str:
+        """ "" if the cell's database answers, else why not; remembered for ``PROBE_SECONDS``."""
+        import time
+
+        from novakit.db.engine import is_unreachable
+
+        now = time.monotonic()
+        known = self._probed.get(cell.uuid)
+        if known is not None and now - known[0] < PROBE_SECONDS:
+            return known[1]
+        reason = ""
+        try:
+            with self.database(cell).engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        except Exception as exc:  # any failure to answer is a down cell
+            from sqlalchemy.exc import DBAPIError
+
+            if isinstance(exc, DBAPIError) and not is_unreachable(exc):
+                raise
+            reason = (
+                str(getattr(exc, "orig", exc)).strip().splitlines()[0] if str(exc) else type(exc).__name__
+            )
+        self._probed[cell.uuid] = (now, reason)
+        return reason
 
     # --- their databases ------------------------------------------------------------------
 

@@ -7,17 +7,17 @@ command takes ``-f table|json|yaml|value|csv`` and ``-c COLUMN`` (``novakit.cli.
 ``--output json`` is kept). Errors are one line on stderr and exit status 1; a ``server create``
 whose servers end in error prints them (with their faults) and exits with status 1 too.
 
-One module per noun: ``hosts``, ``catalog`` (flavors, images), ``servers``, ``groups``
+One module per noun: ``hosts``, ``cells``, ``catalog`` (flavors, images), ``servers``, ``groups``
 (server groups), ``ops`` (db, states, heal, boot); ``base`` holds the app and the caller.
 """
 
 from __future__ import annotations
 
-from novakit.cli import catalog, groups, hosts, ops, servers
+from novakit.cli import catalog, cells, groups, hosts, ops, servers
 from novakit.cli.base import app
 
 __all__ = ["app", "main"]
-_COMMANDS = (catalog, groups, hosts, ops, servers)  # imported for the commands they register
+_COMMANDS = (catalog, cells, groups, hosts, ops, servers)  # imported for the commands they register
 
 
 def main() -> None:

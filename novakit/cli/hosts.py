@@ -34,6 +34,9 @@ def host_add(
     memory_mb: int | None = typer.Option(None, help="fake driver: RAM in MB"),
     disk_gb: int | None = typer.Option(None, help="fake driver: disk in GB"),
     option: list[str] | None = typer.Option(None, "--option", help="driver option key=value (repeat)"),
+    cell: str | None = typer.Option(
+        None, "--cell", help="the cell its servers live in (default: the default cell)"
+    ),
 ) -> None:
     """Register a host from what its driver reports (in this process)."""
     from novakit.compute import hosts
@@ -58,7 +61,9 @@ def host_add(
     def run() -> dict[str, Any]:
         drv = load_driver(driver, name, opts)
         drv.init_host()
-        return hosts.register_host(db(), conf(), name, drv.get_available_resource(), info, ctx=ctx())
+        return hosts.register_host(
+            db(), conf(), name, drv.get_available_resource(), info, ctx=ctx(), cell=cell
+        )
 
     result = guard(run)
     console.print(f"host {result['host']} registered (provider {result['provider_uuid']})")

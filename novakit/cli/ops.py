@@ -17,10 +17,19 @@ from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
 
 @db_app.command("upgrade")
 def db_upgrade() -> None:
-    """Create or upgrade the schema to the newest revision."""
+    """Create or upgrade the schema to the newest revision: the API database, then every cell's.
+
+    A database made before cells becomes the API database and cell1 at once, with cell0 made
+    beside it; its servers, actions and claims stay as they are.
+    """
+    from novakit.cells.manage import upgrade_all
+
     database = db()
-    guard(database.upgrade_if_needed)
+    done = guard(lambda: upgrade_all(database))
     console.print(f"database at revision {database.current_revision()}")
+    for name, revision in done.items():
+        if name != "(api)":
+            console.print(f"cell {name}: {revision}", highlight=False)
 
 
 @app.command("states")

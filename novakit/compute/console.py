@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from novakit.cells.registry import locate
 from novakit import exceptions
 from novakit.compute.messages import ComputeRequest
 from novakit.compute.rpc import ComputeRPC, instance_spec
@@ -30,7 +31,7 @@ def console_output(db: Any, rpc: ComputeRPC, ctx: RequestContext, ref: str, line
     """The console log of server ``ref`` so far, or its last ``lines`` lines."""
     if lines is not None and not 1 <= lines <= MAX_LINES:
         raise exceptions.ValidationError("lines", f"must be from 1 to {MAX_LINES}, got {lines}")
-    with db.reader() as session:
+    with db.target_cell(locate(db.cells, ctx, ref)), db.reader() as session:
         inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref)
         if not inst.host:
             raise exceptions.Invalid(

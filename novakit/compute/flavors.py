@@ -12,7 +12,7 @@ from novakit import exceptions, policy
 from novakit.compute import schemas
 from novakit.context import RequestContext
 from novakit.db.engine import Database
-from novakit.db.models import Flavor, Instance
+from novakit.db.models import Flavor
 
 
 def view(f: Flavor) -> dict[str, Any]:
@@ -90,10 +90,3 @@ def snapshot(f: Flavor) -> dict[str, Any]:
         "swap": f.swap,
         "extra_specs": dict(f.extra_specs or {}),
     }
-
-
-def in_use(session: Session, flavor: Flavor) -> int:
-    rows = session.execute(
-        select(Instance.id).where(Instance.instance_type_id == flavor.id, Instance.deleted == 0)
-    )
-    return len(rows.all())

@@ -20,7 +20,7 @@ from novakit import exceptions
 from novakit.compute import schemas
 from novakit.context import RequestContext
 from novakit.db.engine import Database
-from novakit.db.models import Instance, InstanceGroup, InstanceGroupMember, utcnow
+from novakit.db.models import InstanceGroup, InstanceGroupMember, InstanceMapping, utcnow
 
 POLICIES = ("affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity")
 # rule -> the policies that accept it (Nova: max_server_per_host is for anti-affinity only)
@@ -68,8 +68,9 @@ def view(group: InstanceGroup, members: list[str]) -> dict[str, Any]:
 def _members(session: Session, group: InstanceGroup) -> list[str]:
     rows = session.execute(
         select(InstanceGroupMember.instance_uuid)
-        .join(Instance, Instance.uuid == InstanceGroupMember.instance_uuid)
-        .where(InstanceGroupMember.group_id == group.id, Instance.deleted == 0)
+        # Live members wherever they live: their mappings are in the API database with the group.
+        .join(InstanceMapping, InstanceMapping.instance_uuid == InstanceGroupMember.instance_uuid)
+        .where(InstanceGroupMember.group_id == group.id, InstanceMapping.deleted == 0)
         .order_by(InstanceGroupMember.id)
     ).scalars()
     return list(rows)

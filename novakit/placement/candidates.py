@@ -47,6 +47,8 @@ class CandidateRequest:
     # "In none of these aggregates": the default availability zone is "no zone aggregate".
     not_member_of: list[int] = field(default_factory=list)
     exclude_hosts: list[str] = field(default_factory=list)
+    # Hosts left out for a reason of their own (their cell is disabled or down): host -> reason.
+    excluded: dict[str, str] = field(default_factory=dict)
     only_hosts: list[str] | None = None
     limit: int = 1000
     # Trait ids -> names, so that an explanation says which trait.
@@ -150,8 +152,8 @@ def build_query(req: CandidateRequest, *, for_explain: bool = False) -> tuple[st
         select += [f"{cond} AS flag{n}" for n, cond in enumerate(conditions)]
     else:
         where += conditions
-    if req.exclude_hosts and not for_explain:
-        params["ex"] = list(req.exclude_hosts)
+    if (req.exclude_hosts or req.excluded) and not for_explain:
+        params["ex"] = [*req.exclude_hosts, *req.excluded]
         where.append("rp.name NOT IN :ex")
     if req.only_hosts is not None and not for_explain:
         params["only"] = list(req.only_hosts) or [""]
@@ -235,6 +237,9 @@ def explain(
         name = row[2]
         if name in req.exclude_hosts:
             reasons[name] = "already tried for this instance (ignore_hosts)"
+            continue
+        if name in req.excluded:
+            reasons[name] = req.excluded[name]
             continue
         if req.only_hosts is not None and name not in req.only_hosts:
             reasons[name] = f"not the requested host {', '.join(req.only_hosts)}"

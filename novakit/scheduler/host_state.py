@@ -11,6 +11,8 @@ host for one instance of a multi-create, so that the next instance sees it
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import datetime as dt
 import json
 from collections import Counter
@@ -148,15 +150,19 @@ def load_candidate_hosts(
     with_instances: bool = True,
     with_aggregates: bool = False,
     group_hosts: Counter[str] | None = None,
+    instance_counts: Callable[[list[str]], dict[str, tuple[int, int]]] | None = None,
 ) -> tuple[list[HostState], int]:
     """HostStates for the candidates of ``query`` and how many candidate rows the query returned.
 
     One statement: placement's candidate query as a subquery, joined to what the
     enabled filters and weighers read. JSON columns are decoded only when not empty.
+    ``instance_counts``: where the servers are not in this database (cells of their own),
+    ``host -> (servers, servers with a task)`` asked of the cells for the candidates.
     """
     sql, params, classes = placement_candidates.build_query(query)
     width = 4 + placement_candidates.WIDTH * len(classes)
-    counts = _COUNT_COLUMNS if with_instances else ""
+    in_sql = with_instances and instance_counts is None
+    counts = _COUNT_COLUMNS if in_sql else ""
     joins = _HOST_JOINS["postgresql" if session.get_bind().dialect.name == "postgresql" else "sqlite"]
     full = f"SELECT c.*, {_HOST_COLUMNS}{counts} FROM ({sql}) c {joins}"
     states: dict[int, HostState] = {}
@@ -187,12 +193,16 @@ def load_candidate_hosts(
             st.has_service, st.service_disabled, st.disabled_reason = True, bool(disabled), reason
             st.forced_down, st.down_reason = bool(forced_down), down_reason
             st.last_seen_up, st.last_contact_at = _datetime(last_seen), _datetime(last_contact)
-        if with_instances:
+        if in_sql:
             st.num_instances = int(row[width + _HOST_WIDTH])
             st.num_io_ops = int(row[width + _HOST_WIDTH + 1] or 0)
         if group_hosts:
             st.group_members = group_hosts.get(cand.name, 0)
         states[cand.provider_id] = st
+    if with_instances and instance_counts is not None and states:
+        loads = instance_counts([st.host for st in states.values()])
+        for st in states.values():
+            st.num_instances, st.num_io_ops = loads.get(st.host, (0, 0))
     if with_aggregates and states:
         for rp_id, metadata in session.execute(_AGG_METADATA, {"ids": list(states)}):
             for key, value in _json(metadata, {}).items():

@@ -58,6 +58,7 @@ from novakit.placement import traits as placement_traits
 from novakit.placement.providers import find_provider
 from novakit.scheduler.explain import Step, summary
 from novakit.scheduler.filters import BaseFilter, build_filters
+from novakit.cells import instances as cell_instances
 from novakit.scheduler.host_state import HostState, instance_hosts, load_candidate_hosts
 from novakit.scheduler.request_spec import RequestSpec
 from novakit.scheduler.resolved import ResolvedSpec
@@ -92,6 +93,8 @@ class _Prepared:
     group_hosts: Counter[str]
     # A reason that makes every host fail before any query (unknown required trait).
     hopeless: str = ""
+    # Every server on a host is in this database (no cell of its own): one query counts them.
+    single_database: bool = True
 
 
 @dataclass
@@ -234,6 +237,8 @@ class SchedulerManager:
             required_trait_ids=[ids[n] for n in sorted(required) if n in ids],
             forbidden_trait_ids=[ids[n] for n in sorted(forbidden) if n in ids],
             exclude_hosts=list(spec.ignore_hosts),
+            # New servers go only to cells that take them (not disabled) and answer.
+            excluded=self.db.cells.unusable_hosts(),
             limit=conf.max_placement_results,
             trait_names={v: k for k, v in ids.items()},
         )
@@ -262,14 +267,19 @@ class SchedulerManager:
                 raise exceptions.ComputeHostNotFound(host=spec.requested_host)
             query.only_hosts = [spec.requested_host]
 
+        # Where servers live in cells of their own, what is asked of them is asked of their
+        # cells (``novakit.cells.instances``); otherwise of this database, in the same query.
+        single = self.db.cells.single_database()
         group_hosts: Counter[str] = Counter()
         if spec.instance_group is not None:
-            group_hosts = self._group_hosts(session, spec)
+            group_hosts = self._group_hosts(session, spec, single)
         hinted = [*spec.hint_list("same_host"), *spec.hint_list("different_host")]
         resolved = ResolvedSpec(
             request=spec,
             resources=resources,
-            instance_hosts=instance_hosts(session, hinted),
+            instance_hosts=instance_hosts(session, hinted)
+            if single
+            else cell_instances.hosts_of(self.db, hinted),
             now=self.clock(),
         )
         filters = [f for f in self.filters if f.enabled_for(resolved)]
@@ -277,7 +287,10 @@ class SchedulerManager:
         dominant = self._dominant(resources, weighers)
         if dominant is not None:
             query.order_by, query.descending = dominant.resource_class, dominant.multiplier() > 0
-        return _Prepared(resolved, query, filters, weighers, group_hosts, hopeless)
+        return _Prepared(resolved, query, filters, weighers, group_hosts, hopeless, single)
+
+    def _load_on_hosts(self, hosts: list[str]) -> dict[str, tuple[int, int]]:
+        return cell_instances.load_on_hosts(self.db, hosts)
 
     @staticmethod
     def _dominant(resources: dict[str, int], weighers: list[BaseWeigher]) -> BaseWeigher | None:
@@ -286,7 +299,7 @@ class SchedulerManager:
         orderable = [w for w in weighers if w.resource_class is not None and w.resource_class in resources]
         return max(orderable, key=lambda w: abs(w.multiplier()), default=None)
 
-    def _group_hosts(self, session: Session, spec: RequestSpec) -> Counter[str]:
+    def _group_hosts(self, session: Session, spec: RequestSpec, single: bool) -> Counter[str]:
         """Members per host: the group's live members from the database, and what the spec says."""
         group = spec.instance_group
         assert group is not None
@@ -295,18 +308,26 @@ class SchedulerManager:
         ).first()
         if row is None:
             raise exceptions.ServerGroupNotFound(group_id=group.uuid)
-        counts: Counter[str] = Counter(
-            dict(
-                session.execute(
-                    text(
-                        "SELECT i.host, COUNT(*) FROM instance_group_member m JOIN instances i "
-                        "ON i.uuid = m.instance_uuid WHERE m.group_id = :g AND i.deleted = 0 "
-                        "AND i.host IS NOT NULL GROUP BY i.host"
-                    ),
-                    {"g": row[0]},
-                ).all()
+        if single:
+            counts: Counter[str] = Counter(
+                dict(
+                    session.execute(
+                        text(
+                            "SELECT i.host, COUNT(*) FROM instance_group_member m JOIN instances i "
+                            "ON i.uuid = m.instance_uuid WHERE m.group_id = :g AND i.deleted = 0 "
+                            "AND i.host IS NOT NULL GROUP BY i.host"
+                        ),
+                        {"g": row[0]},
+                    ).all()
+                )
             )
-        )
+        else:
+            members = list(
+                session.execute(
+                    text("SELECT instance_uuid FROM instance_group_member WHERE group_id = :g"), {"g": row[0]}
+                ).scalars()
+            )
+            counts = Counter(h for h in cell_instances.hosts_of(self.db, members).values() if h)
         for host, count in Counter(group.hosts).items():
             counts[host] = max(counts[host], count)
         return counts
@@ -368,6 +389,7 @@ class SchedulerManager:
             or any(w.name == "IoOpsWeigher" for w in prepared.weighers),
             with_aggregates=any(f.needs_aggregates for f in prepared.filters),
             group_hosts=group_hosts,
+            instance_counts=None if prepared.single_database else self._load_on_hosts,
         )
         # How many providers the prefilter dropped is counted only if "no valid host" needs it.
         prefilter = Step("placement (SQL prefilter)", hosts_in=0)

@@ -29,6 +29,12 @@ options:
   driver:
     description: How the controller reaches the host in direct mode (C(driver), C(options), C(transport)).
     type: dict
+  cell:
+    description:
+      - The cell (name or uuid) the host's servers live in (Nova's cells v2; C(novakit cell list)).
+      - Without it a host already mapped keeps its cell and a new one goes to the default cell
+        (the only cell besides cell0, or C(cell1)). A host lives in one cell; naming another is refused.
+    type: str
   cpu_allocation_ratio:
     description: vCPU overcommit ratio (default from configuration, 4.0).
     type: float
@@ -98,6 +104,7 @@ class ComputeNodeModule(NovakitModule):
         "host": {"type": "str", "required": True},
         "resources": {"type": "dict", "required": True},
         "driver": {"type": "dict"},
+        "cell": {"type": "str"},
         "cpu_allocation_ratio": {"type": "float"},
         "ram_allocation_ratio": {"type": "float"},
         "disk_allocation_ratio": {"type": "float"},
@@ -144,7 +151,7 @@ class ComputeNodeModule(NovakitModule):
             policy.authorize(ctx, "host:register")  # as register_host does for the real run
             return self.with_diff({"changed": changed, "host": p["host"]}, before, after)
         # Registering also beats the host's heartbeat, so it runs even when nothing changed.
-        out = hosts.register_host(db, conf, p["host"], resources, p["driver"], overrides, ctx=ctx)
+        out = hosts.register_host(db, conf, p["host"], resources, p["driver"], overrides, ctx=ctx, cell=p["cell"])
         return self.with_diff({"changed": changed, **out}, before, after)
 
 

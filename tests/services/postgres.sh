@@ -7,10 +7,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 # The server runs as the postgres user, which cannot enter a checkout under /root (0700): as root,
 # its directory is one of its own outside the checkout, named after the checkout's path.
+# NOVAKIT_PG_INSTANCE names a second server of the tests' own (the cells tests' second cell).
+INSTANCE="${NOVAKIT_PG_INSTANCE:-}"
 if [ "$(id -u)" = 0 ]; then
-    DEFAULT_PGDIR="/var/lib/novakit-test/postgres-$(printf %s "$ROOT" | md5sum | cut -c1-8)"
+    DEFAULT_PGDIR="/var/lib/novakit-test/postgres${INSTANCE}-$(printf %s "$ROOT" | md5sum | cut -c1-8)"
 else
-    DEFAULT_PGDIR="$ROOT/.state/postgres"
+    DEFAULT_PGDIR="$ROOT/.state/postgres${INSTANCE}"
 fi
 PGDIR="${NOVAKIT_PG_DIR:-$DEFAULT_PGDIR}"
 PORT="${NOVAKIT_PG_PORT:-55432}"

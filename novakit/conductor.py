@@ -43,6 +43,8 @@ from sqlalchemy import JSON, bindparam, select, text
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, notifications
+from novakit.cells.moves import move_to_cell
+from novakit.cells.registry import UNSCHEDULED, grouped, in_cell_of
 from novakit.compute import actions, hosts
 from novakit.compute.faults import fault_from_exception
 from novakit.compute.messages import ComputeRequest, ComputeResult, Event, InstanceResult, InstanceSpec
@@ -54,8 +56,6 @@ from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import HostMapping, Instance, RequestSpec, utcnow
 from novakit.lifecycle import LifecycleConductor
-from novakit.cells.moves import move_to_cell
-from novakit.cells.registry import UNSCHEDULED, grouped, in_cell_of
 
 LOG = logging.getLogger(__name__)
 
@@ -99,11 +99,11 @@ class Conductor(LifecycleConductor):
         until = self.lease_until(extra_seconds)
         owned: list[str] = []
         for _cell, group in grouped(self.db, uuids):
-            owned.extend(
-                self.db.run_in_transaction(
-                    lambda session, group=group: db_api.renew_leases(session, group, ctx.request_id, until)
-                )
-            )
+
+            def renew(session: Session, group: list[str] = group) -> list[str]:
+                return db_api.renew_leases(session, group, ctx.request_id, until)
+
+            owned.extend(self.db.run_in_transaction(renew))
         return owned
 
     @property

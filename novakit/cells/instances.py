@@ -99,7 +99,7 @@ def list_all(
         position = (value, _order(marker_cell), row_id)
 
     def read(cell: Cell, session: Session) -> list[Instance]:
-        after = None
+        after: tuple[Any, int | None] | None = None
         if position is not None:
             value, cell_order, row_id = position
             mine = _order(cell)
@@ -158,7 +158,7 @@ def unknown_records(
         stmt = stmt.where(InstanceMapping.project_id == project)
     if filters.get("uuids") is not None:
         stmt = stmt.where(InstanceMapping.instance_uuid.in_(list(filters["uuids"])))
-    names = {c.id: c.name for c in cells}
+    names: dict[int | None, str] = {c.id: c.name for c in cells}
     with db.reader() as session:
         return [
             unknown_record(m, names.get(m.cell_id, "?"))
@@ -168,10 +168,28 @@ def unknown_records(
 
 def unknown_record(mapping: InstanceMapping, cell_name: str) -> dict[str, Any]:
     """A server whose cell is down, as much as the API database knows of it."""
+    unknown: dict[str, Any] = dict.fromkeys(
+        ("hostname", "vm_state", "task_state", "power_state", "host", "node", "availability_zone", "image")
+        + (
+            "image_name",
+            "locked",
+            "locked_reason",
+            "reservation_id",
+            "updated",
+            "launched_at",
+            "terminated_at",
+        )
+    )
     return {
+        **unknown,
         "id": mapping.instance_uuid,
         "name": mapping.display_name,
         "status": "UNKNOWN",
+        "power_state_name": "",
+        "host_id": "",
+        "flavor": {},
+        "addresses": [],
+        "metadata": {},
         "project_id": mapping.project_id,
         "user_id": mapping.user_id,
         "created": mapping.created_at,
@@ -210,5 +228,5 @@ def load_on_hosts(db: Database, hosts: Sequence[str]) -> dict[str, tuple[int, in
                 .where(Instance.deleted == 0, Instance.host.in_(group))
                 .group_by(Instance.host)
             ).all()
-        out.update({host: (int(n), int(io)) for host, n, io in rows})
+        out.update({str(host): (int(n), int(io)) for host, n, io in rows})
     return out

@@ -188,7 +188,8 @@ def delete_cell(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
             raise exceptions.CellInUse(
                 cell=cell.name,
                 reason=f"{hosts} host(s) and {servers} server(s) are mapped to it; "
-                "delete the servers and hosts first (novakit server list --all-projects, novakit host delete)",
+                "delete the servers and hosts first "
+                "(novakit server list --all-projects, novakit host delete)",
             )
         session.execute(
             update(InstanceMapping)

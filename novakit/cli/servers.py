@@ -266,7 +266,12 @@ def server_list(
         "sort_dir": sort_dir,
     }
     caller = ctx()
-    servers = guard(lambda: api().list_servers(caller, query))
+    servers, down = guard(lambda: api().list_servers_and_down(caller, query))
+    for cell in down:
+        err_console.print(
+            f"Warning: cell {escape(cell)} did not answer: its servers are listed with status UNKNOWN",
+            highlight=False,
+        )
     columns = long_columns(caller.is_admin) if long else LIST_COLUMNS
     if column:
         # -c chooses from every column, those of --long too.

@@ -23,6 +23,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
+from novakit.cells import instances as cell_instances
+from novakit.cells import mappings
+from novakit.cells.registry import UNSCHEDULED, grouped, locate
 from novakit.compute import actions, flavors, images, listing, passwords, schemas, states
 from novakit.compute import names as naming
 from novakit.compute.messages import ComputeRequest
@@ -38,9 +41,6 @@ from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import Instance, InstanceGroup, InstanceGroupMember, RequestSpec
-from novakit.cells import instances as cell_instances
-from novakit.cells import mappings
-from novakit.cells.registry import UNSCHEDULED, grouped, locate
 
 
 def hostname_for(name: str) -> str:
@@ -307,7 +307,7 @@ class API:
             return [i.uuid for i in orphaned]
         lease = self.conductor.lease_until()
 
-        def take(session: Session) -> builtins.list[str]:
+        def take(session: Session, group: builtins.list[str]) -> builtins.list[str]:
             taken = []
             for inst in [i for i in orphaned if i.uuid in group]:
                 try:
@@ -328,7 +328,7 @@ class API:
 
         taken: builtins.list[str] = []
         for _cell, group in grouped(self.db, [i.uuid for i in orphaned]):
-            taken.extend(cast(builtins.list[str], self.db.run_in_transaction(take)))
+            taken.extend(cast(builtins.list[str], self.db.run_in_transaction(lambda s, g=group: take(s, g))))
         return taken
 
     def create_records(self, ctx: RequestContext, req: schemas.ServerCreate) -> builtins.list[str]:

@@ -381,9 +381,8 @@ def delete_host(db: Database, ctx: RequestContext, host: str) -> dict[str, Any]:
     finds no provider. Nova's ``openstack compute service delete``.
     """
     policy.authorize(ctx, "host:delete")
-    from novakit.placement import providers
-
     from novakit.cells.registry import UNSCHEDULED
+    from novakit.placement import providers
 
     def write(session: Session) -> dict[str, Any]:
         node = _node(session, host)
@@ -652,4 +651,4 @@ def _servers_per_host(_cell: Any, session: Session) -> dict[str, int]:
         .where(Instance.deleted == 0, Instance.host.isnot(None))
         .group_by(Instance.host)
     ).all()
-    return {host: int(count) for host, count in rows}
+    return {str(host): int(count) for host, count in rows}

@@ -229,7 +229,7 @@ def _cell_binds(cell_bind: Any) -> dict[Any, Any]:
 
     binds: dict[Any, Any] = {}
     for mapper in Base.registry.mappers:
-        if mapper.local_table.name in CELL_TABLES:  # type: ignore[union-attr]
+        if getattr(mapper.local_table, "name", None) in CELL_TABLES:
             binds[mapper.class_] = cell_bind
             binds[mapper.local_table] = cell_bind
     return binds
@@ -358,10 +358,17 @@ class Database:
     def writer(self) -> Iterator[Session]:
         """A write transaction: committed on success, rolled back on any error."""
         factory, cell_db = self._sessions(True)
-        with self._schema_told(), self._cell_reached(cell_db), write_gate(self):
-            with write_gate(cell_db) if cell_db is not None else _nothing(), factory() as session:
-                with session.begin():
-                    yield session
+        # The API database's gate first, then the cell's: every writer takes them in that order.
+        cell_gate = write_gate(cell_db) if cell_db is not None else _nothing()
+        with (
+            self._schema_told(),
+            self._cell_reached(cell_db),
+            write_gate(self),
+            cell_gate,
+            factory() as session,
+            session.begin(),
+        ):
+            yield session
 
     @contextmanager
     def reader(self) -> Iterator[Session]:

@@ -129,16 +129,21 @@ class CallbackModule(CallbackBase):
         # request id that names another project's work (a guessed id shows an empty table).
         ctx = context_from({"request_id": self.request_id}, identity=conf.identity)
         api = API(Database.from_config(conf), conf)
-        with api.db.reader() as session:
-            uuids = list(
-                dict.fromkeys(
-                    session.execute(
-                        select(InstanceAction.instance_uuid)
-                        .where(InstanceAction.request_id == self.request_id)
-                        .order_by(InstanceAction.id)
-                    ).scalars()
+        from novakit.cells.scatter import scatter
+
+        def touched(_cell, session):
+            return (
+                session.execute(
+                    select(InstanceAction.instance_uuid)
+                    .where(InstanceAction.request_id == self.request_id)
+                    .order_by(InstanceAction.id)
                 )
+                .scalars()
+                .all()
             )
+
+        # The run's servers are in whichever cells their hosts are in: every cell is asked.
+        uuids = list(dict.fromkeys(u for found in scatter(api.db, touched).results.values() for u in found))
         servers = api.list(ctx, uuids=uuids, include_deleted=True) if uuids else []
         rows, hosts = [], {}
         for s in servers:

@@ -8,6 +8,7 @@ stops and starts again.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -16,9 +17,11 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select, text
+from typer.testing import CliRunner
 
 from novakit import exceptions
 from novakit.cells import manage
+from novakit.cli import app
 from novakit.compute import flavors
 from novakit.context import RequestContext
 from novakit.db.engine import Database
@@ -304,6 +307,23 @@ def test_a_down_cell_leaves_the_rest_working(
         # The cells list says which one is down.
         listed = {c["name"]: c["status"] for c in manage.list_cells(cloud.db, cloud.admin)}
         assert listed["cell1"] == "up" and listed["cell2"].startswith("down")
+        # And so does the command, with no traceback: the list with UNKNOWN, the show of one of them.
+        env = {
+            "NOVAKIT_DB_URL": cloud.db.url,
+            "NOVAKIT_STATE_DIR": str(tmp_path / "state"),
+            "NOVAKIT_PROJECT": ctx.project_id,
+            "NOVAKIT_USER": ctx.user_id,
+            "NOVAKIT_ROLES": "member",
+        }
+        out = CliRunner().invoke(app, ["server", "list", "-f", "json"], env=env)
+        assert out.exit_code == 0 and "cell cell2 did not answer" in out.stderr, out.stderr
+        assert {s["name"]: s["status"] for s in json.loads(out.stdout)}[far[0]["name"]] == "UNKNOWN"
+        out = CliRunner().invoke(app, ["server", "show", far[0]["name"], "-f", "json"], env=env)
+        assert out.exit_code == 0 and json.loads(out.stdout)["status"] == "UNKNOWN", out.stderr
+        out = CliRunner().invoke(app, ["server", "stop", far[0]["name"]], env=env)
+        assert (
+            out.exit_code == 1 and "Cell cell2 is unreachable" in out.stderr and "Traceback" not in out.stderr
+        )
     finally:
         back()
         registry.PROBE_SECONDS = 2.0

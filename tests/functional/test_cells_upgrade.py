@@ -59,7 +59,8 @@ def load_pre_cells(url: str, fake_dir: Path) -> None:
                 if table.name in tables and "id" in table.c:
                     conn.execute(
                         text(
-                            f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), MAX(id)) FROM {table.name}"
+                            f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), MAX(id)) "
+                            f"FROM {table.name}"
                         )
                     )
     engine.dispose()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-import pytest
 from sqlalchemy import MetaData, inspect, text
 
 from novakit.db import migration

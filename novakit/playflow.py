@@ -25,9 +25,9 @@ from typing import Any
 
 from sqlalchemy import select
 
+from novakit import exceptions, policy
 from novakit.cells import instances as cell_instances
 from novakit.cells.registry import grouped
-from novakit import exceptions, policy
 from novakit.compute.api import API, server_view
 from novakit.compute.messages import ComputeRequest, ComputeResult, split_secrets
 from novakit.compute.states import VmState

@@ -120,12 +120,31 @@ def list_all(
         order, inst = item
         return (getattr(inst, column), order, inst.id)
 
-    streams = [[(_order(c), i) for i in rows] for c, rows in gathered.results.items()]
+    results = _without_stray_copies(db, gathered.results)
+    streams = [[(_order(c), i) for i in rows] for c, rows in results.items()]
     merged = [i for _, i in heapq.merge(*streams, key=key, reverse=descending)]
     out: list[Instance | dict[str, Any]] = list(merged[:limit] if limit is not None else merged)
     if down and unknown_for_down and marker is None:
         out.extend(unknown_records(db, ctx, list(down), filters))
     return out, down
+
+
+def _without_stray_copies(db: Database, results: dict[Cell, list[Instance]]) -> dict[Cell, list[Instance]]:
+    """Each server once: a move interrupted between its copy and its swap leaves the server in
+    two databases (``novakit.cells.moves``) until heal removes the copy; the mapping says which
+    one is the server."""
+    seen: dict[str, int] = {}
+    for rows in results.values():
+        for inst in rows:
+            seen[inst.uuid] = seen.get(inst.uuid, 0) + 1
+    twice = [u for u, n in seen.items() if n > 1]
+    if not twice:
+        return results
+    home = {u: db.cells.database(c) for c, us in db.cells.of_instances(twice).items() for u in us}
+    return {
+        cell: [i for i in rows if i.uuid not in home or home[i.uuid] is db.cells.database(cell)]
+        for cell, rows in results.items()
+    }
 
 
 def _cell_of_marker(db: Database, marker: str, cells: list[Cell]) -> Cell:

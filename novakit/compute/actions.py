@@ -220,9 +220,13 @@ def record_events_many(
             return
         params = {"request_id": ctx.request_id, "action": finish, "now": utcnow()}
         if len(uuids) == 1:
-            rows = session.execute(_FINISH_ONE, {**params, "uuid": uuids[0]}, bind_arguments=ON_INSTANCES).all()
+            rows = session.execute(
+                _FINISH_ONE, {**params, "uuid": uuids[0]}, bind_arguments=ON_INSTANCES
+            ).all()
         else:
-            rows = session.execute(_FINISH_MANY, {**params, "uuids": uuids}, bind_arguments=ON_INSTANCES).all()
+            rows = session.execute(
+                _FINISH_MANY, {**params, "uuids": uuids}, bind_arguments=ON_INSTANCES
+            ).all()
         action_ids = dict(rows)
     events = {uuid: evs for uuid, evs in events.items() if evs}
     if not events:

@@ -10,6 +10,7 @@ The work itself is the conductor's.
 from __future__ import annotations
 
 import builtins
+import functools
 import re
 import uuid as uuidlib
 from collections.abc import Callable
@@ -328,7 +329,7 @@ class API:
 
         taken: builtins.list[str] = []
         for _cell, group in grouped(self.db, [i.uuid for i in orphaned]):
-            taken.extend(cast(builtins.list[str], self.db.run_in_transaction(lambda s, g=group: take(s, g))))
+            taken.extend(self.db.run_in_transaction(functools.partial(take, group=group)))
         return taken
 
     def create_records(self, ctx: RequestContext, req: schemas.ServerCreate) -> builtins.list[str]:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from novakit.cells.registry import locate
 from novakit import exceptions
+from novakit.cells.registry import locate
 from novakit.compute.messages import ComputeRequest
 from novakit.compute.rpc import ComputeRPC, instance_spec
 from novakit.context import RequestContext

@@ -7,9 +7,15 @@ so that it counts in scheduling and can be stopped, started, rebooted and delete
 like any other. The choices, each for a reason:
 
 * **The instance uuid is the domain's uuid**, as Nova's is: the uuid is what the
-  host looks a guest up by after ``adopt`` marked it, and the unique key on
-  ``instances.uuid`` is what makes two imports of one host at the same moment
-  create one server (the other skips it as already imported).
+  host looks a guest up by after ``adopt`` marked it, and the unique key on the
+  instance mapping's uuid (``instance_mappings``, one for every server of every
+  cell) is what makes two imports of one host at the same moment create one
+  server (the other skips it as already imported).
+* **Cell**: the records go where a new server of that host goes (``novakit.cells``):
+  the instance and its action into the cell the host is mapped to, with an
+  instance mapping naming that cell, in the transaction that claims; a host mapped
+  to no cell keeps them in the API database's own instance tables, as a server
+  not scheduled yet.
 * **Flavor**: an enabled flavor whose vCPUs, RAM, root disk (the first disk's
   virtual size, rounded up to GiB) and ephemeral disk (the other disks) match
   exactly, with no swap (a public one before a private one, then by name); else a
@@ -31,7 +37,7 @@ like any other. The choices, each for a reason:
   ``compute_import_instance`` event is the audit trail.
 * **Project**: the caller's, or ``project``. Quota is not checked: the guests run
   already, refusing them would not make them go away; they count from now on.
-* **A name taken** in the project refuses that guest (rename the domain or import
+* **A name taken** in the project (in any cell) refuses that guest (rename the domain or import
   into another project); a guest the host cannot size (a disk whose size it cannot
   read, a transient domain) is refused with the host's reason.
 
@@ -61,6 +67,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
+from novakit.cells import mappings
+from novakit.cells.registry import UNSCHEDULED
 from novakit.compute import actions, flavors
 from novakit.compute.api import hostname_for
 from novakit.compute.messages import ComputeRequest, Event, UnmanagedGuest
@@ -76,6 +84,7 @@ from novakit.db.models import (
     Instance,
     InstanceAction,
     InstanceActionEvent,
+    InstanceMapping,
     utcnow,
 )
 from novakit.placement.allocations import claim_in_session, remove_allocations, why_not_claimable
@@ -188,8 +197,11 @@ class Importer:
                     "(a name or uuid of a guest novakit did not create)",
                 )
             found = [g for g in found if g.name in wanted or g.uuid in wanted]
-        for guest in found:
-            report.guests.append(self._one(host, nodename, guest, dry_run))
+        # Where a new server of this host goes: its cell (the API database's tables if it has none).
+        cell = self.db.cells.of_host(host) or UNSCHEDULED
+        with self.db.target_cell(cell):
+            for guest in found:
+                report.guests.append(self._one(host, nodename, cell.id, guest, dry_run))
         return report
 
     def unmanaged(self, host: str) -> list[UnmanagedGuest]:
@@ -203,7 +215,10 @@ class Importer:
 
     # ------------------------------------------------------------------ one guest
 
-    def _one(self, host: str, nodename: str, g: UnmanagedGuest, dry_run: bool) -> ImportedGuest:
+    def _one(
+        self, host: str, nodename: str, cell_id: int | None, g: UnmanagedGuest, dry_run: bool
+    ) -> ImportedGuest:
+        """Import one guest, in the cell its host's servers live in (targeted by the caller)."""
         power = PowerState(g.power_state) if g.power_state in PowerState._value2member_map_ else None
         item = ImportedGuest(
             uuid=g.uuid,
@@ -234,7 +249,7 @@ class Importer:
             # lost that race sees the flavor when it runs again.
             for attempt in range(3):
                 try:
-                    self.db.run_in_transaction(lambda s: self._record(s, host, nodename, g, item))
+                    self.db.run_in_transaction(lambda s: self._record(s, host, nodename, cell_id, g, item))
                     break
                 except IntegrityError:
                     if attempt == 2:
@@ -248,17 +263,21 @@ class Importer:
         return item
 
     def _plan(self, session: Session, host: str, g: UnmanagedGuest, item: ImportedGuest) -> None:
-        """Every check of the import that reads the database; raises _Refused or sets the flavor."""
-        row = session.execute(select(Instance).where(Instance.uuid == g.uuid)).scalar_one_or_none()
-        if row is not None and row.deleted == 0:
-            raise _Refused("skipped", f"already server {row.display_name} ({row.uuid})")
-        if row is not None:
+        """Every check of the import that reads the database; raises _Refused or sets the flavor.
+
+        Servers are looked up by their mappings, which every cell's servers have."""
+        known = session.execute(
+            select(InstanceMapping).where(InstanceMapping.instance_uuid == g.uuid)
+        ).scalar_one_or_none()
+        if known is not None and known.deleted == 0:
+            raise _Refused("skipped", f"already server {known.display_name} ({known.instance_uuid})")
+        if known is not None:
             raise _Refused("refused", "a deleted server had this uuid; its record keeps the uuid")
         taken = session.execute(
-            select(Instance.uuid).where(
-                Instance.project_id == self.owner.project_id,
-                Instance.display_name == g.name,
-                Instance.deleted == 0,
+            select(InstanceMapping.instance_uuid).where(
+                InstanceMapping.project_id == self.owner.project_id,
+                InstanceMapping.display_name == g.name,
+                InstanceMapping.deleted == 0,
             )
         ).first()
         if taken is not None and taken[0] == g.uuid:
@@ -295,15 +314,35 @@ class Importer:
         return next(iter(exact), None)
 
     def _record(
-        self, session: Session, host: str, nodename: str, g: UnmanagedGuest, item: ImportedGuest
+        self,
+        session: Session,
+        host: str,
+        nodename: str,
+        cell_id: int | None,
+        g: UnmanagedGuest,
+        item: ImportedGuest,
     ) -> None:
-        """The records and the claim, in one transaction; _Refused rolls both back."""
+        """The records, their mapping and the claim, in one transaction; _Refused rolls all back."""
         self._plan(session, host, g, item)
         flavor = self._matching_flavor(session, g)
         if flavor is None:
             flavor = self._custom_flavor(session, g)
         provider = lookup_provider(session, host)
         now = utcnow()
+        # The unique keys on the mapping's uuid and (project, name): a concurrent import of this
+        # guest, or a server of that name made meanwhile in any cell, fails here.
+        mappings.add_instances(
+            session,
+            [
+                {
+                    "uuid": g.uuid,
+                    "cell_id": cell_id,
+                    "project_id": self.owner.project_id,
+                    "user_id": self.owner.user_id,
+                    "display_name": g.name,
+                }
+            ],
+        )
         row = Instance(
             uuid=g.uuid,
             display_name=g.name,
@@ -333,7 +372,7 @@ class Importer:
             scheduled_at=now,
         )
         session.add(row)
-        session.flush()  # the unique key on the uuid: a concurrent import of this guest fails here
+        session.flush()
         outcome = claim_in_session(
             session, g.uuid, provider.id, resources_of(g), self.owner.project_id, self.owner.user_id
         )
@@ -407,19 +446,22 @@ class Importer:
             item.reason = f"imported, then changed meanwhile: {exc.format_message()}"
 
     def _forget(self, uuid: str) -> None:
-        """Remove what ``_record`` wrote for a guest the host would not adopt: nothing happened."""
+        """Remove what ``_record`` wrote for a guest the host would not adopt: nothing happened.
+        The mapping goes with the instance only: a server someone acted on meanwhile keeps both."""
 
         def write(session: Session) -> None:
             action_ids = select(InstanceAction.id).where(InstanceAction.instance_uuid == uuid)
             session.execute(delete(InstanceActionEvent).where(InstanceActionEvent.action_id.in_(action_ids)))
             session.execute(delete(InstanceAction).where(InstanceAction.instance_uuid == uuid))
-            session.execute(
+            removed = session.execute(
                 delete(Instance).where(
                     Instance.uuid == uuid,
                     Instance.task_owner == self.ctx.request_id,
                     Instance.vm_state == VmState.BUILDING.value,
                 )
-            )
+            ).rowcount  # type: ignore[attr-defined]
+            if removed:
+                session.execute(delete(InstanceMapping).where(InstanceMapping.instance_uuid == uuid))
 
         remove_allocations(self.db, uuid)
         self.db.run_in_transaction(write)

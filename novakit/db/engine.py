@@ -280,7 +280,7 @@ class Database:
         self._target: contextvars.ContextVar[Cell | None] = contextvars.ContextVar(
             f"novakit-target-cell-{id(self)}", default=None
         )
-        self._routed: dict[tuple[str, bool], sessionmaker[Session]] = {}
+        self._routed: dict[tuple[str, bool], tuple[Database | None, sessionmaker[Session]]] = {}
         self._cells: CellRegistry | None = None
         # The embedded default upgrades itself on first use; a shared
         # PostgreSQL is upgraded explicitly with `novakit db upgrade`.
@@ -326,19 +326,22 @@ class Database:
         if cell_db is self:
             return (self._writer if write else self._reader), None
         key = (cell.uuid if cell is not None else "", write)
-        factory = self._routed.get(key)
-        if factory is None:
+        known = self._routed.get(key)
+        # Made again when the cell's database is another object than it was (the registry let go of it).
+        if known is None or known[0] is not cell_db:
             if cell_db is None:
                 cell_bind: Any = _UNTARGETED
             else:
                 cell_bind = cell_db.write_engine if write else cell_db.engine
-            factory = self._routed[key] = sessionmaker(
+            factory: sessionmaker[Session] = sessionmaker(  # type: ignore[assignment]
                 class_=_CellSession,
                 bind=self.write_engine if write else self.engine,
                 binds=_cell_binds(cell_bind),
                 expire_on_commit=False,
             )
-        return factory, cell_db
+            self._routed[key] = (cell_db, factory)
+            return factory, cell_db
+        return known[1], cell_db
 
     @contextmanager
     def _cell_reached(self, cell_db: Database | None) -> Iterator[None]:

@@ -100,6 +100,16 @@ What it corrects, and why each rule is what it is:
   into ``import_project`` (default the caller's); each is an ``imported_guest``
   correction, not applied when refused (its ``error`` says why).
 
+**Cells** (``novakit.cells``): the instances of every cell are read, and each
+correction is written in the cell of its instance; stuck builds and abandoned
+actions are looked for in every cell. A cell whose database does not answer is
+reported (``down_cells``) and left as it is, as Nova's heal does per cell: its
+servers are not corrected, the hosts mapped to it are not asked, and no guest
+or claim is called an orphan while the cell that may hold its server is down.
+Whether a guest or a claim has a live server is decided by its instance mapping
+and the mapped cell's record, never by one database's rows: a server may be
+moving between databases.
+
 An instance whose row changed after the hosts were asked is skipped: its
 guest list is older than its record. Every write is guarded by the states it
 read (and a take-over by the owner it read), so a user's concurrent action
@@ -180,6 +190,8 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans):
         # cannot make a build that finished in between look vanished.
         started = utcnow()
         seen = self._live_instances()
+        # A host of a cell that does not answer is not asked: nothing of it is changed.
+        targets = [h for h in targets if not self._host_down(h)]
         if reports is None:
             reports = self._ask_hosts(targets, report, dry_run)
             reported_at = started
@@ -200,9 +212,9 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans):
                 if s.task_state is not None:
                     if not self._owner_gone(s):
                         continue  # its owner will record the outcome (Nova's sync skips it too)
-                    c: Correction | None = self._recover(s, guests.get(s.uuid), host, dry_run)
+                    c = self._in_cell(s.cell, self._recover, s, guests.get(s.uuid), host, dry_run)
                 else:
-                    c = self._sync_one(s, guests.get(s.uuid), host, dry_run)
+                    c = self._in_cell(s.cell, self._sync_one, s, guests.get(s.uuid), host, dry_run)
                 if c is not None:
                     report.corrections.append(c)
             report.corrections.extend(
@@ -212,13 +224,16 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans):
             # A delete of a server no host holds needs no host's answer.
             for s in seen.values():
                 if s.host is None and s.task_state == TaskState.DELETING.value and self._owner_gone(s):
-                    report.corrections.append(self._recover(s, None, None, dry_run))
+                    c = self._in_cell(s.cell, self._recover, s, None, None, dry_run)
+                    if c is not None:
+                        report.corrections.append(c)
         report.corrections.extend(self._reap_stuck_builds(wanted, dry_run, reports))
         if not wanted:
             report.corrections.extend(self._abandoned_actions(dry_run))
         report.corrections.extend(self._orphan_allocations(wanted, dry_run))
         if import_unmanaged:
             report.corrections.extend(self._import_unmanaged(report, dry_run, import_project))
+        report.down_cells = {cell.name: why for cell, why in self.down.items()}
         return report
 
     # ------------------------------------------------------------------ reading
@@ -228,8 +243,12 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans):
             return list(session.execute(select(ComputeNode.host).where(ComputeNode.deleted == 0)).scalars())
 
     def _live_instances(self) -> dict[str, _Seen]:
-        with self.db.reader() as session:
-            return {i.uuid: _Seen(i) for i in db_api.instance_get_all(session, self.ctx)}
+        """Every cell's live instances, each with the cell it lives in (copies left out)."""
+        found = self._gather(
+            lambda cell, session: [_Seen(i, cell) for i in db_api.instance_get_all(session, self.ctx)]
+        )
+        self._read_mappings()
+        return {s.uuid: s for cell, rows in found for s in rows if not self._is_copy(cell, s.uuid)}
 
     def _ask_hosts(self, hosts: list[str], report: HealReport, dry_run: bool) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}

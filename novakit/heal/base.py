@@ -5,12 +5,15 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, notifications
+from novakit.cells.registry import Cell
+from novakit.cells.scatter import scatter
 from novakit.compute.rpc import ComputeRPC
 from novakit.compute.states import POWER_STATE_NAMES, PowerState
 from novakit.conductor import Conductor
@@ -18,9 +21,11 @@ from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
-from novakit.db.models import Instance, utcnow
+from novakit.db.models import Instance, InstanceMapping, utcnow
 
 LOG = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 SYNC_EVENT = "compute_sync_power_state"
 BUILD_TIMEOUT_EVENT = "conductor_check_instance_build_time"
@@ -61,6 +66,8 @@ class HealReport(BaseModel):
     dry_run: bool
     hosts: list[str] = Field(default_factory=list)  # hosts whose guests were compared
     unreachable: dict[str, str] = Field(default_factory=dict)  # host -> why
+    # cell -> why its database did not answer: its servers and the hosts mapped to it were left alone
+    down_cells: dict[str, str] = Field(default_factory=dict)
     corrections: list[Correction] = Field(default_factory=list)
 
 
@@ -76,9 +83,11 @@ def _power_state(value: int) -> PowerState:
 
 
 class _Seen:
-    """An instance row as read before the hosts were asked."""
+    """An instance row as read before the hosts were asked, and the cell it was read in (where
+    every correction of it is written)."""
 
-    def __init__(self, inst: Instance) -> None:
+    def __init__(self, inst: Instance, cell: Cell) -> None:
+        self.cell = cell
         self.uuid = inst.uuid
         self.host = inst.host
         self.vm_state = inst.vm_state
@@ -119,6 +128,12 @@ class HealerBase:
         self.clock = clock or utcnow
         self._conductor: Conductor | None = None
         self.notifier = notifications.Notifier(conf, publisher_id="novakit-heal")
+        # The cells whose database did not answer (cell -> why): nothing in them, and nothing on
+        # the hosts mapped to them, is changed. Filled as heal meets them.
+        self.down: dict[Cell, str] = {}
+        self._host_cells: dict[str, Cell] | None = None
+        # Live instance -> the id of the cell its mapping names (None: not scheduled yet).
+        self._mapped: dict[str, int | None] = {}
 
     @property
     def conductor(self) -> Conductor:
@@ -128,6 +143,62 @@ class HealerBase:
             self._conductor = Conductor(self.db, self.conf, clock=self.clock)
             self._conductor.rpc = self.rpc
         return self._conductor
+
+    # ------------------------------------------------------------------ cells
+
+    def _gather(self, fn: Callable[[Cell, Session], T]) -> list[tuple[Cell, T]]:
+        """``fn(cell, session)`` in every listed cell not known to be down (side by side); a cell
+        whose database does not answer is recorded down instead of failing the heal."""
+        gathered = scatter(self.db, fn, [c for c in self.db.cells.listed() if c not in self.down])
+        self.down.update(gathered.down)
+        return list(gathered.results.items())
+
+    def _in_cell(self, cell: Cell, fn: Callable[..., T], *args: Any) -> T | None:
+        """``fn(*args)`` with ``cell`` targeted: what heal reads and writes of an instance is in its
+        cell. A cell down (before or meanwhile) is recorded and its work skipped: None."""
+        if cell in self.down:
+            return None
+        with self.db.target_cell(cell):
+            try:
+                return fn(*args)
+            except exceptions.CellDown as exc:
+                self.down[cell] = str(exc.kwargs.get("reason") or exc.format_message())
+                return None
+
+    def _host_down(self, host: str | None) -> bool:
+        """Whether ``host`` is mapped to a cell found down: heal changes nothing of its servers,
+        and cannot tell which of its guests they own."""
+        if host is None or not self.down:
+            return False
+        if self._host_cells is None:
+            self._host_cells = self.db.cells.host_cells()
+        cell = self._host_cells.get(host)
+        return cell is not None and cell in self.down
+
+    def _read_mappings(self) -> None:
+        with self.db.reader() as session:
+            rows = session.execute(
+                select(InstanceMapping.instance_uuid, InstanceMapping.cell_id).where(
+                    InstanceMapping.deleted == 0
+                )
+            ).all()
+        self._mapped = {uuid: cell_id for uuid, cell_id in rows}
+
+    def _is_copy(self, cell: Cell, uuid: str) -> bool:
+        """Whether the row of ``uuid`` read in ``cell`` is a copy its mapping does not point at.
+
+        A move into a cell copies the records first and then points the mapping at them
+        (``novakit.cells.moves``): until then, or for good if the move was cut off in between,
+        the cell holds a copy while the server is the mapped database's row. Heal corrects the
+        server, never its copy. The mappings are read once per heal: a server moved since
+        counts as a copy in its new cell, and is left to the next heal.
+        """
+        if uuid not in self._mapped:
+            return False  # mapped since the mappings were read, or its mapping is deleted
+        home = self.db.cells.by_id(self._mapped[uuid])
+        return home != cell and self.db.cells.url_of(home) != self.db.cells.url_of(cell)
+
+    # ------------------------------------------------------------------ guarded writes
 
     def _owner_gone(self, s: _Seen) -> bool:
         now = self.clock()

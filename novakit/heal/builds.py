@@ -9,13 +9,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
+from novakit.cells.registry import Cell
 from novakit.compute import actions
 from novakit.compute.faults import fault_from_exception
 from novakit.compute.messages import (
     Event,
 )
 from novakit.compute.states import PowerState, VmState
-from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import InstanceAction, utcnow
 from novakit.heal.base import (
@@ -47,14 +47,14 @@ class StuckBuilds(HealerBase):
         answer may still run it, and freeing the claim then would let the scheduler
         over-commit that host.
         """
-        from novakit import placement
-
         reports = reports or {}
-
         timeout = self.conf.compute.build_timeout
         now = self.clock()
-        with self.db.reader() as session:
-            stuck = [_Seen(i) for i in db_api.stuck_builds(session, now, now - dt.timedelta(seconds=timeout))]
+
+        def read(cell: Cell, session: Session) -> tuple[list[_Seen], dict[str, str]]:
+            stuck = [
+                _Seen(i, cell) for i in db_api.stuck_builds(session, now, now - dt.timedelta(seconds=timeout))
+            ]
             create_requests = {
                 uuid: request_id
                 for uuid, request_id in session.execute(
@@ -64,82 +64,90 @@ class StuckBuilds(HealerBase):
                     )
                 ).all()
             }
+            return stuck, create_requests
+
         out = []
-        for s in stuck:
-            if hosts and s.host not in hosts:
-                continue
-            guests = reports.get(s.host) if s.host else None
-            if guests is not None and s.uuid in guests:
-                out.append(self._adopt_build(s, int(guests[s.uuid]), create_requests, dry_run))
-                continue
-            free_claim = s.host is None or guests is not None
-            age = int((now - s.created_at).total_seconds())
-            c = Correction(
-                kind="build_timeout",
-                instance=s.uuid,
-                host=s.host,
-                before=f"building/{s.task_state or '-'}",
-                after="error",
-                detail=f"building for {age} s, its owner ({s.task_owner or 'unknown'}) gone "
-                f"(no lease renewed within build_timeout, {timeout} s); "
-                + (
-                    "claim freed"
-                    if free_claim
-                    else f"claim kept until {s.host} answers (it may still run the guest)"
-                ),
-            )
-            if dry_run:
-                out.append(c)
-                continue
-            exc = exceptions.ComputeError(
-                reason=f"build of instance {s.uuid} timed out: no word from it for {timeout} seconds "
-                f"(stuck in {s.task_state or 'building'}); set to error state"
-            )
-            fault = fault_from_exception(exc, s.host)
-            fault.details = None  # no traceback: nothing raised, a clock ran out
-            create_ctx = self.ctx.with_request_id(create_requests.get(s.uuid, self.ctx.request_id))
-            at = utcnow()
-            event = Event(
-                event=BUILD_TIMEOUT_EVENT,
-                start_time=at,
-                finish_time=at,
-                result="Error",
-                host=s.host,
-                details=c.detail,
-            )
-
-            def write(
-                session: Session,
-                s: _Seen = s,
-                create_ctx: RequestContext = create_ctx,
-                event: Event = event,
-                fault: Any = fault,
-                free_claim: bool = free_claim,
-            ) -> None:
-                values: dict[str, Any] = {"vm_state": VmState.ERROR, "task_state": None}
-                if free_claim:
-                    values.update(host=None, node=None)
-                db_api.instance_update(
-                    session,
-                    s.uuid,
-                    values,
-                    expected_vm_state=[VmState.BUILDING],
-                    expected_task_state=[s.task_state],
-                    expected_owner=s.task_owner,
-                    lease_expired_at=self.clock(),
-                )
-                actions.record_outcome(
-                    session, create_ctx, s.uuid, start="create", events=[event], fault=fault, finish="create"
-                )
-
-            c.applied = self._write(c, write)
-            if c.applied:
-                if free_claim:
-                    placement.remove_allocations(self.db, s.uuid)
-                self.notifier.state_update(s.uuid, ("building", s.task_state), ("error", None), host=s.host)
-                self.notifier.emit("instance.create.error", s.uuid, fault=fault.message)
-            out.append(c)
+        for cell, (stuck, create_requests) in self._gather(read):
+            for s in stuck:
+                if (hosts and s.host not in hosts) or self._host_down(s.host) or self._is_copy(cell, s.uuid):
+                    continue
+                guests = reports.get(s.host) if s.host else None
+                if guests is not None and s.uuid in guests:
+                    power = int(guests[s.uuid])
+                    c = self._in_cell(cell, self._adopt_build, s, power, create_requests, dry_run)
+                else:
+                    # The claim goes only once the host answered without the guest (or there is none).
+                    free_claim = s.host is None or guests is not None
+                    c = self._in_cell(cell, self._fail_build, s, free_claim, create_requests, now, dry_run)
+                if c is not None:
+                    out.append(c)
         return out
+
+    def _fail_build(
+        self, s: _Seen, free_claim: bool, create_requests: dict[str, str], now: dt.datetime, dry_run: bool
+    ) -> Correction:
+        """A stuck build whose guest is not listed: error, a fault, and its claim freed if ``free_claim``."""
+        from novakit import placement
+
+        timeout = self.conf.compute.build_timeout
+        age = int((now - s.created_at).total_seconds())
+        c = Correction(
+            kind="build_timeout",
+            instance=s.uuid,
+            host=s.host,
+            before=f"building/{s.task_state or '-'}",
+            after="error",
+            detail=f"building for {age} s, its owner ({s.task_owner or 'unknown'}) gone "
+            f"(no lease renewed within build_timeout, {timeout} s); "
+            + (
+                "claim freed"
+                if free_claim
+                else f"claim kept until {s.host} answers (it may still run the guest)"
+            ),
+        )
+        if dry_run:
+            return c
+        exc = exceptions.ComputeError(
+            reason=f"build of instance {s.uuid} timed out: no word from it for {timeout} seconds "
+            f"(stuck in {s.task_state or 'building'}); set to error state"
+        )
+        fault = fault_from_exception(exc, s.host)
+        fault.details = None  # no traceback: nothing raised, a clock ran out
+        create_ctx = self.ctx.with_request_id(create_requests.get(s.uuid, self.ctx.request_id))
+        at = utcnow()
+        event = Event(
+            event=BUILD_TIMEOUT_EVENT,
+            start_time=at,
+            finish_time=at,
+            result="Error",
+            host=s.host,
+            details=c.detail,
+        )
+
+        def write(session: Session) -> None:
+            values: dict[str, Any] = {"vm_state": VmState.ERROR, "task_state": None}
+            if free_claim:
+                values.update(host=None, node=None)
+            db_api.instance_update(
+                session,
+                s.uuid,
+                values,
+                expected_vm_state=[VmState.BUILDING],
+                expected_task_state=[s.task_state],
+                expected_owner=s.task_owner,
+                lease_expired_at=self.clock(),
+            )
+            actions.record_outcome(
+                session, create_ctx, s.uuid, start="create", events=[event], fault=fault, finish="create"
+            )
+
+        c.applied = self._write(c, write)
+        if c.applied:
+            if free_claim:
+                placement.remove_allocations(self.db, s.uuid)
+            self.notifier.state_update(s.uuid, ("building", s.task_state), ("error", None), host=s.host)
+            self.notifier.emit("instance.create.error", s.uuid, fault=fault.message)
+        return c
 
     def _adopt_build(
         self, s: _Seen, power: int, create_requests: dict[str, str], dry_run: bool

@@ -1,11 +1,21 @@
-"""Orphans: allocations no live instance holds, guests no server owns, and guests novakit did not create."""
+"""Orphans: allocations no live instance holds, guests no server owns, and guests novakit did not create.
+
+Whether a live server holds a guest or a claim is asked of its mapping and its cell
+(``Orphans._holders``): a server's record is in one cell's database, its guest on a
+host and its claim in the API database, and a server may be moving between cells.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import select
 
+from novakit.cells.registry import Cell
 from novakit.compute.messages import (
     ComputeRequest,
     FlavorSpec,
@@ -13,13 +23,35 @@ from novakit.compute.messages import (
     InstanceSpec,
 )
 from novakit.context import RequestContext
-from novakit.db.models import Allocation, Instance, ResourceProvider
+from novakit.db.models import Allocation, Instance, InstanceMapping, ResourceProvider
 from novakit.heal.base import (
     Correction,
     HealerBase,
     HealReport,
     _power,
 )
+
+#: uuids per IN list: well under every backend's limit on bound parameters
+_CHUNK = 500
+
+
+def _chunks(uuids: Sequence[str]) -> Iterator[list[str]]:
+    items = sorted(set(uuids))
+    for i in range(0, len(items), _CHUNK):
+        yield items[i : i + _CHUNK]
+
+
+def _since(since: dt.datetime | None, *times: dt.datetime | None) -> bool:
+    """Whether any of ``times`` is at or after ``since`` (never, without one)."""
+    return since is not None and any(t is not None and t >= since for t in times)
+
+
+@dataclass
+class _Held:
+    """``Orphans._holders``' answer. A uuid in neither set is not known: never an orphan."""
+
+    gone: set[str] = field(default_factory=set)  # no live server holds it
+    hosts: dict[str, str | None] = field(default_factory=dict)  # the live server's host
 
 
 class Orphans(HealerBase):
@@ -32,18 +64,11 @@ class Orphans(HealerBase):
     ) -> list[Correction]:
         if not guests:
             return []
-        with self.db.reader() as session:
-            rows = list(session.execute(select(Instance).where(Instance.uuid.in_(list(guests)))).scalars())
-        owned = {i.uuid for i in rows if i.deleted == 0 and i.host == host}
-        # A row that changed after the host answered is in flux (a reschedule, a delete): not an orphan yet.
-        moving = {
-            i.uuid
-            for i in rows
-            if (i.updated_at or i.created_at) >= reported_at
-            or (i.deleted_at is not None and i.deleted_at >= reported_at)
-        }
+        held = self._holders(list(guests), reported_at)
+        # A guest of a live server on another host is a leftover (a reschedule's, an evacuation's).
+        orphans = held.gone | {u for u, on in held.hosts.items() if on != host}
         out = []
-        for uuid in sorted(set(guests) - owned - moving):
+        for uuid in sorted(orphans):
             c = Correction(
                 kind="orphan_guest",
                 instance=uuid,
@@ -83,11 +108,12 @@ class Orphans(HealerBase):
                 select(Allocation.consumer_id, ResourceProvider.name)
                 .distinct()
                 .join(ResourceProvider, ResourceProvider.id == Allocation.resource_provider_id)
-                .where(~Allocation.consumer_id.in_(select(Instance.uuid).where(Instance.deleted == 0)))
             )
             if hosts:
                 stmt = stmt.where(ResourceProvider.name.in_(sorted(hosts)))
-            found = sorted(session.execute(stmt).all())
+            held = [(c, p) for c, p in session.execute(stmt).all() if not self._host_down(p)]
+        gone = self._holders([c for c, _ in held], None).gone
+        found = sorted((c, p) for c, p in held if c in gone)
         out = []
         for consumer, provider in found:
             c = Correction(
@@ -103,6 +129,70 @@ class Orphans(HealerBase):
                 c.applied = True
             out.append(c)
         return out
+
+    def _holders(self, uuids: Sequence[str], since: dt.datetime | None) -> _Held:
+        """Which of ``uuids`` (guests, consumers of claims) a live server holds, and on which host.
+
+        The one place heal decides what has no server: the instance mapping says which
+        cell to ask (a server may be in another database than its host's, moving), and
+        that cell's record whether the server lives. Never mapped, or its record deleted:
+        gone. Not known, and so never an orphan: its cell is down, its record changed
+        at or after ``since`` (the guest list is older than the record), or the mapped
+        cell has no record of it (a move between databases, between its two steps).
+        """
+        out = _Held()
+        mapped: dict[str, Any] = {}
+        with self.db.reader() as session:
+            for chunk in _chunks(uuids):
+                for m in session.execute(
+                    select(
+                        InstanceMapping.instance_uuid,
+                        InstanceMapping.cell_id,
+                        InstanceMapping.deleted,
+                        InstanceMapping.deleted_at,
+                    ).where(InstanceMapping.instance_uuid.in_(chunk))
+                ):
+                    mapped[m.instance_uuid] = m
+        by_cell: dict[Cell, list[str]] = defaultdict(list)
+        for uuid in uuids:
+            if uuid in mapped:
+                by_cell[self.db.cells.by_id(mapped[uuid].cell_id)].append(uuid)
+            else:
+                out.gone.add(uuid)
+        for cell, group in by_cell.items():
+            records = self._in_cell(cell, self._records, group)
+            if records is None:
+                continue  # its cell is down
+            for uuid in group:
+                row, mapping = records.get(uuid), mapped[uuid]
+                if row is None:
+                    if mapping.deleted and not _since(since, mapping.deleted_at):
+                        out.gone.add(uuid)  # deleted, and its record since removed
+                elif _since(since, row.updated_at or row.created_at, row.deleted_at):
+                    continue
+                elif row.deleted:
+                    out.gone.add(uuid)
+                else:
+                    out.hosts[uuid] = row.host
+        return out
+
+    def _records(self, uuids: Sequence[str]) -> dict[str, Any]:
+        """The targeted cell's records of ``uuids``, deleted or not."""
+        with self.db.reader() as session:
+            return {
+                row.uuid: row
+                for chunk in _chunks(uuids)
+                for row in session.execute(
+                    select(
+                        Instance.uuid,
+                        Instance.host,
+                        Instance.deleted,
+                        Instance.created_at,
+                        Instance.updated_at,
+                        Instance.deleted_at,
+                    ).where(Instance.uuid.in_(chunk))
+                )
+            }
 
     def _import_unmanaged(self, report: HealReport, dry_run: bool, project: str | None) -> list[Correction]:
         from novakit.compute import importer

@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
+from novakit.cells.registry import Cell
 from novakit.compute import actions
 from novakit.compute.faults import fault_from_exception
 from novakit.compute.messages import (
@@ -250,44 +251,51 @@ class TaskRecovery(HealerBase):
         """
         now = self.clock()
         older = now - dt.timedelta(seconds=self.conf.compute.build_timeout)
-        with self.db.reader() as session:
-            rows = session.execute(
-                select(
-                    InstanceAction.instance_uuid,
-                    InstanceAction.action,
-                    InstanceAction.request_id,
-                    Instance.task_owner,
-                    Instance.task_state,
-                    Instance.vm_state,
-                    Instance.deleted,
-                )
-                .join(Instance, Instance.uuid == InstanceAction.instance_uuid)
-                .where(InstanceAction.finish_time.is_(None), InstanceAction.start_time < older)
-                .order_by(InstanceAction.id)
-            ).all()
+
+        def read(cell: Cell, session: Session) -> list[Any]:
+            return list(
+                session.execute(
+                    select(
+                        InstanceAction.instance_uuid,
+                        InstanceAction.action,
+                        InstanceAction.request_id,
+                        Instance.task_owner,
+                        Instance.task_state,
+                        Instance.vm_state,
+                        Instance.deleted,
+                    )
+                    .join(Instance, Instance.uuid == InstanceAction.instance_uuid)
+                    .where(InstanceAction.finish_time.is_(None), InstanceAction.start_time < older)
+                    .order_by(InstanceAction.id)
+                ).all()
+            )
+
         message = f"Abandoned: its request ended without an outcome; finished by heal {self.ctx.request_id}"
         out = []
-        for uuid, action, request_id, owner, task, vm_state, deleted in rows:
-            running = not deleted and (task is not None or vm_state == VmState.BUILDING.value)
-            if running and owner == request_id:
-                continue  # its own task, still running (or left to a later heal)
-            c = Correction(
-                kind="abandoned_action",
-                instance=uuid,
-                before=f"{action} ({request_id}) open",
-                after="finished",
-                detail=f"request {request_id} ended without recording what became of its {action}",
-            )
-            if not dry_run:
+        for cell, rows in self._gather(read):
+            for uuid, action, request_id, owner, task, vm_state, deleted in rows:
+                running = not deleted and (task is not None or vm_state == VmState.BUILDING.value)
+                if (running and owner == request_id) or self._is_copy(cell, uuid):
+                    continue  # its own task, still running (or left to a later heal); or a copy
+                c = Correction(
+                    kind="abandoned_action",
+                    instance=uuid,
+                    before=f"{action} ({request_id}) open",
+                    after="finished",
+                    detail=f"request {request_id} ended without recording what became of its {action}",
+                )
+                if not dry_run:
 
-                def write(
-                    session: Session, uuid: str = uuid, action: str = action, rid: str = request_id
-                ) -> None:
-                    actions.action_finish(
-                        session, self.ctx.with_request_id(rid), uuid, action, message=message
-                    )
+                    def write(
+                        session: Session, uuid: str = uuid, action: str = action, rid: str = request_id
+                    ) -> bool:
+                        actions.action_finish(
+                            session, self.ctx.with_request_id(rid), uuid, action, message=message
+                        )
+                        return True
 
-                self.db.run_in_transaction(write)
-                c.applied = True
-            out.append(c)
+                    if not self._in_cell(cell, self.db.run_in_transaction, write):
+                        continue  # its cell stopped answering: left as it is, the cell reported
+                    c.applied = True
+                out.append(c)
         return out

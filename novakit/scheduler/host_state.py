@@ -11,11 +11,10 @@ host for one instance of a multi-create, so that the next instance sees it
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import datetime as dt
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -48,6 +48,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, quota
+from novakit.cells import instances as cell_instances
 from novakit.config import Config
 from novakit.db.engine import Database
 from novakit.db.models import utcnow
@@ -58,7 +59,6 @@ from novakit.placement import traits as placement_traits
 from novakit.placement.providers import find_provider
 from novakit.scheduler.explain import Step, summary
 from novakit.scheduler.filters import BaseFilter, build_filters
-from novakit.cells import instances as cell_instances
 from novakit.scheduler.host_state import HostState, instance_hosts, load_candidate_hosts
 from novakit.scheduler.request_spec import RequestSpec
 from novakit.scheduler.resolved import ResolvedSpec

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from novakit import exceptions
+from novakit.cells.registry import targeting
 from novakit.context import RequestContext
 from tests.functional.cloud import Cloud, boot
 
@@ -106,7 +107,10 @@ def test_a_lock_committed_between_the_check_and_the_write_still_holds(
             expected_lock=(False, None),  # what a check before the lock read
         )
 
-    with pytest.raises(exceptions.InstanceIsLocked, match="locked meanwhile"):
+    with (
+        pytest.raises(exceptions.InstanceIsLocked, match="locked meanwhile"),
+        targeting(cloud.db, server["id"]),
+    ):
         cloud.db.run_in_transaction(write)
     assert cloud.api.get(ctx, server["id"])["task_state"] is None
 

@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 from sqlalchemy import text
 
+from novakit.cells.registry import targeting
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from tests.functional import workers
@@ -26,7 +27,7 @@ def test_guarded_write_race_has_exactly_one_winner(cloud: Cloud, ctx: RequestCon
     with _pool(8) as pool:
         outcomes = pool.starmap(workers.guarded_write, [(cloud.db.url, server["id"], start_at)] * 8)
     assert Counter(outcomes) == {"won": 1, "lost": 7}
-    with cloud.db.reader() as session:
+    with targeting(cloud.db, server["id"]), cloud.db.reader() as session:
         assert db_api.instance_get(session, cloud.admin, server["id"]).task_state == "powering-off"
 
 

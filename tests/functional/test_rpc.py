@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import update
 
 from novakit import worker
+from novakit.cells.registry import targeting
 from novakit.compute.api import API
 from novakit.compute.messages import ComputeRequest
 from novakit.compute.rpc import ComputeRPC, instance_spec
@@ -64,7 +65,7 @@ def test_a_registered_host_answers_and_many_are_asked_at_once(cloud: Cloud, ctx:
     assert guests[server["host"]] == {server["id"]: int(PowerState.RUNNING)}
     assert all(guests[h] == {} for h in hosts if h != server["host"])
     # One host, with the spec its records give: the guest's power state as the hypervisor says.
-    with cloud.db.reader() as session:
+    with targeting(cloud.db, server["id"]), cloud.db.reader() as session:
         spec = instance_spec(session, db_api.instance_get(session, cloud.admin, server["id"]))
     [info] = rpc.send(
         ComputeRequest(request_id="req-rpc", host=server["host"], operation="get_info", instances=[spec])
@@ -87,7 +88,7 @@ def test_a_conductor_given_a_transport_factory_builds_and_acts_through_it(
 
 def test_a_host_that_is_not_registered_could_not_run_the_request(cloud: Cloud, ctx: RequestContext) -> None:
     server = boot(cloud, ctx, "stranded")
-    with cloud.db.reader() as session:
+    with targeting(cloud.db, server["id"]), cloud.db.reader() as session:
         spec = instance_spec(session, db_api.instance_get(session, cloud.admin, server["id"]))
     request = ComputeRequest(request_id="req-rpc", host="nowhere-7", operation="stop", instances=[spec])
 

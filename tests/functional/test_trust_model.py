@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from novakit import exceptions, playflow, policy
+from novakit.cells.registry import targeting
 from novakit.compute import hosts
 from novakit.compute.messages import ComputeRequest, ComputeResult, Fault, InstanceResult
 from novakit.compute.rpc import instance_spec
@@ -29,7 +30,7 @@ def outsider() -> RequestContext:
 
 def _forged_failure(cloud: Cloud, server: dict[str, Any]) -> dict[str, Any]:
     """A "record" step's arguments saying A's server failed to build on its host."""
-    with cloud.db.reader() as session:
+    with targeting(cloud.db, server["id"]), cloud.db.reader() as session:
         spec = instance_spec(session, db_api.instance_get(session, cloud.admin, server["id"]))
     host = server["host"]
     request = ComputeRequest(request_id="req-forged", host=host, operation="build", instances=[spec])

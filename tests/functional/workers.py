@@ -16,13 +16,14 @@ def wait_until(start_at: float) -> None:
 
 def guarded_write(url: str, uuid: str, start_at: float) -> str:
     """Try to move the instance from task_state None to powering-off."""
+    from novakit.cells.registry import targeting
     from novakit.db import api as db_api
     from novakit.db.engine import Database
 
     db = Database(url)
     wait_until(start_at)
     try:
-        with db.writer() as session:
+        with targeting(db, uuid), db.writer() as session:
             db_api.instance_update(session, uuid, {"task_state": "powering-off"}, expected_task_state=None)
         return "won"
     except exceptions.UnexpectedTaskStateError:

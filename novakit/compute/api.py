@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from novakit import exceptions, policy
 from novakit.cells import instances as cell_instances
 from novakit.cells import mappings
-from novakit.cells.registry import UNSCHEDULED, grouped, locate
+from novakit.cells.registry import UNSCHEDULED, grouped, locate, targeting
 from novakit.compute import actions, flavors, images, listing, passwords, schemas, states
 from novakit.compute import names as naming
 from novakit.compute.messages import ComputeRequest
@@ -585,8 +585,17 @@ class API:
         not exist is not an error.
         """
         t, opts = states.resolve(action, options)
-        with self.db.target_cell(locate(self.db.cells, ctx, ref)):
-            return self._act(ctx, ref, t, opts, dry_run=dry_run, defer=defer, declarative=declarative)
+        cell = locate(self.db.cells, ctx, ref)
+        try:
+            with self.db.target_cell(cell):
+                return self._act(ctx, ref, t, opts, dry_run=dry_run, defer=defer, declarative=declarative)
+        except exceptions.InstanceNotFound:
+            # Moved into its cell (or cell0) between the look-up and the write: act there.
+            moved = locate(self.db.cells, ctx, ref)
+            if moved == cell:
+                raise
+            with self.db.target_cell(moved):
+                return self._act(ctx, ref, t, opts, dry_run=dry_run, defer=defer, declarative=declarative)
 
     def _act(
         self,
@@ -676,7 +685,8 @@ class API:
                 elif not defer:
                     self.conductor.run_action(ctx, request)
                     request = None
-        with self.db.reader() as session:
+        # Read where the server is now: its mapping, not the cell it was in when the action began.
+        with targeting(self.db, uuid), self.db.reader() as session:
             view = server_view(db_api.instance_get(session, ctx, uuid, include_deleted=True), ctx)
         return ActOutcome(server=view, changed=changed, action=t.action, request=request)
 
@@ -704,7 +714,8 @@ class API:
         def write(session: Session) -> None:
             actions.action_finish(session, ctx, uuid, t.record_as)
 
-        self.db.run_in_transaction(write)
+        with targeting(self.db, uuid):
+            self.db.run_in_transaction(write)
 
     # The Python API's short forms: each is ``act`` with the action's options.
 

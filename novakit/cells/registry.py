@@ -188,7 +188,12 @@ class CellRegistry:
                 from novakit.db.engine import Database
 
                 derived = cell.is_cell0 and not cell.database_url
-                db = Database(url, kind="cell", auto_upgrade=False, create_dir=False)
+                try:
+                    db = Database(url, kind="cell", auto_upgrade=False, create_dir=False)
+                except exceptions.ConfigError as exc:  # a SQLite file whose directory is gone
+                    raise exceptions.CellDown(
+                        cell=cell.name, reason=str(exc.kwargs.get("reason", exc))
+                    ) from None
                 if derived:
                     _create_database(url)
                     db.upgrade_if_needed()

@@ -11,11 +11,13 @@ like any other. The choices, each for a reason:
   instance mapping's uuid (``instance_mappings``, one for every server of every
   cell) is what makes two imports of one host at the same moment create one
   server (the other skips it as already imported).
-* **Cell**: the records go where a new server of that host goes (``novakit.cells``):
-  the instance and its action into the cell the host is mapped to, with an
-  instance mapping naming that cell, in the transaction that claims; a host mapped
-  to no cell keeps them in the API database's own instance tables, as a server
-  not scheduled yet.
+* **Cell**: the records go where a new server of that host goes, the same way
+  (``novakit.cells``): written with their instance mapping and the claim where
+  servers wait to be scheduled (the API database, one transaction), then moved
+  into the cell the host is mapped to, as a boot's are once its host is chosen
+  (``cells.moves``: a move cut off half way leaves the server where it waited, and
+  heal removes the copy). A cell that does not answer refuses the guest, its
+  records and claim removed again.
 * **Flavor**: an enabled flavor whose vCPUs, RAM, root disk (the first disk's
   virtual size, rounded up to GiB) and ephemeral disk (the other disks) match
   exactly, with no swap (a public one before a private one, then by name); else a
@@ -42,8 +44,9 @@ like any other. The choices, each for a reason:
   read, a transient domain) is refused with the host's reason.
 
 The order makes every interruption safe: the records and claims are written first
-(vm_state ``building``, task ``spawning``, owned by this request with a lease),
-then the host adopts the guest, then the server is recorded as it runs. If the
+(vm_state ``building``, task ``spawning``, owned by this request with a lease) and
+moved into the host's cell, then the host adopts the guest, then the server is
+recorded as it runs. If the
 host refuses, the records and claims are removed again (nothing happened). If the
 process dies in between, heal finds a build whose owner is gone: adopted, the
 guest is listed and heal records the build as done (``build_adopted``); not
@@ -68,7 +71,8 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
 from novakit.cells import mappings
-from novakit.cells.registry import UNSCHEDULED
+from novakit.cells.moves import move_to_cell
+from novakit.cells.registry import UNSCHEDULED, Cell, in_cell_of
 from novakit.compute import actions, flavors
 from novakit.compute.api import hostname_for
 from novakit.compute.messages import ComputeRequest, Event, UnmanagedGuest
@@ -197,11 +201,9 @@ class Importer:
                     "(a name or uuid of a guest novakit did not create)",
                 )
             found = [g for g in found if g.name in wanted or g.uuid in wanted]
-        # Where a new server of this host goes: its cell (the API database's tables if it has none).
-        cell = self.db.cells.of_host(host) or UNSCHEDULED
-        with self.db.target_cell(cell):
-            for guest in found:
-                report.guests.append(self._one(host, nodename, cell.id, guest, dry_run))
+        cell = self.db.cells.of_host(host)
+        for guest in found:
+            report.guests.append(self._one(host, nodename, cell, guest, dry_run))
         return report
 
     def unmanaged(self, host: str) -> list[UnmanagedGuest]:
@@ -216,9 +218,9 @@ class Importer:
     # ------------------------------------------------------------------ one guest
 
     def _one(
-        self, host: str, nodename: str, cell_id: int | None, g: UnmanagedGuest, dry_run: bool
+        self, host: str, nodename: str, cell: Cell | None, g: UnmanagedGuest, dry_run: bool
     ) -> ImportedGuest:
-        """Import one guest, in the cell its host's servers live in (targeted by the caller)."""
+        """Import one guest into ``cell``, its host's (None: the host is mapped to no cell)."""
         power = PowerState(g.power_state) if g.power_state in PowerState._value2member_map_ else None
         item = ImportedGuest(
             uuid=g.uuid,
@@ -249,7 +251,8 @@ class Importer:
             # lost that race sees the flavor when it runs again.
             for attempt in range(3):
                 try:
-                    self.db.run_in_transaction(lambda s: self._record(s, host, nodename, cell_id, g, item))
+                    with self.db.target_cell(UNSCHEDULED):
+                        self.db.run_in_transaction(lambda s: self._record(s, host, nodename, g, item))
                     break
                 except IntegrityError:
                     if attempt == 2:
@@ -259,6 +262,13 @@ class Importer:
             item.outcome, item.reason, item.fits = refused.outcome, refused.reason, refused.fits
             item.vm_state = None
             return item
+        if cell is not None:
+            try:
+                move_to_cell(self.db, [g.uuid], cell)
+            except exceptions.CellDown as exc:
+                self._forget(g.uuid)
+                item.outcome, item.vm_state, item.reason = "refused", None, exc.format_message()
+                return item
         self._adopt(host, g, end, item)
         return item
 
@@ -314,15 +324,10 @@ class Importer:
         return next(iter(exact), None)
 
     def _record(
-        self,
-        session: Session,
-        host: str,
-        nodename: str,
-        cell_id: int | None,
-        g: UnmanagedGuest,
-        item: ImportedGuest,
+        self, session: Session, host: str, nodename: str, g: UnmanagedGuest, item: ImportedGuest
     ) -> None:
-        """The records, their mapping and the claim, in one transaction; _Refused rolls all back."""
+        """The records, their mapping and the claim, in one transaction of the API database (where
+        servers wait to be scheduled); _Refused rolls all back."""
         self._plan(session, host, g, item)
         flavor = self._matching_flavor(session, g)
         if flavor is None:
@@ -336,7 +341,6 @@ class Importer:
             [
                 {
                     "uuid": g.uuid,
-                    "cell_id": cell_id,
                     "project_id": self.owner.project_id,
                     "user_id": self.owner.user_id,
                     "display_name": g.name,
@@ -403,6 +407,7 @@ class Importer:
 
     # ------------------------------------------------------------------ the host's half
 
+    @in_cell_of("g")
     def _adopt(self, host: str, g: UnmanagedGuest, end: VmState, item: ImportedGuest) -> None:
         with self.db.reader() as session:
             spec = instance_spec(session, db_api.instance_get(session, self.owner, g.uuid))
@@ -445,6 +450,7 @@ class Importer:
             # Someone acted on the new server meanwhile (a delete): theirs is the record now.
             item.reason = f"imported, then changed meanwhile: {exc.format_message()}"
 
+    @in_cell_of("uuid")
     def _forget(self, uuid: str) -> None:
         """Remove what ``_record`` wrote for a guest the host would not adopt: nothing happened.
         The mapping goes with the instance only: a server someone acted on meanwhile keeps both."""

@@ -90,6 +90,11 @@ What it corrects, and why each rule is what it is:
 
 * **Orphan allocations** (their consumer is no live instance) are removed.
 
+* **Stray copies**: a move into a cell copies a server's records there and then
+  points its mapping at them (``novakit.cells.moves``); one cut off in between
+  leaves a copy the mapping does not point at. Once the copy's lease ran out
+  (the move is over), it is removed; the server is where its mapping says.
+
 * **Orphan guests** (no live instance on that host owns them) are reported and
   destroyed only when ``destroy_orphans`` is set.
 
@@ -230,6 +235,7 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans):
         report.corrections.extend(self._reap_stuck_builds(wanted, dry_run, reports))
         if not wanted:
             report.corrections.extend(self._abandoned_actions(dry_run))
+            report.corrections.extend(self._stray_copies(dry_run))
         report.corrections.extend(self._orphan_allocations(wanted, dry_run))
         if import_unmanaged:
             report.corrections.extend(self._import_unmanaged(report, dry_run, import_project))
@@ -243,12 +249,14 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans):
             return list(session.execute(select(ComputeNode.host).where(ComputeNode.deleted == 0)).scalars())
 
     def _live_instances(self) -> dict[str, _Seen]:
-        """Every cell's live instances, each with the cell it lives in (copies left out)."""
+        """Every cell's live instances, each with the cell it lives in; copies are put aside."""
         found = self._gather(
             lambda cell, session: [_Seen(i, cell) for i in db_api.instance_get_all(session, self.ctx)]
         )
         self._read_mappings()
-        return {s.uuid: s for cell, rows in found for s in rows if not self._is_copy(cell, s.uuid)}
+        rows = [s for _cell, seen in found for s in seen]
+        self._copies = [s for s in rows if self._is_copy(s.cell, s.uuid)]
+        return {s.uuid: s for s in rows if not self._is_copy(s.cell, s.uuid)}
 
     def _ask_hosts(self, hosts: list[str], report: HealReport, dry_run: bool) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}

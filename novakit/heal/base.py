@@ -43,6 +43,7 @@ Kind = Literal[
     "orphan_allocation",
     "orphan_guest",
     "imported_guest",
+    "stray_copy",
 ]
 
 _OFF = (PowerState.SHUTDOWN, PowerState.CRASHED)
@@ -134,6 +135,8 @@ class HealerBase:
         self._host_cells: dict[str, Cell] | None = None
         # Live instance -> the id of the cell its mapping names (None: not scheduled yet).
         self._mapped: dict[str, int | None] = {}
+        # The live rows read in a cell their mapping does not point at (``_is_copy``).
+        self._copies: list[_Seen] = []
 
     @property
     def conductor(self) -> Conductor:

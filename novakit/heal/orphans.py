@@ -1,4 +1,5 @@
-"""Orphans: allocations no live instance holds, guests no server owns, and guests novakit did not create.
+"""Orphans: allocations no live instance holds, guests no server owns, copies no mapping points
+at, and guests novakit did not create.
 
 Whether a live server holds a guest or a claim is asked of its mapping and its cell
 (``Orphans._holders``): a server's record is in one cell's database, its guest on a
@@ -15,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from novakit.cells import moves
 from novakit.cells.registry import Cell
 from novakit.compute.messages import (
     ComputeRequest,
@@ -29,6 +31,7 @@ from novakit.heal.base import (
     HealerBase,
     HealReport,
     _power,
+    _Seen,
 )
 
 #: uuids per IN list: well under every backend's limit on bound parameters
@@ -193,6 +196,51 @@ class Orphans(HealerBase):
                     ).where(Instance.uuid.in_(chunk))
                 )
             }
+
+    def _stray_copies(self, dry_run: bool) -> list[Correction]:
+        """Remove the copies cut-off moves left (``HealerBase._is_copy``), once the move is over.
+
+        A copy carries the lease of the server it was copied from, renewed just before the
+        move (in the claims' transaction): a move still running holds it, as any owner holds
+        its task. With the lease run out (or, without one, the row older than
+        ``build_timeout``) and the mapping still naming another database when heal writes,
+        the copy is nobody's, and no move can make it the server later: a move into its cell
+        would first have to insert the same uuid there.
+        """
+        now = self.clock()
+        older = now - dt.timedelta(seconds=self.conf.compute.build_timeout)
+        out = []
+        for s in self._copies:
+            lease = s.task_lease_until
+            if (lease >= now) if lease is not None else (s.changed_at >= older):
+                continue  # its move may still be running
+            home = self.db.cells.by_id(self._mapped[s.uuid])
+            c = Correction(
+                kind="stray_copy",
+                instance=s.uuid,
+                host=s.host,
+                before=f"copy in {s.cell.name}",
+                after="removed",
+                detail=f"a copy of the server in the database of {s.cell.name}, which its mapping does "
+                f"not point at (a move cut off between its copy and its swap); the server is in {home.name}",
+            )
+            if not dry_run:
+                done = self._in_cell(s.cell, self._remove_copy, s)
+                if done is None:
+                    continue  # its cell stopped answering: left as it is, the cell reported
+                c.applied = done
+                if not done:
+                    c.error = "skipped: its mapping changed meanwhile"
+            out.append(c)
+        return out
+
+    def _remove_copy(self, s: _Seen) -> bool:
+        """Remove the copy ``s`` if its mapping (read afresh) still names another database."""
+        found = self.db.cells.of_instances([s.uuid])
+        if not found or self.db.cells.url_of(next(iter(found))) == self.db.cells.url_of(s.cell):
+            return False
+        moves.remove_copies(self.db, s.cell, [s.uuid])
+        return True
 
     def _import_unmanaged(self, report: HealReport, dry_run: bool, project: str | None) -> list[Correction]:
         from novakit.compute import importer

@@ -151,7 +151,9 @@ class ComputeNodeModule(NovakitModule):
             policy.authorize(ctx, "host:register")  # as register_host does for the real run
             return self.with_diff({"changed": changed, "host": p["host"]}, before, after)
         # Registering also beats the host's heartbeat, so it runs even when nothing changed.
-        out = hosts.register_host(db, conf, p["host"], resources, p["driver"], overrides, ctx=ctx, cell=p["cell"])
+        out = hosts.register_host(
+            db, conf, p["host"], resources, p["driver"], overrides, ctx=ctx, cell=p["cell"]
+        )
         return self.with_diff({"changed": changed, **out}, before, after)
 
 

@@ -95,13 +95,21 @@ report:
     unreachable:
       description: The hosts that did not answer, and why.
       type: dict
+    down_cells:
+      description:
+        - The cells whose database did not answer, and why. Nothing in them was changed, and the hosts
+          mapped to them were not compared.
+      type: dict
     corrections:
       description: Every correction found.
       type: list
       elements: dict
       contains:
         kind:
-          description: C(power_state), C(stopped), C(vanished), C(build_timeout), C(build_adopted), C(orphan_allocation), C(orphan_guest) or C(imported_guest).
+          description:
+            - C(power_state), C(stopped), C(vanished), C(task_recovered), C(build_timeout), C(build_adopted),
+              C(abandoned_action), C(orphan_allocation), C(orphan_guest), C(imported_guest) or C(stray_copy)
+              (the copy an interrupted move into a cell left behind, removed).
           type: str
         instance:
           description: The instance (or, for an orphan guest, the guest's uuid).
@@ -129,6 +137,7 @@ report:
     dry_run: false
     hosts: [compute-large]
     unreachable: {}
+    down_cells: {}
     corrections:
       - kind: stopped
         instance: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4

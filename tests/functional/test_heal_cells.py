@@ -3,6 +3,7 @@ own cell's database, and a cell whose database does not answer is reported and l
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 import uuid as uuidlib
@@ -11,10 +12,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from typer.testing import CliRunner
 
 from novakit import placement
+from novakit.cells.registry import UNSCHEDULED
 from novakit.cli import app
 from novakit.compute import hosts
 from novakit.compute.importer import import_guests
@@ -246,3 +248,54 @@ def test_an_unmanaged_guest_is_imported_into_the_cell_of_its_host(cloud: Cloud, 
     # Adopted: the host lists it as novakit's now, and heal finds nothing to correct in either cell.
     assert [g.outcome for g in import_guests(cloud.db, cloud.conf, EDGE).guests] == []
     assert heal(cloud.db, cloud.conf).corrections == []
+
+    # A guest whose host's cell does not answer is refused, and nothing of it stays behind.
+    late = cloud.fake(EDGE).define_foreign("legacy-late", vcpus=1, memory_mb=1024, root_gb=10)
+    cell2.go_down()
+    [guest] = import_guests(cloud.db, cloud.conf, EDGE).guests
+    assert (guest.uuid, guest.outcome) == (late, "refused")
+    assert "Cell cell2 is unreachable" in guest.reason
+    assert placement.get_allocations_for_consumer(cloud.db, late) == {}
+    with cloud.db.reader() as session:
+        assert (
+            session.execute(select(InstanceMapping.id).where(InstanceMapping.instance_uuid == late)).first()
+            is None
+        )
+    assert _in_api_database(cloud, [late]) == []
+    cell2.come_back()
+    assert [g.outcome for g in import_guests(cloud.db, cloud.conf, EDGE).guests] == ["imported"]
+    assert cell2.record(late) is not None
+
+
+def test_a_copy_left_by_a_move_cut_off_half_way_is_removed_once_the_move_is_over(
+    cloud: Cloud, cell2: Cell2, ctx: RequestContext
+) -> None:
+    [uuid] = [
+        s["id"]
+        for s in cloud.api.create(
+            ctx, {"name": "waiting", "flavor": "m1.small", "image": "tiny"}, build=False
+        )
+    ]
+    # The move into cell2 copied the records and died before pointing the mapping at them.
+    with cloud.db.target_cell(UNSCHEDULED), cloud.db.reader() as session:
+        inst = session.execute(select(Instance).where(Instance.uuid == uuid)).scalar_one()
+        row = {c.key: getattr(inst, c.key) for c in inst.__mapper__.column_attrs if c.key != "id"}
+    own = Database(cell2.url, kind="cell", auto_upgrade=False)
+    with own.writer() as session:
+        session.execute(insert(Instance), [row])
+    own.dispose()
+    # While the move may still be running, its copy is left alone (and the build to its owner).
+    assert heal(cloud.db, cloud.conf).corrections == []
+    assert cell2.record(uuid) is not None
+
+    later = utcnow() + dt.timedelta(seconds=cloud.conf.compute.build_timeout + 5)
+    dry = heal(cloud.db, cloud.conf, clock=lambda: later, dry_run=True)
+    assert ("stray_copy", uuid) in _kinds(dry) and cell2.record(uuid) is not None
+    report = heal(cloud.db, cloud.conf, clock=lambda: later)
+    # The server is the one its mapping names, not yet scheduled: its build's owner is gone.
+    assert _kinds(report) == [("build_timeout", uuid), ("stray_copy", uuid)]
+    copy = next(c for c in report.corrections if c.kind == "stray_copy")
+    assert copy.applied and "cell2" in copy.detail
+    assert cell2.record(uuid) is None
+    assert cloud.api.get(ctx, uuid)["status"] == "ERROR"
+    assert heal(cloud.db, cloud.conf, clock=lambda: later).corrections == []

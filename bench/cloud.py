@@ -1,18 +1,25 @@
 """A fresh benchmark cloud: an empty database, fake compute hosts, one flavor and one image.
 
 Shared by the benchmarks that boot through the Python API (``boot_api.py``,
-``fleet_scale.py``), so that both measure the same set-up.
+``fleet_scale.py``), so that both measure the same set-up. With cells
+(``add_cell``), the API database is cell1 as the embedded default is, and each
+further cell has a database of its own; ``fake_hosts(cells=...)`` spreads the
+hosts over them.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-from sqlalchemy import text
+from sqlalchemy import make_url, text
+from sqlalchemy.exc import OperationalError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from novakit.cells import manage  # noqa: E402
+from novakit.cells.registry import derived_url  # noqa: E402
 from novakit.compute import flavors, hosts, images  # noqa: E402
 from novakit.config import Config, load_config  # noqa: E402
 from novakit.context import RequestContext  # noqa: E402
@@ -24,17 +31,42 @@ from novakit.virt.driver import load_driver  # noqa: E402
 FLAVOR, IMAGE = "m1.tiny", "tiny"
 
 
+def empty_database(url: str, *, kind: str = "api") -> None:
+    """Drop every novakit table of a PostgreSQL database and both migration trees' version
+    tables (``tests/functional/test_cells.py::_empty_pg2``); a database that does not exist
+    is left alone. SQLite: nothing (each benchmark makes its files in a fresh directory)."""
+    if make_url(url).get_backend_name() != "postgresql":
+        return
+    db = Database(url, kind=kind, auto_upgrade=False)
+    try:
+        with db.engine.begin() as conn:
+            for table in reversed(Base.metadata.sorted_tables):
+                conn.execute(text(f'DROP TABLE IF EXISTS "{table.name}" CASCADE'))
+            conn.execute(text("DROP TABLE IF EXISTS alembic_version_cell"))
+            conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+    except OperationalError as exc:
+        if "does not exist" not in str(exc.orig):
+            raise
+    finally:
+        db.dispose()
+
+
 def fresh_database(db_url: str | None, area: Path) -> Database:
     """An empty, migrated database: SQLite in ``area`` by default; a PostgreSQL URL has its
-    novakit tables dropped first."""
+    novakit tables dropped first, and those of its cell0 database beside it (``<name>_cell0``,
+    made on first use), which would otherwise keep an earlier run's servers."""
     url = db_url or f"sqlite:///{area / 'novakit.db'}"
+    empty_database(url)
+    empty_database(derived_url(url, "cell0"), kind="cell")
     db = Database(url, auto_upgrade=False)
-    if not db.is_sqlite:
-        with db.engine.begin() as conn:
-            Base.metadata.drop_all(conn)
-            conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
     db.upgrade_if_needed()
     return db
+
+
+def add_cell(db: Database, name: str, url: str) -> dict:
+    """Map a new cell to the database ``url``, emptied first (PostgreSQL) and migrated."""
+    empty_database(url, kind="cell")
+    return manage.create_cell(db, RequestContext.admin(), name, url, migrate=True)
 
 
 def bench_config(db: Database, area: Path) -> Config:
@@ -52,11 +84,14 @@ def fake_hosts(
     exact: bool = False,
     prefix: str = "bench",
     catalog: bool = True,
+    cells: Sequence[str] | None = None,
 ) -> list[str]:
     """Register ``count`` fake hosts (``bench-NN``) that spawn at once, and the catalog.
 
     ``exact``: each host takes exactly ``vcpus`` one-vCPU servers (no overcommit), so that a
     stacking scheduler fills every host alike instead of piling the fleet on the first few.
+    ``cells``: the cells (names) the hosts are mapped to, in equal consecutive shares (two
+    cells: the first half in the first, the second half in the second); None, the default cell.
     """
     admin = RequestContext.admin()
     names = []
@@ -77,7 +112,8 @@ def fake_hosts(
         }
         driver = load_driver("fake", name, info["options"])
         driver.init_host()
-        hosts.register_host(db, conf, name, driver.get_available_resource(), info, overrides)
+        cell = cells[n * len(cells) // count] if cells else None
+        hosts.register_host(db, conf, name, driver.get_available_resource(), info, overrides, cell=cell)
         names.append(name)
     if not catalog:
         return names

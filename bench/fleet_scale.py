@@ -1,9 +1,17 @@
-"""Fleet-scale figures on one database: boot, list, heal and inventory at 10,000 servers.
+"""Fleet-scale figures: boot, list, heal, inventory and claims at 10,000 servers, in one or two cells.
 
 One cloud of ``--hosts`` fake hosts (fake driver, no spawn delay) on a fresh
 database (SQLite by default, PostgreSQL with ``--db-url``; its tables are
 dropped), filled with ``--servers`` servers through the Python API
-(``novakit.compute.api.API``), then read back:
+(``novakit.compute.api.API``), then read back.
+
+``--cells 2``: two cells, as Nova's cells v2 has them. The API database is
+cell1 too (as the embedded default is); cell2 is a database of its own, a
+second SQLite file beside the first (``cell2.db``) or, with PostgreSQL, the
+database ``--cell2-url`` names (on a second server; its tables are dropped).
+The hosts are split half and half: the first half in cell1, the second in
+cell2 (``hosts.register_host(cell=...)``), so the servers are too. Every
+figure below is then taken across both cells.
 
 1. **boot**: the first part of the servers (``--serial-share``, default half)
    as one-server requests one after another in this process, the rest as
@@ -24,15 +32,28 @@ dropped), filled with ``--servers`` servers through the Python API
    ``ansible-inventory -i servers.novakit.yml --list`` as a command, next to
    the same command on an empty inventory (Ansible's own floor).
    Goal < 3 s (for the in-process parse).
+5. **claims**: placement claims per second from ``--claim-processes`` (8)
+   processes at once, each looping ``placement.claim_resources`` of one
+   server's resources on a random one of 1,000 providers registered for it
+   (``placement.fake_fleet``, half mapped to each cell; removed afterwards with
+   their claims), ``--claim-seconds`` each round, as ``scheduler_bench.py``
+   measures it but on the API database that holds the fleet. Goals: PostgreSQL
+   >= 500/s, SQLite >= 450/s. For reference, also whole scheduling decisions
+   with their claim (``select_destinations``) per second, no goal.
 
 Every figure is a median with [min..max] over ``--rounds`` runs, against its
 goal (PASS/MISS), with the load average before and after its phase. For a
 MISS, the operation runs once more under cProfile and with its SQL statements
 counted, and the report shows where the time went (for boot: 200 more serial
-boots, and 4 x 50 in processes with the first one profiled).
+boots, and 4 x 50 in processes with the first one profiled; for claims:
+another round with the first process profiled).
+
+A phase that fails (heal while it is being adapted to cells, say) is reported
+as "not run" with its error, and the others go on.
 
     python bench/fleet_scale.py [--servers 10000] [--hosts 100] [--db-url postgresql+psycopg://...]
     python bench/fleet_scale.py --servers 500 --hosts 20      # a quick run while developing
+    python bench/fleet_scale.py --cells 2 [--db-url URL1 --cell2-url URL2]   # two cells
 
 Figures only; nothing here asserts a time.
 """
@@ -55,6 +76,8 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
+import uuid as uuidlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -62,13 +85,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cloud import FLAVOR, IMAGE, bench_config, fake_hosts, fresh_database  # noqa: E402
+from cloud import FLAVOR, IMAGE, add_cell, bench_config, fake_hosts, fresh_database  # noqa: E402
 
+from novakit.cells import manage  # noqa: E402
 from novakit.compute.api import API  # noqa: E402
 from novakit.config import Config  # noqa: E402
 from novakit.context import RequestContext  # noqa: E402
@@ -88,7 +112,12 @@ GOALS = {
     "heal": ("s", "<", 15.0),
     "inventory_parse": ("s", "<", 3.0),
     "inventory_command": ("s", "<", 3.0),
+    # PostgreSQL >= 500/s; set for the back end in ``run``.
+    "claims": ("claims/s", ">=", 450.0),
 }
+CLAIM_GOALS = {"postgresql": 500.0, "sqlite": 450.0}
+#: what a benchmark claim takes (one m1.tiny server's resources)
+CLAIM = {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}
 
 
 # ---------------------------------------------------------------------- measuring
@@ -153,7 +182,7 @@ class Figure:
 
 
 def _fmt(unit: str) -> Callable[[float], str]:
-    return {"ms": "{:.1f}", "s": "{:.2f}", "servers/s": "{:.1f}"}[unit].format
+    return {"ms": "{:.1f}", "s": "{:.2f}", "servers/s": "{:.1f}", "claims/s": "{:.0f}"}[unit].format
 
 
 def _load() -> tuple[float, float, float]:
@@ -303,6 +332,211 @@ def inventory_command(source: str | Path) -> None:
     )
 
 
+# ---------------------------------------------------------------------- claims
+
+CLAIM_PREFIX = "claim-"
+
+
+def claim_providers(db: Database, count: int, cells: list[str]) -> list[str]:
+    """Register ``count`` fake hosts with room for every claim of the phase (providers, compute
+    nodes, services; ``placement.fake_fleet``), mapped to ``cells`` in equal consecutive
+    shares: their provider uuids."""
+    from sqlalchemy import select
+
+    from novakit.cells import mappings
+    from novakit.db.models import ResourceProvider
+    from novakit.placement.fake_fleet import FakeHost, register_fleet
+
+    names = [f"{CLAIM_PREFIX}{n:04d}" for n in range(count)]
+    register_fleet(
+        db,
+        (
+            FakeHost(name, vcpus=4096, memory_mb=4096 * 1024, disk_gb=4096 * 16, cpu_allocation_ratio=1.0)
+            for name in names
+        ),
+    )
+    known = {c.name: c for c in db.cells.all()}
+    with db.writer() as session:
+        for n, name in enumerate(names):
+            cell = known[cells[n * len(cells) // count]]
+            mappings.map_host(session, name, cell.id, cell.name)  # type: ignore[arg-type]
+        return list(
+            session.execute(
+                select(ResourceProvider.uuid).where(ResourceProvider.name.like(f"{CLAIM_PREFIX}%"))
+            ).scalars()
+        )
+
+
+def remove_claim_providers(db: Database) -> None:
+    """The claim phase's hosts and every claim on them, gone: the fleet is as it was."""
+    like = {"p": f"{CLAIM_PREFIX}%"}
+    ids = "SELECT id FROM resource_providers WHERE name LIKE :p"
+    with db.writer() as session:
+        for statement in (
+            f"DELETE FROM allocations WHERE resource_provider_id IN ({ids})",
+            f"DELETE FROM inventories WHERE resource_provider_id IN ({ids})",
+            f"DELETE FROM resource_provider_traits WHERE resource_provider_id IN ({ids})",
+            f"DELETE FROM resource_provider_aggregates WHERE resource_provider_id IN ({ids})",
+            "DELETE FROM compute_nodes WHERE host LIKE :p",
+            "DELETE FROM services WHERE host LIKE :p",
+            "DELETE FROM host_mappings WHERE host LIKE :p",
+            "DELETE FROM resource_providers WHERE name LIKE :p",
+        ):
+            session.execute(text(statement), like)
+
+
+def _claimer(
+    url: str,
+    area: str,
+    providers: list[str],
+    seconds: float,
+    mode: str,
+    start: Any,
+    out: Any,
+    profile_to: str | None,
+) -> None:
+    """One of the claiming processes: loop placement claims (``mode`` "claim") or whole
+    scheduling decisions with their claim ("schedule") for ``seconds``; (successes, seconds)."""
+    import random
+
+    from novakit import placement
+    from novakit.compute.messages import FlavorSpec, ImageSpec
+    from novakit.config import load_config
+    from novakit.scheduler.manager import SchedulerManager
+    from novakit.scheduler.request_spec import RequestSpec
+
+    db = Database(url, auto_upgrade=False)
+    # Heartbeats count as fresh for a day: the claim hosts are registered once, before the rounds.
+    conf = load_config(
+        db_url=url,
+        state_dir=area,
+        quota={"instances": -1, "cores": -1, "ram": -1},
+        compute={"service_down_time": 86400},
+    )
+    scheduler = SchedulerManager(db, conf)
+    spec = RequestSpec(
+        request_id="bench",
+        project_id=PROJECT,
+        user_id=PROJECT,
+        flavor=FlavorSpec(
+            name=FLAVOR, vcpus=CLAIM["VCPU"], memory_mb=CLAIM["MEMORY_MB"], root_gb=CLAIM["DISK_GB"]
+        ),
+        image=ImageSpec(id="bench-image"),
+        num_instances=1,
+    )
+
+    def once() -> bool:
+        consumer = str(uuidlib.uuid4())
+        if mode == "claim":
+            return placement.claim_resources(db, consumer, random.choice(providers), CLAIM, PROJECT, PROJECT)
+        return bool(scheduler.select_destinations(spec, [consumer]))
+
+    once()  # connections and caches warm before the clock starts
+    prof = cProfile.Profile() if profile_to else None
+    start.wait()
+    count = 0
+    with STATEMENTS.counting() as counts:
+        if prof:
+            prof.enable()
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            count += once()
+        elapsed = time.perf_counter() - began
+        if prof and profile_to:
+            prof.disable()
+            prof.dump_stats(profile_to)
+    out.put((count, elapsed, dict(counts) if profile_to else {}))
+    db.dispose()
+
+
+def claims_per_second(
+    db: Database,
+    area: Path,
+    providers: list[str],
+    seconds: float,
+    processes: int,
+    mode: str = "claim",
+    profile: bool = False,
+) -> tuple[float, str | None, dict[str, int], int]:
+    """Successful claims per second summed over ``processes`` started at the same moment; and,
+    with ``profile``, the first process's profile file, its SQL statement counts and claims."""
+    db.dispose()  # no connection of this process crosses the fork
+    mp = multiprocessing.get_context("fork")
+    start, out = mp.Barrier(processes + 1), mp.Queue()
+    prof_file = str(area / "claimer0.prof") if profile else None
+    procs = [
+        mp.Process(
+            target=_claimer,
+            args=(db.url, str(area), providers, seconds, mode, start, out, prof_file if n == 0 else None),
+        )
+        for n in range(processes)
+    ]
+    for p in procs:
+        p.start()
+    start.wait()
+    done = [out.get(timeout=seconds + 600) for _ in procs]
+    for p in procs:
+        p.join()
+        if p.exitcode:
+            raise SystemExit(f"a claiming process failed (exit {p.exitcode})")
+    counted: dict[str, int] = next((c for _, _, c in done if c), {})
+    first = next((n for n, _, c in done if c), 0)
+    return sum(n for n, _, _ in done) / max(e for _, e, _ in done), prof_file, counted, first
+
+
+def _profiled_claims(
+    db: Database, area: Path, providers: list[str], seconds: float, processes: int
+) -> list[str]:
+    rate, prof_file, counts, first = claims_per_second(db, area, providers, seconds, processes, profile=True)
+    buf = io.StringIO()
+    pstats.Stats(prof_file, stream=buf).strip_dirs().sort_stats("cumulative").print_stats(25)
+    lines = [line for line in buf.getvalue().splitlines() if line.strip()]
+    start = next((i for i, line in enumerate(lines) if "ncalls" in line), 0)
+    total = sum(counts.values())
+    out = [
+        f"one more round of {seconds:.0f} s from {processes} processes: {rate:.0f} claims/s; "
+        f"the first process under cProfile ({first} claims):"
+    ] + lines[start:]
+    out.append(f"SQL statements: {total} ({total / max(first, 1):.1f} per claim), the most frequent:")
+    out += [
+        f"  {n / max(first, 1):8.2f}  {sql}" for sql, n in sorted(counts.items(), key=lambda kv: -kv[1])[:10]
+    ]
+    return out
+
+
+def _claims_phase(
+    args: argparse.Namespace, db: Database, area: Path, cells: list[str], profile: bool
+) -> Figure:
+    providers = claim_providers(db, args.claim_providers, cells)
+    try:
+        load0 = _load()
+        claims = [
+            claims_per_second(db, area, providers, args.claim_seconds, args.claim_processes)[0]
+            for _ in range(args.claim_rounds)
+        ]
+        load1 = _load()
+        decisions = [
+            claims_per_second(db, area, providers, args.claim_seconds, args.claim_processes, "schedule")[0]
+            for _ in range(args.claim_rounds)
+        ]
+        fig = Figure(
+            "claims",
+            f"placement claims, {args.claim_processes} processes",
+            claims,
+            load0,
+            load1,
+            f"{args.claim_rounds} rounds of {args.claim_seconds:.0f} s on {len(providers)} providers "
+            f"({' / '.join(cells)}); whole decisions with their claim (select_destinations), "
+            f"{args.claim_processes} processes, no goal: {statistics.median(decisions):.0f}/s "
+            f"[{min(decisions):.0f}..{max(decisions):.0f}] (load {load1[0]:.2f} -> {_load()[0]:.2f})",
+        )
+        if profile and fig.verdict() == "MISS":
+            fig.where = _profiled_claims(db, area, providers, args.claim_seconds, args.claim_processes)
+    finally:
+        remove_claim_providers(db)
+    return fig
+
+
 # ---------------------------------------------------------------------- the run
 
 
@@ -349,10 +583,24 @@ def _boot_fleet(
     return figures
 
 
-def run(args: argparse.Namespace) -> list[Figure]:
+def _not_run(figures: list[Figure], skipped: list[str], what: str, exc: BaseException) -> None:
+    said = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    line = f"{what}: not run (error {type(exc).__name__}{': ' + said if said else ''})"
+    skipped.append(line)
+    print(line, flush=True)
+    traceback.print_exc(limit=6)
+
+
+def _cell_names(cells: int) -> list[str]:
+    return ["cell1", "cell2"][:cells] if cells > 1 else []
+
+
+def run(args: argparse.Namespace) -> tuple[list[Figure], list[str]]:
     figures: list[Figure] = []
+    skipped: list[str] = []
     profile = not args.no_profile
-    wanted = set(args.only.split(",")) if args.only else {"boot", "list", "heal", "inventory"}
+    wanted = set(args.only.split(",")) if args.only else {"boot", "list", "heal", "inventory", "claims"}
+    cells = _cell_names(args.cells)
     with contextlib.ExitStack() as stack:
         if args.keep:
             area = Path(args.keep).resolve()
@@ -363,27 +611,37 @@ def run(args: argparse.Namespace) -> list[Figure]:
         kept = json.loads(marker_file.read_text()) if marker_file.exists() else None
         if kept is not None and kept["db_url"] != (args.db_url or ""):
             raise SystemExit(f"{area} holds a fleet on {kept['db_url'] or 'SQLite'}, not on this database")
+        if kept is not None and kept.get("cells", 1) != args.cells:
+            raise SystemExit(f"{area} holds a fleet in {kept.get('cells', 1)} cell(s), not {args.cells}")
         if kept is None:
             db = fresh_database(args.db_url, area)
             conf: Config = bench_config(db, area)
+            if args.cells > 1:
+                add_cell(db, "cell2", args.cell2_url or f"sqlite:///{area / 'cell2.db'}")
             per_host = -(-args.servers // args.hosts)
-            host_names = fake_hosts(db, conf, area, args.hosts, vcpus=per_host, exact=True)
+            host_names = fake_hosts(db, conf, area, args.hosts, vcpus=per_host, exact=True, cells=cells)
         else:
             db = Database(kept["url"], auto_upgrade=False)
             conf = bench_config(db, area)
             host_names = kept["hosts"]
+        if db.is_sqlite:
+            GOALS["claims"] = ("claims/s", ">=", CLAIM_GOALS["sqlite"])
+        else:
+            GOALS["claims"] = ("claims/s", ">=", CLAIM_GOALS["postgresql"])
         api = API(db, conf)
         member = RequestContext(PROJECT, PROJECT, ["member"])
+        admin = RequestContext.admin()
         print(
             f"{args.servers if kept is None else kept['servers']} servers on {len(host_names)} fake hosts, "
             f"{db.engine.dialect.name}, {os.cpu_count()} cpus, load {_load()[0]:.2f}"
             + (f" (the fleet kept in {area}: no boot)" if kept else ""),
             flush=True,
         )
+        print(_cells_line(db, admin), flush=True)
         if kept is None:
             figures += _boot_fleet(args, api, db, area, member, "boot" in wanted)
         # Whatever the fleet holds now (a kept one may have grown by profiled boots).
-        every = api.list(RequestContext.admin())
+        every = api.list(admin)
         count = len(every)
         per_host_now = Counter(s["host"] for s in every)
         print(
@@ -392,10 +650,18 @@ def run(args: argparse.Namespace) -> list[Figure]:
             f"{max(per_host_now.values(), default=0)} each)",
             flush=True,
         )
+        if kept is None:
+            print(_cells_line(db, admin), flush=True)
         if args.keep:
             marker_file.write_text(
                 json.dumps(
-                    {"db_url": args.db_url or "", "url": db.url, "hosts": host_names, "servers": count}
+                    {
+                        "db_url": args.db_url or "",
+                        "url": db.url,
+                        "hosts": host_names,
+                        "servers": count,
+                        "cells": args.cells,
+                    }
                 )
             )
 
@@ -405,7 +671,6 @@ def run(args: argparse.Namespace) -> list[Figure]:
             if len(everything) != count:
                 raise SystemExit(f"the member listed {len(everything)} servers of {count}")
             marker = everything[len(everything) * 9 // 10]["id"]
-            admin = RequestContext.admin()
             for key, label, ctx, query in (
                 ("list_page", "server list --limit 100", member, {"limit": 100}),
                 (
@@ -436,19 +701,23 @@ def run(args: argparse.Namespace) -> list[Figure]:
                 return heal(db, conf)
 
             load0 = _load()
-            times, report = timed_rounds(heal_all, args.rounds)
-            fig = Figure(
-                "heal",
-                f"heal, {count} servers on {len(host_names)} hosts",
-                times,
-                load0,
-                _load(),
-                f"{len(report.hosts)} hosts answered, {len(report.corrections)} corrections",
-            )
-            if profile and fig.verdict() == "MISS":
-                fig.where = where_time_goes(heal_all)
-            figures.append(fig)
-            print(fig.line(), flush=True)
+            try:
+                times, report = timed_rounds(heal_all, args.rounds)
+            except Exception as exc:  # heal is being adapted to cells: say so, and go on
+                _not_run(figures, skipped, "heal", exc)
+            else:
+                fig = Figure(
+                    "heal",
+                    f"heal, {count} servers on {len(per_host_now)} hosts",
+                    times,
+                    load0,
+                    _load(),
+                    f"{len(report.hosts)} hosts answered, {len(report.corrections)} corrections",
+                )
+                if profile and fig.verdict() == "MISS":
+                    fig.where = where_time_goes(heal_all)
+                figures.append(fig)
+                print(fig.line(), flush=True)
 
         # 4. inventory
         if "inventory" in wanted:
@@ -485,6 +754,16 @@ def run(args: argparse.Namespace) -> list[Figure]:
                 figures.append(fig)
                 print(fig.line(), flush=True)
 
+        # 5. claims (last: the phase registers hosts of its own, and removes them after)
+        if "claims" in wanted:
+            try:
+                fig = _claims_phase(args, db, area, cells or ["cell1"], profile)
+            except Exception as exc:
+                _not_run(figures, skipped, "claims", exc)
+            else:
+                figures.append(fig)
+                print(fig.line(), flush=True)
+
         # Where boot's time goes, when it missed: more boots, profiled (the fleet is full-size now).
         if profile:
             extra_hosts: list[str] = []
@@ -492,7 +771,7 @@ def run(args: argparse.Namespace) -> list[Figure]:
                 if fig.verdict() == "MISS" and fig.key.startswith("boot") and not extra_hosts:
                     # The fleet's hosts are full: the profiled boots go to hosts of their own.
                     extra_hosts = fake_hosts(
-                        db, conf, area, 4, 200, exact=True, prefix="extra", catalog=False
+                        db, conf, area, 4, 200, exact=True, prefix="extra", catalog=False, cells=cells
                     )
                 if fig.key == "boot_serial" and fig.verdict() == "MISS":
                     extra = [f"p{i:05d}" for i in range(200)]
@@ -502,7 +781,16 @@ def run(args: argparse.Namespace) -> list[Figure]:
                 if fig.key == "boot_clients" and fig.verdict() == "MISS":
                     fig.where = _profiled_clients(db, area, args.clients)
         db.dispose()
-    return figures
+    return figures, skipped
+
+
+def _cells_line(db: Database, admin: RequestContext) -> str:
+    """The cells, their databases, hosts and servers (``novakit cell list``)."""
+    return "cells: " + "; ".join(
+        f"{c['name']} ({c['database']}{', the API database' if c['database_is_api'] else ''}): "
+        f"{c['hosts']} hosts, {c['servers']} servers, {c['status']}"
+        for c in manage.list_cells(db, admin)
+    )
 
 
 def _profiled_clients(db: Database, area: Path, clients: int) -> list[str]:
@@ -529,7 +817,20 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4, help="processes booting at once")
     parser.add_argument("--serial-share", type=float, default=0.5, help="part of the servers booted serially")
     parser.add_argument("--rounds", type=int, default=5, help="runs of each list, heal and inventory figure")
-    parser.add_argument("--only", default=None, help="comma-separated: boot,list,heal,inventory")
+    parser.add_argument("--only", default=None, help="comma-separated: boot,list,heal,inventory,claims")
+    parser.add_argument(
+        "--cells", type=int, default=1, choices=(1, 2), help="1: one database (default); 2: two cells"
+    )
+    parser.add_argument(
+        "--cell2-url",
+        default=None,
+        help="cell2's database with --cells 2 (its tables are dropped!); default a SQLite file beside "
+        "the first; needed with a PostgreSQL --db-url",
+    )
+    parser.add_argument("--claim-processes", type=int, default=8, help="processes claiming at once")
+    parser.add_argument("--claim-seconds", type=float, default=4.0, help="length of a round of claims")
+    parser.add_argument("--claim-rounds", type=int, default=3, help="rounds of claims (and of decisions)")
+    parser.add_argument("--claim-providers", type=int, default=1000, help="providers the claims go to")
     parser.add_argument("--no-profile", action="store_true", help="do not profile the misses")
     parser.add_argument(
         "--keep",
@@ -539,10 +840,16 @@ def main() -> None:
         "and database measures list, heal and inventory on it without booting again",
     )
     args = parser.parse_args()
-    figures = run(args)
+    if args.cells > 1 and args.db_url and not args.cell2_url:
+        parser.error("--cells 2 with a PostgreSQL --db-url needs --cell2-url (cell2's database)")
+    if args.cell2_url and args.cells < 2:
+        parser.error("--cell2-url goes with --cells 2")
+    figures, skipped = run(args)
     print("\nsummary (median [min..max], goal, verdict, load average 1 min before -> after):")
     for fig in figures:
         print(fig.line())
+    for line in skipped:
+        print(f"  {line}")
     for fig in figures:
         if fig.where:
             print(f"\nwhere the time goes: {fig.label} (MISS)")

@@ -86,15 +86,6 @@ def rows_in(cloud: Cloud, cell: str) -> set[str]:
         return set(conn.execute(text("SELECT uuid FROM instances")).scalars())
 
 
-def boot_on(cloud: Cloud, ctx: RequestContext, name: str, host: str, **extra: Any) -> dict[str, Any]:
-    servers = cloud.api.create(
-        ctx,
-        {"name": name, "flavor": "m1.small", "image": "tiny", "scheduler_hints": {}, **extra},
-        build=True,
-    )
-    return servers[0]
-
-
 def test_servers_live_in_their_hosts_cell_and_every_read_finds_them(
     cells: Cloud, ctx: RequestContext
 ) -> None:

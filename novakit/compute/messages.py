@@ -38,6 +38,12 @@ Operation = Literal[
     # marking one as an instance's so that every later operation finds it.
     "list_unmanaged",
     "adopt",
+    # Volumes (``novakit.volume``): made and removed in the host's storage pool, attached to
+    # and detached from a guest (hot on a running one, in its definition on a stopped one).
+    "volume_create",
+    "volume_delete",
+    "attach_volume",
+    "detach_volume",
 ]
 
 
@@ -70,12 +76,41 @@ class ImageSpec(_Model):
     properties: dict[str, str] = Field(default_factory=dict)
 
 
+class FixedIp(_Model):
+    """One address of a port, with what the guest needs to configure it statically."""
+
+    address: str
+    cidr: str  # the subnet's, e.g. "10.0.0.0/24"
+    gateway: str | None = None
+    dns_nameservers: list[str] = Field(default_factory=list)
+
+
 class NetworkSpec(_Model):
     # "network": a libvirt network by name; "bridge": a host bridge;
     # "user": QEMU user-mode networking (session connections).
     type: Literal["network", "bridge", "user"] = "user"
     source: str = ""
     mac: str | None = None
+    # A port of a novakit network (``novakit.network``): its id and fixed IPs, chosen by the
+    # controller before the build. The guest learns them from the config drive's
+    # network-config; on a libvirt network the host adds a DHCP host entry (MAC -> IP) too.
+    port_id: str | None = None
+    fixed_ips: list[FixedIp] = Field(default_factory=list)
+
+
+class VolumeSpec(_Model):
+    """A volume as its host needs it: where it lives, and where it goes in a guest."""
+
+    id: str
+    name: str = ""
+    size_gb: int
+    format: Literal["qcow2", "raw"] = "qcow2"
+    pool: str = "novakit-volumes"
+    # Made from this image (a bootable volume); None: an empty disk.
+    image: ImageSpec | None = None
+    # In a guest: the target device (vdb, ...) and 0 for the root disk of a server booted from it.
+    device_name: str | None = None
+    boot_index: int | None = None
 
 
 class InstanceSpec(_Model):
@@ -96,6 +131,8 @@ class InstanceSpec(_Model):
     admin_password_hash: SecretStr | None = None
     config_drive: bool = True
     networks: list[NetworkSpec] = Field(default_factory=list)
+    # Attached volumes; the one with boot_index 0 is the root disk instead of an image overlay.
+    volumes: list[VolumeSpec] = Field(default_factory=list)
     # power state the instance should end in after a rebuild (stopped stays stopped)
     preserve_power_off: bool = False
 
@@ -118,6 +155,9 @@ class ComputeRequest(_Model):
     # requests that are no instance action (builds, clean-ups, queries).
     action: str | None = None
     instances: list[InstanceSpec] = Field(default_factory=list)
+    # The volumes a volume operation acts on (volume_create, volume_delete, attach_volume,
+    # detach_volume: for the last two, with the one server in ``instances``).
+    volumes: list[VolumeSpec] = Field(default_factory=list)
     # Operation options: reboot_type ("SOFT"/"HARD"), timeout (seconds) for a
     # graceful power off, ...
     options: dict[str, Any] = Field(default_factory=dict)
@@ -188,6 +228,9 @@ class HostResources(_Model):
     # What the driver can do, as placement traits (``ComputeDriver.capability_traits``): the
     # scheduler sends a request that needs one only to a host that has it.
     traits: list[str] = Field(default_factory=list)
+    # The libvirt networks and bridges this host has, by name (``NetworkFilter``); None: every
+    # network (the fake driver, unless its options name some).
+    networks: list[str] | None = None
 
 
 class UnmanagedGuest(_Model):

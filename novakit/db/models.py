@@ -230,6 +230,9 @@ class ComputeNode(TimestampMixin, SoftDeleteMixin, Base):
     # How the controller reaches the host: {"driver": "fake", "transport": "local", ...}
     driver: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     stats: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # The libvirt networks and bridges the host has, by name, as its driver reported them
+    # (migration 0007); None: every network (the fake driver's hosts). The network filter reads it.
+    networks: Mapped[list[Any] | None] = mapped_column(JSON)
 
 
 # --- placement ---------------------------------------------------------------
@@ -481,6 +484,159 @@ class InstanceMapping(TimestampMixin, SoftDeleteMixin, Base):
     project_id: Mapped[str] = mapped_column(String(255))
     user_id: Mapped[str | None] = mapped_column(String(255))
     display_name: Mapped[str] = mapped_column(String(255))
+
+
+# --- networks (Neutron-shaped, API database; migration 0007) --------------------------
+#
+# Networks, subnets, ports and their addresses are global, as Neutron's are: a port and its
+# fixed IPs exist before the server is scheduled and outlive a move between cells. Rows are
+# deleted outright, as Neutron deletes them; the unique keys are what make an address or a
+# MAC taken at most once, whatever process asks.
+
+
+class Network(TimestampMixin, Base):
+    """A network the hosts offer: a libvirt network (``provider`` "network") or a bridge."""
+
+    __tablename__ = "networks"
+    __table_args__ = (UniqueConstraint("uuid"), UniqueConstraint("name"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    name: Mapped[str] = mapped_column(String(255))
+    project_id: Mapped[str | None] = mapped_column(String(255))
+    shared: Mapped[bool] = mapped_column(Boolean, default=True)
+    # The network a server gets when its request names none (at most one, checked on write).
+    is_default: Mapped[bool] = mapped_column(Boolean, default=False)
+    provider: Mapped[str] = mapped_column(String(32), default="network")  # "network" | "bridge"
+    # The libvirt network's or the bridge's name on the hosts.
+    source: Mapped[str] = mapped_column(String(255))
+    mtu: Mapped[int | None] = mapped_column(Integer)
+
+
+class Subnet(TimestampMixin, Base):
+    __tablename__ = "subnets"
+    __table_args__ = (
+        UniqueConstraint("uuid"),
+        UniqueConstraint("name"),
+        Index("ix_subnets_network_id", "network_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    name: Mapped[str] = mapped_column(String(255))
+    network_id: Mapped[int] = mapped_column(ForeignKey("networks.id", ondelete="CASCADE"))
+    project_id: Mapped[str | None] = mapped_column(String(255))
+    ip_version: Mapped[int] = mapped_column(Integer, default=4)
+    cidr: Mapped[str] = mapped_column(String(64))
+    gateway_ip: Mapped[str | None] = mapped_column(String(64))
+    dns_nameservers: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    # [{"start": "10.0.0.10", "end": "10.0.0.20"}, ...]
+    allocation_pools: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    enable_dhcp: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class Port(TimestampMixin, Base):
+    """A NIC: its MAC (chosen once, never changed), its server and the host it is bound to."""
+
+    __tablename__ = "ports"
+    __table_args__ = (
+        UniqueConstraint("uuid"),
+        UniqueConstraint("mac_address"),
+        Index("ix_ports_device_id", "device_id"),
+        Index("ix_ports_network_id", "network_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    name: Mapped[str | None] = mapped_column(String(255))
+    network_id: Mapped[int] = mapped_column(ForeignKey("networks.id"))
+    project_id: Mapped[str | None] = mapped_column(String(255))
+    mac_address: Mapped[str] = mapped_column(String(17))
+    # The server (instance uuid) and Neutron's device_owner ("compute:nova" for a server's port).
+    device_id: Mapped[str | None] = mapped_column(String(36))
+    device_owner: Mapped[str | None] = mapped_column(String(255))
+    binding_host: Mapped[str | None] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16), default="DOWN")  # DOWN | ACTIVE | BUILD
+    # A port the user made and handed to a boot is kept (unbound) when the server goes; one
+    # made for the boot goes with the server (Nova's preserve_on_delete).
+    preserve_on_delete: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class IPAllocation(Base):
+    """One fixed IP of a port; unique per network, so two ports never share an address."""
+
+    __tablename__ = "ip_allocations"
+    __table_args__ = (
+        UniqueConstraint("network_id", "ip_address"),
+        Index("ix_ip_allocations_port_id", "port_id"),
+        Index("ix_ip_allocations_subnet_id", "subnet_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    port_id: Mapped[int] = mapped_column(ForeignKey("ports.id", ondelete="CASCADE"))
+    subnet_id: Mapped[int] = mapped_column(ForeignKey("subnets.id"))
+    network_id: Mapped[int] = mapped_column(ForeignKey("networks.id"))
+    ip_address: Mapped[str] = mapped_column(String(64))
+
+
+# --- volumes (Cinder-shaped, API database; migration 0007) ----------------------------
+
+
+class Volume(TimestampMixin, SoftDeleteMixin, Base):
+    """A disk in a storage pool of one host, which outlives the servers it is attached to.
+
+    ``status`` is Cinder's (creating, available, reserved, attaching, in-use, detaching,
+    deleting, error, error_deleting), written compare-and-swap as instance states are.
+    """
+
+    __tablename__ = "volumes"
+    __table_args__ = (
+        UniqueConstraint("uuid"),
+        UniqueConstraint("project_id", "name", "deleted"),
+        Index("ix_volumes_host", "host"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    name: Mapped[str] = mapped_column(String(255))
+    description: Mapped[str | None] = mapped_column(String(255))
+    project_id: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[str | None] = mapped_column(String(255))
+    size: Mapped[int] = mapped_column(Integer)  # GiB
+    status: Mapped[str] = mapped_column(String(32))
+    host: Mapped[str | None] = mapped_column(String(255))
+    pool: Mapped[str] = mapped_column(String(255), default="novakit-volumes")
+    format: Mapped[str] = mapped_column(String(16), default="qcow2")  # qcow2 | raw (dir pool), raw (LVM)
+    image_id: Mapped[str | None] = mapped_column(String(36))
+    bootable: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class VolumeAttachment(TimestampMixin, SoftDeleteMixin, Base):
+    """A volume attached to a server: Cinder's attachment and Nova's block device mapping in one.
+
+    Nova keeps block device mappings in the cell database; here they stay in the API database
+    beside the volume (as Cinder keeps its attachments), so that attaching is one transaction
+    with the volume's status and a server's move between cells leaves them where they are.
+    A volume is attached once at most (no multi-attach); a device name once per server.
+    """
+
+    __tablename__ = "volume_attachments"
+    __table_args__ = (
+        UniqueConstraint("uuid"),
+        UniqueConstraint("volume_id", "deleted"),
+        UniqueConstraint("instance_uuid", "device_name", "deleted"),
+        Index("ix_volume_attachments_instance_uuid", "instance_uuid"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    volume_id: Mapped[int] = mapped_column(ForeignKey("volumes.id"))
+    instance_uuid: Mapped[str] = mapped_column(String(36))
+    device_name: Mapped[str] = mapped_column(String(32))  # vdb, vdc, ...; vda for a root volume
+    boot_index: Mapped[int | None] = mapped_column(Integer)  # 0: the server's root disk
+    delete_on_termination: Mapped[bool] = mapped_column(Boolean, default=False)
+    # attaching | attached | detaching
+    attach_status: Mapped[str] = mapped_column(String(32), default="attaching")
 
 
 #: The tables a cell's database holds; every other table is the API database's.

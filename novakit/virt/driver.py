@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions
-from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec, UnmanagedGuest
+from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec, UnmanagedGuest, VolumeSpec
 from novakit.compute.states import PowerState
 
 
@@ -180,6 +180,31 @@ class ComputeDriver:
         Idempotent; raises InvalidImage / ImageNotFound, leaving the cache as it was, when the
         image cannot be used.
         """
+        raise NotImplementedError
+
+    # --- volumes (``novakit.volume``): disks in the host's storage pool -------------------
+
+    def create_volume(self, volume: VolumeSpec) -> None:
+        """Make the volume in its pool: empty, or holding ``volume.image``'s contents.
+
+        Post-condition: the volume exists with ``size_gb`` GiB. If this raises, no volume is
+        left behind. Idempotent for a volume that already exists with that size.
+        """
+        raise NotImplementedError
+
+    def delete_volume(self, volume: VolumeSpec) -> None:
+        """Remove the volume and its data. Idempotent: a volume that is gone succeeds."""
+        raise NotImplementedError
+
+    def attach_volume(self, instance: InstanceSpec, volume: VolumeSpec) -> None:
+        """Attach the volume as ``volume.device_name``: hot-plugged into a running guest and
+        kept in its definition, so it stays after a stop/start; only in the definition of a
+        stopped one. If this raises, the guest is as it was."""
+        raise NotImplementedError
+
+    def detach_volume(self, instance: InstanceSpec, volume: VolumeSpec) -> None:
+        """Detach the volume from the guest (running or stopped), leaving its data as it is.
+        Idempotent: a volume that is not attached succeeds."""
         raise NotImplementedError
 
 

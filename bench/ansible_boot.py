@@ -102,7 +102,10 @@ def floor_requests(work: Path, env: dict[str, str], n: int, n_hosts: int) -> Non
     uuids = api.create_records(
         RequestContext.admin(), ServerCreate(name="floor", flavor="m1.tiny", image="tiny", max_count=n)
     )
-    with api.db.reader() as session:
+    from novakit.cells.registry import UNSCHEDULED
+
+    # The records wait in the API database until they are scheduled (novakit.cells).
+    with api.db.target_cell(UNSCHEDULED), api.db.reader() as session:
         from novakit.db import api as db_api
 
         specs = [

@@ -56,6 +56,9 @@ from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import HostMapping, Instance, RequestSpec, utcnow
 from novakit.lifecycle import LifecycleConductor
+from novakit.network import ports
+from novakit.volume import boot
+from novakit.volume.volumes import specs_of_server
 
 LOG = logging.getLogger(__name__)
 
@@ -305,6 +308,10 @@ class Conductor(LifecycleConductor):
                 gone.append(uuid)
                 remove_allocations_in_session(session, uuid)
                 continue
+            # Its ports are bound to the host with its claim (Neutron's binding:host_id).
+            ports.bind_host(session, [uuid], chosen.host, "BUILD")
+            # A new root volume is made for the host with the claim, and holds its DISK_GB.
+            boot.create_root_volume(session, inst, rs.spec or {}, chosen.host)
             session.execute(
                 _RS_SCHEDULED,
                 {
@@ -446,6 +453,8 @@ class Conductor(LifecycleConductor):
                 events[res.uuid] = res.events
                 changed.append((res.uuid, olds.get(res.uuid, ("building", None))))
             actions.record_events_many(session, ctx, events, finish="create")
+            ports.set_status(session, [uuid for uuid, _ in changed], "ACTIVE")
+            boot.built(session, [uuid for uuid, _ in changed])
             hosts.record_report(session, host, result, builds)
 
         self.db.run_in_transaction(write)
@@ -496,6 +505,22 @@ class Conductor(LifecycleConductor):
             ).scalar_one_or_none()
             alternates = list(rs.alternates or []) if rs else []
             tried = list(rs.tried_hosts or []) if rs else [host]
+            stay = boot.must_stay_on(session, spec.uuid) if fault.reschedule else None
+        if stay is not None:
+            abort = exceptions.BuildAbortError(
+                instance_uuid=spec.uuid, reason=f"{stay}, so no other host can build it ({fault.message})"
+            )
+            fault = fault.model_copy(
+                update={
+                    "message": abort.format_message(),
+                    "exception_class": "BuildAbortError",
+                    "reschedule": False,
+                }
+            )
+        if fault.reschedule and any(v.boot_index == 0 for v in spec.volumes):
+            # Its new root volume was made for the failed host (which removed it): it goes, and
+            # the next host's is written with the server's move there (``_rescheduled``).
+            self.db.run_in_transaction(lambda s: boot.release_failed_build(s, spec.uuid))
         if fault.reschedule:
             while alternates and (rs is not None) and len(tried) < self.conf.scheduler.max_attempts:
                 alt = alternates.pop(0)
@@ -511,6 +536,9 @@ class Conductor(LifecycleConductor):
                     continue
                 if self._rescheduled(ctx, spec.uuid, res, alt, alternates, tried):
                     LOG.info("rescheduling %s from %s to %s", spec.uuid, host, alt["host"])
+                    if spec.volumes:  # a new root volume is another one on the next host
+                        with self.db.reader() as session:
+                            spec = spec.model_copy(update={"volumes": specs_of_server(session, spec.uuid)})
                     return alt["host"], spec
                 # Changed meanwhile (_rescheduled recorded what and why): the new claim goes.
                 placement.remove_allocations(self.db, spec.uuid)
@@ -529,7 +557,7 @@ class Conductor(LifecycleConductor):
         tried: list[str],
     ) -> bool:
         def write(session: Session) -> None:
-            db_api.instance_update(
+            inst = db_api.instance_update(
                 session,
                 uuid,
                 {
@@ -541,11 +569,14 @@ class Conductor(LifecycleConductor):
                 expected_task_state=BUILD_TASK_STATES,
                 expected_vm_state=[VmState.BUILDING],
             )
+            ports.bind_host(session, [uuid], alt["host"], "BUILD")
             actions.record_outcome(session, ctx, uuid, events=res.events, fault=res.fault)
             rs = session.execute(select(RequestSpec).where(RequestSpec.instance_uuid == uuid)).scalar_one()
             rs.alternates = alternates
             rs.tried_hosts = tried
             rs.attempts = len(tried)
+            # A new root volume is made on the next host, holding its part of the new claim.
+            boot.create_root_volume(session, inst, rs.spec or {}, alt["host"])
 
         try:
             self.db.run_in_transaction(write)
@@ -584,9 +615,14 @@ class Conductor(LifecycleConductor):
             db_api.instance_update(
                 session,
                 uuid,
-                {"vm_state": VmState.ERROR, "task_state": None, "host": None, "node": None},
+                # Its NICs go with its ports: an error server shows no address someone else may get.
+                {"vm_state": VmState.ERROR, "task_state": None, "host": None, "node": None, "networks": []},
                 expected_task_state=expected,
             )
+            # Nova deallocates a failed build's network: its addresses go back to the pools.
+            ports.free_for_instance(session, uuid)
+            # And its root volume: a new one goes with its claim, an existing one is available again.
+            boot.release_failed_build(session, uuid)
             actions.record_outcome(session, ctx, uuid, events=events, fault=fault, finish="create")
 
         try:

@@ -47,6 +47,8 @@ class SchedulerConfig(_Section):
             "ServerGroupAffinityFilter",
             "SameHostFilter",
             "DifferentHostFilter",
+            "NetworkFilter",
+            "VolumeHostFilter",
         ]
     )
     weighers: list[str] = Field(default_factory=lambda: ["all"])
@@ -108,6 +110,9 @@ class QuotaConfig(_Section):
     instances: int = Field(default=10, ge=-1, le=2147483647)
     cores: int = Field(default=20, ge=-1, le=2147483647)
     ram: int = Field(default=51200, ge=-1, le=2147483647)
+    # Cinder's default quotas: volumes per project, and their sizes together in GiB.
+    volumes: int = Field(default=10, ge=-1, le=2147483647)
+    gigabytes: int = Field(default=1000, ge=-1, le=2147483647)
 
 
 class ComputeConfig(_Section):

@@ -46,6 +46,18 @@ sees the text)::
     ├── CellNotFound (404), CellInUse (409), HostMappedElsewhere (409)
     ├── CellDown (503) .............. a cell's database cannot be reached now
     ├── CellNotTargeted ............. a bug: instance tables used with no cell targeted
+    ├── networks (``novakit.network``, Neutron's names):
+    │   ├── NetworkNotFound, SubnetNotFound, PortNotFound (404)
+    │   ├── SubnetOverlap (400) ..... a subnet's range overlaps another of its network
+    │   ├── NetworkInUse, SubnetInUse (409)  still has ports / allocated addresses
+    │   ├── DefaultNetworkExists (409)  a second network marked default
+    │   ├── PortInUse (409) ......... the port is bound to another server
+    │   ├── IpAddressInUse, MacAddressInUse (409)
+    │   └── IpAddressGenerationFailure (409)  no free address left on the network
+    ├── volumes (``novakit.volume``, Cinder's names):
+    │   ├── VolumeNotFound (404)
+    │   ├── InvalidVolume (409) ..... its status or host does not allow the request
+    │   └── VolumeBackendError ...... (a ComputeError) the host's pool failed
     └── MissingDependency ........... an optional library is not installed
 
 Every class formats ``msg_fmt`` with the keyword arguments it was given, so a
@@ -407,3 +419,90 @@ class ServerFailed(ServerStateError):
 
     msg_fmt = "%(what)s: %(reason)s"
     code = 500
+
+
+# --- networks (novakit.network) -----------------------------------------------------
+
+
+class NetworkNotFound(NotFound):
+    msg_fmt = "Network %(network)s could not be found (novakit network list shows the networks)."
+
+
+class SubnetNotFound(NotFound):
+    msg_fmt = "Subnet %(subnet)s could not be found (novakit subnet list shows the subnets)."
+
+
+class PortNotFound(NotFound):
+    msg_fmt = "Port %(port)s could not be found (novakit port list shows the ports)."
+
+
+class SubnetOverlap(Invalid):
+    """Neutron refuses a subnet whose range overlaps one of its network's: an address would be ambiguous."""
+
+    msg_fmt = (
+        "Invalid subnet_range: %(cidr)s overlaps subnet %(other)s (%(other_cidr)s) of network "
+        "%(network)s; the subnets of a network must not overlap"
+    )
+
+
+class NetworkInUse(Conflict):
+    msg_fmt = "Network %(network)s cannot be deleted: %(reason)s"
+
+
+class SubnetInUse(Conflict):
+    msg_fmt = "Subnet %(subnet)s cannot be deleted: %(reason)s"
+
+
+class DefaultNetworkExists(Conflict):
+    msg_fmt = (
+        "Invalid is_default: network %(network)s is the default network already; at most one network is "
+        "the default (unset it there first)"
+    )
+
+
+class PortInUse(Conflict):
+    msg_fmt = (
+        "Invalid port_id: port %(port)s is in use by server %(device_id)s; a port serves one server at a "
+        "time (delete that server, or give another port)"
+    )
+
+
+class IpAddressInUse(Conflict):
+    msg_fmt = (
+        "Invalid %(field)s: %(ip_address)s is already allocated on network %(network)s; "
+        "choose a free address or leave it out to get one"
+    )
+
+
+class MacAddressInUse(Conflict):
+    msg_fmt = (
+        "Invalid mac_address: %(mac)s is already used by another port; "
+        "a MAC address is unique (leave it out to get one)"
+    )
+
+
+class IpAddressGenerationFailure(Conflict):
+    msg_fmt = (
+        "No more IP addresses available on network %(network)s (its subnets' allocation pools are full); "
+        "free addresses or add a subnet"
+    )
+
+
+# --- volumes (novakit.volume) -------------------------------------------------------
+
+
+class VolumeNotFound(NotFound):
+    msg_fmt = "Volume %(volume)s could not be found (novakit volume list shows the volumes)."
+
+
+class InvalidVolume(Invalid):
+    """Cinder's InvalidVolume: the volume's status (or where it lives) does not allow the request."""
+
+    msg_fmt = "Invalid volume: %(reason)s"
+    code = 409
+
+
+class VolumeBackendError(ComputeError):
+    """The host's storage pool could not make, remove, attach or detach the volume."""
+
+    msg_fmt = "Volume %(volume)s: %(reason)s"

@@ -20,13 +20,14 @@ from novakit import exceptions, notifications
 from novakit.cells.registry import in_cell_of
 from novakit.compute import actions, hosts, images
 from novakit.compute.messages import ComputeRequest, ComputeResult, InstanceResult
-from novakit.compute.rpc import ComputeRPC, instance_spec
+from novakit.compute.rpc import ComputeRPC, instance_spec, volume_spec
 from novakit.compute.states import ACTIONS, VmState
 from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import InstanceAction, InstanceGroupMember
+from novakit.network import ports
 
 LOG = logging.getLogger(__name__)
 
@@ -58,6 +59,9 @@ class LifecycleConductor:
             if not inst.host:
                 return None
             spec = instance_spec(session, inst)
+            volume_id = opts.pop("volume_id", None)
+            # attach_volume / detach_volume: the volume as its host needs it, with its device.
+            volumes = [volume_spec(session, volume_id, uuid)] if volume_id else []
             image = opts.pop("image", None)
             if image:
                 spec.image = images.spec(images.get(session, image))
@@ -79,6 +83,7 @@ class LifecycleConductor:
             operation=t.operation,  # type: ignore[arg-type]
             action=t.action,
             instances=[spec],
+            volumes=volumes,
             options=opts,
             issued_at=issued_at,
         )
@@ -131,6 +136,8 @@ class LifecycleConductor:
                     session, uuid, expected_task_state=expected, expected_owner=expected_owner
                 )
                 session.execute(delete(InstanceGroupMember).where(InstanceGroupMember.instance_uuid == uuid))
+                # Its ports made for it go with their addresses, the ones it was given are unbound.
+                ports.free_for_instance(session, uuid)
                 new_state: tuple[str, str | None] = (VmState.DELETED.value, None)
             else:
                 values: dict[str, Any] = {"task_state": None}
@@ -150,9 +157,10 @@ class LifecycleConductor:
                     values["power_state"] = res.power_state
                 elif ok and t.end_power_state is not None:
                     values["power_state"] = int(t.end_power_state)
-                db_api.instance_update(
-                    session, uuid, values, expected_task_state=expected, expected_owner=expected_owner
-                )
+                if expected:  # an action with no task state of its own (attach_volume) writes none
+                    db_api.instance_update(
+                        session, uuid, values, expected_task_state=expected, expected_owner=expected_owner
+                    )
                 new_state = (str(values.get("vm_state", inst.vm_state)), None)
             actions.record_outcome(
                 session,
@@ -180,11 +188,24 @@ class LifecycleConductor:
             )
             if deletes and ok and free:
                 placement.remove_allocations(self.db, uuid)
+                self._release_volumes(ctx, uuid)
             return
         self.notifier.state_update(uuid, old_state, new_state, host=host)
         if deletes and ok:
             placement.remove_allocations(self.db, uuid)
+            self._release_volumes(ctx, uuid)
         self.notifier.emit(f"instance.{t.notify_as}.{'end' if ok else 'error'}", uuid, host=host)
+
+    def _release_volumes(self, ctx: RequestContext, uuid: str) -> None:
+        """A deleted server's volumes are detached in the records (Nova's _cleanup_volumes);
+        those marked delete_on_termination are deleted. A volume that cannot be deleted now stays,
+        in error_deleting with the reason, for ``novakit volume delete`` to retry."""
+        from novakit.volume import attachments
+
+        try:
+            attachments.release_server(self, ctx, uuid)
+        except exceptions.NovakitError as exc:
+            LOG.warning("volumes of deleted server %s not all released: %s", uuid, exc.format_message())
 
     def run_action(self, ctx: RequestContext, request: ComputeRequest) -> None:
         """Direct mode: send an action's request to its host and record what it did."""

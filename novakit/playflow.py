@@ -67,6 +67,13 @@ def schedule(
     data = {k: v for k, v in server.items() if v is not None}
     if "count" in data:
         data["max_count"] = data.pop("count")
+    if "nics" in data or "networks" in data:
+        from novakit.network.allocation import nic_requests
+
+        # The server module's ``nics`` (openstack.cloud's) and the playbook's ``networks``, one list.
+        data["networks"] = nic_requests(data.pop("networks", None), "networks") + nic_requests(
+            data.pop("nics", None)
+        )
     try:
         outcome = api.create_servers(ctx, data, dry_run=dry_run, declarative=True)
     except exceptions.ValidationError as exc:

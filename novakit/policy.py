@@ -32,6 +32,9 @@ ADMIN_ONLY: dict[str, str] = {
     "flavor:delete": "delete a flavor",
     "image:create": "register an image",
     "image:delete": "delete an image",
+    # A network is a libvirt network or bridge on the hosts: the fleet's, as Neutron's provider networks.
+    "network:create": "create a network or a subnet (a libvirt network or bridge of the hosts)",
+    "network:delete": "delete a network or a subnet",
     "quota:update": "set a project's quota",
     "heal": "compare hosts with the database and correct it",
     "db:upgrade": "create or upgrade the database schema (the db module, db_upgrade.yml)",

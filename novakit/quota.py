@@ -1,7 +1,9 @@
-"""Project quotas (instances, cores, ram), counted from placement as Nova's count_usage_from_placement.
+"""Project quotas (instances, cores, ram), counted from placement as Nova's count_usage_from_placement,
+and Cinder's (volumes, gigabytes), counted from the live volumes.
 
-Usage: consumers holding allocations are instances, their VCPU is cores, their
-MEMORY_MB is ram. Limits: a row in ``quotas`` for the project, else the
+Usage: consumers holding VCPU or MEMORY_MB are instances, their VCPU is cores, their
+MEMORY_MB is ram (a volume's claim holds DISK_GB only, so it counts as no instance);
+live volume rows are volumes and their sizes gigabytes. Limits: a row in ``quotas`` for the project, else the
 configured default (``QuotaConfig``); -1 means unlimited.
 
 Two checks, as in Nova: ``check_quota`` before anything is created (a cheap early
@@ -10,7 +12,8 @@ what makes concurrent requests unable to exceed a quota together: it takes a
 per-project lock (PostgreSQL: ``pg_advisory_xact_lock`` on a hash of the project
 id; SQLite: the ``BEGIN IMMEDIATE`` writer lock already serialises writers), so
 the count it reads includes every claim committed before it and none can
-commit between its count and its own claims.
+commit between its count and its own claims. A volume is rechecked the same way, in the
+transaction that inserts its row (``recheck``): the count includes the new row.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from novakit import exceptions
 from novakit.config import Config
 from novakit.db.engine import Database
 
-RESOURCES = ("instances", "cores", "ram")
+RESOURCES = ("instances", "cores", "ram", "volumes", "gigabytes")
+#: the resources counted from the volumes table rather than from placement
+VOLUME_RESOURCES = ("volumes", "gigabytes")
 UNLIMITED = -1
 
 
@@ -65,22 +70,36 @@ def get_limits(session: Session, conf: Config, project_id: str) -> dict[str, int
 
 
 _USAGE = (
-    "SELECT COUNT(DISTINCT consumer_id), "
+    "SELECT COUNT(DISTINCT CASE WHEN resource_class IN ('VCPU', 'MEMORY_MB') THEN consumer_id END), "
     "COALESCE(SUM(CASE WHEN resource_class = 'VCPU' THEN used ELSE 0 END), 0), "
     "COALESCE(SUM(CASE WHEN resource_class = 'MEMORY_MB' THEN used ELSE 0 END), 0) "
     "FROM allocations WHERE project_id = :p"
 )
 
 
-def count_usage(session: Session, project_id: str, exclude_consumers: Iterable[str] = ()) -> dict[str, int]:
-    """What the project holds now; ``exclude_consumers`` are being (re)claimed and counted by the caller."""
+_VOLUME_USAGE = text(
+    "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM volumes WHERE project_id = :p AND deleted = 0"
+)
+
+
+def count_usage(
+    session: Session, project_id: str, exclude_consumers: Iterable[str] = (), *, volumes: bool = False
+) -> dict[str, int]:
+    """What the project holds now; ``exclude_consumers`` are being (re)claimed and counted by the caller.
+
+    ``volumes``: count volumes and gigabytes too (0 otherwise: an instance's claim does not need them).
+    """
+    counted = {"volumes": 0, "gigabytes": 0}
+    if volumes:
+        row = session.execute(_VOLUME_USAGE, {"p": project_id}).one()
+        counted = {"volumes": int(row[0]), "gigabytes": int(row[1])}
     excluded = list(exclude_consumers)
     if excluded:
         stmt = text(_USAGE + " AND consumer_id NOT IN :ex").bindparams(bindparam("ex", expanding=True))
         row = session.execute(stmt, {"p": project_id, "ex": excluded}).one()
     else:
         row = session.execute(text(_USAGE), {"p": project_id}).one()
-    return {"instances": int(row[0]), "cores": int(row[1]), "ram": int(row[2])}
+    return {"instances": int(row[0]), "cores": int(row[1]), "ram": int(row[2]), **counted}
 
 
 def _validate_deltas(deltas: dict[str, int]) -> None:
@@ -152,12 +171,33 @@ def _check(session: Session, conf: Config, project_id: str, deltas: dict[str, in
     limits = get_limits(session, conf, project_id)
     if all(limits[name] == UNLIMITED or not deltas.get(name, 0) for name in RESOURCES):
         return  # nothing asked for has a finite limit: no need to count the project's usage
-    used = count_usage(session, project_id)
+    used = count_usage(session, project_id, volumes=any(deltas.get(n) for n in VOLUME_RESOURCES))
     for name in RESOURCES:
         want = deltas.get(name, 0)
         if want and limits[name] != UNLIMITED and used[name] + want > limits[name]:
             raise exceptions.OverQuota(
                 resource=name, project_id=project_id, requested=want, used=used[name], limit=limits[name]
+            )
+
+
+def recheck(session: Session, conf: Config, project_id: str, deltas: dict[str, int]) -> None:
+    """Nova's recheck, inside the transaction that has just written ``deltas`` (a volume's row):
+    raise OverQuota, rolling the transaction back, if the project now holds more than its limits.
+    Takes the project lock first, so two creates cannot both pass on the same count."""
+    _validate_deltas(deltas)
+    limits = get_limits(session, conf, project_id)
+    if all(limits[name] == UNLIMITED or not deltas[name] for name in deltas):
+        return
+    lock_project(session, project_id)
+    used = count_usage(session, project_id, volumes=any(n in VOLUME_RESOURCES for n in deltas))
+    for name, want in deltas.items():
+        if want and limits[name] != UNLIMITED and used[name] > limits[name]:
+            raise exceptions.OverQuota(
+                resource=name,
+                project_id=project_id,
+                requested=want,
+                used=used[name] - want,
+                limit=limits[name],
             )
 
 
@@ -195,5 +235,5 @@ def get_quota_usage(db: Database, conf: Config, project_id: str) -> dict[str, di
     """``{resource: {"limit": n, "in_use": n}}`` for the project."""
     with db.reader() as session:
         limits = get_limits(session, conf, project_id)
-        used = count_usage(session, project_id)
+        used = count_usage(session, project_id, volumes=True)
     return {name: {"limit": limits[name], "in_use": used[name]} for name in RESOURCES}

@@ -8,16 +8,18 @@ command takes ``-f table|json|yaml|value|csv`` and ``-c COLUMN`` (``novakit.cli.
 whose servers end in error prints them (with their faults) and exits with status 1 too.
 
 One module per noun: ``hosts``, ``cells``, ``catalog`` (flavors, images), ``servers``, ``groups``
-(server groups), ``ops`` (db, states, heal, boot); ``base`` holds the app and the caller.
+(server groups), ``networks`` (networks, subnets, ports), ``ops`` (db, states, heal, boot);
+``base`` holds the app and the caller.
 """
 
 from __future__ import annotations
 
-from novakit.cli import catalog, cells, groups, hosts, ops, servers
+from novakit.cli import catalog, cells, groups, hosts, networks, ops, servers, volumes
 from novakit.cli.base import app
 
 __all__ = ["app", "main"]
-_COMMANDS = (catalog, cells, groups, hosts, ops, servers)  # imported for the commands they register
+# imported for the commands they register
+_COMMANDS = (catalog, cells, groups, hosts, networks, ops, servers, volumes)
 
 
 def main() -> None:

@@ -115,6 +115,18 @@ app.add_typer(flavor_app, name="flavor")
 app.add_typer(image_app, name="image")
 app.add_typer(server_app, name="server")
 server_app.add_typer(server_group_app, name="group")
+volume_app = group("Volumes: disks in a host's storage pool that outlive servers (Cinder's volumes).")
+server_add_app = group("Add a volume to a server.")
+server_remove_app = group("Remove a volume from a server.")
+app.add_typer(volume_app, name="volume")
+server_app.add_typer(server_add_app, name="add")
+server_app.add_typer(server_remove_app, name="remove")
+network_app = group("Networks: the libvirt networks and bridges servers' ports are on (Neutron's networks).")
+subnet_app = group("Subnets: a network's address range, gateway, DNS servers and allocation pools.")
+port_app = group("Ports: a MAC and fixed IPs on a network, for a server (Neutron's ports).")
+app.add_typer(network_app, name="network")
+app.add_typer(subnet_app, name="subnet")
+app.add_typer(port_app, name="port")
 
 # Piped output (a log, `| less`) gets a wide table rather than rich's 80-column default,
 # so uuids and host names are not cut; COLUMNS still wins when set.

@@ -12,6 +12,7 @@ properties and the creation time.
 from __future__ import annotations
 
 import base64
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,7 @@ def server_create(
     cli: typer.Context,
     name: str = typer.Argument(..., help="the server's name (several get -1, -2, ...)"),
     flavor: str = typer.Option(..., help="flavor name or id"),
-    image: str = typer.Option(..., help="image name or id"),
+    image: str | None = typer.Option(None, help="image name or id (required unless --volume)"),
     count: int | None = typer.Option(
         None, help="how many servers: NAME-1 ... NAME-N (without --count: one server named NAME)"
     ),
@@ -147,6 +148,22 @@ def server_create(
     meta: list[str] | None = typer.Option(None, "--meta", help="metadata key=value (repeat)"),
     group: str | None = typer.Option(None, help="server group name or id"),
     availability_zone: str | None = typer.Option(None, help="availability zone"),
+    nic: list[str] | None = typer.Option(
+        None,
+        "--nic",
+        help="net-id=NET[,v4-fixed-ip=IP] or port-id=PORT (repeat; none: the default network, if any)",
+    ),
+    boot_from_volume: int | None = typer.Option(
+        None, metavar="SIZE", help="boot from a new SIZE GiB volume made from --image on the chosen host"
+    ),
+    volume: str | None = typer.Option(
+        None, help="boot from this existing bootable volume (name or id); the server goes to its host"
+    ),
+    delete_on_termination: bool | None = typer.Option(
+        None,
+        "--delete-on-termination/--no-delete-on-termination",
+        help="whether the root volume goes with the server (default: yes for a new one, no for --volume)",
+    ),
     wait: bool = typer.Option(
         True,
         "--wait/--no-wait",
@@ -172,6 +189,9 @@ def server_create(
         "metadata": dict(m.split("=", 1) for m in (meta or []) if "=" in m),
         "server_group": group,
         "availability_zone": availability_zone,
+        "boot_from_volume": boot_from_volume,
+        "boot_volume": volume,
+        "delete_on_termination": delete_on_termination,
     }
     # Only the counts given: a request with none is one server named NAME (``novakit.compute.names``).
     if count is not None:
@@ -180,6 +200,10 @@ def server_create(
         data["min_count"] = min_count or count
     if user_data is not None:
         data["user_data"] = base64.b64encode(user_data.read_bytes()).decode()
+    if nic:
+        from novakit.network.allocation import nic_request
+
+        data["networks"] = [guard(functools.partial(nic_request, n, "--nic")) for n in nic]
     caller = ctx()
     form = guard(lambda: output.chosen(fmt, out))
     started = time.monotonic()

@@ -338,17 +338,36 @@ class API:
 
     def _checked_request(
         self, session: Session, ctx: RequestContext, req: schemas.ServerCreate, count: int
-    ) -> tuple[Any, Any, InstanceGroup | None, dict[str, Any]]:
-        """Every check of a create that reads the database, and the request spec it makes.
+    ) -> tuple[Any, Any, InstanceGroup | None, dict[str, Any], builtins.list[Any]]:
+        """Every check of a create that reads the database, the request spec it makes and the
+        servers' NICs (``network.allocation.plan``: networks, ports, fixed IPs, free addresses).
 
         The real create runs it in the transaction that inserts the records, the
         dry run in a read: the two cannot disagree.
         """
         from novakit import quota
+        from novakit.network import allocation
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
+        from novakit.volume import boot
 
         flavor = flavors.get(session, req.flavor)
-        image = images.get(session, req.image)
+        if req.image is None and req.boot_volume is None:
+            raise exceptions.ValidationError(
+                "image", "is required unless the server boots from an existing volume (boot_volume)"
+            )
+        image = images.get(session, req.image) if req.image is not None else None
+        # The root disk as a volume (Nova's block_device_mapping_v2, boot index 0), checked.
+        root_volume, boot_volume = boot.request_fields(session, ctx, req, image)
+        if boot_volume is not None:
+            # Its image is the server's (Nova ignores the request's image for a volume source).
+            image = images.by_uuid(session, boot_volume.image_id or "")
+            if image is None:
+                raise exceptions.ValidationError(
+                    "boot_volume",
+                    f"volume {boot_volume.name}'s image {boot_volume.image_id} no longer exists; "
+                    "a server boots from a volume whose image is known",
+                )
+        assert image is not None  # given, or the boot volume's
         group = self._group(session, ctx, req.server_group or req.scheduler_hints.group)
         if req.availability_zone is not None:
             self._check_az(session, req.availability_zone)
@@ -363,12 +382,13 @@ class API:
             raise exceptions.ValidationError(
                 "flavor", f"image {image.name} needs at least {image.min_ram} MB of RAM"
             )
-        if image.min_disk and flavor.root_gb < image.min_disk:
+        if image.min_disk and not root_volume and flavor.root_gb < image.min_disk:
             raise exceptions.ValidationError(
                 "flavor", f"image {image.name} needs at least {image.min_disk} GB of disk"
             )
         if req.admin_password is not None:
             passwords.check_deliverable(session, "admin_password", req.config_drive)
+        nics = allocation.plan(session, ctx, req.networks, count)
         sched = SchedSpec(
             request_id=ctx.request_id,
             project_id=ctx.project_id,
@@ -382,8 +402,12 @@ class API:
             scheduler_hints=req.scheduler_hints.model_dump(exclude_none=True),
             # Only a host whose driver hands the password to the guest may take the instance.
             required_traits=[passwords.ADMIN_PASSWORD_TRAIT] if req.admin_password is not None else [],
+            networks=allocation.sources(nics),
+            **root_volume,
         )
         each = quota.per_instance(sched.resources())
+        if sched.new_root_volume_gb is not None:  # a new volume per server counts as Cinder's
+            each.update(volumes=1, gigabytes=sched.new_root_volume_gb)
         quota.check_quota(session, self.conf, ctx.project_id, {k: count * v for k, v in each.items()})
         spec = sched.model_dump(mode="json")
         if group is not None:
@@ -392,7 +416,7 @@ class API:
                 "policy": group.policy,
                 "rules": dict(group.rules or {}),
             }
-        return flavor, image, group, spec
+        return flavor, image, group, spec, nics
 
     def _plan(
         self, ctx: RequestContext, req: schemas.ServerCreate, names: builtins.list[str]
@@ -431,9 +455,12 @@ class API:
             else None
         )
 
+        from novakit.network import allocation
+        from novakit.volume import boot
+
         def write(session: Session) -> tuple[builtins.list[dict[str, Any]], dict[str, Any]]:
-            # The look-ups, the early quota check and the inserts in one transaction.
-            flavor, image, group, spec = self._checked_request(session, ctx, req, count)
+            # The look-ups, the early quota check, the ports and the inserts in one transaction.
+            flavor, image, group, spec, nics = self._checked_request(session, ctx, req, count)
             snapshot = flavors.snapshot(flavor)
             common = {
                 "project_id": ctx.project_id,
@@ -457,12 +484,14 @@ class API:
                 "admin_password_hash": password_hash,
                 "config_drive": req.config_drive,
                 "key_name": req.key_name,
-                "networks": [n.model_dump() for n in req.networks],
                 "addresses": [],
             }
             rows = [
                 {
                     **common,
+                    # Its ports made or taken, with their MACs and fixed IPs: a refusal (pool full,
+                    # address or port taken) rolls the whole request back, ports and all.
+                    "networks": allocation.allocate(session, ctx, nics, uuid),
                     "uuid": uuid,
                     "display_name": name,
                     "hostname": hostname_for(name),
@@ -487,6 +516,8 @@ class API:
             # A name taken in any cell fails the mapping's insert on its unique key.
             mappings.add_instances(session, rows)
             actions.actions_start_new(session, ctx, uuids, "create")
+            # An existing root volume is taken with the record (one server: the schema's rule).
+            boot.reserve(session, spec, uuids[0])
             if group is not None:
                 session.execute(
                     insert(InstanceGroupMember),
@@ -865,6 +896,13 @@ def _prepare_rebuild(
     return values, {"image": image.uuid, "preserve_power_off": inst.vm_state == VmState.STOPPED.value}
 
 
+def _prepare_volume(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    # The volume's checks and status are novakit.volume.attachments', made before the action.
+    return {}, {"volume_id": opts["volume_id"]}
+
+
 def _prepare_lock(
     api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -901,6 +939,8 @@ _PREPARE: dict[str, Prepare] = {
     "lock": _prepare_lock,
     "unlock": _prepare_unlock,
     "rename": _prepare_rename,
+    "attach_volume": _prepare_volume,
+    "detach_volume": _prepare_volume,
 }
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pydantic
-from sqlalchemy import JSON, Integer, delete, func, select, text, update
+from sqlalchemy import JSON, Integer, delete, func, null, select, text, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
@@ -152,6 +152,7 @@ def register_host(
         node.memory_mb = resources.memory_mb
         node.local_gb = resources.local_gb
         node.cached_images = list(resources.cached_images)
+        node.networks = _reported_networks(resources)
         if driver_info is not None:
             node.driver = driver_info
         for key, value in settings.items():
@@ -279,6 +280,12 @@ def record_report(
         result.resources.cached_images
     ):
         values["cached_images"] = sorted(result.resources.cached_images)
+    reported = result.resources.networks if result.resources is not None else None
+    if result.resources is not None and node.networks != (
+        sorted(set(reported)) if reported is not None else None
+    ):
+        # A network added to or removed from the host since it registered (NetworkFilter).
+        values["networks"] = _reported_networks(result.resources)
     if builds:
         failed = sum(1 for r in builds if not r.ok)
         stats = dict(node.stats or {})
@@ -346,8 +353,16 @@ _CONTACT_FAILED = text(
     "updated_at = :now WHERE host = :host AND deleted = 0"
 )
 _NODE_REPORT_STATE = text(
-    "SELECT id, cached_images, stats FROM compute_nodes WHERE host = :host AND deleted = 0"
-).columns(id=Integer, cached_images=JSON, stats=JSON)
+    "SELECT id, cached_images, stats, networks FROM compute_nodes WHERE host = :host AND deleted = 0"
+).columns(id=Integer, cached_images=JSON, stats=JSON, networks=JSON)
+
+
+def _reported_networks(resources: HostResources) -> Any:
+    """The host's networks as stored: sorted names, or SQL NULL (every network) for None.
+
+    NULL, not JSON ``null``, so that "every network" reads the same in SQL and in Python.
+    """
+    return null() if resources.networks is None else sorted(set(resources.networks))
 
 
 def set_disabled(

@@ -41,6 +41,7 @@ from novakit.compute.messages import (
     Fault,
     InstanceResult,
     InstanceSpec,
+    VolumeSpec,
 )
 from novakit.compute.states import PowerState
 from novakit.virt.driver import ComputeDriver
@@ -100,12 +101,20 @@ _LIFECYCLE: dict[str, tuple[str, Callable[[ComputeDriver, InstanceSpec, dict[str
 }
 
 
+# attach/detach, on one server: operation -> (event name as Nova records it, driver call)
+_VOLUME_OPS: dict[str, tuple[str, Callable[[ComputeDriver, InstanceSpec, VolumeSpec], None]]] = {
+    "attach_volume": ("compute_attach_volume", lambda d, i, v: d.attach_volume(i, v)),
+    "detach_volume": ("compute_detach_volume", lambda d, i, v: d.detach_volume(i, v)),
+}
+
+
 def _event_name(operation: str) -> str:
     """The event an operation is recorded under on the host (Nova's names)."""
     names = {
         "rebuild": "compute_rebuild_instance",
         "destroy": "compute_terminate_instance",
         "adopt": "compute_import_instance",
+        **{op: name for op, (name, _) in _VOLUME_OPS.items()},
     }
     return names.get(operation) or _LIFECYCLE[operation][0]
 
@@ -244,6 +253,10 @@ class ComputeManager:
                 result.results = self._each(request, lambda i: self.lifecycle(op, i, request.options))
             elif op == "adopt":
                 result.results = self._each(request, self.adopt_instance)
+            elif op in _VOLUME_OPS:
+                result.results = self._each(request, lambda i: self.volume_action(op, i, request.volumes))
+            elif op in ("volume_create", "volume_delete"):
+                result.results = [self.manage_volume(op, v) for v in request.volumes]
             elif op == "list_unmanaged":
                 result.unmanaged = self.driver.list_unmanaged()
             elif op == "get_info":
@@ -315,7 +328,7 @@ class ComputeManager:
                 with rec.event("compute__do_build_and_run_instance"):
                     self.driver.check_instance_supported(instance)
                     spawn_start = time.monotonic()
-                    self.driver.spawn(instance)
+                    self._spawn_with_root_volume(instance)
                     rec.result.timings["spawn"] = round(time.monotonic() - spawn_start, 3)
                     LOG.info(
                         "Took %.2f seconds to spawn the instance on the hypervisor.",
@@ -329,6 +342,24 @@ class ComputeManager:
         rec.result.ok = True
         self._observe(instance, rec.result)
         return rec.result
+
+    def _spawn_with_root_volume(self, instance: InstanceSpec) -> None:
+        """Spawn; a server booted from a new volume (its root volume comes with its image: the
+        controller sends the image only while the volume is being made) gets it made first,
+        and removed again if the spawn fails (Nova's _prep_block_device / _cleanup_volumes)."""
+        new_root = next((v for v in instance.volumes if v.boot_index == 0 and v.image is not None), None)
+        if new_root is None:
+            self.driver.spawn(instance)
+            return
+        self.driver.create_volume(new_root)
+        try:
+            self.driver.spawn(instance)
+        except BaseException:
+            try:
+                self.driver.delete_volume(new_root)
+            except Exception:
+                LOG.exception("root volume %s of %s not removed on %s", new_root.id, instance.uuid, self.host)
+            raise
 
     def rebuild_instance(self, instance: InstanceSpec, options: dict[str, Any]) -> InstanceResult:
         rec = _Recorder(self.host, instance.uuid)
@@ -382,6 +413,39 @@ class ComputeManager:
             return rec.result
         rec.result.ok = True
         self._observe(instance, rec.result, quiet=True)
+        return rec.result
+
+    # --- volumes --------------------------------------------------------------------
+
+    def volume_action(self, op: str, instance: InstanceSpec, volumes: list[VolumeSpec]) -> InstanceResult:
+        """Attach or detach ``volumes`` to or from ``instance``; one event for all of them."""
+        event_name, call = _VOLUME_OPS[op]
+        rec = _Recorder(self.host, instance.uuid)
+        try:
+            with rec.event(event_name):
+                for volume in volumes:
+                    call(self.driver, instance, volume)
+        except Exception:
+            self._observe(instance, rec.result, quiet=True)
+            return rec.result
+        rec.result.ok = True
+        self._observe(instance, rec.result, quiet=True)
+        return rec.result
+
+    def manage_volume(self, op: str, volume: VolumeSpec) -> InstanceResult:
+        """Make or remove one volume in its pool. The result is keyed by the volume's id (no
+        server is involved): ``ok``, and the fault that says why when not."""
+        rec = _Recorder(self.host, volume.id)
+        try:
+            with rec.event(op):
+                if op == "volume_create":
+                    self.driver.create_volume(volume)
+                else:
+                    self.driver.delete_volume(volume)
+        except Exception:
+            LOG.info("%s of volume %s failed on %s", op, volume.id, self.host)
+            return rec.result
+        rec.result.ok = True
         return rec.result
 
     def get_info(self, instance: InstanceSpec) -> InstanceResult:

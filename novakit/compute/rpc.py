@@ -33,6 +33,7 @@ from novakit.compute.messages import (
     InstanceResult,
     InstanceSpec,
     NetworkSpec,
+    VolumeSpec,
 )
 from novakit.config import Config
 from novakit.transport import Transport, get_transport
@@ -184,7 +185,25 @@ def instance_spec(
         admin_password_hash=inst.admin_password_hash,  # type: ignore[arg-type]
         config_drive=inst.config_drive,
         networks=[NetworkSpec.model_validate(n) for n in (inst.networks or [])],
+        volumes=_volumes_of(session, inst.uuid),
     )
+
+
+def _volumes_of(session: Session, instance_uuid: str) -> list[VolumeSpec]:
+    from novakit.volume.volumes import specs_of_server
+
+    return specs_of_server(session, instance_uuid)
+
+
+def volume_spec(session: Session, volume_uuid: str, instance_uuid: str) -> VolumeSpec:
+    """One volume attached (or being attached) to the server, with its device: what an
+    attach_volume / detach_volume request carries."""
+    from novakit.volume.volumes import specs_of_server
+
+    found = specs_of_server(session, instance_uuid, volume_uuid)
+    if not found:
+        raise exceptions.Invalid(reason=f"volume {volume_uuid} is not attached to server {instance_uuid}")
+    return found[0]
 
 
 @functools.cache

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import re
 import unicodedata
 import uuid as uuidlib
@@ -120,14 +121,45 @@ class SchedulerHints(_Request):
 
 
 class NetworkRequest(_Request):
+    """One NIC: a novakit network (``net_id``, with Nova's ``v4-fixed-ip`` as ``fixed_ip``), a
+    port (``port_id``), or a host-side network plugged in directly (``type`` and ``source``)."""
+
     type: Literal["network", "bridge", "user"] = "user"
     source: str = ""
+    net_id: str | None = Field(default=None, min_length=1, max_length=255)
+    port_id: str | None = Field(default=None, min_length=1, max_length=255)
+    fixed_ip: str | None = None
+
+    @field_validator("fixed_ip")
+    @classmethod
+    def _fixed_ip(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            addr = ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IP address") from None
+        if addr.version != 4:
+            raise ValueError(f"{v} is not an IPv4 address")
+        return str(addr)
+
+    @pydantic.model_validator(mode="after")
+    def _one_form(self) -> NetworkRequest:
+        given = self.model_fields_set
+        if self.net_id is not None and self.port_id is not None:
+            raise ValueError("give net_id or port_id, not both")
+        if self.fixed_ip is not None and self.net_id is None:
+            raise ValueError("fixed_ip needs net_id (the network to take it from)")
+        if (self.net_id is not None or self.port_id is not None) and given & {"type", "source"}:
+            raise ValueError("a NIC is net_id/port_id or type/source, not both")
+        return self
 
 
 class ServerCreate(_Request):
     name: str
     flavor: str
-    image: str
+    # Optional only with ``boot_volume``: the server then boots the volume's image.
+    image: str | None = None
     min_count: int = Field(default=1, ge=1, le=MAX_INT)
     max_count: int | None = Field(default=None, ge=1, le=MAX_INT, validate_default=True)
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -140,13 +172,44 @@ class ServerCreate(_Request):
     config_drive: bool = True
     key_name: str | None = None
     description: str | None = Field(default=None, max_length=255)
+    # Boot from volume (Nova's block_device_mapping_v2 with boot_index 0, ``novakit.volume.boot``):
+    # a new volume of this many GiB made from the image on the chosen host, or an existing
+    # bootable volume (name or id). ``delete_on_termination``: whether the root volume goes with
+    # the server (default: true for a new one, false for an existing one, as Nova's API).
+    boot_from_volume: int | None = Field(default=None, ge=1, le=MAX_INT)
+    boot_volume: str | None = Field(default=None, min_length=1, max_length=255)
+    delete_on_termination: bool | None = None
 
     _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
     _check_md = field_validator("metadata")(classmethod(lambda cls, v: _check_metadata(v)))
 
+    @field_validator("boot_volume")
+    @classmethod
+    def _one_root(cls, v: str | None, info: pydantic.ValidationInfo) -> str | None:
+        if v is None:
+            return v
+        if info.data.get("boot_from_volume") is not None:
+            raise ValueError("boot_from_volume and boot_volume are mutually exclusive: give one root disk")
+        if (info.data.get("max_count") or 1) > 1:
+            raise ValueError("an existing volume is the root of one server: max_count must be 1")
+        return v
+
+    @field_validator("delete_on_termination")
+    @classmethod
+    def _root_given(cls, v: bool | None, info: pydantic.ValidationInfo) -> bool | None:
+        if (
+            v is not None
+            and info.data.get("boot_from_volume") is None
+            and info.data.get("boot_volume") is None
+        ):
+            raise ValueError("applies to a root volume only: give boot_from_volume or boot_volume")
+        return v
+
     @field_validator("flavor", "image")
     @classmethod
-    def _non_empty(cls, v: str) -> str:
+    def _non_empty(cls, v: str | None) -> str | None:
+        if v is None:  # the image with boot_volume: the API's check names it otherwise
+            return v
         if not v or not v.strip():
             raise ValueError("must name an existing one (name or id)")
         return v
@@ -197,6 +260,13 @@ class ServerCreate(_Request):
 class Rename(_Request):
     name: str
     _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
+
+
+class VolumeAction(_Request):
+    """attach_volume / detach_volume: the volume (its id), which ``novakit.volume.attachments``
+    has reserved for the server (or marked detaching) before the action starts."""
+
+    volume_id: str = Field(min_length=1, max_length=36)
 
 
 class NoOptions(_Request):

@@ -436,6 +436,25 @@ ACTIONS: dict[str, Transition] = {
             notes="a stopped instance ends stopped again, as in Nova; a failed one leaves error",
         ),
         Transition(
+            "attach_volume",
+            vm_states=frozenset({V.ACTIVE, V.PAUSED, V.STOPPED}),
+            task_states=_IDLE,
+            operation="attach_volume",
+            needs_host=True,
+            options=schemas.VolumeAction,
+            notes="as Nova's: no task state of its own, the volume's status (reserved -> attaching -> "
+            "in-use) guards it; hot-plugged into a running guest, into the definition of a stopped one",
+        ),
+        Transition(
+            "detach_volume",
+            vm_states=frozenset({V.ACTIVE, V.PAUSED, V.STOPPED}),
+            task_states=_IDLE,
+            operation="detach_volume",
+            needs_host=True,
+            options=schemas.VolumeAction,
+            notes="in-use -> detaching -> available; a root volume (boot index 0) is never detached",
+        ),
+        Transition(
             "lock",
             vm_states=ANY,
             task_states=_ANY_TASK,
@@ -468,8 +487,13 @@ ACTIONS: dict[str, Transition] = {
 
 #: the actions a caller may ask for by name (``create`` has an API of its own)
 REQUESTABLE: tuple[str, ...] = tuple(a for a in ACTIONS if a != "create")
+#: asked for through ``novakit.volume.attachments`` (``server add volume``), which checks and
+#: reserves the volume before the action starts; offered by no generic action module
+VOLUME_ACTIONS: tuple[str, ...] = ("attach_volume", "detach_volume")
 #: the names callers use: a hard reboot is ``reboot`` with reboot_type HARD
-ACTION_NAMES: tuple[str, ...] = tuple(a for a in REQUESTABLE if a != "reboot_hard")
+ACTION_NAMES: tuple[str, ...] = tuple(
+    a for a in REQUESTABLE if a != "reboot_hard" and a not in VOLUME_ACTIONS
+)
 
 
 def resolve(action: str, options: Mapping[str, Any] | None = None) -> tuple[Transition, dict[str, Any]]:

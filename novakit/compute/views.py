@@ -39,6 +39,17 @@ def _power_state_name(power_state: int) -> str:
     return name if name is not None else POWER_STATE_NAMES.get(PowerState(power_state), str(power_state))
 
 
+def _ips(nic: dict[str, Any]) -> list[str]:
+    return [ip["address"] for ip in nic.get("fixed_ips") or []]
+
+
+def _addresses(inst: Instance) -> list[str]:
+    """The fixed IPs of its ports when it has ports (chosen before it was built, so known at once),
+    else what its host read back from the guest."""
+    fixed = [ip for nic in inst.networks or [] if nic.get("port_id") for ip in _ips(nic)]
+    return fixed or list(inst.addresses or [])
+
+
 def server_view(inst: Instance, ctx: RequestContext, image_name: str | None = None) -> dict[str, Any]:
     """A server as the caller may see it (Nova's server show, trimmed).
 
@@ -64,7 +75,13 @@ def server_view(inst: Instance, ctx: RequestContext, image_name: str | None = No
         "flavor": dict(inst.flavor or {}),
         "image": inst.image_ref,
         "image_name": image_name,
-        "addresses": list(inst.addresses or []),
+        "addresses": _addresses(inst),
+        # Its ports (MAC and fixed IPs), known before the guest answers (``novakit.network``).
+        "nics": [
+            {"port_id": n["port_id"], "mac": n.get("mac"), "network": n.get("source"), "fixed_ips": _ips(n)}
+            for n in inst.networks or []
+            if n.get("port_id")
+        ],
         "metadata": dict(inst.instance_metadata or {}),
         "locked": inst.locked,
         "locked_reason": inst.locked_reason,

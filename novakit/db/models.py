@@ -33,6 +33,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -498,7 +499,18 @@ class Network(TimestampMixin, Base):
     """A network the hosts offer: a libvirt network (``provider`` "network") or a bridge."""
 
     __tablename__ = "networks"
-    __table_args__ = (UniqueConstraint("uuid"), UniqueConstraint("name"))
+    __table_args__ = (
+        UniqueConstraint("uuid"),
+        UniqueConstraint("name"),
+        # At most one default network, kept by the database against two concurrent creates.
+        Index(
+            "uq_networks_is_default",
+            "is_default",
+            unique=True,
+            sqlite_where=text("is_default"),
+            postgresql_where=text("is_default"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     uuid: Mapped[str] = mapped_column(String(36))
@@ -609,6 +621,8 @@ class Volume(TimestampMixin, SoftDeleteMixin, Base):
     format: Mapped[str] = mapped_column(String(16), default="qcow2")  # qcow2 | raw (dir pool), raw (LVM)
     image_id: Mapped[str | None] = mapped_column(String(36))
     bootable: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Why the volume is in error / error_deleting (the host's fault message), else None.
+    status_reason: Mapped[str | None] = mapped_column(String(255))
 
 
 class VolumeAttachment(TimestampMixin, SoftDeleteMixin, Base):

@@ -88,7 +88,10 @@ What it corrects, and why each rule is what it is:
   on the ``create`` action, and, once the host has answered without the
   guest, the claim freed and the host let go (as a failed build's).
 
-* **Orphan allocations** (their consumer is no live instance) are removed.
+* **Orphan allocations** (their consumer is no live instance, nor a live volume) are removed.
+
+* **Orphan attachments**: a volume attached (in the records) to a server that no longer exists
+  is detached in the records and ``available`` again (``novakit.volume.attachments``).
 
 * **Stray copies**: a move into a cell copies a server's records there and then
   points its mapping at them (``novakit.cells.moves``); one cut off in between
@@ -236,6 +239,8 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans):
         if not wanted:
             report.corrections.extend(self._abandoned_actions(dry_run))
             report.corrections.extend(self._stray_copies(dry_run))
+            report.corrections.extend(self._orphan_attachments(dry_run))
+            report.corrections.extend(self._orphan_ports(dry_run))
         report.corrections.extend(self._orphan_allocations(wanted, dry_run))
         if import_unmanaged:
             report.corrections.extend(self._import_unmanaged(report, dry_run, import_project))

@@ -44,6 +44,8 @@ Kind = Literal[
     "orphan_guest",
     "imported_guest",
     "stray_copy",
+    "orphan_attachment",
+    "orphan_port",
 ]
 
 _OFF = (PowerState.SHUTDOWN, PowerState.CRASHED)

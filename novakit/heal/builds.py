@@ -127,7 +127,8 @@ class StuckBuilds(HealerBase):
         def write(session: Session) -> None:
             values: dict[str, Any] = {"vm_state": VmState.ERROR, "task_state": None}
             if free_claim:
-                values.update(host=None, node=None)
+                # No guest holds them: its ports and addresses go, as a failed build's (conductor).
+                values.update(host=None, node=None, networks=[])
             db_api.instance_update(
                 session,
                 s.uuid,
@@ -137,6 +138,13 @@ class StuckBuilds(HealerBase):
                 expected_owner=s.task_owner,
                 lease_expired_at=self.clock(),
             )
+            if free_claim:
+                from novakit.network import ports
+                from novakit.volume import boot
+
+                ports.free_for_instance(session, s.uuid)
+                # And its root volume, as a failed build's: a new one goes, an existing one is free.
+                boot.release_failed_build(session, s.uuid)
             actions.record_outcome(
                 session, create_ctx, s.uuid, start="create", events=[event], fault=fault, finish="create"
             )
@@ -187,6 +195,9 @@ class StuckBuilds(HealerBase):
                 expected_owner=s.task_owner,
                 lease_expired_at=self.clock(),
             )
+            from novakit.volume import boot
+
+            boot.built(session, [s.uuid])  # its root volume, if any, as a build's that succeeded
             actions.record_outcome(
                 session, create_ctx, s.uuid, start="create", events=[event], finish="create"
             )

@@ -115,6 +115,15 @@ class Orphans(HealerBase):
             if hosts:
                 stmt = stmt.where(ResourceProvider.name.in_(sorted(hosts)))
             held = [(c, p) for c, p in session.execute(stmt).all() if not self._host_down(p)]
+            # A live volume's claim (its DISK_GB, consumer = the volume) is no orphan.
+            from novakit.db.models import Volume
+
+            volumes = set(
+                session.execute(
+                    select(Volume.uuid).where(Volume.deleted == 0, Volume.uuid.in_([c for c, _ in held]))
+                ).scalars()
+            )
+            held = [(c, p) for c, p in held if c not in volumes]
         gone = self._holders([c for c, _ in held], None).gone
         found = sorted((c, p) for c, p in held if c in gone)
         out = []
@@ -129,6 +138,66 @@ class Orphans(HealerBase):
             )
             if not dry_run:
                 placement.remove_allocations(self.db, consumer)
+                c.applied = True
+            out.append(c)
+        return out
+
+    def _orphan_attachments(self, dry_run: bool) -> list[Correction]:
+        """Volumes attached in the records to servers that are gone: released (Cinder's
+        attachment of a deleted server, which Nova's delete would have removed)."""
+        from novakit.volume import attachments
+
+        out = []
+        for volume, server in attachments.attached_to_gone_servers(self):
+            c = Correction(
+                kind="orphan_attachment",
+                instance=server,
+                host=None,
+                before="attached",
+                after="available",
+                detail=f"volume {volume} attached to a server that no longer exists",
+            )
+            if not dry_run:
+                attachments.release_server(self, self.ctx, server)
+                c.applied = True
+            out.append(c)
+        return out
+
+    def _orphan_ports(self, dry_run: bool) -> list[Correction]:
+        """Ports bound to servers that are gone (deleted, or never known): freed as the server's
+        delete would have freed them (``ports.free_for_instance``: made for it, deleted with
+        their addresses; given to it, unbound). The ports are read before their servers: a
+        port is written with its server's mapping, so a server being created now is never
+        taken for gone."""
+        from novakit.db.models import Port
+        from novakit.network import ports
+
+        with self.db.reader() as session:
+            devices = sorted(
+                {
+                    d
+                    for d in session.execute(
+                        select(Port.device_id).where(Port.device_id.isnot(None))
+                    ).scalars()
+                    if d
+                }
+            )
+        gone = self._holders(devices, None).gone if devices else set()
+        out = []
+        for uuid in sorted(gone):
+            c = Correction(
+                kind="orphan_port",
+                instance=uuid,
+                before="bound",
+                after="freed",
+                detail="ports bound to a server that no longer exists",
+            )
+            if not dry_run:
+
+                def free(session: Any, uuid: str = uuid) -> None:
+                    ports.free_for_instance(session, uuid)
+
+                self.db.run_in_transaction(free)
                 c.applied = True
             out.append(c)
         return out

@@ -60,6 +60,8 @@ class HostState:
     last_contact_at: dt.datetime | None = None
     num_instances: int = 0
     num_io_ops: int = 0
+    # The libvirt networks and bridges the host reported (NetworkFilter); None: every network.
+    networks: frozenset[str] | None = None
     # Aggregate metadata values by key (AggregateInstanceExtraSpecsFilter).
     aggregate_metadata: dict[str, set[str]] = field(default_factory=dict)
     # Server-group members on this host, including those placed earlier in this request.
@@ -108,11 +110,11 @@ def _in(sql: str, name: str) -> Any:
 # trip brings the pool: compute node, service, and (only when a plugin reads them) instance counts.
 _HOST_COLUMNS = (
     "cn.id AS cn_id, cn.hypervisor_hostname, cn.hypervisor_type, cn.hypervisor_version, cn.cpu_arch, "
-    "cn.cpu_info, cn.cached_images, cn.stats, "
+    "cn.cpu_info, cn.cached_images, cn.stats, cn.networks, "
     "s.id AS s_id, s.disabled, s.disabled_reason, s.forced_down, s.down_reason, s.last_seen_up, "
     "s.last_contact_at"
 )
-_HOST_WIDTH = 15  # the columns above
+_HOST_WIDTH = 16  # the columns above
 _NODE = "SELECT * FROM compute_nodes WHERE host = c.rp_name AND deleted = 0"
 _SERVICE = "SELECT * FROM services WHERE host = c.rp_name AND \"binary\" = 'novakit-compute' AND deleted = 0"
 # SQLite always joins a few dozen rows by nested loops over the indexes. PostgreSQL's planner,
@@ -171,8 +173,8 @@ def load_candidate_hosts(
         cand = placement_candidates.candidate_from_row(row, classes)
         if cand.provider_id in states:
             continue  # a second compute node row for one host: the first one stands
-        (cn_id, nodename, hv_type, hv_ver, arch, cpu_info, cached, stats, s_id, disabled, reason, forced_down,
-         down_reason, last_seen, last_contact) = row[width : width + _HOST_WIDTH]  # fmt: skip
+        (cn_id, nodename, hv_type, hv_ver, arch, cpu_info, cached, stats, nets, s_id, disabled, reason,
+         forced_down, down_reason, last_seen, last_contact) = row[width : width + _HOST_WIDTH]  # fmt: skip
         st = HostState(
             host=cand.name,
             nodename=nodename or cand.name,
@@ -187,6 +189,9 @@ def load_candidate_hosts(
             st.cpu_info = _json(cpu_info, {})
             st.cached_images = frozenset(_json(cached, []))
             st.stats = _json(stats, {})
+            # "[]" is a host with no network, unlike NULL (every network): decoded, not skipped.
+            reported = json.loads(nets) if isinstance(nets, str) else nets
+            st.networks = frozenset(reported) if reported is not None else None
             st.has_compute_node = True
         if s_id is not None:
             st.has_service, st.service_disabled, st.disabled_reason = True, bool(disabled), reason

@@ -57,6 +57,17 @@ class RequestSpec(BaseModel):
     # Traits on top of those the flavor's extra specs ask for.
     required_traits: list[str] = Field(default_factory=list)
     forbidden_traits: list[str] = Field(default_factory=list)
+    # The host-side names (libvirt network or bridge) of the novakit networks the servers' ports
+    # are on: a host must have every one (``NetworkFilter``).
+    networks: list[str] = Field(default_factory=list)
+    # Boot from volume (``novakit.volume.boot``): the root disk is a volume, so the flavor's
+    # root_gb is not claimed (Nova). ``new_root_volume_gb``: a volume of that size is made from the
+    # image on the chosen host; it is claimed as DISK_GB with the server and handed to the volume
+    # once its row exists. ``boot_volume``: an existing volume ({id, name, host}), whose claim it
+    # already holds and whose host the server must land on (``VolumeHostFilter``).
+    new_root_volume_gb: int | None = None
+    delete_root_volume_on_termination: bool = True
+    boot_volume: dict[str, str] | None = None
 
     # --- derived from the flavor ------------------------------------------------------
 
@@ -73,7 +84,12 @@ class RequestSpec(BaseModel):
                 raise exceptions.ValidationError(
                     f"flavor.{name}", f"must not be negative, got {getattr(flavor, name)}"
                 )
-        disk = flavor.root_gb + flavor.ephemeral_gb + -(-flavor.swap // 1024)
+        root = flavor.root_gb
+        if self.boot_volume is not None:
+            root = 0
+        elif self.new_root_volume_gb is not None:
+            root = self.new_root_volume_gb
+        disk = root + flavor.ephemeral_gb + -(-flavor.swap // 1024)
         res = {"VCPU": flavor.vcpus, "MEMORY_MB": flavor.memory_mb, "DISK_GB": disk}
         for key, value in flavor.extra_specs.items():
             if key.startswith("resources:"):

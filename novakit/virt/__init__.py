@@ -14,14 +14,21 @@ got that shows neither the password nor its hash.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 
 GUEST_READY_MARKER = "NOVAKIT-GUEST-READY"
 ADMIN_PASSWORD_MARKER = "NOVAKIT-GUEST-ADMIN-PASSWORD"
 
 
-def guest_ready_line(hostname: str, instance_id: str) -> str:
-    """The marker line exactly as a guest prints it."""
-    return f"{GUEST_READY_MARKER} hostname={hostname} instance-id={instance_id}"
+def guest_ready_line(hostname: str, instance_id: str, addresses: Sequence[str] = ()) -> str:
+    """The marker line exactly as a guest prints it.
+
+    ``addresses``: the static ones (``IP/prefix``) the guest applied from its config drive's
+    network-config, comma-separated after the old form, which stays a prefix of the line so
+    that a wait for it still matches.
+    """
+    line = f"{GUEST_READY_MARKER} hostname={hostname} instance-id={instance_id}"
+    return f"{line} addresses={','.join(addresses)}" if addresses else line
 
 
 def admin_password_line(password_hash: str) -> str:

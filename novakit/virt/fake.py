@@ -25,6 +25,13 @@ which is how a test points one host of an inventory at a failure:
 ``crash_running``
     spawn succeeds; the next look at the guest (get_info, list_instances)
     finds it CRASHED. ``crash(uuid)`` does the same on demand.
+``fail_volume_create`` / ``fail_volume_attach``
+    every volume create (attach) raises VolumeBackendError, leaving nothing behind.
+
+Volumes are records in the same state file (``volumes``: id -> size, format, image,
+the guest it is attached to and as which device); a guest lists its disks under
+``volumes`` (device -> volume id) and its console shows ``NOVAKIT-DISK <dev> <sectors>``
+for each disk that appears, as the tiny guest prints it.
 
 ``vanish(uuid)`` deletes a guest behind novakit's back, for tests of healing.
 ``define_foreign(...)`` defines a guest novakit did not create (someone ran
@@ -56,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions, files
-from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec, UnmanagedGuest
+from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec, UnmanagedGuest, VolumeSpec
 from novakit.compute.states import PowerState
 from novakit.virt import admin_password_line, guest_ready_line
 from novakit.virt.driver import ComputeDriver, InstanceInfo
@@ -68,6 +75,8 @@ FAILURE_MODES = (
     "abort_spawn",
     "slow_spawn",
     "crash_running",
+    "fail_volume_create",
+    "fail_volume_attach",
 )
 
 #: a console keeps this many lines, like a log that is rotated
@@ -94,6 +103,23 @@ def fake_address(uuid: str, index: int = 0) -> str:
     """A stable address from TEST-NET-1 (RFC 5737): shown to users, never contacted."""
     digest = hashlib.sha256(f"{uuid}/{index}".encode()).digest()
     return f"192.0.2.{1 + digest[0] % 254}"
+
+
+def _networks_option(value: Any) -> list[str] | None:
+    """options["networks"]: the networks the host has, as a list or comma-separated text.
+
+    Absent: None, every network (the embedded default's hosts offer whatever is asked);
+    given, even empty, exactly those, so a test can make a host without a network.
+    """
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return sorted({str(item).strip() for item in items if str(item).strip()})
+
+
+def _with_prefix(address: str, cidr: str) -> str:
+    """``10.0.0.5`` in ``10.0.0.0/24`` as ``10.0.0.5/24``, as a guest shows its address."""
+    return f"{address}/{cidr.rpartition('/')[2]}" if "/" in cidr else address
 
 
 def _host_file_stem(host: str) -> str:
@@ -130,6 +156,7 @@ class FakeDriver(ComputeDriver):
         if isinstance(supports, str):
             supports = supports.strip().lower() not in ("0", "false", "no", "off")
         self.capabilities = {**self.capabilities, "supports_admin_password": bool(supports)}
+        self.networks = _networks_option(self.options.get("networks"))
         # Checked now so that a typo fails at start-up, not at the first spawn.
         self.failure_mode()
 
@@ -180,6 +207,7 @@ class FakeDriver(ComputeDriver):
         state.setdefault("cached_images", [])
         state.setdefault("spawns_attempted", 0)
         state.setdefault("first_spawn_failed", False)
+        state.setdefault("volumes", {})
         return state
 
     def _write(self, state: dict[str, Any]) -> None:
@@ -239,6 +267,7 @@ class FakeDriver(ComputeDriver):
             local_gb_used=sum(g["disk_gb"] for g in guests),
             cached_images=cached,
             traits=self.capability_traits(),
+            networks=self.networks,
         )
 
     def spawn(self, instance: InstanceSpec) -> None:
@@ -290,6 +319,10 @@ class FakeDriver(ComputeDriver):
             "memory_mb": flavor.memory_mb,
             "disk_gb": flavor.root_gb + flavor.ephemeral_gb + (flavor.swap + 1023) // 1024,
             "networks": max(1, len(instance.networks)),
+            # Per NIC, the port's fixed IPs as IP/prefix: what the tiny guest would apply.
+            "fixed_ips": [
+                [_with_prefix(ip.address, ip.cidr) for ip in n.fixed_ips] for n in instance.networks
+            ],
             "config_drive": instance.config_drive,
             "power_state": int(PowerState.RUNNING),
             "created_at": _now(),
@@ -300,6 +333,12 @@ class FakeDriver(ComputeDriver):
             guest["admin_password_hash"] = instance.admin_password_hash.get_secret_value()
         if mode == "crash_running":
             guest["crash_pending"] = True
+        # The server's volumes are defined with it (a rebuild keeps them); the root one is its disk.
+        guest["volumes"] = {v.device_name or "vdb": v.id for v in instance.volumes}
+        for v in instance.volumes:
+            known = state["volumes"].get(v.id)
+            if known is not None:
+                known.update(attached_to=uuid, device=v.device_name)
         _boot_console(guest, uuid)
         state["instances"][uuid] = guest
         if instance.image.id not in state["cached_images"]:
@@ -430,7 +469,16 @@ class FakeDriver(ComputeDriver):
         with self._locked_state(readonly=True) as state:
             guest = self._guest(state, instance.uuid)
             count = int(guest.get("networks", 1))
-        return [fake_address(instance.uuid, i) for i in range(count)]
+            fixed = list(guest.get("fixed_ips") or [])
+        # A NIC with a port has the port's addresses; one without gets an invented one.
+        addresses: list[str] = []
+        for i in range(count):
+            nic = fixed[i] if i < len(fixed) else []
+            if nic:
+                addresses.extend(a.partition("/")[0] for a in nic)
+            else:
+                addresses.append(fake_address(instance.uuid, i))
+        return addresses
 
     def get_console_output(self, instance: InstanceSpec) -> str:
         with self._locked_state(readonly=True) as state:
@@ -442,6 +490,71 @@ class FakeDriver(ComputeDriver):
         with self._locked_state() as state:
             if image.id not in state["cached_images"]:
                 state["cached_images"].append(image.id)
+
+    # --- volumes ------------------------------------------------------------
+
+    def create_volume(self, volume: VolumeSpec) -> None:
+        if self.failure_mode() == "fail_volume_create":
+            raise exceptions.VolumeBackendError(
+                volume=volume.id, reason=f"fake failure: volume creates on host {self.host} fail"
+            )
+        with self._locked_state() as state:
+            known = state["volumes"].get(volume.id)
+            if known is not None:
+                if known["size_gb"] != volume.size_gb:
+                    raise exceptions.VolumeBackendError(
+                        volume=volume.id, reason=f"exists with {known['size_gb']} GiB, not {volume.size_gb}"
+                    )
+                return
+            state["volumes"][volume.id] = {
+                "size_gb": volume.size_gb,
+                "format": volume.format,
+                "image_id": volume.image.id if volume.image else None,
+                "attached_to": None,
+                "device": None,
+            }
+
+    def delete_volume(self, volume: VolumeSpec) -> None:
+        with self._locked_state() as state:
+            state["volumes"].pop(volume.id, None)
+
+    def attach_volume(self, instance: InstanceSpec, volume: VolumeSpec) -> None:
+        if self.failure_mode() == "fail_volume_attach":
+            raise exceptions.VolumeBackendError(
+                volume=volume.id, reason=f"fake failure: attaches on host {self.host} fail"
+            )
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            known = state["volumes"].get(volume.id)
+            if known is None:
+                raise exceptions.VolumeBackendError(
+                    volume=volume.id, reason=f"not in host {self.host}'s pool"
+                )
+            device = volume.device_name or "vdb"
+            disks = guest.setdefault("volumes", {})
+            if disks.get(device) not in (None, volume.id):
+                raise exceptions.VolumeBackendError(
+                    volume=volume.id, reason=f"device {device} of {instance.uuid} holds another disk"
+                )
+            disks[device] = volume.id
+            known.update(attached_to=instance.uuid, device=device)
+            if guest["power_state"] == PowerState.RUNNING:
+                _console(guest, _disk_line(device, known["size_gb"]))
+
+    def detach_volume(self, instance: InstanceSpec, volume: VolumeSpec) -> None:
+        with self._locked_state() as state:
+            guest = state["instances"].get(instance.uuid) or {}
+            disks = guest.get("volumes") or {}
+            for device in [d for d, v in disks.items() if v == volume.id]:
+                del disks[device]
+            known = state["volumes"].get(volume.id)
+            if known is not None and known.get("attached_to") == instance.uuid:
+                known.update(attached_to=None, device=None)
+
+    def volumes(self) -> dict[str, dict[str, Any]]:
+        """The host's pool as the fake keeps it: volume id -> size, format, attachment."""
+        with self._locked_state(readonly=True) as state:
+            return dict(state["volumes"])
 
     # --- test helpers -------------------------------------------------------
 
@@ -506,6 +619,11 @@ def _wrong_state(uuid: str, action: str, current: int, needed: PowerState) -> ex
     )
 
 
+def _disk_line(device: str, size_gb: int) -> str:
+    """What the tiny guest prints for a disk that appears: its device and 512-byte sectors."""
+    return f"NOVAKIT-DISK {device} {size_gb * 1024 * 1024 * 2}"
+
+
 def _console(guest: dict[str, Any], line: str) -> None:
     guest["console"].append(line)
     del guest["console"][:-_CONSOLE_LINES]
@@ -519,7 +637,8 @@ def _boot_console(guest: dict[str, Any], uuid: str) -> None:
         _console(guest, f"novakit-init: hostname {guest['hostname']}")
         if guest.get("admin_password_hash"):
             _console(guest, admin_password_line(guest["admin_password_hash"]))
-        _console(guest, guest_ready_line(guest["hostname"], uuid))
+        static = [a for nic in guest.get("fixed_ips") or [] for a in nic]
+        _console(guest, guest_ready_line(guest["hostname"], uuid, static))
     else:
         _console(guest, "novakit-init: no config drive")
         _console(guest, guest_ready_line("localhost", "none"))

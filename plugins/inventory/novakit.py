@@ -7,7 +7,8 @@ name: novakit
 short_description: novakit servers as inventory hosts
 description:
   - Reads the servers from the novakit database and makes each one a host, reachable at its first
-    address (C(ansible_host)), with its uuid, status, compute host, flavor, image, availability
+    address (C(ansible_host): the first fixed IP of its ports when it has ports, so a play right
+    after the boot reaches it), with its uuid, status, compute host, flavor, image, availability
     zone, server groups and metadata as C(novakit_*) variables.
   - Groups them by compute host (C(novakit_host_<host>)), availability zone (C(novakit_az_<zone>)),
     status (C(novakit_status_<status>)) and server group (C(novakit_group_<name>)); C(compose),
@@ -112,7 +113,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
                 "novakit_flavor": server["flavor"].get("name"),
                 "novakit_image": server["image"],
                 "novakit_availability_zone": server["availability_zone"],
+                # With ports (novakit networks) these are their fixed IPs, known before the guest answers.
                 "novakit_addresses": server["addresses"],
+                "novakit_nics": server.get("nics", []),
                 "novakit_metadata": server["metadata"],
                 "novakit_server_groups": server_groups.get(server["id"], []),
             }

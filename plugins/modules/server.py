@@ -90,6 +90,36 @@ options:
     type: list
     elements: dict
     default: []
+  nics:
+    description:
+      - The server's ports, as openstack.cloud's C(nics) - each a mapping with C(net-id) or
+        C(net-name) (a novakit network; a port is made with the first free address, or
+        C(fixed_ip)), or C(port-id) (a port made before), or a string C(net-name=lan).
+      - None given (and no O(networks)) - a port on the default network, if one is configured.
+      - The MAC and fixed IPs are chosen once and kept for the server's life; its delete frees them.
+    type: list
+    elements: raw
+    default: []
+  boot_from_volume:
+    description:
+      - Boot from a new volume of O(volume_size) GiB, made from O(image) on the host the server
+        is scheduled to (its root disk; the flavor's root disk is not claimed on top).
+    type: bool
+    default: false
+  volume_size:
+    description: The size in GiB of the new root volume; required with O(boot_from_volume=true).
+    type: int
+  boot_volume:
+    description:
+      - Boot from this existing bootable, available volume (name or id) of the project; the
+        server is scheduled to the volume's host and its image is the volume's.
+    type: str
+    aliases: [boot_volume_id]
+  terminate_volume:
+    description:
+      - Whether the root volume is deleted with the server. Unset - V(true) for a new volume
+        (O(boot_from_volume)), V(false) for O(boot_volume), as Nova's API.
+    type: bool
   config_drive:
     description: Attach a config drive.
     type: bool
@@ -330,19 +360,33 @@ class ServerModule(NovakitModule):
         "user_data": {"type": "str", "no_log": True},
         "admin_password": {"type": "str", "no_log": True},
         "networks": {"type": "list", "elements": "dict", "default": []},
+        "nics": {"type": "list", "elements": "raw", "default": []},
+        "boot_from_volume": {"type": "bool", "default": False},
+        "volume_size": {"type": "int"},
+        "boot_volume": {"type": "str", "aliases": ["boot_volume_id"]},
+        "terminate_volume": {"type": "bool"},
         "config_drive": {"type": "bool", "default": True},
         "key_name": {"type": "str", "no_log": False},
         "scheduler_hints": {"type": "dict"},
         "shutdown_timeout": {"type": "int"},
         **WAIT_ARGS,
     }
-    module_kwargs = {"supports_check_mode": True}
+    module_kwargs = {
+        "supports_check_mode": True,
+        "required_if": [("boot_from_volume", True, ["volume_size"])],
+    }
 
     def run(self):
         from novakit import desired
+        from novakit.network.allocation import nic_requests
 
         p = self.params
         create = {k: p[k] for k in CREATE}
+        create["networks"] = [*p["networks"], *nic_requests(p["nics"])]
+        # openstack.cloud's names for schemas.ServerCreate's root volume fields.
+        create["boot_from_volume"] = p["volume_size"] if p["boot_from_volume"] else None
+        create["boot_volume"] = p["boot_volume"]
+        create["delete_on_termination"] = p["terminate_volume"]
         create["user_data"] = desired.encode_user_data(p["user_data"])
         if p["count"] is not None:
             many = desired.ensure_count(

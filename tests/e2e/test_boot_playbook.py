@@ -99,3 +99,22 @@ def test_a_refused_request_fails_the_play_with_its_reason(tmp_path: Path, env: d
     assert run.rc != 0
     assert "Quota exceeded for instances" in run.stdout.read()
     assert _api(env).list(RequestContext.admin()) == []
+
+
+def test_boot_from_volume_through_the_playbook_variables(tmp_path: Path, env: dict[str, str]) -> None:
+    from novakit.volume import volumes
+
+    assert run_playbook("compute_node.yml", tmp_path, env).rc == 0
+    # As a survey answers them: strings.
+    extra = {"server_name": "bfv", "boot_from_volume": "3", "delete_on_termination": "false"}
+    run = run_playbook("boot.yml", tmp_path, env, extra)
+    assert run.rc == 0, run.stdout.read()
+    api = _api(env)
+    admin = RequestContext.admin()
+    (server,) = api.list(admin)
+    assert server["status"] == "ACTIVE"
+    (root,) = volumes.list_volumes(api.conductor, admin, all_projects=True)
+    assert root["status"] == "in-use" and root["size"] == 3 and root["host"] == server["host"]
+    assert root["attachments"][0]["delete_on_termination"] is False
+    again = run_playbook("boot.yml", tmp_path, env, extra)
+    assert again.rc == 0 and again.stats["changed"].get("localhost", 0) == 0

@@ -7,10 +7,11 @@ behaviour, not against itself.
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from novakit import exceptions
 from novakit.cells.registry import UNSCHEDULED
@@ -46,6 +47,9 @@ NOVA = {
     "lock": (ANY, ANY, None),
     "unlock": (ANY, ANY, None),
     "rename": ({s.value for s in VmState} - {"deleted", "soft-delete"}, ANY, None),
+    # Nova's attach/detach states where novakit has them (no resize, shelve or soft delete here).
+    "attach_volume": ({"active", "paused", "stopped"}, {None}, None),
+    "detach_volume": ({"active", "paused", "stopped"}, {None}, None),
 }
 END_POWER = {"stop": PowerState.SHUTDOWN, "pause": PowerState.PAUSED, "suspend": PowerState.SUSPENDED}
 VM_STATES = [s.value for s in VmState if s != VmState.DELETED]
@@ -90,7 +94,36 @@ def _call(cloud: Cloud, ctx: Any, action: str, uuid: str) -> dict[str, Any]:
         return api.rename(ctx, uuid, f"renamed-{uuid[:8]}")
     if action == "lock":
         return api.lock(ctx, uuid, "testing")
+    if action in ("attach_volume", "detach_volume"):
+        return _volume_action(cloud, ctx, action, uuid)
     return getattr(api, action)(ctx, uuid)
+
+
+def _volume_action(cloud: Cloud, ctx: Any, action: str, uuid: str) -> dict[str, Any]:
+    """attach_volume / detach_volume through novakit.volume, with a volume on the server's host
+    (attached in the records first for a detach)."""
+    from novakit import quota
+    from novakit.volume import attachments, volumes
+
+    for resource in ("volumes", "gigabytes"):
+        quota.set_quota(cloud.db, ctx.project_id, resource, -1)
+    host = cloud.api.get(cloud.admin, uuid)["host"]
+    vol = volumes.create(cloud.api.conductor, ctx, f"v-{uuid[:8]}", 1, host=host)
+    if action == "attach_volume":
+        attachments.attach(cloud.api, ctx, uuid, vol["id"])
+    else:
+        with cloud.db.writer() as session:
+            session.execute(text("UPDATE volumes SET status = 'in-use' WHERE uuid = :v"), {"v": vol["id"]})
+            session.execute(
+                text(
+                    "INSERT INTO volume_attachments (uuid, volume_id, instance_uuid, device_name, "
+                    "delete_on_termination, attach_status, created_at, deleted) SELECT :a, id, :i, 'vdc', "
+                    "false, 'attached', created_at, 0 FROM volumes WHERE uuid = :v"
+                ),
+                {"a": str(uuidlib.uuid4()), "i": uuid, "v": vol["id"]},
+            )
+        attachments.detach(cloud.api, ctx, uuid, vol["id"])
+    return cloud.api.get(ctx, uuid)
 
 
 def _row(cloud: Cloud, uuid: str) -> tuple[Any, ...]:

@@ -75,3 +75,24 @@ def scale(url: str, state_dir: str, name: str, count: int, start_at: float) -> s
         return f"error:{exc.__class__.__name__}: {exc}"
     finally:
         db.dispose()
+
+
+def boot_from_volume(url: str, state_dir: str, name: str, volume: str, start_at: float) -> str:
+    """Create a server booting from an existing volume, as a separate caller; how it ended."""
+    from novakit.compute.api import API
+    from novakit.config import load_config
+    from novakit.context import RequestContext
+    from novakit.db.engine import Database
+
+    conf = load_config(db_url=url, state_dir=state_dir, quota={"instances": -1, "cores": -1, "ram": -1})
+    db = Database(url)
+    api = API(db, conf)
+    ctx = RequestContext("demo", "alice", ["member"])
+    wait_until(start_at)
+    try:
+        servers = api.create(ctx, {"name": name, "flavor": "m1.small", "boot_volume": volume})
+        return f"ok:{servers[0]['status']}"
+    except (exceptions.ValidationError, exceptions.InvalidVolume) as exc:
+        return f"refused:{exc.__class__.__name__}"
+    finally:
+        db.dispose()

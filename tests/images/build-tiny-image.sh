@@ -14,7 +14,8 @@
 # At boot /init finds the config drive (label cidata), sets the hostname from its
 # meta-data and prints "NOVAKIT-GUEST-READY hostname=<h> instance-id=<id>" on
 # ttyS0 (after "NOVAKIT-GUEST-ADMIN-PASSWORD sha256=<sha256 of the hash>" when its
-# user-data sets an admin password); it powers off on an ACPI power button press,
+# user-data sets an admin password; with " addresses=IP/prefix,..." appended when its
+# network-config gives NICs static addresses, which it applies); it powers off on an ACPI power button press,
 # so graceful shutdown and soft reboot work.
 #
 # Runs offline apart from Debian's own package archive (apt-get download); as

@@ -5,6 +5,8 @@
 # drive labelled cidata, read instance-id and local-hostname from meta-data, set
 # the hostname, and say so on the serial console with the marker line that tests
 # wait for. Kernel parameter novakit.poweroff makes it power off after the marker.
+# NICs whose MAC has fixed addresses in network-config get them statically (and the
+# default route), listed in the marker as addresses=IP/prefix,...; the others keep DHCP.
 # If user-data holds an admin password hash (SHA-512 crypt, as novakit writes it
 # for root's chpasswd entry), it prints NOVAKIT-GUEST-ADMIN-PASSWORD with the
 # sha256 of the hash string before the marker: proof of what it got, which shows
@@ -40,6 +42,53 @@ meta() {
     sed -n "s/^$1: *//p" /mnt/meta-data | head -n 1 | sed 's/^"\(.*\)"$/\1/'
 }
 
+# --- static network (novakit ports) -----------------------------------------------------
+# network-config is novakit's own JSON (version 2, json.dumps with indent): each NIC's
+# "macaddress", its "IP/prefix" addresses and its default route's "via" sit on lines of
+# their own, so awk turns it into "mac M", "addr A", "gw G" lines. meta_data.json's
+# "novakit.ping" (digits and dots only) names an address to ping after the marker.
+net_conf=""
+ping_target=""
+static_addrs=""
+static_ifaces=""
+read_network_config() {
+    [ -f /mnt/network-config ] && net_conf=$(awk -F'"' '
+        /"macaddress":/ { print "mac " tolower($4) }
+        /^ *"[0-9.]+\/[0-9]+",?$/ { print "addr " $2 }
+        /"via":/ { print "gw " $4 }' /mnt/network-config)
+    [ -f /mnt/meta_data.json ] && ping_target=$(sed -n \
+        's/^ *"novakit\.ping": *"\([0-9.]*\)",\{0,1\}$/\1/p' /mnt/meta_data.json | head -n 1)
+    return 0
+}
+iface_with_mac() {
+    for d in /sys/class/net/*; do
+        [ "$(cat "$d/address" 2>/dev/null)" = "$1" ] && { echo "${d##*/}"; return 0; }
+    done
+    return 1
+}
+apply_network_config() {
+    iface=""
+    for entry in $(echo "$net_conf" | tr ' ' '='); do
+        value=${entry#*=}
+        case ${entry%%=*} in
+        mac)
+            n=0
+            until iface=$(iface_with_mac "$value") || [ $n -ge 20 ]; do n=$((n + 1)); sleep 0.1; done
+            if [ -n "$iface" ]; then
+                ip link set "$iface" up
+            else
+                say "no interface with MAC $value"
+            fi ;;
+        addr)
+            [ -n "$iface" ] && ip addr add "$value" dev "$iface" &&
+                static_addrs="${static_addrs:+$static_addrs,}$value" &&
+                static_ifaces="$static_ifaces $iface" ;;
+        gw)
+            [ -n "$iface" ] && ip route add default via "$value" dev "$iface" ;;
+        esac
+    done
+}
+
 hostname_value=localhost
 instance_id=none
 admin_hash=""
@@ -58,6 +107,7 @@ if [ -n "$drive" ] && mount -t iso9660 -o ro "$drive" /mnt; then
     if [ -f /mnt/user-data ]; then
         admin_hash=$(grep -oE '\$6\$(rounds=[0-9]+\$)?[./0-9A-Za-z]{1,16}\$[./0-9A-Za-z]{86}' /mnt/user-data | tail -n 1)
     fi
+    read_network_config
     umount /mnt
 else
     say "no config drive"
@@ -70,7 +120,10 @@ acpid -c /etc/acpi -l /dev/null 2>/dev/null || say "acpid not started"
 if [ -n "$admin_hash" ]; then
     echo "NOVAKIT-GUEST-ADMIN-PASSWORD sha256=$(printf %s "$admin_hash" | sha256sum | cut -d' ' -f1)"
 fi
-echo "NOVAKIT-GUEST-READY hostname=$(hostname) instance-id=$instance_id"
+ip link set lo up
+[ -n "$net_conf" ] && apply_network_config
+# The old form of the marker, then the static addresses if there are any (see guest_ready_line).
+echo "NOVAKIT-GUEST-READY hostname=$(hostname) instance-id=$instance_id${static_addrs:+ addresses=$static_addrs}"
 
 if grep -qw novakit.poweroff /proc/cmdline; then
     sync
@@ -78,11 +131,54 @@ if grep -qw novakit.poweroff /proc/cmdline; then
 fi
 
 # Addresses come after the marker so that they never delay it.
-if [ -e /sys/class/net/eth0 ]; then
-    ip link set lo up
+if [ -e /sys/class/net/eth0 ] && ! echo " $static_ifaces " | grep -q " eth0 "; then
     ip link set eth0 up
     udhcpc -i eth0 -q -n -t 5 -T 1 -s /usr/share/udhcpc/default.script >/dev/null 2>&1 &
 fi
+# novakit.ping: reach another guest. It may still be booting, late on a busy host: up to
+# 300 tries of a second or so before saying fail; the first answer says ok.
+if [ -n "$ping_target" ]; then
+    (
+        n=0
+        while [ $n -lt 300 ]; do
+            ping -c 1 -W 1 "$ping_target" >/dev/null 2>&1 && { echo "NOVAKIT-PING $ping_target ok"; exit 0; }
+            n=$((n + 1))
+            sleep 0.2
+        done
+        echo "NOVAKIT-PING $ping_target fail"
+    ) &
+fi
+
+# --- disks (novakit volumes) ------------------------------------------------------------
+# Every second, each disk not seen before is reported: "NOVAKIT-DISK <dev> <512-byte sectors>",
+# then the text at its start (up to the first NUL, lines joined by ","): "NOVAKIT-DISK-DATA <dev>
+# <text>". With novakit.diskmark=WORD on the command line, WORD is appended to that text on each
+# new disk after the first two (vda root, config drive) and "NOVAKIT-DISK-MARKED <dev> WORD" said.
+diskmark=$(sed -n 's/.*novakit\.diskmark=\([^ ]*\).*/\1/p' /proc/cmdline)
+(
+    seen=" "
+    while :; do
+        for d in /sys/block/vd*; do
+            [ -e "$d" ] || continue
+            dev=${d##*/}
+            case "$seen" in *" $dev "*) continue ;; esac
+            seen="$seen$dev "
+            echo "NOVAKIT-DISK $dev $(cat "$d/size")"
+            text=$(dd if=/dev/$dev bs=4096 count=1 2>/dev/null | tr -d '\000')
+            echo "NOVAKIT-DISK-DATA $dev $(printf '%s' "$text" | tr '\n' ',')"
+            if [ -n "$diskmark" ] && [ "$dev" != vda ] && [ -z "$(ls /sys/block/$dev/holders 2>/dev/null)" ] \
+                && ! grep -q "^/dev/$dev " /proc/mounts && [ "$(cat "$d/ro")" = 0 ]; then
+                len=$(printf '%s' "$text" | wc -c)
+                sep=""
+                [ "$len" -gt 0 ] && sep="\n"
+                printf "$sep%s\n" "$diskmark" | dd of=/dev/$dev bs=1 seek="$len" conv=notrunc 2>/dev/null
+                sync
+                echo "NOVAKIT-DISK-MARKED $dev $diskmark"
+            fi
+        done
+        sleep 1
+    done
+) &
 
 while :; do
     sleep 3600

@@ -15,10 +15,12 @@ from novakit.scheduler.filters.compute_filter import ComputeFilter
 from novakit.scheduler.filters.different_host_filter import DifferentHostFilter
 from novakit.scheduler.filters.image_properties_filter import ImagePropertiesFilter
 from novakit.scheduler.filters.io_ops_filter import IoOpsFilter
+from novakit.scheduler.filters.network_filter import NetworkFilter
 from novakit.scheduler.filters.num_instances_filter import NumInstancesFilter
 from novakit.scheduler.filters.same_host_filter import SameHostFilter
 from novakit.scheduler.filters.server_group_affinity_filter import ServerGroupAffinityFilter
 from novakit.scheduler.filters.server_group_anti_affinity_filter import ServerGroupAntiAffinityFilter
+from novakit.scheduler.filters.volume_host_filter import VolumeHostFilter
 
 FILTERS: dict[str, type[BaseFilter]] = {
     cls.name: cls
@@ -33,6 +35,8 @@ FILTERS: dict[str, type[BaseFilter]] = {
         NumInstancesFilter,
         IoOpsFilter,
         AggregateInstanceExtraSpecsFilter,
+        NetworkFilter,
+        VolumeHostFilter,
     )
 }
 

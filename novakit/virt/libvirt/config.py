@@ -14,6 +14,7 @@ also how ``list_instances`` recognises the domains novakit owns.
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Literal
@@ -191,6 +192,52 @@ class GuestInterface:
             _sub(iface, "source", bridge=self.source)
         _sub(iface, "model", type=self.model)
         return iface
+
+
+@dataclass(frozen=True)
+class NetworkDhcpHost:
+    """A ``<host>`` entry of a libvirt network's DHCP server: this MAC always gets this IP.
+
+    How a port's fixed IP reaches a guest that asks by DHCP, on a libvirt network
+    (Neutron's DHCP agent keeps the same table, in dnsmasq's hosts file).
+    """
+
+    mac: str
+    ip: str
+    name: str | None = None
+
+    def to_xml(self) -> str:
+        attrs = {"mac": self.mac, "ip": self.ip}
+        if self.name:
+            attrs["name"] = _clean_text(self.name)
+        return ET.tostring(ET.Element("host", attrs), encoding="unicode")
+
+    @classmethod
+    def from_element(cls, elem: ET.Element) -> NetworkDhcpHost:
+        return cls(mac=elem.get("mac", "").lower(), ip=elem.get("ip", ""), name=elem.get("name"))
+
+
+def network_dhcp_range(network_xml: str, address: str) -> tuple[int, list[NetworkDhcpHost]] | None:
+    """Where a DHCP host entry for ``address`` goes in a libvirt network's definition.
+
+    The index of the network's ``<ip>`` element (among all of them, as virNetworkUpdate
+    counts its parentIndex) whose subnet holds ``address`` and that runs DHCP, with that
+    element's host entries; None if no such element (no DHCP there: the guest's static
+    network-config is all it gets).
+    """
+    wanted = ipaddress.ip_address(address)
+    for index, ip_elem in enumerate(ET.fromstring(network_xml).findall("ip")):
+        dhcp = ip_elem.find("dhcp")
+        if dhcp is None or not ip_elem.get("address"):
+            continue
+        prefix = ip_elem.get("prefix") or ip_elem.get("netmask") or "24"
+        try:
+            subnet = ipaddress.ip_network(f"{ip_elem.get('address')}/{prefix}", strict=False)
+        except ValueError:
+            continue
+        if wanted in subnet:
+            return index, [NetworkDhcpHost.from_element(h) for h in dhcp.findall("host")]
+    return None
 
 
 @dataclass

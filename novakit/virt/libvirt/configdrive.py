@@ -26,6 +26,7 @@ import base64
 import binascii
 import hashlib
 import io
+import ipaddress
 import json
 import os
 import re
@@ -35,7 +36,7 @@ from pathlib import Path
 import pycdlib
 
 from novakit import exceptions
-from novakit.compute.messages import InstanceSpec
+from novakit.compute.messages import FixedIp, InstanceSpec
 from novakit.virt.userdata import with_admin_password
 
 VOLUME_LABEL = "cidata"
@@ -64,9 +65,18 @@ class ConfigDrive:
     user_data: bytes | None = field(default=None, repr=False)
     macs: list[str] = field(default_factory=list)
     admin_password_hash: str | None = field(default=None, repr=False)
+    # Per NIC (same order as ``macs``): the port's fixed IPs; an empty list keeps DHCP.
+    fixed_ips: list[list[FixedIp]] = field(default_factory=list)
+    # The instance's metadata (key -> value), for ``meta_data.json`` as Nova's config drive has it.
+    metadata: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_instance(cls, instance: InstanceSpec, macs: list[str]) -> ConfigDrive:
+        """The drive of ``instance`` whose NICs have ``macs``, in the order of ``instance.networks``.
+
+        NICs beyond the instance's own networks (the host's default networks) have no port,
+        so no fixed IPs: they keep DHCP.
+        """
         user_data = None
         if instance.user_data is not None:
             try:
@@ -83,6 +93,11 @@ class ConfigDrive:
             user_data=user_data,
             macs=macs,
             admin_password_hash=password_hash.get_secret_value() if password_hash is not None else None,
+            fixed_ips=[
+                list(instance.networks[i].fixed_ips) if i < len(instance.networks) else []
+                for i in range(len(macs))
+            ],
+            metadata=dict(instance.metadata),
         )
 
     def user_data_file(self) -> bytes:
@@ -99,27 +114,71 @@ class ConfigDrive:
         return ("\n".join(lines) + "\n").encode()
 
     def network_config(self) -> bytes:
-        """Network config version 1: DHCP on every NIC, matched by MAC."""
-        config = {
-            "version": 1,
-            "config": [
-                {
-                    "type": "physical",
-                    "name": f"eth{i}",
-                    "mac_address": mac,
-                    "subnets": [{"type": "dhcp"}],
-                }
-                for i, mac in enumerate(self.macs)
-            ],
-        }
+        """Network config version 2, each NIC matched by MAC and named eth0, eth1, ...
+
+        A NIC whose port has fixed IPs gets them statically (Neutron's addresses, known
+        before the guest boots), with its subnet's DNS servers; the first such NIC with a
+        gateway carries the default route, one per address family, as a guest has one
+        default route. A NIC without fixed IPs keeps DHCP.
+
+        The tiny test guest reads this file with awk (``tests/images/tiny-init.sh``): it
+        relies on json.dumps with indent putting each address, ``macaddress`` and ``via``
+        on a line of its own.
+        """
+        ethernets: dict[str, dict[str, object]] = {}
+        routed: set[int] = set()
+        for i, mac in enumerate(self.macs):
+            nic: dict[str, object] = {"match": {"macaddress": mac}, "set-name": f"eth{i}"}
+            ips = self.fixed_ips[i] if i < len(self.fixed_ips) else []
+            if not ips:
+                nic["dhcp4"] = True
+                ethernets[f"eth{i}"] = nic
+                continue
+            addresses: list[str] = []
+            routes: list[dict[str, str]] = []
+            nameservers: list[str] = []
+            for fixed in ips:
+                try:
+                    network = ipaddress.ip_network(fixed.cidr, strict=False)
+                    address = ipaddress.ip_address(fixed.address)
+                    gateway = ipaddress.ip_address(fixed.gateway) if fixed.gateway else None
+                    dns = [str(ipaddress.ip_address(ns)) for ns in fixed.dns_nameservers]
+                except ValueError as exc:
+                    raise exceptions.BuildAbortError(
+                        instance_uuid=self.instance_id,
+                        reason=f"networks[{i}].fixed_ips: {exc} (the controller sent a bad address)",
+                    ) from None
+                addresses.append(f"{address}/{network.prefixlen}")
+                if gateway is not None and network.version not in routed:
+                    routed.add(network.version)
+                    default = "0.0.0.0/0" if network.version == 4 else "::/0"
+                    routes.append({"to": default, "via": str(gateway)})
+                nameservers.extend(ns for ns in dns if ns not in nameservers)
+            nic["addresses"] = addresses
+            if routes:
+                nic["routes"] = routes
+            if nameservers:
+                nic["nameservers"] = {"addresses": nameservers}
+            ethernets[f"eth{i}"] = nic
+        config = {"version": 2, "ethernets": ethernets}
         # JSON is YAML, and json.dumps cannot produce anything a YAML parser misreads.
         return (json.dumps(config, indent=2) + "\n").encode()
+
+    def meta_data_json(self) -> bytes:
+        """``meta_data.json``: the instance's metadata under ``meta``, as Nova's config drive has it.
+
+        cloud-init's NoCloud source does not read it; it is how an image's own tools (and
+        the tiny test guest) learn the metadata a user gave the server.
+        """
+        data = {"uuid": self.instance_id, "hostname": self.local_hostname, "meta": self.metadata}
+        return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
     def files(self) -> dict[str, bytes]:
         return {
             "meta-data": self.meta_data(),
             "user-data": self.user_data_file(),
             "network-config": self.network_config(),
+            "meta_data.json": self.meta_data_json(),
         }
 
     def write_iso(self, dest: Path) -> None:
@@ -127,8 +186,13 @@ class ConfigDrive:
         iso = pycdlib.PyCdlib()
         iso.new(interchange_level=3, vol_ident=VOLUME_LABEL, joliet=3, rock_ridge="1.09")
         try:
+            shorts: set[str] = set()
             for name, data in self.files().items():
                 short = re.sub(r"[^A-Z0-9_]", "_", name.upper())[:8]
+                if short in shorts:
+                    # meta-data and meta_data.json share their first 8 characters.
+                    short = f"{short[:6]}_{len(shorts)}"
+                shorts.add(short)
                 iso.add_fp(
                     io.BytesIO(data),
                     len(data),

@@ -50,14 +50,14 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions
-from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec, UnmanagedGuest
+from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec, UnmanagedGuest, VolumeSpec
 from novakit.compute.states import PowerState
 from novakit.virt.driver import ComputeDriver, InstanceInfo
 from novakit.virt.libvirt import config as vconfig
-from novakit.virt.libvirt import images
+from novakit.virt.libvirt import images, vif
 from novakit.virt.libvirt.configdrive import ConfigDrive, guest_mac
 from novakit.virt.libvirt.guest import Guest
-from novakit.virt.libvirt.host import Host, is_remote_uri, is_session_uri
+from novakit.virt.libvirt.host import Host, bridge_names, is_remote_uri, is_session_uri
 from novakit.virt.libvirt.imagecache import CachedImage, ImageCache
 from novakit.virt.libvirt.storage import (
     CONSOLE_HEADER,
@@ -67,6 +67,7 @@ from novakit.virt.libvirt.storage import (
     default_pool_path,
     instance_volume_name,
 )
+from novakit.virt.libvirt.volumes import DEFAULT_VOLUME_POOL, VolumePool
 
 GiB = 1024**3
 #: get_console_output returns at most this much of the end of the log (Nova's limit)
@@ -104,6 +105,13 @@ class LibvirtDriver(ComputeDriver):
         self.emulator = self.options.get("emulator") or None
         self.reboot_timeout = float(self.options.get("reboot_timeout", 60))
         self.files_are_local = not is_remote_uri(self.uri) or bool(self.options.get("shared_storage"))
+        self.volume_pool = VolumePool(
+            self.libvirt,
+            self._conn,
+            str(self.options.get("volume_pool") or DEFAULT_VOLUME_POOL),
+            Path(self.options.get("volume_pool_path") or default_root / "volumes"),
+            work_dir=self.image_cache_path,
+        )
         self.remote: RemoteStorage | None = None
         if not self.files_are_local:
             self.remote = RemoteStorage(
@@ -218,6 +226,8 @@ class LibvirtDriver(ComputeDriver):
             local_gb = st.f_blocks * st.f_frsize // GiB
             local_gb_used = (st.f_blocks - st.f_bfree) * st.f_frsize // GiB
             cached_images = self.image_cache.cached_image_ids()
+        # A remote host's bridges are not in this machine's /sys: there, its libvirt networks only.
+        networks = set(self._host.network_names()) | set(bridge_names() if self.files_are_local else [])
         return HostResources(
             hypervisor_hostname=self.host,
             hypervisor_type=self.hypervisor_type,
@@ -232,6 +242,7 @@ class LibvirtDriver(ComputeDriver):
             local_gb_used=local_gb_used,
             cached_images=cached_images,
             traits=self.capability_traits(),
+            networks=sorted(networks),
         )
 
     # --- spawn and destroy ----------------------------------------------------
@@ -257,10 +268,11 @@ class LibvirtDriver(ComputeDriver):
                 # Likewise volumes of this uuid without a domain.
                 self._remove_remote_volumes(uuid)
             guest_config = self._prepare_guest(instance, inst_dir)
+            vif.plug_vifs(self._host, instance)
             self._define_and_start(guest_config)
         except BaseException as exc:
             try:
-                self._remove_guest(uuid)
+                self._remove_guest(uuid, instance)
             except exceptions.NovakitError as cleanup_exc:
                 exc.add_note(f"cleanup after the failed spawn also failed: {cleanup_exc.format_message()}")
             if isinstance(exc, Exception):
@@ -307,8 +319,13 @@ class LibvirtDriver(ComputeDriver):
             if instance.ramdisk is not None:
                 initrd = maker.image_path(self._fetch_image(instance.ramdisk, "ramdisk"))
             cmdline = instance.image.properties.get("os_command_line") or DEFAULT_CMDLINE
-        root = maker.overlay(base, root_size)
-        disks.append(vconfig.GuestDisk(root, f"vd{next(letters)}", serial=instance.uuid[:20]))
+        root_volume = next((v for v in instance.volumes if v.boot_index == 0), None)
+        if root_volume is not None:  # booted from a volume: it is the root disk, no overlay
+            disks.append(self.volume_pool.disk(root_volume.model_copy(update={"device_name": "vda"})))
+            next(letters)
+        else:
+            root = maker.overlay(base, root_size)
+            disks.append(vconfig.GuestDisk(root, f"vd{next(letters)}", serial=instance.uuid[:20]))
         if flavor.ephemeral_gb:
             eph = maker.blank_qcow2(flavor.ephemeral_gb * GiB)
             disks.append(vconfig.GuestDisk(eph, f"vd{next(letters)}"))
@@ -319,6 +336,8 @@ class LibvirtDriver(ComputeDriver):
         if instance.config_drive:
             iso = maker.config_drive(ConfigDrive.from_instance(instance, [i.mac or "" for i in interfaces]))
             disks.append(vconfig.GuestDisk(iso, f"vd{next(letters)}", driver_type="raw", readonly=True))
+        # Attached volumes keep their devices (chosen by the controller after these disks).
+        disks.extend(self.volume_pool.disk(v) for v in instance.volumes if v.boot_index != 0)
         console_log = maker.console_log()
         return vconfig.LibvirtConfigGuest(
             uuid=instance.uuid,
@@ -359,8 +378,9 @@ class LibvirtDriver(ComputeDriver):
         domain.create()
         return domain
 
-    def _remove_guest(self, uuid: str) -> None:
-        """Remove the domain (with its saved memory and NVRAM) and the instance's files.
+    def _remove_guest(self, uuid: str, instance: InstanceSpec | None = None) -> None:
+        """Remove the domain (with its saved memory and NVRAM), its ports' DHCP host entries
+        and the instance's files.
 
         Each step runs even if an earlier one failed, so a half-built guest
         cannot keep its files because its domain was already gone.
@@ -372,6 +392,10 @@ class LibvirtDriver(ComputeDriver):
         except exceptions.NovakitError as exc:
             guest = None
             errors.append(exc.format_message())
+        try:
+            vif.unplug_vifs(self._host, instance, guest.domain.XMLDesc(0) if guest is not None else None)
+        except (lv.libvirtError, exceptions.NovakitError) as exc:
+            errors.append(_error_text(exc))
         if guest is not None:
             dom = guest.domain
             try:
@@ -419,7 +443,24 @@ class LibvirtDriver(ComputeDriver):
         uuid = _valid_uuid(instance.uuid)
         if uuid is None:
             return  # no such uuid can have a domain or a directory of novakit's
-        self._remove_guest(uuid)
+        self._remove_guest(uuid, instance)
+
+    # --- volumes (``volumes.VolumePool``) ----------------------------------------
+
+    def create_volume(self, volume: VolumeSpec) -> None:
+        base = self._fetch_image(volume.image, "image") if volume.image is not None else None
+        self.volume_pool.create(volume, base)
+
+    def delete_volume(self, volume: VolumeSpec) -> None:
+        self.volume_pool.delete(volume)
+
+    def attach_volume(self, instance: InstanceSpec, volume: VolumeSpec) -> None:
+        self.volume_pool.attach(self._guest(instance).domain, volume)
+
+    def detach_volume(self, instance: InstanceSpec, volume: VolumeSpec) -> None:
+        guest = self._lookup(instance.uuid)
+        if guest is not None:
+            self.volume_pool.detach(guest.domain, volume)
 
     # --- power ----------------------------------------------------------------
 
@@ -579,9 +620,15 @@ class LibvirtDriver(ComputeDriver):
             raise self._compute_error("adopt", instance.uuid, exc) from None
 
     def get_interface_addresses(self, instance: InstanceSpec) -> list[str]:
-        """Addresses from DHCP leases, then the guest agent, then the ARP table; failures count as none."""
+        """Addresses from DHCP leases, then the guest agent, then the ARP table; failures count as none.
+
+        When every NIC is a port with fixed IPs, those are the addresses: the guest was told
+        them (network-config, DHCP host entry), and they are known before it answers.
+        """
         lv = self.libvirt
         guest = self._guest(instance)
+        if instance.networks and all(nic.fixed_ips for nic in instance.networks):
+            return list(dict.fromkeys(ip.address for nic in instance.networks for ip in nic.fixed_ips))
         sources = [
             getattr(lv, "VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE", 0),
             getattr(lv, "VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT", 1),

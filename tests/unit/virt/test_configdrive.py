@@ -13,7 +13,7 @@ import pytest
 from pydantic import SecretStr
 
 from novakit import exceptions
-from novakit.compute.messages import InstanceSpec
+from novakit.compute.messages import FixedIp, InstanceSpec, NetworkSpec
 from novakit.virt.libvirt.configdrive import ConfigDrive, guest_mac
 
 MakeInstance = Callable[..., InstanceSpec]
@@ -27,7 +27,7 @@ def read_iso(path: Path) -> tuple[str, dict[str, bytes], dict[str, bytes]]:
         label = iso.pvd.volume_identifier.decode().strip()
         rr: dict[str, bytes] = {}
         joliet: dict[str, bytes] = {}
-        for name in ("meta-data", "user-data", "network-config"):
+        for name in ("meta-data", "user-data", "network-config", "meta_data.json"):
             buf = io.BytesIO()
             iso.get_file_from_iso_fp(buf, rr_path=f"/{name}")
             rr[name] = buf.getvalue()
@@ -49,10 +49,10 @@ def test_nocloud_iso_has_label_and_files(tmp_path: Path, make_instance: MakeInst
     assert rr["meta-data"].decode() == f"instance-id: {inst.uuid}\nlocal-hostname: web-1\n"
     assert rr["user-data"] == b"#cloud-config\n"
     net = json.loads(rr["network-config"])
-    assert net["version"] == 1
-    assert [(c["name"], c["mac_address"], c["subnets"]) for c in net["config"]] == [
-        ("eth0", macs[0], [{"type": "dhcp"}])
-    ]
+    assert net == {
+        "version": 2,
+        "ethernets": {"eth0": {"match": {"macaddress": macs[0]}, "set-name": "eth0", "dhcp4": True}},
+    }
     assert (tmp_path / "disk.config").stat().st_mode & 0o077 == 0
 
 
@@ -97,3 +97,85 @@ def test_an_admin_password_hash_joins_the_user_data_and_no_repr(
     user_data = read_iso(tmp_path / "d")[1]["user-data"].decode()
     assert user_data.startswith("#cloud-config\n")
     assert "hostname: kept" in user_data and f"password: {hashed}" in user_data
+
+
+def test_fixed_ips_are_static_and_other_nics_keep_dhcp(tmp_path: Path, make_instance: MakeInstance) -> None:
+    """What cloud-init applies: port addresses by MAC, one default route, DNS; DHCP elsewhere."""
+    inst = make_instance(
+        networks=[
+            NetworkSpec(
+                type="network",
+                source="tenant",
+                mac="fa:16:3e:00:00:01",
+                port_id="p1",
+                fixed_ips=[
+                    FixedIp(
+                        address="10.0.0.5",
+                        cidr="10.0.0.0/24",
+                        gateway="10.0.0.1",
+                        dns_nameservers=["10.0.0.2"],
+                    )
+                ],
+            ),
+            NetworkSpec(
+                type="bridge",
+                source="br-data",
+                mac="fa:16:3e:00:00:02",
+                port_id="p2",
+                fixed_ips=[FixedIp(address="172.16.5.9", cidr="172.16.0.0/16", gateway="172.16.0.1")],
+            ),
+            NetworkSpec(type="network", source="default", mac="fa:16:3e:00:00:03"),
+        ]
+    )
+    macs = [n.mac or "" for n in inst.networks]
+    ConfigDrive.from_instance(inst, macs).write_iso(tmp_path / "d")
+    net = json.loads(read_iso(tmp_path / "d")[1]["network-config"])
+    assert net == {
+        "version": 2,
+        "ethernets": {
+            "eth0": {
+                "match": {"macaddress": "fa:16:3e:00:00:01"},
+                "set-name": "eth0",
+                "addresses": ["10.0.0.5/24"],
+                "routes": [{"to": "0.0.0.0/0", "via": "10.0.0.1"}],
+                "nameservers": {"addresses": ["10.0.0.2"]},
+            },
+            # A second gateway would be a second default route: only the first NIC's counts.
+            "eth1": {
+                "match": {"macaddress": "fa:16:3e:00:00:02"},
+                "set-name": "eth1",
+                "addresses": ["172.16.5.9/16"],
+            },
+            "eth2": {"match": {"macaddress": "fa:16:3e:00:00:03"}, "set-name": "eth2", "dhcp4": True},
+        },
+    }
+
+
+def test_metadata_reaches_meta_data_json(tmp_path: Path, make_instance: MakeInstance) -> None:
+    inst = make_instance(metadata={"novakit.ping": "10.0.0.6", "role": 'db"1'})
+    ConfigDrive.from_instance(inst, []).write_iso(tmp_path / "d")
+    _, rr, _ = read_iso(tmp_path / "d")
+    assert json.loads(rr["meta_data.json"]) == {
+        "uuid": inst.uuid,
+        "hostname": inst.hostname,
+        "meta": {"novakit.ping": "10.0.0.6", "role": 'db"1'},
+    }
+    assert rr["meta-data"].decode().startswith("instance-id: ")
+
+
+def test_a_bad_fixed_ip_aborts_the_build_naming_the_field(
+    tmp_path: Path, make_instance: MakeInstance
+) -> None:
+    inst = make_instance(
+        networks=[
+            NetworkSpec(
+                type="network",
+                source="n",
+                mac="fa:16:3e:00:00:01",
+                fixed_ips=[FixedIp(address="10.0.0.999", cidr="10.0.0.0/24")],
+            )
+        ]
+    )
+    with pytest.raises(exceptions.BuildAbortError, match=r"networks\[0\]\.fixed_ips"):
+        ConfigDrive.from_instance(inst, ["fa:16:3e:00:00:01"]).write_iso(tmp_path / "d")
+    assert not (tmp_path / "d").exists()

@@ -14,7 +14,7 @@ import pytest
 from pydantic import SecretStr
 
 from novakit import exceptions
-from novakit.compute.messages import FlavorSpec, InstanceSpec, NetworkSpec
+from novakit.compute.messages import FixedIp, FlavorSpec, InstanceSpec, NetworkSpec
 from novakit.compute.states import PowerState
 from novakit.virt import GUEST_READY_MARKER, admin_password_line
 from novakit.virt.driver import load_driver
@@ -350,3 +350,33 @@ def test_a_guest_with_a_config_drive_records_its_password_hash(
     assert "admin_password_hash" not in guests[without.uuid]
     console = driver.get_console_output(with_drive).splitlines()
     assert admin_password_line(hashed) in console and hashed not in "\n".join(console)
+
+
+def test_nics_with_fixed_ips_show_them_and_others_get_invented_ones(
+    driver: FakeDriver, make_instance: MakeInstance
+) -> None:
+    inst = make_instance(
+        hostname="app-3",
+        networks=[
+            NetworkSpec(
+                type="network",
+                source="tenant",
+                mac="fa:16:3e:00:00:01",
+                fixed_ips=[FixedIp(address="10.0.0.5", cidr="10.0.0.0/24", gateway="10.0.0.1")],
+            ),
+            NetworkSpec(type="network", source="default"),
+        ],
+    )
+    driver.spawn(inst)
+    addrs = driver.get_interface_addresses(inst)
+    assert addrs[0] == "10.0.0.5" and addrs[1].startswith("192.0.2.") and len(addrs) == 2
+    marker = f"{GUEST_READY_MARKER} hostname=app-3 instance-id={inst.uuid} addresses=10.0.0.5/24"
+    assert marker in driver.get_console_output(inst).splitlines()
+
+
+def test_a_host_reports_every_network_unless_its_options_name_some(state_dir: Path) -> None:
+    assert FakeDriver("c1", {"state_dir": str(state_dir)}).get_available_resource().networks is None
+    named = FakeDriver("c2", {"state_dir": str(state_dir), "networks": "tenant, br-data"})
+    assert named.get_available_resource().networks == ["br-data", "tenant"]
+    none = FakeDriver("c3", {"state_dir": str(state_dir), "networks": []})
+    assert none.get_available_resource().networks == []

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
+from pathlib import Path
 
 from novakit.compute.messages import FlavorSpec, InstanceSpec
 from novakit.virt.libvirt import config as vconfig
+from novakit.virt.libvirt.host import bridge_names
 
 MakeInstance = Callable[..., InstanceSpec]
 HOSTILE = "a</name><title>x</title><name>b"
@@ -102,3 +104,41 @@ def test_owned_uuid_recognises_only_novakit_names() -> None:
     assert vconfig.owned_uuid(f"novakit-{u}", u.upper()) == u
     assert vconfig.owned_uuid("instance-00000001", u) is None
     assert vconfig.owned_uuid("novakit-other", u) is None
+
+
+def test_a_dhcp_host_entry_is_xml_with_its_name_escaped() -> None:
+    entry = vconfig.NetworkDhcpHost("52:54:00:aa:bb:cc", "192.0.2.10", "a'b<c>")
+    elem = ET.fromstring(entry.to_xml())
+    assert (elem.tag, elem.attrib) == (
+        "host",
+        {"mac": "52:54:00:aa:bb:cc", "ip": "192.0.2.10", "name": "a'b<c>"},
+    )
+    assert (
+        "name"
+        not in ET.fromstring(vconfig.NetworkDhcpHost("52:54:00:aa:bb:cc", "192.0.2.10").to_xml()).attrib
+    )
+
+
+def test_the_dhcp_range_is_the_ip_element_whose_subnet_holds_the_address() -> None:
+    xml = (
+        "<network><name>n</name>"
+        "<ip address='198.51.100.1' prefix='24'/>"
+        "<ip address='192.0.2.1' netmask='255.255.255.0'><dhcp><range start='192.0.2.100' end='192.0.2.200'/>"
+        "<host mac='52:54:00:AA:BB:CC' ip='192.0.2.10' name='web'/></dhcp></ip></network>"
+    )
+    assert vconfig.network_dhcp_range(xml, "192.0.2.20") == (
+        1,
+        [vconfig.NetworkDhcpHost("52:54:00:aa:bb:cc", "192.0.2.10", "web")],
+    )
+    # A subnet without <dhcp>, or none at all: the static network-config is all the guest gets.
+    assert vconfig.network_dhcp_range(xml, "198.51.100.7") is None
+    assert vconfig.network_dhcp_range(xml, "203.0.113.7") is None
+
+
+def test_bridges_are_the_links_with_a_bridge_directory(tmp_path: Path) -> None:
+    for link in ("eth0", "br-data", "virbr0"):
+        (tmp_path / link).mkdir()
+    (tmp_path / "br-data" / "bridge").mkdir()
+    (tmp_path / "virbr0" / "bridge").mkdir()
+    assert bridge_names(tmp_path) == ["br-data", "virbr0"]
+    assert bridge_names(tmp_path / "missing") == []

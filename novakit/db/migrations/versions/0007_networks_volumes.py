@@ -43,6 +43,14 @@ def upgrade() -> None:
         sa.UniqueConstraint("name", name=op.f("uq_networks_name")),
         sa.UniqueConstraint("uuid", name=op.f("uq_networks_uuid")),
     )
+    op.create_index(
+        "uq_networks_is_default",
+        "networks",
+        ["is_default"],
+        unique=True,
+        sqlite_where=sa.text("is_default"),
+        postgresql_where=sa.text("is_default"),
+    )
     op.create_table(
         "subnets",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -122,6 +130,7 @@ def upgrade() -> None:
         sa.Column("format", sa.String(length=16), nullable=False),
         sa.Column("image_id", sa.String(length=36), nullable=True),
         sa.Column("bootable", sa.Boolean(), nullable=False),
+        sa.Column("status_reason", sa.String(length=255), nullable=True),
         *_times(),
         sa.Column("deleted_at", sa.DateTime(), nullable=True),
         sa.Column("deleted", sa.Integer(), server_default="0", nullable=False),

@@ -1,0 +1,126 @@
+"""Which address a port gets: Neutron's IPAM, small.
+
+An address is allocated by inserting its row: the unique key
+``(network_id, ip_address)`` lets one transaction have it, however many
+processes try at once, on SQLite and PostgreSQL alike. Each insert runs in a
+savepoint, so a lost race costs the attempt, not the caller's transaction: an
+automatic allocation moves on to the next free address, a requested one is
+refused (``IpAddressInUse``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+
+from sqlalchemy import insert, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.db.models import IPAllocation, Network, Subnet
+from novakit.network import subnets as subnet_api
+
+
+def pool_addresses(subnet: Subnet) -> Iterator[str]:
+    """The subnet's allocatable addresses in order, pool by pool."""
+    for pool in subnet.allocation_pools or []:
+        start, end = int(ipaddress.IPv4Address(pool["start"])), int(ipaddress.IPv4Address(pool["end"]))
+        for n in range(start, end + 1):
+            yield str(ipaddress.IPv4Address(n))
+
+
+def allocated(session: Session, network_id: int) -> set[str]:
+    return set(
+        session.execute(
+            select(IPAllocation.ip_address).where(IPAllocation.network_id == network_id)
+        ).scalars()
+    )
+
+
+def has_subnets(session: Session, network: Network) -> bool:
+    return bool(subnet_api.of_network(session, network.id))
+
+
+def free_count(session: Session, network: Network) -> int:
+    """How many addresses of the network's pools nobody holds (as this transaction sees it)."""
+    taken = allocated(session, network.id)
+    return sum(
+        1 for s in subnet_api.of_network(session, network.id) for a in pool_addresses(s) if a not in taken
+    )
+
+
+def subnet_of(session: Session, network: Network, address: str, field: str) -> Subnet:
+    """The subnet of ``network`` that may hold ``address`` as a fixed IP; else a ValidationError
+    naming ``field``."""
+    try:
+        ip = ipaddress.IPv4Address(address)
+    except ValueError:
+        raise exceptions.ValidationError(field, f"{address!r} is not an IPv4 address") from None
+    subnets = subnet_api.of_network(session, network.id)
+    for subnet in subnets:
+        cidr = ipaddress.IPv4Network(subnet.cidr)
+        if ip not in cidr:
+            continue
+        if ip in (cidr.network_address, cidr.broadcast_address):
+            raise exceptions.ValidationError(field, f"{ip} is the network or broadcast address of {cidr}")
+        if subnet.gateway_ip and ip == ipaddress.IPv4Address(subnet.gateway_ip):
+            raise exceptions.ValidationError(field, f"{ip} is the gateway of subnet {subnet.name}")
+        return subnet
+    ranges = ", ".join(s.cidr for s in subnets) or "none"
+    raise exceptions.ValidationError(
+        field, f"{ip} is not inside a subnet of network {network.name} (its subnets: {ranges})"
+    )
+
+
+def check_requested(session: Session, network: Network, address: str, field: str) -> Subnet:
+    """A requested fixed IP: inside a subnet of the network and held by no port; its subnet."""
+    subnet = subnet_of(session, network, address, field)
+    address = str(ipaddress.IPv4Address(address))
+    held = session.execute(
+        select(IPAllocation.id).where(
+            IPAllocation.network_id == network.id, IPAllocation.ip_address == address
+        )
+    ).first()
+    if held is not None:
+        raise exceptions.IpAddressInUse(field=field, ip_address=address, network=network.name)
+    return subnet
+
+
+def _insert(session: Session, port_id: int, subnet: Subnet, address: str) -> bool:
+    """Insert one allocation in a savepoint; False when the address was taken (the unique key)."""
+    try:
+        with session.begin_nested():
+            session.execute(
+                insert(IPAllocation).values(
+                    port_id=port_id, subnet_id=subnet.id, network_id=subnet.network_id, ip_address=address
+                )
+            )
+    except IntegrityError:
+        return False
+    return True
+
+
+def allocate(
+    session: Session, port_id: int, network: Network, requested: str | None = None, field: str = "fixed_ip"
+) -> tuple[Subnet, str] | None:
+    """Give port ``port_id`` an address of ``network``: ``requested``, or the first free one of the
+    pools. None when the network has no subnet (a port with no fixed IP, as Neutron makes one)."""
+    if requested is not None:
+        subnet = subnet_of(session, network, requested, field)
+        address = str(ipaddress.IPv4Address(requested))
+        if not _insert(session, port_id, subnet, address):
+            raise exceptions.IpAddressInUse(field=field, ip_address=address, network=network.name)
+        return subnet, address
+    subnets = subnet_api.of_network(session, network.id)
+    if not subnets:
+        return None
+    taken = allocated(session, network.id)
+    for subnet in subnets:
+        for address in pool_addresses(subnet):
+            if address in taken:
+                continue
+            if _insert(session, port_id, subnet, address):
+                return subnet, address
+            taken.add(address)  # another transaction has it: the next one
+    raise exceptions.IpAddressGenerationFailure(network=network.name)

@@ -1,0 +1,257 @@
+"""Ports: a NIC's MAC (chosen once, never changed), its fixed IPs, its server and host.
+
+A MAC is a locally administered unicast address under Neutron's default base
+``fa:16:3e``, drawn at random and kept unique by the ``mac_address`` unique key:
+an insert that loses (another port has it) draws again, in a savepoint.
+A port made for a boot goes with its server (``preserve_on_delete`` False); one
+the user made and handed to a boot is only unbound when the server goes.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import uuid as uuidlib
+from typing import Any
+
+from pydantic import Field, field_validator
+from sqlalchemy import delete, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.compute import schemas
+from novakit.compute.messages import FixedIp
+from novakit.context import RequestContext
+from novakit.db.engine import Database
+from novakit.db.models import IPAllocation, Network, Port, Subnet
+from novakit.network import ipam, networks
+
+MAC_BASE = "fa:16:3e"  # Neutron's base_mac: the 0x02 bit of fa says "locally administered"
+DEVICE_OWNER = "compute:nova"
+_MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+_MAC_ATTEMPTS = 16
+
+
+class FixedIpRequest(schemas._Request):
+    ip_address: str
+
+
+class PortCreate(schemas._Request):
+    name: str | None = None
+    network: str
+    fixed_ips: list[FixedIpRequest] = Field(default_factory=list, max_length=1)
+    mac_address: str | None = None
+
+    _check_name = field_validator("name")(
+        classmethod(lambda cls, v: schemas._check_name(v) if v is not None else v)
+    )
+
+    @field_validator("mac_address")
+    @classmethod
+    def _mac(cls, v: str | None) -> str | None:
+        return check_mac(v) if v is not None else None
+
+
+def check_mac(value: str) -> str:
+    mac = value.strip().lower().replace("-", ":")
+    if not _MAC.match(mac):
+        raise ValueError(f"{value!r} is not a MAC address (six hex pairs: fa:16:3e:00:00:01)")
+    if int(mac[:2], 16) & 1:
+        raise ValueError(f"{mac} is a multicast address; a NIC's MAC must be unicast")
+    if mac == "00:00:00:00:00:00":
+        raise ValueError("00:00:00:00:00:00 is not a usable MAC address")
+    return mac
+
+
+def random_mac() -> str:
+    return MAC_BASE + "".join(f":{b:02x}" for b in secrets.token_bytes(3))
+
+
+def get(session: Session, ctx: RequestContext, ref: str) -> Port:
+    """A port by uuid or name, of the caller's project (an admin's: any)."""
+    stmt = select(Port).where(or_(Port.uuid == ref, Port.name == ref))
+    if not ctx.is_admin:
+        stmt = stmt.where(Port.project_id == ctx.project_id)
+    row = session.execute(stmt.order_by(Port.id)).scalars().first()
+    if row is None:
+        raise exceptions.PortNotFound(port=ref)
+    return row
+
+
+def fixed_ips(session: Session, port_ids: list[int]) -> dict[int, list[tuple[IPAllocation, Subnet]]]:
+    out: dict[int, list[tuple[IPAllocation, Subnet]]] = {p: [] for p in port_ids}
+    if not port_ids:
+        return out
+    rows = session.execute(
+        select(IPAllocation, Subnet)
+        .join(Subnet, Subnet.id == IPAllocation.subnet_id)
+        .where(IPAllocation.port_id.in_(port_ids))
+        .order_by(IPAllocation.id)
+    ).all()
+    for alloc, subnet in rows:
+        out[alloc.port_id].append((alloc, subnet))
+    return out
+
+
+def fixed_ip_specs(ips: list[tuple[IPAllocation, Subnet]]) -> list[FixedIp]:
+    """What the guest needs to configure each address statically."""
+    return [
+        FixedIp(
+            address=a.ip_address,
+            cidr=s.cidr,
+            gateway=s.gateway_ip,
+            dns_nameservers=list(s.dns_nameservers or []),
+        )
+        for a, s in ips
+    ]
+
+
+def view(port: Port, network: Network, ips: list[tuple[IPAllocation, Subnet]]) -> dict[str, Any]:
+    return {
+        "id": port.uuid,
+        "name": port.name,
+        "network": network.name,
+        "network_id": network.uuid,
+        "mac_address": port.mac_address,
+        "fixed_ips": [{"subnet": s.name, "ip_address": a.ip_address} for a, s in ips],
+        "device_id": port.device_id,
+        "device_owner": port.device_owner,
+        "binding_host": port.binding_host,
+        "status": port.status,
+        "project_id": port.project_id,
+    }
+
+
+def insert_port(
+    session: Session,
+    ctx: RequestContext,
+    network: Network,
+    *,
+    name: str | None = None,
+    mac: str | None = None,
+    device_id: str | None = None,
+    preserve_on_delete: bool = True,
+) -> Port:
+    """Insert a port with its MAC (``mac``, or a random one drawn again while taken)."""
+    for _ in range(_MAC_ATTEMPTS):
+        port = Port(
+            uuid=str(uuidlib.uuid4()),
+            name=name,
+            network_id=network.id,
+            project_id=ctx.project_id,
+            mac_address=mac or random_mac(),
+            device_id=device_id,
+            device_owner=DEVICE_OWNER if device_id else None,
+            status="DOWN",
+            preserve_on_delete=preserve_on_delete,
+        )
+        try:
+            with session.begin_nested():
+                session.add(port)
+                session.flush()
+        except IntegrityError:
+            # The savepoint's rollback took the pending port out of the session.
+            if mac is not None:
+                raise exceptions.MacAddressInUse(mac=mac) from None
+            continue
+        return port
+    raise exceptions.ConcurrentUpdateDetected(attempts=_MAC_ATTEMPTS, what="a free MAC address")
+
+
+def create(
+    db: Database, ctx: RequestContext, data: dict[str, Any], *, dry_run: bool = False
+) -> dict[str, Any] | None:
+    """Create a port on a network, with a fixed IP (the one asked for, or the first free one).
+    ``dry_run``: every check, in a read, and nothing written (check mode)."""
+    req = schemas.parse(PortCreate, data)
+
+    def write(session: Session) -> dict[str, Any] | None:
+        network = networks.get(session, req.network)
+        mac = req.mac_address
+        if mac is not None and session.execute(select(Port.id).where(Port.mac_address == mac)).first():
+            raise exceptions.MacAddressInUse(mac=req.mac_address)
+        requested = req.fixed_ips[0].ip_address if req.fixed_ips else None
+        if requested is not None:
+            ipam.check_requested(session, network, requested, "fixed_ips[0].ip_address")
+        elif ipam.has_subnets(session, network) and not ipam.free_count(session, network):
+            raise exceptions.IpAddressGenerationFailure(network=network.name)
+        if dry_run:
+            return None
+        port = insert_port(session, ctx, network, name=req.name, mac=req.mac_address)
+        ipam.allocate(session, port.id, network, requested, "fixed_ips[0].ip_address")
+        return view(port, network, fixed_ips(session, [port.id])[port.id])
+
+    if dry_run:
+        with db.reader() as session:
+            return write(session)
+    return db.run_in_transaction(write)
+
+
+def list_ports(
+    db: Database, ctx: RequestContext, *, network: str | None = None, device_id: str | None = None
+) -> list[dict[str, Any]]:
+    with db.reader() as session:
+        stmt = select(Port, Network).join(Network, Network.id == Port.network_id).order_by(Port.id)
+        if not ctx.is_admin:
+            stmt = stmt.where(Port.project_id == ctx.project_id)
+        if network is not None:
+            stmt = stmt.where(Port.network_id == networks.get(session, network).id)
+        if device_id is not None:
+            stmt = stmt.where(Port.device_id == device_id)
+        rows = session.execute(stmt).all()
+        ips = fixed_ips(session, [p.id for p, _ in rows])
+        return [view(p, n, ips[p.id]) for p, n in rows]
+
+
+def show(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
+    with db.reader() as session:
+        port = get(session, ctx, ref)
+        network = session.get(Network, port.network_id)
+        assert network is not None
+        return view(port, network, fixed_ips(session, [port.id])[port.id])
+
+
+def delete_port(db: Database, ctx: RequestContext, ref: str) -> None:
+    """Delete a port and free its addresses; refused while a server uses it (delete the server)."""
+
+    def write(session: Session) -> None:
+        port = get(session, ctx, ref)
+        if port.device_id:
+            raise exceptions.PortInUse(port=port.name or port.uuid, device_id=port.device_id)
+        # Guarded: a boot that took the port meanwhile keeps it.
+        gone = session.execute(delete(Port).where(Port.id == port.id, Port.device_id.is_(None)))
+        if gone.rowcount != 1:  # type: ignore[attr-defined]
+            raise exceptions.PortInUse(port=port.name or port.uuid, device_id="(another server)")
+
+    db.run_in_transaction(write)
+
+
+def free_for_instance(session: Session, instance_uuid: str) -> None:
+    """The server is gone (deleted, or its build failed for good): the ports made for it go with
+    their addresses, the ports it was given are unbound and kept (Nova's deallocate_for_instance)."""
+    owned = select(Port.id).where(Port.device_id == instance_uuid, Port.preserve_on_delete.is_(False))
+    session.execute(delete(IPAllocation).where(IPAllocation.port_id.in_(owned)))
+    session.execute(delete(Port).where(Port.device_id == instance_uuid, Port.preserve_on_delete.is_(False)))
+    session.execute(
+        update(Port)
+        .where(Port.device_id == instance_uuid)
+        .values(device_id=None, device_owner=None, binding_host=None, status="DOWN")
+    )
+
+
+def bind_host(
+    session: Session, instance_uuids: list[str], host: str | None, status: str | None = None
+) -> None:
+    """Bind the servers' ports to the host they were placed on (``binding:host_id``), and set their status."""
+    if not instance_uuids:
+        return
+    values: dict[str, Any] = {"binding_host": host}
+    if status is not None:
+        values["status"] = status
+    session.execute(update(Port).where(Port.device_id.in_(instance_uuids)).values(**values))
+
+
+def set_status(session: Session, instance_uuids: list[str], status: str) -> None:
+    if instance_uuids:
+        session.execute(update(Port).where(Port.device_id.in_(instance_uuids)).values(status=status))

@@ -1,0 +1,338 @@
+"""Attaching volumes to servers and detaching them: instance actions with a volume's guarded steps.
+
+An attach runs, in this order (Nova's ``reserve_block_device_name`` + Cinder's attachment):
+
+1. the server's checks, as every action's: ``API.act(..., dry_run=True)`` (it exists in the
+   caller's project, its lock, the state table's ``attach_volume`` row, it has a host);
+2. the volume's checks and its reservation, in one transaction: it is the caller's, on the
+   server's host, ``available``; the device is valid and free (the next free ``vdX`` after the
+   server's own disks when none is given); ``available -> reserved`` compare-and-swap and the
+   attachment row (unique per volume and per device of a server, so a racing attach loses here);
+3. the action itself, ``API.act(..., defer=True)``: its instance action is recorded, and a
+   server that changed meanwhile refuses it (the reservation is then undone);
+4. ``reserved -> attaching``, the host's ``attach_volume``, its events recorded by the conductor as
+   every action's; ``attaching -> in-use`` or, when the host failed, ``available`` again with the
+   attachment removed, and the host's fault raised.
+
+A detach is the mirror (``in-use -> detaching -> available``); a root volume (boot index 0) is never
+detached. A server's delete releases its attachments in the records (``release_server``), and heal
+does the same for servers that vanished.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid as uuidlib
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.context import RequestContext
+from novakit.db.models import Volume, VolumeAttachment, utcnow
+from novakit.volume import volumes
+from novakit.volume.states import VolumeStatus, set_status
+
+if TYPE_CHECKING:
+    from novakit.compute.api import API
+
+_DEVICE = re.compile(r"^(/dev/)?(vd[a-z])$")
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def local_disk_count(server: dict[str, Any]) -> int:
+    """How many ``vdX`` devices a server's own disks take (root, ephemeral, swap, config drive),
+    in the order the libvirt driver defines them; volumes come after them."""
+    flavor = server.get("flavor") or {}
+    return (
+        1
+        + bool(flavor.get("ephemeral_gb"))
+        + bool(flavor.get("swap"))
+        + bool(server.get("config_drive", True))
+    )
+
+
+def _device(session: Session, server: dict[str, Any], given: str | None) -> str:
+    """The device the volume gets: ``given`` if valid and free, else the next free one."""
+    taken = set(
+        session.execute(
+            select(VolumeAttachment.device_name).where(
+                VolumeAttachment.instance_uuid == server["id"], VolumeAttachment.deleted == 0
+            )
+        ).scalars()
+    )
+    first = local_disk_count(server)
+    own = {f"vd{c}" for c in _LETTERS[:first]}
+    if given is not None:
+        m = _DEVICE.match(given)
+        if m is None:
+            raise exceptions.ValidationError("device", f"must be vdb .. vdz (or /dev/vdb ...), got {given!r}")
+        device = m.group(2)
+        if device in own:
+            raise exceptions.ValidationError(
+                "device",
+                f"{device} is one of server {server['id']}'s own disks (vda .. vd{_LETTERS[first - 1]})",
+            )
+        if device in taken:
+            raise exceptions.ValidationError(
+                "device", f"{device} of server {server['id']} holds another volume"
+            )
+        return device
+    for c in _LETTERS[first:]:
+        if f"vd{c}" not in taken:
+            return f"vd{c}"
+    raise exceptions.ValidationError("device", f"server {server['id']} has no free device left (vdb .. vdz)")
+
+
+def _server(api: API, ctx: RequestContext, ref: str, action: str, volume_id: str) -> dict[str, Any]:
+    """The server's checks of ``action`` (a dry run of ``act``), and the server with its host."""
+    from novakit.cells import instances as cell_instances
+
+    outcome = api.act(ctx, ref, action, {"volume_id": volume_id}, dry_run=True)
+    assert outcome.server is not None
+    found = cell_instances.get_many(api.db, RequestContext.admin(ctx.request_id), [outcome.server["id"]])
+    if not found:
+        raise exceptions.InstanceNotFound(instance_id=ref)
+    inst = found[0]
+    return {
+        "id": inst.uuid,
+        "name": inst.display_name,
+        "host": inst.host,
+        "flavor": dict(inst.flavor or {}),
+        "config_drive": bool(inst.config_drive),
+    }
+
+
+def _check_attach(session: Session, ctx: RequestContext, server: dict[str, Any], ref: str) -> Volume:
+    v = volumes.get(session, ctx, ref)
+    if v.host != server["host"]:
+        raise exceptions.InvalidVolume(
+            reason=f"volume {v.name} is on host {v.host}, server {server['name']} on host {server['host']}; "
+            "a volume attaches only to servers on its host"
+        )
+    if v.status != VolumeStatus.AVAILABLE.value:
+        held = volumes.attachments_of(session, [v.id]).get(v.id, [])
+        by = f" (attached to server {held[0].instance_uuid})" if held else ""
+        raise exceptions.InvalidVolume(
+            reason=f"volume {v.name} is {v.status}{by}; only an available volume can be attached"
+        )
+    return v
+
+
+def attach(
+    api: API,
+    ctx: RequestContext,
+    server_ref: str,
+    volume_ref: str,
+    device: str | None = None,
+    *,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Attach a volume to a server (``server add volume``); returns the volume as ``show`` does."""
+    db = api.db
+    with db.reader() as session:
+        volume_id = volumes.get(session, ctx, volume_ref).uuid
+    server = _server(api, ctx, server_ref, "attach_volume", volume_id)
+    if dry_run:
+        with db.reader() as session:
+            _check_attach(session, ctx, server, volume_ref)
+            _device(session, server, device)
+        return volumes.show(api.conductor, ctx, volume_id)
+
+    def reserve(session: Session) -> tuple[int, str]:
+        v = _check_attach(session, ctx, server, volume_ref)
+        chosen = _device(session, server, device)
+        set_status(session, v.id, "reserve", name=v.name)
+        session.add(
+            VolumeAttachment(
+                uuid=str(uuidlib.uuid4()),
+                volume_id=v.id,
+                instance_uuid=server["id"],
+                device_name=chosen,
+                boot_index=None,
+                delete_on_termination=False,
+                attach_status="attaching",
+            )
+        )
+        session.flush()
+        return v.id, chosen
+
+    try:
+        row_id, chosen = db.run_in_transaction(reserve)
+    except IntegrityError:
+        raise exceptions.InvalidVolume(
+            reason=f"volume {volume_ref} or device {device or '(next free)'} of server {server['name']} "
+            "was taken by another attach meanwhile; try again"
+        ) from None
+
+    def unreserve(session: Session) -> None:
+        session.execute(
+            delete(VolumeAttachment).where(
+                VolumeAttachment.volume_id == row_id, VolumeAttachment.deleted == 0
+            )
+        )
+        set_status(session, row_id, "unreserve")
+
+    try:
+        outcome = api.act(ctx, server["id"], "attach_volume", {"volume_id": volume_id}, defer=True)
+    except Exception:
+        db.run_in_transaction(unreserve)
+        raise
+    db.run_in_transaction(lambda s: set_status(s, row_id, "attach"))
+    ok, fault = _run(api, ctx, outcome.request)
+
+    def finish(session: Session) -> None:
+        if ok:
+            set_status(session, row_id, "attached")
+            _set_attach_status(session, row_id, "attached")
+        else:
+            set_status(session, row_id, "attach_failed")
+            _soft_delete_attachments(session, row_id)
+
+    db.run_in_transaction(finish)
+    if not ok:
+        raise exceptions.VolumeBackendError(
+            volume=volume_ref, reason=f"attaching as {chosen} failed: {fault}"
+        )
+    return volumes.show(api.conductor, ctx, volume_id)
+
+
+def detach(
+    api: API, ctx: RequestContext, server_ref: str, volume_ref: str, *, dry_run: bool = False
+) -> dict[str, Any]:
+    """Detach a volume from a server (``server remove volume``); returns the volume."""
+    db = api.db
+    with db.reader() as session:
+        volume_id = volumes.get(session, ctx, volume_ref).uuid
+    server = _server(api, ctx, server_ref, "detach_volume", volume_id)
+
+    def check(session: Session) -> Volume:
+        v = volumes.get(session, ctx, volume_ref)
+        att = next(
+            (
+                a
+                for a in volumes.attachments_of(session, [v.id]).get(v.id, [])
+                if a.instance_uuid == server["id"]
+            ),
+            None,
+        )
+        if att is None:
+            raise exceptions.InvalidVolume(
+                reason=f"volume {v.name} is not attached to server {server['name']}"
+            )
+        if att.boot_index == 0:
+            raise exceptions.InvalidVolume(
+                reason=f"volume {v.name} is the root disk of server {server['name']} (boot index 0); "
+                "a root volume cannot be detached"
+            )
+        return v
+
+    if dry_run:
+        with db.reader() as session:
+            check(session)
+        return volumes.show(api.conductor, ctx, volume_id)
+
+    def begin(session: Session) -> int:
+        v = check(session)
+        set_status(session, v.id, "detach", name=v.name)
+        _set_attach_status(session, v.id, "detaching")
+        return v.id
+
+    row_id = db.run_in_transaction(begin)
+
+    def back(session: Session) -> None:
+        set_status(session, row_id, "detach_failed")
+        _set_attach_status(session, row_id, "attached")
+
+    try:
+        outcome = api.act(ctx, server["id"], "detach_volume", {"volume_id": volume_id}, defer=True)
+    except Exception:
+        db.run_in_transaction(back)
+        raise
+    ok, fault = _run(api, ctx, outcome.request)
+
+    def finish(session: Session) -> None:
+        if ok:
+            set_status(session, row_id, "detached")
+            _soft_delete_attachments(session, row_id)
+        else:
+            back(session)
+
+    db.run_in_transaction(finish)
+    if not ok:
+        raise exceptions.VolumeBackendError(volume=volume_ref, reason=f"detaching failed: {fault}")
+    return volumes.show(api.conductor, ctx, volume_id)
+
+
+def _run(api: API, ctx: RequestContext, request: Any) -> tuple[bool, str]:
+    """Send the action's request to its host and record the result as every action's is."""
+    if request is None:
+        return False, "no host holds the server"
+    result = api.conductor.rpc.send(request)
+    api.conductor.record_action_result(ctx, request, result)
+    res = next((r for r in result.results if r.uuid == request.instances[0].uuid), None)
+    if res is not None and res.ok:
+        return True, ""
+    fault = (res.fault if res is not None else None) or result.error
+    return False, fault.message if fault else "the host returned no result"
+
+
+def _set_attach_status(session: Session, volume_row_id: int, status: str) -> None:
+    session.execute(
+        update(VolumeAttachment)
+        .where(VolumeAttachment.volume_id == volume_row_id, VolumeAttachment.deleted == 0)
+        .values(attach_status=status, updated_at=utcnow())
+    )
+
+
+def _soft_delete_attachments(session: Session, volume_row_id: int) -> None:
+    session.execute(
+        update(VolumeAttachment)
+        .where(VolumeAttachment.volume_id == volume_row_id, VolumeAttachment.deleted == 0)
+        .values(deleted=VolumeAttachment.id, deleted_at=utcnow(), updated_at=utcnow())
+    )
+
+
+# --- servers that are gone -------------------------------------------------------------
+
+
+def release_server(svc: volumes.Services, ctx: RequestContext, instance_uuid: str) -> list[str]:
+    """A deleted server's volumes, detached in the records: its attachments soft-deleted and the
+    volumes ``available``; those with ``delete_on_termination`` are then deleted. Returns the ids
+    of the volumes released. Idempotent (a server with no attachments releases nothing)."""
+
+    def write(session: Session) -> list[tuple[str, bool]]:
+        rows = session.execute(
+            select(Volume, VolumeAttachment)
+            .join(Volume, Volume.id == VolumeAttachment.volume_id)
+            .where(VolumeAttachment.instance_uuid == instance_uuid, VolumeAttachment.deleted == 0)
+        ).all()
+        for v, _ in rows:
+            _soft_delete_attachments(session, v.id)
+            set_status(session, v.id, "released", name=v.name)
+        return [(v.uuid, bool(a.delete_on_termination)) for v, a in rows]
+
+    released = svc.db.run_in_transaction(write)
+    admin = RequestContext.admin(ctx.request_id)
+    for volume_uuid, delete_it in released:
+        if delete_it:
+            volumes.delete(svc, admin, volume_uuid)
+    return [u for u, _ in released]
+
+
+def attached_to_gone_servers(svc: volumes.Services) -> list[tuple[str, str]]:
+    """(volume uuid, server uuid) of every live attachment whose server no longer exists (heal)."""
+    from novakit.cells import instances as cell_instances
+
+    with svc.db.reader() as session:
+        rows = session.execute(
+            select(Volume.uuid, VolumeAttachment.instance_uuid)
+            .join(Volume, Volume.id == VolumeAttachment.volume_id)
+            .where(VolumeAttachment.deleted == 0)
+        ).all()
+    if not rows:
+        return []
+    live = {i.uuid for i in cell_instances.get_many(svc.db, RequestContext.admin(), [s for _, s in rows])}
+    return [(v, s) for v, s in rows if s not in live]

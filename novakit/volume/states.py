@@ -1,0 +1,118 @@
+"""Cinder's volume statuses, the one table of the steps between them, and its guarded write.
+
+Every change of a volume's status is a step of ``STEPS``: the statuses it may start from and
+the one it ends in. ``set_status`` writes it compare-and-swap (``UPDATE ... WHERE status IN
+(from)``), so of two callers racing for one volume (two attaches, an attach and a delete)
+exactly one wins; the other gets InvalidVolume naming the status it found, and nothing changes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from sqlalchemy import bindparam, text
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.db.models import utcnow
+
+
+class VolumeStatus(enum.StrEnum):
+    CREATING = "creating"
+    AVAILABLE = "available"
+    RESERVED = "reserved"
+    ATTACHING = "attaching"
+    IN_USE = "in-use"
+    DETACHING = "detaching"
+    DELETING = "deleting"
+    ERROR = "error"
+    ERROR_DELETING = "error_deleting"
+
+
+S = VolumeStatus
+
+
+@dataclass(frozen=True)
+class Step:
+    """One row of the table: ``name`` goes from any of ``from_`` to ``to``."""
+
+    name: str
+    from_: frozenset[VolumeStatus]
+    to: VolumeStatus
+    notes: str = ""
+
+
+STEPS: dict[str, Step] = {
+    s.name: s
+    for s in (
+        Step("created", frozenset({S.CREATING}), S.AVAILABLE, "the host made it"),
+        Step("create_failed", frozenset({S.CREATING}), S.ERROR, "the host could not; its claim is freed"),
+        Step("reserve", frozenset({S.AVAILABLE}), S.RESERVED, "an attach took it (Cinder's reserve)"),
+        Step("unreserve", frozenset({S.RESERVED}), S.AVAILABLE, "the server refused the attach"),
+        Step("attach", frozenset({S.RESERVED}), S.ATTACHING, "the host is attaching it"),
+        Step("attached", frozenset({S.ATTACHING}), S.IN_USE, "the host attached it"),
+        Step("attach_failed", frozenset({S.ATTACHING}), S.AVAILABLE, "the host could not"),
+        Step(
+            "booted",
+            frozenset({S.CREATING, S.RESERVED}),
+            S.IN_USE,
+            "a server booted from it (its root disk, ``novakit.volume.boot``)",
+        ),
+        Step("detach", frozenset({S.IN_USE}), S.DETACHING, "the host is detaching it"),
+        Step("detached", frozenset({S.DETACHING}), S.AVAILABLE, "the host detached it"),
+        Step("detach_failed", frozenset({S.DETACHING}), S.IN_USE, "the host could not"),
+        Step(
+            "released",
+            # creating: a new root volume whose server was deleted while it built (``boot``).
+            frozenset({S.CREATING, S.RESERVED, S.ATTACHING, S.IN_USE, S.DETACHING}),
+            S.AVAILABLE,
+            "its server is gone (a server's delete, heal)",
+        ),
+        Step(
+            "delete",
+            frozenset({S.AVAILABLE, S.ERROR, S.ERROR_DELETING}),
+            S.DELETING,
+            "never while attached or reserved",
+        ),
+        Step("delete_failed", frozenset({S.DELETING}), S.ERROR_DELETING, "the host could not remove it"),
+    )
+}
+
+#: the statuses in which a volume is (being) attached to a server
+ATTACHED = frozenset({S.RESERVED, S.ATTACHING, S.IN_USE, S.DETACHING})
+
+_SET = text(
+    "UPDATE volumes SET status = :to, status_reason = :reason, updated_at = :now "
+    "WHERE id = :id AND deleted = 0 AND status IN :from_"
+).bindparams(bindparam("from_", expanding=True))
+_STATUS = text("SELECT status FROM volumes WHERE id = :id AND deleted = 0")
+
+
+def set_status(
+    session: Session, volume_id: int, step: str, *, name: str = "", reason: str | None = None
+) -> None:
+    """Take ``step`` on the volume, guarded by the statuses it may start from.
+
+    Raises InvalidVolume (and writes nothing) when the volume is in none of them, because
+    another caller moved it first. ``reason``: why it ends in an error status (kept on the row).
+    """
+    s = STEPS[step]
+    params = {"id": volume_id, "to": s.to.value, "reason": reason, "now": utcnow(), "from_": sorted(s.from_)}
+    if session.execute(_SET, params).rowcount == 1:  # type: ignore[attr-defined]
+        return
+    actual = session.execute(_STATUS, {"id": volume_id}).scalar_one_or_none()
+    raise exceptions.InvalidVolume(
+        reason=(
+            f"volume {name or volume_id} is {actual or 'deleted'}; to {step.replace('_', ' ')} "
+            f"it must be {' or '.join(sorted(s.from_))}"
+        )
+    )
+
+
+def step_table_markdown() -> str:
+    """The table as Markdown, for the docs."""
+    lines = ["| step | from | to | notes |", "| --- | --- | --- | --- |"]
+    for s in STEPS.values():
+        lines.append(f"| {s.name} | {', '.join(sorted(s.from_))} | {s.to.value} | {s.notes} |")
+    return "\n".join(lines)

@@ -1,0 +1,369 @@
+"""Volumes (Cinder's API): create, list, show, delete, and what a host needs to know of one.
+
+A volume lives in one host's storage pool, so its size is a claim of ``DISK_GB`` on that host's
+resource provider, held by the volume (consumer = its uuid), written in the transaction that
+inserts its row: a size beyond the host's free space is refused with nothing written. The quota
+(``volumes``, ``gigabytes``) is checked before and rechecked in that transaction. The host then
+makes it (``volume_create`` through ``novakit.compute.rpc``) and the status goes ``available``, or
+``error`` with the host's reason and the claim freed. Deleting asks the host to remove it, then
+soft-deletes the row and frees the claim in one transaction.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from novakit import exceptions, quota
+from novakit.compute import hosts, images
+from novakit.compute.messages import ComputeRequest, ComputeResult, Fault, VolumeSpec
+from novakit.context import RequestContext
+from novakit.db.models import (
+    Inventory,
+    ResourceProvider,
+    Service,
+    Volume,
+    VolumeAttachment,
+    utcnow,
+)
+from novakit.placement.allocations import claim_in_session, remove_allocations_in_session
+from novakit.volume.states import ATTACHED, VolumeStatus, set_status
+
+if TYPE_CHECKING:
+    from novakit.compute.rpc import ComputeRPC
+    from novakit.config import Config
+    from novakit.db.engine import Database
+
+
+class Services(Protocol):
+    """What the volume API works with: the conductor (``API.conductor``) has all three."""
+
+    db: Database
+    conf: Config
+    rpc: ComputeRPC
+
+
+GiB = 1024**3
+FORMATS = ("qcow2", "raw")
+
+
+# --- look-ups and views ------------------------------------------------------------------
+
+
+def get(session: Session, ctx: RequestContext, ref: str) -> Volume:
+    """A live volume of the caller's project (any project for an admin) by uuid or name."""
+    stmt = select(Volume).where(Volume.deleted == 0, or_(Volume.uuid == ref, Volume.name == ref))
+    if not ctx.is_admin:
+        stmt = stmt.where(Volume.project_id == ctx.project_id)
+    rows = list(session.execute(stmt.order_by((Volume.uuid == ref).desc()).limit(2)).scalars())
+    if not rows:
+        raise exceptions.VolumeNotFound(volume=ref)
+    if len(rows) > 1 and rows[0].uuid != ref:
+        raise exceptions.Invalid(reason=f"more than one volume is named {ref!r}; use its id")
+    return rows[0]
+
+
+def attachments_of(session: Session, volume_ids: list[int]) -> dict[int, list[VolumeAttachment]]:
+    """The live attachments of the volumes, by volume row id."""
+    out: dict[int, list[VolumeAttachment]] = {}
+    if volume_ids:
+        stmt = select(VolumeAttachment).where(
+            VolumeAttachment.volume_id.in_(volume_ids), VolumeAttachment.deleted == 0
+        )
+        for a in session.execute(stmt).scalars():
+            out.setdefault(a.volume_id, []).append(a)
+    return out
+
+
+def view(v: Volume, attachments: list[VolumeAttachment] | None = None) -> dict[str, Any]:
+    """A volume as Cinder shows it (``attachments`` with server_id and device)."""
+    return {
+        "id": v.uuid,
+        "name": v.name,
+        "description": v.description,
+        "size": v.size,
+        "status": v.status,
+        "status_reason": v.status_reason,
+        "host": v.host,
+        "pool": v.pool,
+        "format": v.format,
+        "bootable": bool(v.bootable),
+        "image_id": v.image_id,
+        "project_id": v.project_id,
+        "created_at": v.created_at.isoformat() if v.created_at else None,
+        "attachments": [
+            {
+                "attachment_id": a.uuid,
+                "server_id": a.instance_uuid,
+                "device": f"/dev/{a.device_name}",
+                "boot_index": a.boot_index,
+                "delete_on_termination": bool(a.delete_on_termination),
+                "attach_status": a.attach_status,
+            }
+            for a in attachments or []
+        ],
+    }
+
+
+def spec(session: Session, v: Volume, attachment: VolumeAttachment | None = None) -> VolumeSpec:
+    """What the volume's host needs of it; with ``attachment``, where it goes in the guest."""
+    image = images.by_uuid(session, v.image_id) if v.image_id else None
+    return VolumeSpec(
+        id=v.uuid,
+        name=v.name,
+        size_gb=v.size,
+        format=v.format,  # type: ignore[arg-type]
+        pool=v.pool,
+        # Only while it is being made: the host fills it from the image then, never again.
+        image=images.spec(image) if image is not None and v.status == VolumeStatus.CREATING.value else None,
+        device_name=attachment.device_name if attachment else None,
+        boot_index=attachment.boot_index if attachment else None,
+    )
+
+
+def specs_of_server(session: Session, instance_uuid: str, volume_uuid: str | None = None) -> list[VolumeSpec]:
+    """The volumes attached to a server (or being attached: they are in its definition from
+    then on), root first; ``volume_uuid``: only that one."""
+    stmt = (
+        select(Volume, VolumeAttachment)
+        .join(Volume, Volume.id == VolumeAttachment.volume_id)
+        .where(VolumeAttachment.instance_uuid == instance_uuid, VolumeAttachment.deleted == 0)
+        .order_by(VolumeAttachment.boot_index.is_(None), VolumeAttachment.device_name)
+    )
+    if volume_uuid is not None:
+        stmt = stmt.where(Volume.uuid == volume_uuid)
+    return [spec(session, v, a) for v, a in session.execute(stmt).all()]
+
+
+# --- create --------------------------------------------------------------------------------
+
+
+def _check_request(
+    session: Session, name: Any, size: Any, fmt: Any, description: Any
+) -> list[tuple[str, str]]:
+    errors: list[tuple[str, str]] = []
+    if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        errors.append(("name", "must be a non-empty string of at most 255 characters"))
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        errors.append(("size", f"must be a whole number of GiB, at least 1, got {size!r}"))
+    if fmt not in FORMATS:
+        errors.append(("format", f"must be one of {', '.join(FORMATS)}, got {fmt!r}"))
+    if description is not None and (not isinstance(description, str) or len(description) > 255):
+        errors.append(("description", "must be a string of at most 255 characters"))
+    return errors
+
+
+def image_min_gb(image_row: Any) -> int:
+    """The fewest GiB a volume made from the image may have: its min_disk, and its size."""
+    return max(int(image_row.min_disk or 0), -(-int(image_row.size or 0) // GiB))
+
+
+def _hosts_by_free_disk(session: Session, conf: Any) -> list[tuple[str, int, int]]:
+    """(host, provider id, free DISK_GB) of every up, enabled host, the most free first."""
+    rows = session.execute(
+        select(Service, ResourceProvider.id, Inventory.free)
+        .join(ResourceProvider, ResourceProvider.name == Service.host)
+        .join(Inventory, Inventory.resource_provider_id == ResourceProvider.id)
+        .where(Service.deleted == 0, Inventory.resource_class == "DISK_GB")
+        .order_by(Inventory.free.desc(), Service.host)
+    ).all()
+    return [
+        (svc.host, rp_id, int(free))
+        for svc, rp_id, free in rows
+        if not svc.disabled and hosts.is_up(svc, conf)
+    ]
+
+
+def _provider_of(session: Session, conf: Any, host: str) -> int:
+    """The provider of ``host``, which must be registered, enabled and up (``host`` names the rule)."""
+    svc = session.execute(
+        select(Service).where(Service.host == host, Service.deleted == 0)
+    ).scalar_one_or_none()
+    rp_id = session.execute(
+        select(ResourceProvider.id).where(ResourceProvider.name == host)
+    ).scalar_one_or_none()
+    if svc is None or rp_id is None:
+        raise exceptions.ValidationError("host", f"{host!r} is not a registered compute host")
+    if svc.disabled:
+        raise exceptions.ValidationError(
+            "host", f"{host} is disabled ({svc.disabled_reason or 'no reason given'})"
+        )
+    liveness = hosts.is_up(svc, conf)
+    if not liveness:
+        raise exceptions.ValidationError("host", f"{host} is down: {liveness.reason}")
+    return int(rp_id)
+
+
+def create(
+    svc: Services,
+    ctx: RequestContext,
+    name: str,
+    size: int,
+    *,
+    image: str | None = None,
+    host: str | None = None,
+    description: str | None = None,
+    fmt: str = "qcow2",
+) -> dict[str, Any]:
+    """Create a volume and have its host make it; returns it as ``show`` does.
+
+    Every refusal (a bad field, a taken name, an image bigger than the size, a host that is down
+    or has too little free disk, the quota) happens before or inside the one transaction that
+    writes the row and the claim: a refused request leaves no row and no claim.
+    """
+    db, conf = svc.db, svc.conf
+    errors = []
+    with db.reader() as session:
+        errors = _check_request(session, name, size, fmt, description)
+        if errors:
+            raise exceptions.ValidationError(errors[0][0], errors[0][1], errors)
+        image_row = images.get(session, image) if image else None
+        if image_row is not None:
+            needed = image_min_gb(image_row)
+            if size < needed:
+                raise exceptions.ValidationError(
+                    "size",
+                    f"{size} GiB is smaller than image {image_row.name}'s {needed} GiB (its min_disk/size)",
+                )
+    quota.check_quota(db, conf, ctx.project_id, {"volumes": 1, "gigabytes": size})
+    volume_uuid = str(uuidlib.uuid4())
+
+    def write(session: Session) -> tuple[Volume, str]:
+        if host is not None:
+            candidates = [(host, _provider_of(session, conf, host))]
+        else:
+            candidates = [(h, rp) for h, rp, _ in _hosts_by_free_disk(session, conf)]
+            if not candidates:
+                raise exceptions.ValidationError(
+                    "host", "no compute host is up and enabled to hold the volume"
+                )
+        chosen, rp_id = candidates[0]
+        row = Volume(
+            uuid=volume_uuid,
+            name=name,
+            description=description,
+            project_id=ctx.project_id,
+            user_id=ctx.user_id,
+            size=size,
+            status=VolumeStatus.CREATING.value,
+            host=chosen,
+            format=fmt,
+            image_id=image_row.uuid if image_row is not None else None,
+            bootable=image_row is not None,
+        )
+        session.add(row)
+        session.flush()
+        quota.recheck(session, conf, ctx.project_id, {"volumes": 1, "gigabytes": size})
+        outcome = claim_in_session(
+            session, volume_uuid, rp_id, {"DISK_GB": size}, ctx.project_id, ctx.user_id
+        )
+        if not outcome.claimed:
+            raise exceptions.ValidationError(
+                "size", f"{size} GiB does not fit host {chosen}: {outcome.reason}"
+            )
+        return row, chosen
+
+    try:
+        row, chosen = db.run_in_transaction(write)
+    except IntegrityError:
+        raise exceptions.ValidationError(
+            "name",
+            f"a volume named {name!r} exists in project {ctx.project_id}; "
+            "names are unique among live volumes",
+        ) from None
+    with db.reader() as session:
+        request = ComputeRequest(
+            request_id=ctx.request_id, host=chosen, operation="volume_create", volumes=[spec(session, row)]
+        )
+    fault = _outcome(svc.rpc.send(request), volume_uuid)
+    if fault is None:
+        db.run_in_transaction(lambda s: set_status(s, row.id, "created", name=name))
+    else:
+
+        def failed(session: Session) -> None:
+            set_status(session, row.id, "create_failed", name=name, reason=fault.message[:255])
+            remove_allocations_in_session(session, volume_uuid)
+
+        db.run_in_transaction(failed)
+    return show(svc, ctx, volume_uuid)
+
+
+def _outcome(result: ComputeResult, volume_uuid: str) -> Fault | None:
+    """None if the host did what it was asked to the volume, else the fault that says why."""
+    res = next((r for r in result.results if r.uuid == volume_uuid), None)
+    if res is not None and res.ok:
+        return None
+    fault = (res.fault if res is not None else None) or result.error
+    return fault or Fault(message="the host returned no result", exception_class="VolumeBackendError")
+
+
+# --- reads ---------------------------------------------------------------------------------
+
+
+def show(svc: Services, ctx: RequestContext, ref: str) -> dict[str, Any]:
+    with svc.db.reader() as session:
+        v = get(session, ctx, ref)
+        return view(v, attachments_of(session, [v.id]).get(v.id, []))
+
+
+def list_volumes(svc: Services, ctx: RequestContext, *, all_projects: bool = False) -> list[dict[str, Any]]:
+    """The caller's live volumes (every project's for an admin who asks), by name."""
+    with svc.db.reader() as session:
+        stmt = select(Volume).where(Volume.deleted == 0).order_by(Volume.name, Volume.id)
+        if not (ctx.is_admin and all_projects):
+            stmt = stmt.where(Volume.project_id == ctx.project_id)
+        rows = list(session.execute(stmt).scalars())
+        attached = attachments_of(session, [v.id for v in rows])
+        return [view(v, attached.get(v.id, [])) for v in rows]
+
+
+# --- delete --------------------------------------------------------------------------------
+
+
+def delete(svc: Services, ctx: RequestContext, ref: str) -> dict[str, Any]:
+    """Delete a volume: refused while it is attached or reserved (Cinder's rule); its host removes
+    it, then the row is soft-deleted and its claim freed. A host that fails leaves error_deleting
+    with the reason, and a second delete tries again."""
+    db = svc.db
+
+    def start(session: Session) -> Volume:
+        v = get(session, ctx, ref)
+        if v.status in ATTACHED:
+            servers = [a.instance_uuid for a in attachments_of(session, [v.id]).get(v.id, [])]
+            raise exceptions.InvalidVolume(
+                reason=f"volume {v.name} is {v.status} (attached to server {', '.join(servers) or '-'}); "
+                "detach it before deleting it"
+            )
+        set_status(session, v.id, "delete", name=v.name)
+        return v
+
+    v = db.run_in_transaction(start)
+    fault = None
+    if v.host:
+        with db.reader() as session:
+            request = ComputeRequest(
+                request_id=ctx.request_id, host=v.host, operation="volume_delete", volumes=[spec(session, v)]
+            )
+        fault = _outcome(svc.rpc.send(request), v.uuid)
+    if fault is not None:
+        db.run_in_transaction(
+            lambda s: set_status(s, v.id, "delete_failed", name=v.name, reason=fault.message[:255])
+        )
+        return show(svc, ctx, v.uuid)
+
+    def finish(session: Session) -> None:
+        session.execute(
+            update(Volume)
+            .where(Volume.id == v.id, Volume.deleted == 0, Volume.status == VolumeStatus.DELETING.value)
+            .values(deleted=Volume.id, deleted_at=utcnow(), updated_at=utcnow())
+        )
+        remove_allocations_in_session(session, v.uuid)
+
+    db.run_in_transaction(finish)
+    out = view(v)
+    out["status"] = "deleted"
+    return out

@@ -1,0 +1,113 @@
+#!/usr/bin/python
+"""Networks, declaratively."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: network
+short_description: Create or delete a novakit network
+description:
+  - Makes sure a network exists (O(state=present)) or does not (O(state=absent)). A network is a
+    libvirt network or a bridge the compute hosts have; servers get ports on it
+    (M(novakit.cloud.server) O(nics)). Only a host that has it takes such a server.
+  - An existing network is left as it is; other values for an existing name are an error that says so.
+  - Deleting a network that still has ports fails, naming how many.
+version_added: 0.2.0
+author: novakit developers (@novakit)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
+  - novakit.cloud.common
+attributes:
+  diff_mode:
+    support: none
+options:
+  name:
+    description: Network name.
+    type: str
+    required: true
+  state:
+    description: Whether the network should exist.
+    type: str
+    choices: [present, absent]
+    default: present
+  provider:
+    description: V(network) (a libvirt network) or V(bridge) (a host bridge).
+    type: str
+    choices: [network, bridge]
+    default: network
+  source:
+    description: Its name on the hosts (the libvirt network's or the bridge's); default O(name).
+    type: str
+  is_default:
+    description: Servers whose request names no network get a port on it (at most one network).
+    type: bool
+    default: false
+  mtu:
+    description: MTU of the network.
+    type: int
+"""
+
+EXAMPLES = r"""
+- name: The hosts' libvirt network "default", the one servers get when they name none
+  novakit.cloud.network:
+    name: lan
+    source: default
+    is_default: true
+"""
+
+RETURN = r"""
+network:
+  description: The network, when it exists (not in check mode for a new one).
+  returned: when state is present
+  type: dict
+  sample: {id: 2b7c..., name: lan, provider: network, source: default, is_default: true, mtu: null, shared: true, subnets: [lan-v4]}
+"""
+
+from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+
+
+class NetworkModule(NovakitModule):
+    argument_spec = {
+        "name": {"type": "str", "required": True},
+        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "provider": {"type": "str", "choices": ["network", "bridge"], "default": "network"},
+        "source": {"type": "str"},
+        "is_default": {"type": "bool", "default": False},
+        "mtu": {"type": "int"},
+    }
+    module_kwargs = {"supports_check_mode": True}
+
+    def run(self):
+        from novakit.network import networks
+
+        db, ctx, p = self.database(), self.context(), self.params
+        existing = next((n for n in networks.list_networks(db) if n["name"] == p["name"]), None)
+        if p["state"] == "absent":
+            if existing and not self.check_mode:
+                networks.delete(db, ctx, p["name"])
+            return {"changed": existing is not None}
+        wanted = {
+            "provider": p["provider"],
+            "source": p["source"] or p["name"],
+            "is_default": p["is_default"],
+            "mtu": p["mtu"],
+        }
+        if existing:
+            diff = {k: (existing[k], v) for k, v in wanted.items() if existing[k] != v}
+            if diff:
+                self.ansible.fail_json(
+                    msg=f"network {p['name']} exists with other values {diff}; delete it first to change them"
+                )
+            return {"changed": False, "network": existing}
+        # Check mode asks the real create's checks (policy, the one default), writing nothing.
+        made = networks.create(db, ctx, {"name": p["name"], **wanted}, dry_run=self.check_mode)
+        return {"changed": True, **({"network": made} if made else {})}
+
+
+def main():
+    NetworkModule()()
+
+
+if __name__ == "__main__":
+    main()

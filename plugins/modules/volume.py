@@ -1,0 +1,120 @@
+#!/usr/bin/python
+"""Volumes, declaratively."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: volume
+short_description: Create or delete a novakit volume
+description:
+  - Makes sure a volume (a disk in one compute host's storage pool, Cinder-shaped) exists in the
+    caller's project (O(state=present)) or does not (O(state=absent)).
+  - A new volume's size is claimed on its host's disk (DISK_GB) and counted against the
+    C(volumes) and C(gigabytes) quotas; a size beyond the host's free space is refused, nothing made.
+  - A volume's size, image and host do not change once it exists; other values for an existing
+    name are an error that says so. An attached volume is not deleted (detach it first with
+    M(novakit.cloud.volume_attachment)).
+version_added: 0.1.0
+author: novakit developers (@novakit)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
+  - novakit.cloud.common
+options:
+  name:
+    description: Volume name, unique among the project's live volumes (or the volume's uuid).
+    type: str
+    required: true
+  state:
+    description: Whether the volume should exist.
+    type: str
+    choices: [present, absent]
+    default: present
+  size:
+    description: Size in GiB (at least 1); required to create the volume.
+    type: int
+  image:
+    description: Make a bootable volume from this image (name or id); O(size) must hold it.
+    type: str
+  host:
+    description: The compute host whose pool holds it; default the up, enabled host with most free disk.
+    type: str
+  description:
+    description: Free text shown with the volume.
+    type: str
+"""
+
+EXAMPLES = r"""
+- name: A data disk next to the database server
+  novakit.cloud.volume:
+    name: db-data
+    size: 20
+    host: compute-1
+"""
+
+RETURN = r"""
+volume:
+  description: The volume, when it exists (in check mode, what would be created).
+  returned: when state is present
+  type: dict
+  contains:
+    id: {description: Its uuid (absent in check mode for a new volume)., type: str}
+    name: {description: Its name., type: str}
+    size: {description: Its size in GiB., type: int}
+    status: {description: "available, in-use, error (with status_reason), ...", type: str}
+    host: {description: The host whose pool holds it., type: str}
+    attachments: {description: The servers it is attached to, with their devices., type: list, elements: dict}
+"""
+
+from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+
+
+class VolumeModule(NovakitModule):
+    argument_spec = {
+        "name": {"type": "str", "required": True},
+        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "size": {"type": "int"},
+        "image": {"type": "str"},
+        "host": {"type": "str"},
+        "description": {"type": "str"},
+    }
+    module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["size"])]}
+
+    def run(self):
+        from novakit import exceptions
+        from novakit.volume import volumes
+
+        svc, ctx, p = self.api().conductor, self.context(), self.params
+        try:
+            found = volumes.show(svc, ctx, p["name"])
+        except exceptions.VolumeNotFound:
+            found = None
+        if p["state"] == "absent":
+            if found and not self.check_mode:
+                gone = volumes.delete(svc, ctx, found["id"])
+                if gone["status"] != "deleted":
+                    self.fail(f"volume {p['name']} not deleted: {gone['status']}: {gone['status_reason']}")
+            return self.with_diff({"changed": found is not None}, found, None)
+        if found:
+            if found["size"] != p["size"] or (p["host"] and found["host"] != p["host"]):
+                self.fail(
+                    f"volume {p['name']} exists with size {found['size']} on host {found['host']}; "
+                    "a volume's size and host do not change here: delete it or use another name"
+                )
+            return {"changed": False, "volume": found}
+        wanted = {"name": p["name"], "size": p["size"], "host": p["host"], "status": "available"}
+        if not self.check_mode:
+            wanted = volumes.create(
+                svc, ctx, p["name"], p["size"], image=p["image"], host=p["host"], description=p["description"]
+            )
+            if wanted["status"] == "error":
+                self.fail(f"volume {p['name']} ended in error: {wanted['status_reason']}", volume=wanted)
+        return self.with_diff({"changed": True, "volume": wanted}, None, wanted)
+
+
+def main():
+    VolumeModule()()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,281 @@
+"""Volumes, Cinder-shaped, with the fake driver on SQLite and PostgreSQL: create, list, show,
+delete, quotas, attach and detach as instance actions, and every bad input refused unchanged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from novakit import exceptions, placement, quota
+from novakit.context import RequestContext
+from novakit.virt.fake import failure_env_var
+from novakit.volume import attachments, volumes
+from tests.functional.cloud import Cloud, boot
+
+
+@pytest.fixture
+def ctx() -> RequestContext:
+    return RequestContext("demo", "alice", ["member"])
+
+
+def _claims(cloud: Cloud) -> list[tuple[Any, ...]]:
+    with cloud.db.engine.connect() as conn:
+        return sorted(
+            tuple(r) for r in conn.execute(text("SELECT consumer_id, resource_class, used FROM allocations"))
+        )
+
+
+def _disk_used(cloud: Cloud, host: str) -> int:
+    return placement.get_usages(cloud.db, host).get("DISK_GB", 0)
+
+
+def _actions(cloud: Cloud, server: str) -> list[str]:
+    return [a["action"] for a in cloud.api.list_actions(cloud.admin, server)]
+
+
+def test_create_show_list_delete_with_its_claim_and_the_host_pool(cloud: Cloud, ctx: RequestContext) -> None:
+    svc = cloud.api.conductor
+    vol = volumes.create(svc, ctx, "data", 5, host="compute-2")
+    assert vol["status"] == "available" and vol["size"] == 5 and vol["host"] == "compute-2"
+    assert vol["bootable"] is False and vol["attachments"] == []
+    assert placement.get_allocations_for_consumer(cloud.db, vol["id"])
+    assert _disk_used(cloud, "compute-2") == 5
+    assert cloud.fake("compute-2").volumes()[vol["id"]]["size_gb"] == 5
+    assert volumes.show(svc, ctx, "data")["id"] == vol["id"]
+    assert [v["name"] for v in volumes.list_volumes(svc, ctx)] == ["data"]
+    # Another project sees none of it.
+    other = RequestContext("other", "bob", ["member"])
+    assert volumes.list_volumes(svc, other) == []
+    with pytest.raises(exceptions.VolumeNotFound):
+        volumes.show(svc, other, "data")
+
+    gone = volumes.delete(svc, ctx, "data")
+    assert gone["status"] == "deleted"
+    assert volumes.list_volumes(svc, ctx) == []
+    assert _disk_used(cloud, "compute-2") == 0
+    assert vol["id"] not in cloud.fake("compute-2").volumes()
+    # The name is free again.
+    assert volumes.create(svc, ctx, "data", 1, host="compute-2")["status"] == "available"
+
+
+def test_without_a_host_the_one_with_most_free_disk_is_chosen_and_image_volumes_are_bootable(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    vol = volumes.create(cloud.api.conductor, ctx, "boot", 2, image="tiny")
+    assert vol["host"] == "compute-3"  # 1600 GiB of disk, the most
+    assert vol["bootable"] is True and vol["image_id"]
+    assert cloud.fake("compute-3").volumes()[vol["id"]]["image_id"] == vol["image_id"]
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"name": "v", "size": 0}, "size"),
+        ({"name": "v", "size": -3}, "size"),
+        ({"name": "", "size": 1}, "name"),
+        ({"name": "v", "size": 1, "fmt": "vmdk"}, "format"),
+        ({"name": "v", "size": 1, "host": "nowhere"}, "host"),
+        ({"name": "v", "size": 401, "host": "compute-1"}, "size"),  # compute-1 has 400 GiB
+    ],
+)
+def test_bad_input_is_refused_naming_the_field_and_nothing_is_written(
+    cloud: Cloud, ctx: RequestContext, args: dict[str, Any], field: str
+) -> None:
+    before = cloud.snapshot()
+    with pytest.raises(exceptions.ValidationError) as err:
+        volumes.create(cloud.api.conductor, ctx, **args)
+    assert err.value.field == field
+    assert cloud.snapshot() == before
+
+
+def test_a_taken_name_an_unknown_image_and_a_size_below_the_image_are_refused(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    from novakit.compute import images
+
+    svc = cloud.api.conductor
+    images.create(cloud.db, cloud.admin, {"name": "big", "min_disk": 8})
+    volumes.create(svc, ctx, "data", 1)
+    before = cloud.snapshot()
+    with pytest.raises(exceptions.ValidationError, match="names are unique"):
+        volumes.create(svc, ctx, "data", 1)
+    with pytest.raises(exceptions.ImageNotFound):
+        volumes.create(svc, ctx, "x", 1, image="no-such-image")
+    with pytest.raises(exceptions.ValidationError, match="smaller than image big") as err:
+        volumes.create(svc, ctx, "x", 4, image="big")
+    assert err.value.field == "size"
+    assert cloud.snapshot() == before
+
+
+def test_quotas_volumes_and_gigabytes_refuse_with_nothing_written(cloud: Cloud, ctx: RequestContext) -> None:
+    svc = cloud.api.conductor
+    quota.set_quota(cloud.db, "demo", "volumes", 2)
+    quota.set_quota(cloud.db, "demo", "gigabytes", 10)
+    volumes.create(svc, ctx, "a", 4)
+    before = cloud.snapshot()
+    with pytest.raises(exceptions.OverQuota, match="gigabytes"):
+        volumes.create(svc, ctx, "b", 7)
+    assert cloud.snapshot() == before
+    volumes.create(svc, ctx, "b", 6)
+    before = cloud.snapshot()
+    with pytest.raises(exceptions.OverQuota, match="volumes"):
+        volumes.create(svc, ctx, "c", 1)
+    assert cloud.snapshot() == before
+    usage = quota.get_quota_usage(cloud.db, cloud.conf, "demo")
+    assert usage["volumes"] == {"limit": 2, "in_use": 2} and usage["gigabytes"] == {"limit": 10, "in_use": 10}
+    # A volume's claim is no instance: the instance count is untouched.
+    assert usage["instances"]["in_use"] == 0
+
+
+def test_the_recheck_refuses_what_the_first_check_let_through(
+    cloud: Cloud, ctx: RequestContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two creates that both passed the early check: the recheck in the row's transaction holds."""
+    quota.set_quota(cloud.db, "demo", "volumes", 1)
+    monkeypatch.setattr(quota, "check_quota", lambda *a, **k: None)  # as if both had checked at once
+    volumes.create(cloud.api.conductor, ctx, "a", 1)
+    claims = _claims(cloud)
+    with pytest.raises(exceptions.OverQuota, match="volumes"):
+        volumes.create(cloud.api.conductor, ctx, "b", 1)
+    assert _claims(cloud) == claims
+    assert [v["name"] for v in volumes.list_volumes(cloud.api.conductor, ctx)] == ["a"]
+
+
+def test_a_failed_host_create_ends_in_error_with_the_reason_and_the_claim_freed(
+    cloud: Cloud, ctx: RequestContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(failure_env_var("compute-1"), "fail_volume_create")
+    vol = volumes.create(cloud.api.conductor, ctx, "broken", 3, host="compute-1")
+    assert vol["status"] == "error"
+    assert "volume creates on host compute-1 fail" in vol["status_reason"]
+    assert placement.get_allocations_for_consumer(cloud.db, vol["id"]) == {}
+    assert vol["id"] not in cloud.fake("compute-1").volumes()
+    # An error volume can be deleted.
+    assert volumes.delete(cloud.api.conductor, ctx, "broken")["status"] == "deleted"
+
+
+def test_attach_and_detach_are_instance_actions_with_events_and_the_volume_steps(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    svc = cloud.api.conductor
+    server = boot(cloud, ctx, "web")
+    vol = volumes.create(svc, ctx, "data", 2, host=server["host"])
+    attached = attachments.attach(cloud.api, ctx, "web", "data")
+    assert attached["status"] == "in-use"
+    [att] = attached["attachments"]
+    # vda is the root disk, vdb the config drive: the first free device is vdc.
+    assert (
+        att["server_id"] == server["id"]
+        and att["device"] == "/dev/vdc"
+        and att["attach_status"] == "attached"
+    )
+    guest = cloud.fake(server["host"]).volumes()[vol["id"]]
+    assert guest["attached_to"] == server["id"] and guest["device"] == "vdc"
+    assert _actions(cloud, "web")[-1] == "attach_volume"
+    events = cloud.api.list_actions(cloud.admin, "web")[-1]["events"]
+    assert [(e["event"], e["result"]) for e in events] == [("compute_attach_volume", "Success")]
+    # The server's spec carries it: a rebuild keeps it defined.
+    cloud.api.rebuild(ctx, "web", {"image": "tiny"})
+    assert cloud.fake(server["host"]).volumes()[vol["id"]]["attached_to"] == server["id"]
+
+    # Deleting an attached volume, or attaching it again, is refused with nothing changed.
+    before = cloud.snapshot()
+    with pytest.raises(exceptions.InvalidVolume, match="detach it before deleting"):
+        volumes.delete(svc, ctx, "data")
+    with pytest.raises(exceptions.InvalidVolume, match="only an available volume"):
+        attachments.attach(cloud.api, ctx, "web", "data")
+    assert cloud.snapshot() == before
+
+    detached = attachments.detach(cloud.api, ctx, "web", "data")
+    assert detached["status"] == "available" and detached["attachments"] == []
+    assert cloud.fake(server["host"]).volumes()[vol["id"]]["attached_to"] is None
+    assert _actions(cloud, "web")[-1] == "detach_volume"
+    with pytest.raises(exceptions.InvalidVolume, match="is not attached"):
+        attachments.detach(cloud.api, ctx, "web", "data")
+
+
+def test_a_volume_attaches_only_on_its_host_and_a_device_must_be_valid_and_free(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    svc = cloud.api.conductor
+    server = boot(cloud, ctx, "web")
+    elsewhere = next(h for h in ("compute-1", "compute-2", "compute-3") if h != server["host"])
+    volumes.create(svc, ctx, "far", 1, host=elsewhere)
+    volumes.create(svc, ctx, "near", 1, host=server["host"])
+    volumes.create(svc, ctx, "near2", 1, host=server["host"])
+    attachments.attach(cloud.api, ctx, "web", "near", device="/dev/vdf")
+    before = cloud.snapshot()
+    with pytest.raises(exceptions.InvalidVolume) as err:
+        attachments.attach(cloud.api, ctx, "web", "far")
+    assert elsewhere in str(err.value) and server["host"] in str(err.value)
+    for device, rule in (("vdf", "holds another volume"), ("vda", "own disks"), ("sdb", "must be vdb")):
+        with pytest.raises(exceptions.ValidationError, match=rule) as verr:
+            attachments.attach(cloud.api, ctx, "web", "near2", device=device)
+        assert verr.value.field == "device"
+    assert cloud.snapshot() == before
+
+
+def test_a_failed_host_attach_leaves_the_volume_available_and_a_fault_on_the_action(
+    cloud: Cloud, ctx: RequestContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = boot(cloud, ctx, "web")
+    volumes.create(cloud.api.conductor, ctx, "data", 1, host=server["host"])
+    monkeypatch.setenv(failure_env_var(server["host"]), "fail_volume_attach")
+    with pytest.raises(exceptions.VolumeBackendError, match="attaches on host"):
+        attachments.attach(cloud.api, ctx, "web", "data")
+    vol = volumes.show(cloud.api.conductor, ctx, "data")
+    assert vol["status"] == "available" and vol["attachments"] == []
+    events = cloud.api.list_actions(cloud.admin, "web")[-1]["events"]
+    assert [(e["event"], e["result"]) for e in events] == [("compute_attach_volume", "Error")]
+    assert cloud.api.get(ctx, "web")["status"] == "ACTIVE"
+
+
+def test_a_stopped_server_takes_a_volume_and_a_locked_one_refuses_it(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    server = boot(cloud, ctx, "web")
+    volumes.create(cloud.api.conductor, ctx, "data", 1, host=server["host"])
+    cloud.api.stop(ctx, "web")
+    assert attachments.attach(cloud.api, ctx, "web", "data")["status"] == "in-use"
+    assert attachments.detach(cloud.api, ctx, "web", "data")["status"] == "available"
+    cloud.api.lock(cloud.admin, "web")
+    before = cloud.snapshot()
+    with pytest.raises(exceptions.InstanceIsLocked):
+        attachments.attach(cloud.api, ctx, "web", "data")
+    assert cloud.snapshot() == before
+
+
+def test_deleting_a_server_detaches_its_volumes_and_deletes_those_marked_so(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    server = boot(cloud, ctx, "web")
+    volumes.create(cloud.api.conductor, ctx, "keep", 1, host=server["host"])
+    attachments.attach(cloud.api, ctx, "web", "keep")
+    cloud.api.delete(ctx, "web")
+    vol = volumes.show(cloud.api.conductor, ctx, "keep")
+    assert vol["status"] == "available" and vol["attachments"] == []
+    assert attachments.release_server(cloud.api.conductor, ctx, server["id"]) == []  # idempotent
+
+
+def test_heal_detaches_volumes_of_servers_that_vanished_and_keeps_volume_claims(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    from novakit.heal import heal
+
+    server = boot(cloud, ctx, "web")
+    vol = volumes.create(cloud.api.conductor, ctx, "data", 1, host=server["host"])
+    attachments.attach(cloud.api, ctx, "web", "data")
+    with cloud.db.writer() as session:  # the server's record is gone behind novakit's back
+        session.execute(text("DELETE FROM instance_actions_events"))
+        session.execute(text("DELETE FROM instance_actions"))
+        session.execute(text("DELETE FROM instances WHERE uuid = :u"), {"u": server["id"]})
+    assert attachments.attached_to_gone_servers(cloud.api.conductor) == [(vol["id"], server["id"])]
+    report = heal(cloud.db, cloud.conf)
+    assert [(c.kind, c.applied) for c in report.corrections if c.kind.startswith("orphan_")] == [
+        ("orphan_attachment", True)
+    ]
+    vol = volumes.show(cloud.api.conductor, ctx, "data")
+    assert vol["status"] == "available" and vol["attachments"] == []
+    assert placement.get_allocations_for_consumer(cloud.db, vol["id"])

@@ -43,7 +43,9 @@ def volume_create(
     host: str | None = typer.Option(
         None, "--host", help="the compute host whose pool holds it (default: the one with most free disk)"
     ),
-    description: str | None = typer.Option(None, "--description"),
+    description: str | None = typer.Option(
+        None, "--description", help="a line about the volume, shown by volume show"
+    ),
     fmt: Format | None = FORMAT,
     out: Format | None = OUTPUT,
     column: list[str] | None = COLUMN,

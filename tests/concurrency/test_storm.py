@@ -220,6 +220,9 @@ def _findings(cloud: Any, db: Database) -> list[str]:
         "instances": len(with_host),
         "cores": sum(int((i.flavor or {})["vcpus"]) for i in with_host),
         "ram": sum(int((i.flavor or {})["memory_mb"]) for i in with_host),
+        # The storm makes no volumes.
+        "volumes": 0,
+        "gigabytes": 0,
     }
     if usage != exact:
         out.append(f"quota usage {usage}, the live servers hold {exact}")

@@ -7,7 +7,7 @@ name: novakit
 short_description: novakit servers as inventory hosts
 description:
   - Reads the servers from the novakit database and makes each one a host, reachable at its first
-    address (C(ansible_host): the first fixed IP of its ports when it has ports, so a play right
+    address (C(ansible_host) is the first fixed IP of its ports when it has ports, so a play right
     after the boot reaches it), with its uuid, status, compute host, flavor, image, availability
     zone, server groups and metadata as C(novakit_*) variables.
   - Groups them by compute host (C(novakit_host_<host>)), availability zone (C(novakit_az_<zone>)),

@@ -9,7 +9,7 @@ short_description: Create or delete a novakit network
 description:
   - Makes sure a network exists (O(state=present)) or does not (O(state=absent)). A network is a
     libvirt network or a bridge the compute hosts have; servers get ports on it
-    (M(novakit.cloud.server) O(nics)). Only a host that has it takes such a server.
+    (M(novakit.cloud.server) O(novakit.cloud.server#module:nics)). Only a host that has it takes such a server.
   - An existing network is left as it is; other values for an existing name are an error that says so.
   - Deleting a network that still has ports fails, naming how many.
 version_added: 0.2.0

@@ -8,7 +8,7 @@ module: port
 short_description: Create or delete a novakit port
 description:
   - Makes sure a port exists (O(state=present)) or does not (O(state=absent)) - a MAC and a fixed
-    IP on a network, chosen once, to hand to a server (M(novakit.cloud.server) O(nics) C(port-id)).
+    IP on a network, chosen once, to hand to a server (M(novakit.cloud.server) O(novakit.cloud.server#module:nics) C(port-id)).
     A server's delete unbinds it and keeps it.
   - An existing port (by name, in the caller's project) is left as it is; deleting one a server
     uses fails.
@@ -58,7 +58,15 @@ port:
   description: The port, when it exists (not in check mode for a new one).
   returned: when state is present
   type: dict
-  sample: {id: 0c4d..., name: db-port, network: lan, mac_address: "fa:16:3e:12:34:56", fixed_ips: [{subnet: lan-v4, ip_address: 192.168.122.10}], device_id: null, binding_host: null, status: DOWN}
+  sample:
+    id: 0c4d...
+    name: db-port
+    network: lan
+    mac_address: "fa:16:3e:12:34:56"
+    fixed_ips: [{subnet: lan-v4, ip_address: 192.168.122.10}]
+    device_id: null
+    binding_host: null
+    status: DOWN
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402

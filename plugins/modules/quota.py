@@ -7,7 +7,8 @@ DOCUMENTATION = r"""
 module: quota
 short_description: Set a project's novakit quotas
 description:
-  - Sets a project's hard limits for instances, cores and RAM (MB); V(-1) means unlimited.
+  - Sets a project's hard limits for instances, cores, RAM (MB), volumes and volume gigabytes;
+    V(-1) means unlimited.
     Options left out keep their current limit. Limits not set for a project come from the
     configuration (C([quota]) section).
   - Usage is counted from the resources servers hold (as Nova counts from placement), so a lower
@@ -32,6 +33,14 @@ options:
   ram:
     description: Most RAM (MB) the project's servers may hold.
     type: int
+  volumes:
+    description: Most volumes the project may have (Cinder's C(volumes)).
+    type: int
+    version_added: 0.2.0
+  gigabytes:
+    description: Most GiB the project's volumes may add up to (Cinder's C(gigabytes)).
+    type: int
+    version_added: 0.2.0
 """
 
 EXAMPLES = r"""
@@ -63,12 +72,18 @@ quota:
     ram:
       description: RAM in MB.
       type: dict
+    volumes:
+      description: Volumes.
+      type: dict
+    gigabytes:
+      description: GiB of volumes.
+      type: dict
   sample: {instances: {limit: 20, in_use: 3}, cores: {limit: 40, in_use: 3}, ram: {limit: 81920, in_use: 6144}}
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
 
-RESOURCES = ("instances", "cores", "ram")
+RESOURCES = ("instances", "cores", "ram", "volumes", "gigabytes")
 
 
 class QuotaModule(NovakitModule):
@@ -77,6 +92,8 @@ class QuotaModule(NovakitModule):
         "instances": {"type": "int"},
         "cores": {"type": "int"},
         "ram": {"type": "int"},
+        "volumes": {"type": "int"},
+        "gigabytes": {"type": "int"},
     }
     module_kwargs = {"supports_check_mode": True}
 

@@ -72,7 +72,14 @@ subnet:
   description: The subnet, when it exists (not in check mode for a new one).
   returned: when state is present
   type: dict
-  sample: {id: 7d1e..., name: lan-v4, network: lan, cidr: 192.168.122.0/24, gateway_ip: 192.168.122.1, dns_nameservers: [], allocation_pools: [{start: 192.168.122.100, end: 192.168.122.199}]}
+  sample:
+    id: 7d1e...
+    name: lan-v4
+    network: lan
+    cidr: 192.168.122.0/24
+    gateway_ip: 192.168.122.1
+    dns_nameservers: []
+    allocation_pools: [{start: 192.168.122.100, end: 192.168.122.199}]
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402

@@ -63,7 +63,10 @@ volume:
     size: {description: Its size in GiB., type: int}
     status: {description: "available, in-use, error (with status_reason), ...", type: str}
     host: {description: The host whose pool holds it., type: str}
-    attachments: {description: The servers it is attached to, with their devices., type: list, elements: dict}
+    attachments:
+      description: The servers it is attached to, with their devices.
+      type: list
+      elements: dict
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402

@@ -167,7 +167,12 @@ def test_modules_in_direct_mode_keep_secrets_out_of_the_artifacts(
     assert "applies to policy anti-affinity only" in wrong["msg"]
     members = [r["server"]["host"] for r in one("Two members of the group")["results"]]
     assert len(set(members)) == 2  # anti-affinity: two hosts
-    assert one("A quota for the admin project")["quota"]["instances"]["limit"] == 8
+    limits = one("A quota for the admin project")["quota"]
+    assert (limits["instances"]["limit"], limits["volumes"]["limit"], limits["gigabytes"]["limit"]) == (
+        8,
+        4,
+        40,
+    )
     assert one("The same quota again")["changed"] is False
     giant = one("A server no host can take")
     assert "No valid host" in giant["msg"] and "MEMORY_MB" in json.dumps(giant.get("server", giant))

@@ -70,12 +70,9 @@ def volume_list(
     column: list[str] | None = COLUMN,
 ) -> None:
     """List your project's volumes."""
-    from novakit import policy
     from novakit.volume import volumes
 
     caller = ctx()
-    if all_projects:
-        guard(lambda: policy.authorize(caller, "servers:all_projects"))
     rows = guard(lambda: volumes.list_volumes(api().conductor, caller, all_projects=all_projects))
     guard(lambda: output.emit_list(rows, VOLUME_COLUMNS[:6], fmt, out, column, "volumes"))
 

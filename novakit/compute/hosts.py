@@ -506,6 +506,21 @@ def is_up(service: Contact, conf: Config, now: dt.datetime | None = None) -> Liv
     return UP
 
 
+def takes_work(
+    disabled: bool,
+    disabled_reason: str | None,
+    service: Contact,
+    conf: Config,
+    now: dt.datetime | None = None,
+) -> Liveness:
+    """Whether a host may be given new work (a server, a volume): its compute service is enabled
+    and up (``is_up``). The reason names which of the two it is not."""
+    if disabled:
+        return Liveness(False, f"compute service disabled ({disabled_reason or 'no reason given'})")
+    state = is_up(service, conf, now)
+    return state if state else Liveness(False, f"compute service is down: {state.reason}")
+
+
 def _iso(when: dt.datetime | None) -> str:
     return when.replace(microsecond=0, tzinfo=dt.UTC).isoformat() if when else "-"
 

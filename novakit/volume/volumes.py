@@ -18,7 +18,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from novakit import exceptions, quota
+from novakit import exceptions, policy, quota
 from novakit.compute import hosts, images
 from novakit.compute.messages import ComputeRequest, ComputeResult, Fault, VolumeSpec
 from novakit.context import RequestContext
@@ -174,7 +174,7 @@ def _hosts_by_free_disk(session: Session, conf: Any) -> list[tuple[str, int, int
     return [
         (svc.host, rp_id, int(free))
         for svc, rp_id, free in rows
-        if not svc.disabled and hosts.is_up(svc, conf)
+        if hosts.takes_work(svc.disabled, svc.disabled_reason, svc, conf)
     ]
 
 
@@ -188,13 +188,9 @@ def _provider_of(session: Session, conf: Any, host: str) -> int:
     ).scalar_one_or_none()
     if svc is None or rp_id is None:
         raise exceptions.ValidationError("host", f"{host!r} is not a registered compute host")
-    if svc.disabled:
-        raise exceptions.ValidationError(
-            "host", f"{host} is disabled ({svc.disabled_reason or 'no reason given'})"
-        )
-    liveness = hosts.is_up(svc, conf)
-    if not liveness:
-        raise exceptions.ValidationError("host", f"{host} is down: {liveness.reason}")
+    state = hosts.takes_work(svc.disabled, svc.disabled_reason, svc, conf)
+    if not state:
+        raise exceptions.ValidationError("host", f"{host} takes no new volumes: {state.reason}")
     return int(rp_id)
 
 
@@ -311,10 +307,12 @@ def show(svc: Services, ctx: RequestContext, ref: str) -> dict[str, Any]:
 
 
 def list_volumes(svc: Services, ctx: RequestContext, *, all_projects: bool = False) -> list[dict[str, Any]]:
-    """The caller's live volumes (every project's for an admin who asks), by name."""
+    """The caller's live volumes (every project's for an admin who asks, as for servers), by name."""
+    if all_projects:
+        policy.authorize(ctx, "servers:all_projects")
     with svc.db.reader() as session:
         stmt = select(Volume).where(Volume.deleted == 0).order_by(Volume.name, Volume.id)
-        if not (ctx.is_admin and all_projects):
+        if not all_projects:
             stmt = stmt.where(Volume.project_id == ctx.project_id)
         rows = list(session.execute(stmt).scalars())
         attached = attachments_of(session, [v.id for v in rows])

@@ -50,6 +50,10 @@ def test_create_show_list_delete_with_its_claim_and_the_host_pool(cloud: Cloud, 
     assert volumes.list_volumes(svc, other) == []
     with pytest.raises(exceptions.VolumeNotFound):
         volumes.show(svc, other, "data")
+    # Every project's volumes are an admin's to list, whoever calls the library.
+    with pytest.raises(exceptions.PolicyNotAuthorized):
+        volumes.list_volumes(svc, other, all_projects=True)
+    assert [v["id"] for v in volumes.list_volumes(svc, cloud.admin, all_projects=True)] == [vol["id"]]
 
     gone = volumes.delete(svc, ctx, "data")
     assert gone["status"] == "deleted"

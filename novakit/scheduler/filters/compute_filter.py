@@ -19,9 +19,5 @@ class ComputeFilter(BaseFilter):
     def host_passes(self, host: HostState, spec: ResolvedSpec) -> FilterResult:
         if not host.has_service:
             return reject("no compute service is registered for this host")
-        if host.service_disabled:
-            return reject(f"compute service disabled ({host.disabled_reason or 'no reason given'})")
-        state = hosts.is_up(host, self.conf, spec.now)
-        if not state:
-            return reject(f"compute service is down: {state.reason}")
-        return PASS
+        state = hosts.takes_work(host.service_disabled, host.disabled_reason, host, self.conf, spec.now)
+        return PASS if state else reject(state.reason)

@@ -1,4 +1,5 @@
-"""What a boot asks of the network: Nova's allocate_for_instance and deallocate_for_instance.
+"""What a boot asks of the network: Nova's allocate_for_instance (its deallocate_for_instance is
+``ports.free_for_instance``).
 
 ``plan`` reads and checks a create request's NICs (the network exists, a given
 port is free, a requested fixed IP lies in a subnet and is free, the pools hold
@@ -123,11 +124,6 @@ def allocate(
             ).model_dump()
         )
     return out
-
-
-def deallocate_for_instance(session: Session, instance_uuid: str) -> None:
-    """The server is gone: see ``ports.free_for_instance``."""
-    ports.free_for_instance(session, instance_uuid)
 
 
 # openstack's spellings of a NIC (``--nic`` of ``openstack server create``, openstack.cloud's

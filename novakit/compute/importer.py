@@ -74,8 +74,8 @@ from novakit.cells import mappings
 from novakit.cells.moves import move_to_cell
 from novakit.cells.registry import UNSCHEDULED, Cell, in_cell_of
 from novakit.compute import actions, flavors
-from novakit.compute.api import hostname_for
 from novakit.compute.messages import ComputeRequest, Event, UnmanagedGuest
+from novakit.compute.names import hostname_for
 from novakit.compute.rpc import ComputeRPC, instance_spec
 from novakit.compute.states import POWER_STATE_NAMES, PowerState, TaskState, VmState
 from novakit.config import Config

@@ -71,3 +71,10 @@ def count_of(req: Any) -> int | None:
     if "min_count" in given:
         return int(req.min_count)
     return None
+
+
+def hostname_for(name: str) -> str:
+    """An RFC 952 hostname from a display name, as Nova sanitizes it."""
+    host = re.sub(r"[^\w.-]+", "-", name.lower().replace("_", "-"))
+    host = re.sub(r"[.-]{2,}", "-", host).strip(".-")
+    return host[:63] or "server"

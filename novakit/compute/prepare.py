@@ -1,0 +1,125 @@
+"""What each action of the state table reads and writes before it starts.
+
+``API.act`` calls the step of its action inside the transaction that checks it
+(and, as a dry run, inside a read): ``(api, session, ctx, instance, options) ->
+(values written with the guarded write that starts the action, options for the
+host)``. A step refuses with the field and the rule; it writes nothing itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.cells import instances as cell_instances
+from novakit.compute import images, passwords
+from novakit.compute import names as naming
+from novakit.compute.states import VmState
+from novakit.context import RequestContext
+from novakit.db.models import Instance
+
+if TYPE_CHECKING:
+    from novakit.compute.api import API
+
+# ``(api, session, ctx, instance, options) -> (values written with the guarded write, host options)``
+
+Prepare = Callable[
+    ["API", Session, RequestContext, Instance, dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]
+]
+
+
+def nothing_to_prepare(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    return {}, {}
+
+
+def _prepare_stop(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    timeout = opts["timeout"] if opts.get("timeout") is not None else api.conf.compute.shutdown_timeout
+    return {}, {"timeout": timeout}
+
+
+def _prepare_reboot(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    return {}, {"reboot_type": opts["reboot_type"]}
+
+
+def _prepare_rebuild(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    image = images.get(session, opts["image"])
+    values: dict[str, Any] = {"image_ref": image.uuid}
+    if opts.get("name") is not None:
+        _check_name_free(session, inst, opts["name"])
+        values["display_name"] = opts["name"]
+    if opts.get("metadata") is not None:
+        values["instance_metadata"] = opts["metadata"]
+    if opts.get("user_data") is not None:
+        values["user_data"] = opts["user_data"].get_secret_value()
+    if opts.get("admin_password") is not None:
+        # The instance's host rebuilds it: that host's driver must be able to set it.
+        passwords.check_deliverable(session, "options.admin_password", bool(inst.config_drive), inst.host)
+        values["admin_password_hash"] = passwords.hash_admin_password(
+            opts["admin_password"].get_secret_value()
+        )
+    # Without a new one the guest gets the stored hash again, as it gets its user data again.
+    return values, {"image": image.uuid, "preserve_power_off": inst.vm_state == VmState.STOPPED.value}
+
+
+def _prepare_volume(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    # The volume's checks and status are novakit.volume.attachments', made before the action.
+    return {}, {"volume_id": opts["volume_id"]}
+
+
+def _prepare_lock(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    return {
+        "locked": True,
+        "locked_by": "owner" if ctx.project_id == inst.project_id else "admin",
+        "locked_reason": opts.get("reason"),
+    }, {}
+
+
+def _prepare_unlock(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    return {"locked": False, "locked_by": None, "locked_reason": None}, {}
+
+
+def _prepare_rename(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    _check_name_free(session, inst, opts["name"])
+    return {"display_name": opts["name"], "hostname": naming.hostname_for(opts["name"])}, {}
+
+
+def _check_name_free(session: Session, inst: Instance, name: str) -> None:
+    if cell_instances.name_taken(session, inst.project_id, name, but=inst.uuid):
+        raise exceptions.DuplicateName(name=name, project_id=inst.project_id)
+
+
+STEPS: dict[str, Prepare] = {
+    "stop": _prepare_stop,
+    "reboot": _prepare_reboot,
+    "reboot_hard": _prepare_reboot,
+    "rebuild": _prepare_rebuild,
+    "lock": _prepare_lock,
+    "unlock": _prepare_unlock,
+    "rename": _prepare_rename,
+    "attach_volume": _prepare_volume,
+    "detach_volume": _prepare_volume,
+}
+
+
+def step_for(action: str) -> Prepare:
+    """The step ``action`` takes before it starts (most take none)."""
+    return STEPS.get(action, nothing_to_prepare)

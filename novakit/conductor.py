@@ -56,6 +56,7 @@ from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import HostMapping, Instance, RequestSpec, utcnow
 from novakit.lifecycle import LifecycleConductor
+from novakit.moves import MoveConductor
 from novakit.network import ports
 from novakit.volume import boot
 from novakit.volume.volumes import specs_of_server
@@ -72,7 +73,7 @@ SCHEDULE_EVENT = "conductor_schedule_and_build_instances"
 BUILD_EVENT = "compute__do_build_and_run_instance"
 
 
-class Conductor(LifecycleConductor):
+class Conductor(MoveConductor, LifecycleConductor):
     def __init__(
         self,
         db: Database,

@@ -130,6 +130,11 @@ class ComputeConfig(_Section):
     # The most servers one create request may ask for (max_count), checked before any
     # per-server work; quotas still apply below it.
     max_count: int = Field(default=1000, ge=1, le=100000)
+    # Moves (novakit.moves), Nova's options: a shelved server leaves its host after this many
+    # seconds (0: at once, -1: never; heal offloads the ones whose time has come), and a
+    # resize waiting for its confirm is confirmed by heal after this many seconds (0: never).
+    shelved_offload_time: int = Field(default=0, ge=-1)
+    resize_confirm_window: int = Field(default=0, ge=0)
 
 
 class IdentityConfig(_Section):

@@ -189,11 +189,13 @@ class LifecycleConductor:
             if deletes and ok and free:
                 placement.remove_allocations(self.db, uuid)
                 self._release_volumes(ctx, uuid)
+                self.release_moves(ctx, uuid)
             return
         self.notifier.state_update(uuid, old_state, new_state, host=host)
         if deletes and ok:
             placement.remove_allocations(self.db, uuid)
             self._release_volumes(ctx, uuid)
+            self.release_moves(ctx, uuid)
         self.notifier.emit(f"instance.{t.notify_as}.{'end' if ok else 'error'}", uuid, host=host)
 
     def _release_volumes(self, ctx: RequestContext, uuid: str) -> None:
@@ -206,6 +208,9 @@ class LifecycleConductor:
             attachments.release_server(self, ctx, uuid)
         except exceptions.NovakitError as exc:
             LOG.warning("volumes of deleted server %s not all released: %s", uuid, exc.format_message())
+
+    def release_moves(self, ctx: RequestContext, uuid: str) -> None:
+        """A deleted server's moves end with it (``novakit.moves.MoveConductor``)."""
 
     def run_action(self, ctx: RequestContext, request: ComputeRequest) -> None:
         """Direct mode: send an action's request to its host and record what it did."""

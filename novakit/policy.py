@@ -42,6 +42,8 @@ ADMIN_ONLY: dict[str, str] = {
     "cell:list": "list the cells with their databases",
     "cell:delete": "unmap an empty cell",
     "servers:all_projects": "list the servers of every project",
+    "server:migrate": "move a server to another host (cold migrate, live migrate, evacuate)",
+    "migration:list": "list the migrations of servers between hosts",
 }
 
 

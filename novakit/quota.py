@@ -69,8 +69,12 @@ def get_limits(session: Session, conf: Config, project_id: str) -> dict[str, int
     return limits
 
 
+# A migration holding its source host's claim during a move (``novakit.moves``) is no second
+# server: it counts for cores and RAM (both hosts' claims are real, as in Nova during a resize)
+# but not as an instance.
 _USAGE = (
-    "SELECT COUNT(DISTINCT CASE WHEN resource_class IN ('VCPU', 'MEMORY_MB') THEN consumer_id END), "
+    "SELECT COUNT(DISTINCT CASE WHEN resource_class IN ('VCPU', 'MEMORY_MB') "
+    "AND consumer_id NOT IN (SELECT uuid FROM migrations) THEN consumer_id END), "
     "COALESCE(SUM(CASE WHEN resource_class = 'VCPU' THEN used ELSE 0 END), 0), "
     "COALESCE(SUM(CASE WHEN resource_class = 'MEMORY_MB' THEN used ELSE 0 END), 0) "
     "FROM allocations WHERE project_id = :p"

@@ -263,6 +263,9 @@ class API(CreateAPI):
             if not t.compute:
                 self._finish_local(ctx, uuid, t)
                 self.conductor.notifier.emit(f"instance.{t.notify_as}.end", uuid)
+            elif t.flow is not None:
+                # A move takes more than one host: the conductor carries it on in this process.
+                self.conductor.run_move(ctx, uuid, t.action, host_options)
             else:
                 request = self.conductor.prepare_action(ctx, uuid, t.action, host_options)
                 if request is None:  # no host holds it (never scheduled): nothing to do there

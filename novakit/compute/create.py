@@ -282,7 +282,7 @@ class CreateAPI:
             request_id=ctx.request_id,
             project_id=ctx.project_id,
             user_id=ctx.user_id,
-            flavor=self._flavor_spec(flavors.snapshot(flavor)),
+            flavor=flavors.spec(flavors.snapshot(flavor)),
             image=images.spec(image),
             availability_zone=req.availability_zone,
             num_instances=count,
@@ -430,20 +430,6 @@ class CreateAPI:
             for row in rows
         }
         return uuids, records
-
-    @staticmethod
-    def _flavor_spec(snapshot: dict[str, Any]) -> Any:
-        from novakit.compute.messages import FlavorSpec
-
-        return FlavorSpec(
-            name=snapshot["name"],
-            vcpus=snapshot["vcpus"],
-            memory_mb=snapshot["memory_mb"],
-            root_gb=snapshot["root_gb"],
-            ephemeral_gb=snapshot["ephemeral_gb"],
-            swap=snapshot["swap"],
-            extra_specs={k: str(v) for k, v in snapshot["extra_specs"].items()},
-        )
 
     def _group(self, session: Session, ctx: RequestContext, ref: str | None) -> InstanceGroup | None:
         if ref is None:

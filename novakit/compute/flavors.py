@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
 from novakit.compute import schemas
+from novakit.compute.messages import FlavorSpec
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Flavor
@@ -90,3 +91,19 @@ def snapshot(f: Flavor) -> dict[str, Any]:
         "swap": f.swap,
         "extra_specs": dict(f.extra_specs or {}),
     }
+
+
+def spec(snap: dict[str, Any], defaults: dict[str, int] | None = None) -> FlavorSpec:
+    """The flavor a compute host and the scheduler are handed, from an instance's snapshot.
+
+    ``defaults``: what an older record lacks in its snapshot (its instance's own columns)."""
+    have = {**(defaults or {}), **{k: v for k, v in snap.items() if v is not None}}
+    return FlavorSpec(
+        name=str(have.get("name", "")),
+        vcpus=int(have.get("vcpus", 0)),
+        memory_mb=int(have.get("memory_mb", 0)),
+        root_gb=int(have.get("root_gb", 0)),
+        ephemeral_gb=int(have.get("ephemeral_gb", 0)),
+        swap=int(have.get("swap", 0)),
+        extra_specs={k: str(v) for k, v in (have.get("extra_specs") or {}).items()},
+    )

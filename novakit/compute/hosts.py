@@ -400,7 +400,7 @@ def delete_host(db: Database, ctx: RequestContext, host: str) -> dict[str, Any]:
     from novakit.placement import providers
 
     def write(session: Session) -> dict[str, Any]:
-        node = _node(session, host)
+        node = node_in(session, host)
         servers = session.execute(
             select(func.count(Instance.id)).where(Instance.host == host, Instance.deleted == 0)
         ).scalar_one()
@@ -443,7 +443,7 @@ def _service(session: Session, host: str) -> Service:
     return svc
 
 
-def _node(session: Session, host: str) -> ComputeNode:
+def node_in(session: Session, host: str) -> ComputeNode:
     node = session.execute(
         select(ComputeNode).where(ComputeNode.host == host, ComputeNode.deleted == 0)
     ).scalar_one_or_none()
@@ -454,7 +454,7 @@ def _node(session: Session, host: str) -> ComputeNode:
 
 def get_node(db: Database, host: str) -> ComputeNode:
     with db.reader() as session:
-        return _node(session, host)
+        return node_in(session, host)
 
 
 class Contact(Protocol):

@@ -116,3 +116,63 @@ def list_images(db: Database) -> list[dict[str, Any]]:
 def delete(db: Database, ctx: RequestContext, ref: str) -> None:
     policy.authorize(ctx, "image:delete")
     db.run_in_transaction(lambda s: setattr(get(s, ref), "status", "deleted"))
+
+
+# --- images made of servers (novakit.moves.images): snapshots and shelved images -------------
+
+
+def check_name_free(session: Session, name: str, field: str = "options.name") -> None:
+    taken = session.execute(
+        select(Image.uuid).where(Image.name == name, Image.status.in_(["active", "queued"]))
+    ).first()
+    if taken is not None:
+        raise exceptions.ValidationError(field, f"an image named {name!r} exists")
+
+
+def add_snapshot(
+    session: Session, name: str, instance: Any, host: str, kind: str, metadata: dict[str, Any]
+) -> Image:
+    """A new image of ``instance``'s root disk, ``queued`` until its host has written it (Nova
+    creates the Glance record first, then uploads). ``kind``: snapshot or shelved."""
+    check_name_free(session, name)
+    row = Image(
+        uuid=str(uuidlib.uuid4()),
+        name=name,
+        project_id=instance.project_id,
+        disk_format="raw",
+        container_format="bare",
+        location="",
+        size=0,
+        status="queued",
+        properties={
+            **{k: str(v) for k, v in metadata.items()},
+            "image_type": kind,
+            "instance_uuid": instance.uuid,
+            "image_host": host,
+            "base_image_ref": instance.image_ref or "",
+        },
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def activate(session: Session, uuid: str, written: dict[str, Any]) -> None:
+    """A queued snapshot becomes bootable, where its host wrote it."""
+    row = session.execute(select(Image).where(Image.uuid == uuid, Image.status == "queued")).scalar_one()
+    row.location = str(written["location"])
+    row.checksum = str(written["checksum"])
+    row.size = int(written["size"])
+    row.disk_format = str(written.get("disk_format", "raw"))
+    row.status = "active"
+
+
+def shelved_image_of(session: Session, instance_uuid: str) -> Image | None:
+    """The image a shelved server will be unshelved from."""
+    for row in session.execute(
+        select(Image).where(Image.status == "active").order_by(Image.id.desc())
+    ).scalars():
+        props = row.properties or {}
+        if props.get("image_type") == "shelved" and props.get("instance_uuid") == instance_uuid:
+            return row
+    return None

@@ -39,6 +39,7 @@ from novakit.compute.messages import (
     ComputeResult,
     Event,
     Fault,
+    ImageSpec,
     InstanceResult,
     InstanceSpec,
     VolumeSpec,
@@ -108,6 +109,47 @@ _VOLUME_OPS: dict[str, tuple[str, Callable[[ComputeDriver, InstanceSpec, VolumeS
 }
 
 
+# a move's steps (``novakit.moves``): operation -> (event name as Nova records it, driver call);
+# a call returns what the next host needs of this one (the source's disk_info) or None
+_MOVE_OPS: dict[
+    str, tuple[str, Callable[[ComputeDriver, InstanceSpec, dict[str, Any]], dict[str, Any] | None]]
+] = {
+    "migrate_disk_and_power_off": (
+        "compute_resize_instance",
+        lambda d, i, o: d.migrate_disk_and_power_off(i, str(o["dest_host"]), i.flavor),
+    ),
+    "finish_migration": (
+        "compute_finish_resize",
+        lambda d, i, o: d.finish_migration(i, dict(o.get("disk_info") or {}), bool(o.get("power_on", True))),
+    ),
+    "confirm_migration": ("compute_confirm_resize", lambda d, i, o: d.confirm_migration(i)),
+    # the destination's part of a revert: its guest goes (Nova's revert_resize destroys it)
+    "revert_migration": ("compute_revert_resize", lambda d, i, o: d.destroy(i)),
+    "snapshot": ("compute_snapshot_instance", lambda d, i, o: {"image": d.snapshot(i, str(o["image_id"]))}),
+    # Nova's shelve: a clean power-off, then the snapshot
+    "shelve": ("compute_shelve_instance", lambda d, i, o: _shelve(d, i, o)),
+    "shelve_offload": ("compute_shelve_offload_instance", lambda d, i, o: d.destroy(i)),
+    "rescue": (
+        "compute_rescue_instance",
+        lambda d, i, o: d.rescue(i, ImageSpec.model_validate(o["rescue_image"])),
+    ),
+    "unrescue": ("compute_unrescue_instance", lambda d, i, o: d.unrescue(i)),
+    "finish_revert_migration": (
+        "compute_finish_revert_resize",
+        lambda d, i, o: d.finish_revert_migration(i, bool(o.get("power_on", True))),
+    ),
+}
+
+
+#: steps after which the instance's guest is no longer here (or no longer its instance's)
+_GONE_AFTER = ("migrate_disk_and_power_off", "confirm_migration", "revert_migration", "shelve_offload")
+
+
+def _shelve(driver: ComputeDriver, instance: InstanceSpec, options: dict[str, Any]) -> dict[str, Any]:
+    driver.power_off(instance, timeout=float(options.get("timeout", 60)))
+    return {"image": driver.snapshot(instance, str(options["image_id"]))}
+
+
 def _event_name(operation: str) -> str:
     """The event an operation is recorded under on the host (Nova's names)."""
     names = {
@@ -115,6 +157,7 @@ def _event_name(operation: str) -> str:
         "destroy": "compute_terminate_instance",
         "adopt": "compute_import_instance",
         **{op: name for op, (name, _) in _VOLUME_OPS.items()},
+        **{op: name for op, (name, _) in _MOVE_OPS.items()},
     }
     return names.get(operation) or _LIFECYCLE[operation][0]
 
@@ -255,6 +298,12 @@ class ComputeManager:
                 result.results = self._each(request, self.adopt_instance)
             elif op in _VOLUME_OPS:
                 result.results = self._each(request, lambda i: self.volume_action(op, i, request.volumes))
+            elif op in _MOVE_OPS:
+                result.results = self._each(request, lambda i: self.move_step(op, i, request.options))
+            elif op == "image_delete":
+                image = ImageSpec.model_validate(request.options["image"])
+                self.driver.delete_image(image)
+                result.results = [InstanceResult(uuid=image.id, ok=True)]
             elif op in ("volume_create", "volume_delete"):
                 result.results = [self.manage_volume(op, v) for v in request.volumes]
             elif op == "list_unmanaged":
@@ -413,6 +462,27 @@ class ComputeManager:
             return rec.result
         rec.result.ok = True
         self._observe(instance, rec.result, quiet=True)
+        return rec.result
+
+    # --- moves ------------------------------------------------------------------------
+
+    def move_step(self, op: str, instance: InstanceSpec, options: dict[str, Any]) -> InstanceResult:
+        """One host's step of a move; what the source hands over comes back as ``disk_info``."""
+        event_name, call = _MOVE_OPS[op]
+        rec = _Recorder(self.host, instance.uuid)
+        try:
+            with rec.event(event_name):
+                handed = call(self.driver, instance, options)
+                if handed is not None and "image" in handed:
+                    rec.result.image = handed["image"]
+                else:
+                    rec.result.disk_info = handed
+        except Exception:
+            self._observe(instance, rec.result, quiet=True)
+            return rec.result
+        rec.result.ok = True
+        # The source's guest is off and no longer its instance's; the others say how it is.
+        self._observe(instance, rec.result, quiet=op in _GONE_AFTER)
         return rec.result
 
     # --- volumes --------------------------------------------------------------------

@@ -44,6 +44,23 @@ Operation = Literal[
     "volume_delete",
     "attach_volume",
     "detach_volume",
+    # Moves (``novakit.moves``), Nova's driver calls: the source hands the guest's disks over
+    # and powers it off, the destination brings it up; confirm clears what the source kept
+    # for a revert, a revert brings it back there.
+    "migrate_disk_and_power_off",
+    "finish_migration",
+    "confirm_migration",
+    "revert_migration",
+    "finish_revert_migration",
+    # Images of a server (``novakit.moves.snapshot``, ``novakit.moves.shelve``): its root disk
+    # written into the host's image store (shelve powers it off first), a shelved guest removed
+    # from its host, a snapshot file removed again; rescue boots a rescue image.
+    "snapshot",
+    "shelve",
+    "shelve_offload",
+    "image_delete",
+    "rescue",
+    "unrescue",
 ]
 
 
@@ -208,6 +225,11 @@ class InstanceResult(_Model):
     fault: Fault | None = None
     timings: dict[str, float] = Field(default_factory=dict)
     console: str | None = None
+    # migrate_disk_and_power_off: what the destination's finish_migration needs of the source
+    # (where its disks are, for the fake driver the guest's record)
+    disk_info: dict[str, Any] | None = None
+    # snapshot / shelve: the image file the host wrote (location, checksum, size, disk_format)
+    image: dict[str, Any] | None = None
 
 
 class HostResources(_Model):

@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy, quota
 from novakit.cells import instances as cell_instances
-from novakit.compute import images, passwords
+from novakit.compute import flavors, hosts, images, passwords
 from novakit.compute import names as naming
 from novakit.compute.states import VmState
 from novakit.context import RequestContext
 from novakit.db.models import Instance
+from novakit.moves import migrations
+from novakit.volume import volumes
 
 if TYPE_CHECKING:
     from novakit.compute.api import API
@@ -102,6 +104,96 @@ def _prepare_rename(
     return {"display_name": opts["name"], "hostname": naming.hostname_for(opts["name"])}, {}
 
 
+def _prepare_resize(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    new = flavors.snapshot(flavors.get(session, opts["flavor"]))
+    old = dict(inst.flavor or {})
+    sizes = ("vcpus", "memory_mb", "root_gb", "ephemeral_gb", "swap", "extra_specs")
+    if new.get("name") == old.get("name") and all(new.get(k) == old.get(k) for k in sizes):
+        raise exceptions.ValidationError(
+            "options.flavor", f"{new['name']!r} is the server's flavor already: a resize changes it"
+        )
+    if new["root_gb"] < int(old.get("root_gb", inst.root_gb)):
+        raise exceptions.ValidationError(
+            "options.flavor",
+            f"its root disk ({new['root_gb']} GB) is smaller than the server's "
+            f"({old.get('root_gb', inst.root_gb)} GB): a disk never shrinks",
+        )
+    _check_movable(session, inst)
+    # Nova's upsize check: the growth must fit the project's quota (both claims are held till confirm).
+    grow = {
+        "cores": max(0, new["vcpus"] - int(old.get("vcpus", inst.vcpus))),
+        "ram": max(0, new["memory_mb"] - int(old.get("memory_mb", inst.memory_mb))),
+    }
+    quota.check_quota(session, api.conf, inst.project_id, {k: v for k, v in grow.items() if v})
+    return {}, {"flavor": new}
+
+
+def _prepare_migrate(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    policy.authorize(ctx, "server:migrate")
+    host = opts.get("host")
+    if host is not None:
+        if host == inst.host:
+            raise exceptions.ValidationError("options.host", f"{host!r} is the server's own host")
+        hosts.node_in(session, host)  # ComputeHostNotFound names it
+    _check_movable(session, inst)
+    return {}, {"flavor": dict(inst.flavor or {}), "host": host}
+
+
+def _prepare_resize_answer(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """confirm_resize / revert_resize: only a resize that finished waits for an answer."""
+    m = migrations.in_progress(session, inst.uuid)
+    if m is None or m.status != "finished":
+        raise exceptions.InstanceInvalidState(
+            action="confirm or revert a resize",
+            instance_uuid=inst.uuid,
+            vm_state=inst.vm_state,
+            task_state=f"migration {m.status if m is not None else 'missing'}",
+        )
+    return {}, {}
+
+
+def _prepare_rescue(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    ref = opts.get("image") or inst.image_ref
+    image = images.get(session, ref) if ref else None
+    if image is None:
+        raise exceptions.ValidationError("options.image", "the server has no image of its own: name one")
+    return {}, {"rescue_image": images.spec(image).model_dump(mode="json")}
+
+
+def _prepare_create_image(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    images.check_name_free(session, opts["name"])
+    return {}, {"name": opts["name"], "metadata": opts.get("metadata") or {}}
+
+
+def _prepare_shelve_offload(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    _check_movable(session, inst)
+    return {}, {}
+
+
+def _check_movable(session: Session, inst: Instance) -> None:
+    """A volume lives in one host's pool: a server with volumes attached stays on its host."""
+    attached = volumes.specs_of_server(session, inst.uuid)
+    if attached:
+        names = ", ".join(f"{v.device_name}: {v.id}" for v in attached)
+        raise exceptions.ValidationError(
+            "server",
+            f"has volumes attached ({names}); a volume lives in one host's storage pool, so a server "
+            "with volumes does not move to another host: detach them first",
+        )
+
+
 def _check_name_free(session: Session, inst: Instance, name: str) -> None:
     if cell_instances.name_taken(session, inst.project_id, name, but=inst.uuid):
         raise exceptions.DuplicateName(name=name, project_id=inst.project_id)
@@ -117,6 +209,13 @@ STEPS: dict[str, Prepare] = {
     "rename": _prepare_rename,
     "attach_volume": _prepare_volume,
     "detach_volume": _prepare_volume,
+    "resize": _prepare_resize,
+    "migrate": _prepare_migrate,
+    "confirm_resize": _prepare_resize_answer,
+    "revert_resize": _prepare_resize_answer,
+    "rescue": _prepare_rescue,
+    "create_image": _prepare_create_image,
+    "shelve_offload": _prepare_shelve_offload,
 }
 
 

@@ -28,7 +28,6 @@ from novakit.compute.faults import fault_from_exception
 from novakit.compute.messages import (
     ComputeRequest,
     ComputeResult,
-    FlavorSpec,
     ImageSpec,
     InstanceResult,
     InstanceSpec,
@@ -138,7 +137,7 @@ def instance_spec(
 
     ``images_seen`` caches image rows across the instances of one request.
     """
-    from novakit.compute import images
+    from novakit.compute import flavors, images
 
     image: ImageSpec
     kernel = ramdisk = None
@@ -168,14 +167,8 @@ def instance_spec(
         hostname=inst.hostname,
         project_id=inst.project_id,
         user_id=inst.user_id,
-        flavor=FlavorSpec(
-            name=flavor.get("name", ""),
-            vcpus=int(flavor.get("vcpus", inst.vcpus)),
-            memory_mb=int(flavor.get("memory_mb", inst.memory_mb)),
-            root_gb=int(flavor.get("root_gb", inst.root_gb)),
-            ephemeral_gb=int(flavor.get("ephemeral_gb", 0)),
-            swap=int(flavor.get("swap", 0)),
-            extra_specs={k: str(v) for k, v in (flavor.get("extra_specs") or {}).items()},
+        flavor=flavors.spec(
+            flavor, {"vcpus": inst.vcpus, "memory_mb": inst.memory_mb, "root_gb": inst.root_gb}
         ),
         image=image,
         kernel=kernel,

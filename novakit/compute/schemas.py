@@ -305,6 +305,36 @@ class Stop(_Request):
     timeout: int | None = Field(default=None, ge=0, le=3600)
 
 
+class Resize(_Request):
+    """resize: the flavor to move to (name or id)."""
+
+    flavor: str = Field(min_length=1, max_length=255)
+
+
+class CreateImage(_Request):
+    """create_image (a snapshot): the new image's name and properties."""
+
+    name: str
+    metadata: dict[str, Any] | None = None
+
+    _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
+    _check_md = field_validator("metadata")(
+        classmethod(lambda cls, v: _check_metadata(v) if v is not None else v)
+    )
+
+
+class Rescue(_Request):
+    """rescue: the image to boot from (name or id); None: the server's own image."""
+
+    image: str | None = None
+
+
+class Migrate(_Request):
+    """migrate (cold): where to, by host name; None lets the scheduler choose (admin only)."""
+
+    host: str | None = Field(default=None, min_length=1, max_length=255)
+
+
 class FlavorCreate(_Request):
     name: str
     vcpus: int = Field(ge=1, le=4096)

@@ -47,7 +47,14 @@ class TaskState(enum.StrEnum):
     SPAWNING = "spawning"
     IMAGE_SNAPSHOT = "image_snapshot"
     UPDATING_PASSWORD = "updating_password"
+    IMAGE_SNAPSHOT_PENDING = "image_snapshot_pending"
+    IMAGE_PENDING_UPLOAD = "image_pending_upload"
+    IMAGE_UPLOADING = "image_uploading"
     RESIZE_PREP = "resize_prep"
+    RESIZE_MIGRATING = "resize_migrating"
+    RESIZE_MIGRATED = "resize_migrated"
+    RESIZE_FINISH = "resize_finish"
+    RESIZE_REVERTING = "resize_reverting"
     REBOOTING = "rebooting"
     REBOOT_PENDING = "reboot_pending"
     REBOOT_STARTED = "reboot_started"
@@ -70,6 +77,9 @@ class TaskState(enum.StrEnum):
     SOFT_DELETING = "soft-deleting"
     RESTORING = "restoring"
     SHELVING = "shelving"
+    SHELVING_IMAGE_PENDING_UPLOAD = "shelving_image_pending_upload"
+    SHELVING_IMAGE_UPLOADING = "shelving_image_uploading"
+    SHELVING_OFFLOADING = "shelving_offloading"
     UNSHELVING = "unshelving"
 
 
@@ -99,6 +109,12 @@ _REBUILD: dict[TaskState | str, str] = {
     T.REBUILD_BLOCK_DEVICE_MAPPING: "REBUILD",
     T.REBUILD_SPAWNING: "REBUILD",
 }
+_RESIZE: dict[TaskState | str, str] = {
+    T.RESIZE_PREP: "RESIZE",
+    T.RESIZE_MIGRATING: "RESIZE",
+    T.RESIZE_MIGRATED: "RESIZE",
+    T.RESIZE_FINISH: "RESIZE",
+}
 STATUS_MAP: dict[VmState, dict[TaskState | str, str]] = {
     V.ACTIVE: {
         "default": "ACTIVE",
@@ -110,12 +126,12 @@ STATUS_MAP: dict[VmState, dict[TaskState | str, str]] = {
         T.REBOOT_STARTED_HARD: "HARD_REBOOT",
         T.UPDATING_PASSWORD: "PASSWORD",
         T.MIGRATING: "MIGRATING",
-        T.RESIZE_PREP: "RESIZE",
+        **_RESIZE,
         **_REBUILD,
     },
     V.BUILDING: {"default": "BUILD"},
-    V.STOPPED: {"default": "SHUTOFF", T.RESIZE_PREP: "RESIZE", **_REBUILD},
-    V.RESIZED: {"default": "VERIFY_RESIZE"},
+    V.STOPPED: {"default": "SHUTOFF", **_RESIZE, **_REBUILD},
+    V.RESIZED: {"default": "VERIFY_RESIZE", T.RESIZE_REVERTING: "REVERT_RESIZE"},
     V.PAUSED: {"default": "PAUSED", T.MIGRATING: "MIGRATING"},
     V.SUSPENDED: {"default": "SUSPENDED"},
     V.RESCUED: {"default": "RESCUE"},
@@ -226,7 +242,11 @@ class Transition:
     and rename do not check it). ``needs_host``: an instance no host holds (its
     build never got one) refuses it (Nova's ``check_instance_host``).
     ``idempotent``: ``in_effect`` applies to every caller, not only declarative
-    ones (Nova's lock of a server its own project locked already).
+    ones (Nova's lock of a server its own project locked already). ``flow``: the
+    action takes more than one host, or a host and the scheduler (a resize, a
+    migration): the conductor's move of that name carries it out
+    (``novakit.moves``), and ``passes`` lists its task states in the order the
+    move sets them.
     """
 
     action: str
@@ -246,6 +266,7 @@ class Transition:
     checks_lock: bool = True
     needs_host: bool = False
     idempotent: bool = False
+    flow: str | None = None
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -255,7 +276,7 @@ class Transition:
     @property
     def compute(self) -> bool:
         """Whether a compute host must act."""
-        return self.operation is not None
+        return self.operation is not None or self.flow is not None
 
     def allows(self, vm_state: str, task_state: str | None) -> bool:
         vm_ok = self.vm_states is ANY or vm_state in self.vm_states
@@ -434,6 +455,131 @@ ACTIONS: dict[str, Transition] = {
             keeps_stopped=True,
             options=schemas.Rebuild,
             notes="a stopped instance ends stopped again, as in Nova; a failed one leaves error",
+        ),
+        Transition(
+            "resize",
+            vm_states=frozenset({V.ACTIVE, V.STOPPED}),
+            task_states=_IDLE,
+            passes=(T.RESIZE_PREP, T.RESIZE_MIGRATING, T.RESIZE_MIGRATED, T.RESIZE_FINISH),
+            end_vm_state=V.RESIZED,
+            needs_host=True,
+            flow="resize",
+            options=schemas.Resize,
+            notes="scheduled like a boot with the new flavor, away from its host; ends in resized "
+            "(VERIFY_RESIZE) on the new host, the old one still holding its disks and claim (the "
+            "migration's) until confirm or revert; a failure rolls back to the old host with a fault",
+        ),
+        Transition(
+            "migrate",
+            vm_states=frozenset({V.ACTIVE, V.STOPPED}),
+            task_states=_IDLE,
+            passes=(T.RESIZE_PREP, T.RESIZE_MIGRATING, T.RESIZE_MIGRATED, T.RESIZE_FINISH),
+            end_vm_state=V.RESIZED,
+            needs_host=True,
+            flow="resize",
+            options=schemas.Migrate,
+            notes="a cold migration: a resize to the same flavor on another host (admin only)",
+        ),
+        Transition(
+            "confirm_resize",
+            vm_states=frozenset({V.RESIZED}),
+            task_states=_IDLE,
+            needs_host=True,
+            flow="confirm_resize",
+            record_as="confirmResize",
+            options=schemas.NoOptions,
+            notes="as Nova's: no task state of its own, the migration's status (finished -> "
+            "confirming -> confirmed) guards it; the old host's disks and claim go; active, or "
+            "stopped for a server that was stopped",
+        ),
+        Transition(
+            "revert_resize",
+            vm_states=frozenset({V.RESIZED}),
+            task_states=_IDLE,
+            passes=(T.RESIZE_REVERTING,),
+            needs_host=True,
+            flow="revert_resize",
+            record_as="revertResize",
+            options=schemas.NoOptions,
+            notes="the new host's guest and claim go; the server runs again on its old host with "
+            "its old flavor, active or stopped as it was",
+        ),
+        Transition(
+            "create_image",
+            vm_states=frozenset({V.ACTIVE, V.STOPPED, V.PAUSED, V.SUSPENDED}),
+            task_states=_IDLE,
+            passes=(T.IMAGE_SNAPSHOT_PENDING, T.IMAGE_PENDING_UPLOAD, T.IMAGE_UPLOADING),
+            needs_host=True,
+            flow="create_image",
+            record_as="createImage",
+            options=schemas.CreateImage,
+            notes="the root disk written into the host's image store and registered with its sha256; "
+            "a running guest is paused for the copy; the server ends as it was",
+        ),
+        Transition(
+            "shelve",
+            vm_states=frozenset({V.ACTIVE, V.STOPPED, V.PAUSED, V.SUSPENDED}),
+            task_states=_IDLE,
+            passes=(
+                T.SHELVING,
+                T.SHELVING_IMAGE_PENDING_UPLOAD,
+                T.SHELVING_IMAGE_UPLOADING,
+                T.SHELVING_OFFLOADING,
+            ),
+            end_vm_state=V.SHELVED,
+            end_power_state=PowerState.SHUTDOWN,
+            needs_host=True,
+            flow="shelve",
+            options=schemas.NoOptions,
+            notes="powered off and snapshotted (the shelved image); offloaded at once when "
+            "compute.shelved_offload_time is 0, as Nova's",
+        ),
+        Transition(
+            "shelve_offload",
+            vm_states=frozenset({V.SHELVED}),
+            task_states=_IDLE,
+            passes=(T.SHELVING_OFFLOADING,),
+            end_vm_state=V.SHELVED_OFFLOADED,
+            end_power_state=PowerState.SHUTDOWN,
+            needs_host=True,
+            flow="shelve_offload",
+            options=schemas.NoOptions,
+            notes="the guest leaves its host, and so does its claim: no host, ports unbound",
+        ),
+        Transition(
+            "unshelve",
+            vm_states=frozenset({V.SHELVED, V.SHELVED_OFFLOADED}),
+            task_states=_IDLE,
+            passes=(T.UNSHELVING, T.SPAWNING),
+            end_vm_state=V.ACTIVE,
+            end_power_state=PowerState.RUNNING,
+            flow="unshelve",
+            options=schemas.NoOptions,
+            notes="shelved: powered on where it is; offloaded: scheduled anew and spawned from the "
+            "shelved image; the shelved image is then deleted",
+        ),
+        Transition(
+            "rescue",
+            vm_states=frozenset({V.ACTIVE, V.STOPPED, V.ERROR}),
+            task_states=_IDLE,
+            passes=(T.RESCUING,),
+            end_vm_state=V.RESCUED,
+            end_power_state=PowerState.RUNNING,
+            operation="rescue",
+            needs_host=True,
+            options=schemas.Rescue,
+            notes="boots a rescue image (the server's own by default) with its root disk as the second",
+        ),
+        Transition(
+            "unrescue",
+            vm_states=frozenset({V.RESCUED}),
+            task_states=_IDLE,
+            passes=(T.UNRESCUING,),
+            end_vm_state=V.ACTIVE,
+            end_power_state=PowerState.RUNNING,
+            operation="unrescue",
+            needs_host=True,
+            options=schemas.NoOptions,
         ),
         Transition(
             "attach_volume",

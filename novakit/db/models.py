@@ -653,5 +653,42 @@ class VolumeAttachment(TimestampMixin, SoftDeleteMixin, Base):
     attach_status: Mapped[str] = mapped_column(String(32), default="attaching")
 
 
+# --- moves of servers between hosts (API database; migration 0008) ------------------------
+
+
+class Migration(TimestampMixin, Base):
+    """A server's move between hosts: a resize, a cold or live migration, an evacuation.
+
+    Nova's statuses and types. Nova keeps migrations in the cell database; here they live in
+    the API database beside placement, because during a move the migration is a consumer
+    of allocations (it holds the source host's claim while the instance holds the
+    destination's), and handing a claim from one consumer to the other is one transaction
+    with the migration's status. ``old_vm_state`` is where a revert or a rollback returns
+    the server to (active or stopped).
+    """
+
+    __tablename__ = "migrations"
+    __table_args__ = (
+        UniqueConstraint("uuid"),
+        Index("ix_migrations_instance_uuid_status", "instance_uuid", "status"),
+        Index("ix_migrations_source_compute_status", "source_compute", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    instance_uuid: Mapped[str] = mapped_column(String(36))
+    project_id: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[str] = mapped_column(String(255))
+    request_id: Mapped[str] = mapped_column(String(255))
+    # resize | migration | live-migration | evacuation
+    migration_type: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(32))
+    source_compute: Mapped[str | None] = mapped_column(String(255))
+    dest_compute: Mapped[str | None] = mapped_column(String(255))
+    old_flavor: Mapped[dict[str, Any]] = mapped_column(JSON)
+    new_flavor: Mapped[dict[str, Any]] = mapped_column(JSON)
+    old_vm_state: Mapped[str] = mapped_column(String(255))
+
+
 #: The tables a cell's database holds; every other table is the API database's.
 CELL_TABLES = frozenset({"instances", "instance_actions", "instance_actions_events", "instance_faults"})

@@ -243,6 +243,29 @@ def remove_allocations_in_session(session: Session, consumer_uuid: str) -> int:
     return session.execute(_DELETE_CONSUMER, params).rowcount  # type: ignore[attr-defined]
 
 
+_MOVE = text("UPDATE allocations SET consumer_id = :to, updated_at = :now WHERE consumer_id = :consumer")
+
+
+def move_allocations_in_session(session: Session, from_consumer: str, to_consumer: str) -> int:
+    """Hand everything ``from_consumer`` holds to ``to_consumer`` (placement's move of allocations,
+    as Nova's conductor uses it to let a migration hold the source host's claim during a move).
+
+    The same providers, classes and amounts change hands, so no capacity is checked and usage
+    does not change; the providers' generations are bumped, as every change of allocations
+    does, so that a reader's generation tells it. ``to_consumer`` must hold nothing (a move
+    never merges two claims). Returns the number of rows moved.
+    """
+    if session.execute(_HELD, {"consumer": to_consumer}).first() is not None:
+        raise exceptions.Conflict(reason=f"consumer {to_consumer} already holds allocations")
+    providers = list(session.execute(_HELD, {"consumer": from_consumer}).scalars())
+    if not providers:
+        return 0
+    now = utcnow()
+    session.execute(_TOUCH, {"ids": providers, "now": now})
+    moved = session.execute(_MOVE, {"to": to_consumer, "consumer": from_consumer, "now": now})
+    return int(moved.rowcount)  # type: ignore[attr-defined]
+
+
 def remove_allocations(db: Database, consumer_uuid: str) -> int:
     """Release everything the consumer holds; idempotent, returns the number of rows removed."""
     return db.run_in_transaction(lambda session: remove_allocations_in_session(session, consumer_uuid))

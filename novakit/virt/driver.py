@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions
-from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec, UnmanagedGuest, VolumeSpec
+from novakit.compute.messages import (
+    FlavorSpec,
+    HostResources,
+    ImageSpec,
+    InstanceSpec,
+    UnmanagedGuest,
+    VolumeSpec,
+)
 from novakit.compute.states import PowerState
 
 
@@ -205,6 +212,60 @@ class ComputeDriver:
     def detach_volume(self, instance: InstanceSpec, volume: VolumeSpec) -> None:
         """Detach the volume from the guest (running or stopped), leaving its data as it is.
         Idempotent: a volume that is not attached succeeds."""
+        raise NotImplementedError
+
+    # --- moves (novakit.moves) ------------------------------------------------------------
+
+    def migrate_disk_and_power_off(
+        self, instance: InstanceSpec, dest_host: str, flavor: FlavorSpec
+    ) -> dict[str, Any]:
+        """On the source of a move: power the guest off and hand its disks over for ``dest_host``,
+        which will run it with ``flavor``. Returns what the destination's ``finish_migration``
+        needs (it travels through the controller).
+
+        Post-condition: the guest no longer runs here, and everything needed to bring it back
+        here (``finish_revert_migration``) is kept until ``confirm_migration``. If this raises,
+        the guest is as it was (running if it ran).
+        """
+        raise NotImplementedError
+
+    def finish_migration(self, instance: InstanceSpec, disk_info: dict[str, Any], power_on: bool) -> None:
+        """On the destination: bring ``instance`` up, with the flavor of its spec, from what the
+        source handed over; running if ``power_on``, else defined and shut off.
+        If this raises, nothing of it is left here."""
+        raise NotImplementedError
+
+    def confirm_migration(self, instance: InstanceSpec) -> None:
+        """On the source, once the move is confirmed: remove what was kept for a revert.
+        Idempotent: nothing kept succeeds."""
+        raise NotImplementedError
+
+    def finish_revert_migration(self, instance: InstanceSpec, power_on: bool) -> None:
+        """On the source, when a move is reverted or rolled back: the guest as it was before the
+        move, running if ``power_on``. Idempotent: a guest already back succeeds."""
+        raise NotImplementedError
+
+    # --- images of a server, rescue ----------------------------------------------------------
+
+    def snapshot(self, instance: InstanceSpec, image_id: str) -> dict[str, Any]:
+        """Write the guest's root disk, as it is now, into this host's image store as a new image
+        file named for ``image_id``: returns ``location``, ``checksum`` (sha256), ``size`` and
+        ``disk_format``. A running guest is paused for the copy and resumed (its disk is
+        consistent; Nova quiesces it through the guest agent where it can). If this raises,
+        no file is left and the guest is as it was."""
+        raise NotImplementedError
+
+    def delete_image(self, image: ImageSpec) -> None:
+        """Remove an image file this host wrote (``snapshot``). Idempotent."""
+        raise NotImplementedError
+
+    def rescue(self, instance: InstanceSpec, rescue_image: ImageSpec) -> None:
+        """Boot the guest from ``rescue_image`` with its own root disk attached as a second disk,
+        its definition kept for ``unrescue``. If this raises, the guest is as it was."""
+        raise NotImplementedError
+
+    def unrescue(self, instance: InstanceSpec) -> None:
+        """Leave rescue: the guest runs from its own root disk again, the rescue disk is gone."""
         raise NotImplementedError
 
 

@@ -27,6 +27,16 @@ which is how a test points one host of an inventory at a failure:
     finds it CRASHED. ``crash(uuid)`` does the same on demand.
 ``fail_volume_create`` / ``fail_volume_attach``
     every volume create (attach) raises VolumeBackendError, leaving nothing behind.
+``fail_migrate_source`` / ``fail_migrate_dest``
+    a move's step on this host fails: as its source, handing the guest over
+    (``migrate_disk_and_power_off``, the guest keeps running); as its
+    destination, bringing it up (``finish_migration``, nothing left behind).
+
+A move hands the guest's record over: the source keeps it, shut off and marked
+``resize_source`` (not listed, as libvirt's shut-off leftover belongs to no
+instance of that host) until ``confirm_migration`` removes it or
+``finish_revert_migration`` brings it back; the destination defines the guest
+with the new flavor, its console carried over, so the guest's story reads on.
 
 Volumes are records in the same state file (``volumes``: id -> size, format, image,
 the guest it is attached to and as which device); a guest lists its disks under
@@ -63,7 +73,14 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions, files
-from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec, UnmanagedGuest, VolumeSpec
+from novakit.compute.messages import (
+    FlavorSpec,
+    HostResources,
+    ImageSpec,
+    InstanceSpec,
+    UnmanagedGuest,
+    VolumeSpec,
+)
 from novakit.compute.states import PowerState
 from novakit.virt import admin_password_line, guest_ready_line
 from novakit.virt.driver import ComputeDriver, InstanceInfo
@@ -77,6 +94,8 @@ FAILURE_MODES = (
     "crash_running",
     "fail_volume_create",
     "fail_volume_attach",
+    "fail_migrate_source",
+    "fail_migrate_dest",
 )
 
 #: a console keeps this many lines, like a log that is rotated
@@ -435,7 +454,7 @@ class FakeDriver(ComputeDriver):
             return {
                 uuid: PowerState(g["power_state"])
                 for uuid, g in state["instances"].items()
-                if not g.get("foreign")
+                if not g.get("foreign") and not g.get("resize_source")
             }
 
     def list_unmanaged(self) -> list[UnmanagedGuest]:
@@ -555,6 +574,98 @@ class FakeDriver(ComputeDriver):
         """The host's pool as the fake keeps it: volume id -> size, format, attachment."""
         with self._locked_state(readonly=True) as state:
             return dict(state["volumes"])
+
+    # --- moves ----------------------------------------------------------------
+
+    def migrate_disk_and_power_off(
+        self, instance: InstanceSpec, dest_host: str, flavor: FlavorSpec
+    ) -> dict[str, Any]:
+        if self.failure_mode() == "fail_migrate_source":
+            raise exceptions.ComputeError(
+                reason=f"fake failure: handing guests over on host {self.host} fails"
+            )
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            was = guest["power_state"]
+            guest["power_state"] = int(PowerState.SHUTDOWN)
+            guest["resize_source"] = {"dest": dest_host, "power_state": was}
+            _console(guest, f"reboot: Power down (moving to {dest_host})")
+            handed = {k: v for k, v in guest.items() if k != "resize_source"}
+        return {"guest": handed}
+
+    def finish_migration(self, instance: InstanceSpec, disk_info: dict[str, Any], power_on: bool) -> None:
+        if self.failure_mode() == "fail_migrate_dest":
+            raise exceptions.ComputeError(
+                reason=f"fake failure: bringing moved guests up on host {self.host} fails"
+            )
+        handed = dict(disk_info.get("guest") or {})
+        with self._locked_state() as state:
+            self._refuse_duplicate(state, instance.uuid)
+            self._define(state, instance, "none")
+            guest = state["instances"][instance.uuid]
+            # The same guest, moved: its story goes on, its new size is the flavor's.
+            guest["console"] = list(handed.get("console") or []) + guest["console"]
+            guest["created_at"] = handed.get("created_at", guest["created_at"])
+            if not power_on:
+                guest["power_state"] = int(PowerState.SHUTDOWN)
+                _console(guest, "reboot: Power down")
+
+    def confirm_migration(self, instance: InstanceSpec) -> None:
+        with self._locked_state() as state:
+            guest = state["instances"].get(instance.uuid)
+            if guest is not None and guest.get("resize_source"):
+                del state["instances"][instance.uuid]
+
+    def finish_revert_migration(self, instance: InstanceSpec, power_on: bool) -> None:
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            if guest.pop("resize_source", None) is None:
+                return  # back already
+            if power_on:
+                guest["power_state"] = int(PowerState.RUNNING)
+                _boot_console(guest, instance.uuid)
+
+    # --- images of a server, rescue -------------------------------------------------
+
+    def snapshot(self, instance: InstanceSpec, image_id: str) -> dict[str, Any]:
+        """The fake's "disk" is the guest's record: written as the image file, with its sha256."""
+        with self._locked_state(readonly=True) as state:
+            guest = dict(self._guest(state, instance.uuid))
+        store = self.state_dir / "images"
+        files.private_dir(store)
+        path = store / f"{image_id}.img"
+        data = json.dumps(
+            {"snapshot_of": instance.uuid, "image_id": guest.get("image_id"), "console": guest["console"]},
+            sort_keys=True,
+        ).encode()
+        path.write_bytes(data)
+        return {
+            "location": str(path),
+            "checksum": hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+            "disk_format": "raw",
+        }
+
+    def delete_image(self, image: ImageSpec) -> None:
+        path = Path(image.location)
+        if path.parent == self.state_dir / "images":
+            path.unlink(missing_ok=True)
+
+    def rescue(self, instance: InstanceSpec, rescue_image: ImageSpec) -> None:
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            guest["rescue"] = {"image_id": rescue_image.id, "power_state": guest["power_state"]}
+            guest["power_state"] = int(PowerState.RUNNING)
+            _console(guest, f"novakit-init: rescue image {rescue_image.id}, own disk as vdb")
+            _console(guest, _disk_line("vdb", guest["disk_gb"]))
+
+    def unrescue(self, instance: InstanceSpec) -> None:
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            if guest.pop("rescue", None) is None:
+                return
+            guest["power_state"] = int(PowerState.RUNNING)
+            _boot_console(guest, instance.uuid)
 
     # --- test helpers -------------------------------------------------------
 

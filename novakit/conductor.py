@@ -312,7 +312,7 @@ class Conductor(MoveConductor, LifecycleConductor):
             # Its ports are bound to the host with its claim (Neutron's binding:host_id).
             ports.bind_host(session, [uuid], chosen.host, "BUILD")
             # A new root volume is made for the host with the claim, and holds its DISK_GB.
-            boot.create_root_volume(session, inst, rs.spec or {}, chosen.host)
+            boot.create_root_volume(session, inst, rs.spec or {}, chosen.host, conf=self.conf)
             session.execute(
                 _RS_SCHEDULED,
                 {

@@ -396,6 +396,21 @@ def perform(
         declarative=True,
     )
     out = Outcome(started.changed, [action] if started.changed else [], started.server, before=before)
+    if started.would_move_to is not None:
+        out.plan = {"name": before["name"], "host": started.would_move_to}
+    if started.error is not None:  # a move that failed on a host and was rolled back
+        assert started.server is not None
+        raise exceptions.ServerFailed(
+            started.server,
+            changed=True,
+            what=f"{action} of server {before['name']} failed",
+            reason=started.error
+            + (
+                ""
+                if started.server["status"] == "ERROR"
+                else f"; rolled back, it is {started.server['status']}"
+            ),
+        )
     if dry_run or not started.changed:
         return out
     return _carry_on(

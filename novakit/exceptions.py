@@ -7,6 +7,7 @@ sees the text)::
     NovakitError (500)
     ├── Invalid (400) ............... the caller asked for something malformed
     │   ├── ValidationError ......... a field broke a rule: names field and rule
+    │   │   └── VolumeNotReserved ... a volume action asked of a volume not reserved for it
     │   ├── InstanceInvalidState (409)  the action is not allowed in this state
     │   ├── InvalidImage ............ bad image data (format, checksum, path)
     │   └── ConfigError ............. a configuration value is wrong
@@ -117,6 +118,16 @@ class ValidationError(Invalid):
             super().__init__(f"Invalid request: {joined}", field=field, rule=rule)
         else:
             super().__init__(field=field, rule=rule)
+
+
+class VolumeNotReserved(ValidationError):
+    """attach_volume / detach_volume asked of a server for a volume that
+    ``novakit.volume.attachments`` did not reserve for it (nor mark detaching from it): the
+    action starts only on what that reservation leaves. ``instance_uuid`` is the server."""
+
+    def __init__(self, instance_uuid: str, rule: str) -> None:
+        self.instance_uuid = instance_uuid
+        super().__init__("options.volume_id", rule)
 
 
 class InstanceInvalidState(Invalid):
@@ -415,7 +426,8 @@ class WorkerEnded(ServerStateError):
 
 
 class ServerFailed(ServerStateError):
-    """The work ended with the server in ERROR; ``server["fault"]`` says why."""
+    """The work failed: the server is in ERROR (``server["fault"]`` says why), or a move failed
+    on a host and was rolled back (``reason`` says why)."""
 
     msg_fmt = "%(what)s: %(reason)s"
     code = 500

@@ -307,6 +307,7 @@ def start_actions(
     changed: list[str] = []
     views: list[dict[str, Any]] = []
     before: list[dict[str, Any]] = []
+    planned: dict[str, str] = {}  # a move's check mode: server -> the host it would go to
     for ref in servers:
         with contextlib.suppress(exceptions.InstanceNotFound):
             before.append(api.get(ctx, ref))
@@ -317,6 +318,8 @@ def start_actions(
             changed.append(out.server["id"])
         if out.request is not None:
             requests.append(out.request)
+        if out.would_move_to is not None:
+            planned[out.server["id"]] = out.would_move_to
         views.append(out.server)
     return {
         "changed": bool(changed),
@@ -327,6 +330,7 @@ def start_actions(
         "hosts": sorted({r.host for r in requests}),
         "servers": views,
         "before": states_of(before),
+        "would_move_to": planned,
     }
 
 

@@ -127,6 +127,8 @@ port_app = group("Ports: a MAC and fixed IPs on a network, for a server (Neutron
 app.add_typer(network_app, name="network")
 app.add_typer(subnet_app, name="subnet")
 app.add_typer(port_app, name="port")
+migration_app = group("Migrations: servers moved between hosts.")
+app.add_typer(migration_app, name="migration")
 
 # Piped output (a log, `| less`) gets a wide table rather than rich's 80-column default,
 # so uuids and host names are not cut; COLUMNS still wins when set.

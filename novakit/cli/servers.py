@@ -368,11 +368,12 @@ def server_console(
     sys.stdout.write(text if not text or text.endswith("\n") else text + "\n")
 
 
-def _action(action: str, server: str, options: dict[str, Any] | None = None) -> None:
-    s = guard(lambda: api().act(ctx(), server, action, options).server)
+def _action(action: str, server: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    s: dict[str, Any] = guard(lambda: api().act(ctx(), server, action, options).server)
     console.print(f"{s['name']}: {s['status']} (vm_state {s['vm_state']}, power {s['power_state_name']})")
     if s.get("fault") and s["status"] == "ERROR":
         err_console.print(f"fault: {escape(s['fault']['message'])}", highlight=False)
+    return s
 
 
 @server_app.command("delete")

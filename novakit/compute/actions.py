@@ -435,3 +435,30 @@ def fate(session: Session, instance_uuid: str, host: str | None) -> tuple[bool, 
     if row.host is None:
         return True, True
     return row.host != host, False
+
+
+def failure_of(session: Session, ctx: RequestContext, instance_uuid: str, action: str) -> str | None:
+    """Why ``ctx``'s request's ``action`` on the instance failed, or None if it did not.
+
+    A move that fails on a host is rolled back and its server is ACTIVE where it was: its
+    status cannot tell, its action's message (``Error``) does. The answer names the failed
+    events and the fault recorded with them, as ``ctx`` may see it.
+    """
+    row = session.execute(
+        select(InstanceAction).where(
+            InstanceAction.instance_uuid == instance_uuid,
+            InstanceAction.request_id == ctx.request_id,
+            InstanceAction.action == action,
+        )
+    ).scalar_one_or_none()
+    if row is None or row.message != "Error":
+        return None
+    steps = [e.event for e in row.events if e.result == "Error"]
+    fault = session.execute(
+        select(InstanceFault)
+        .where(InstanceFault.instance_uuid == instance_uuid, InstanceFault.created_at >= row.start_time)
+        .order_by(InstanceFault.id.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    why = shown_text(fault.message, ctx) if fault is not None else "no fault recorded"
+    return f"{why} (failed: {', '.join(steps) or 'see the server events'})"

@@ -229,9 +229,15 @@ class API(CreateAPI):
 
         if dry_run:
             with self.db.reader() as session:
-                inst, values, _ = check(session)
+                inst, values, host_options = check(session)
                 view = server_view(inst, ctx) if inst is not None else None
-            return ActOutcome(server=view, changed=values is not None, action=t.action)
+            destination = None
+            if inst is not None and values is not None and t.flow is not None:
+                # A move's dry run asks the scheduler too, as a boot's does (nothing is claimed).
+                destination = self.conductor.plan_move(ctx, inst.uuid, t.action, host_options)
+            return ActOutcome(
+                server=view, changed=values is not None, action=t.action, would_move_to=destination
+            )
 
         def write(session: Session) -> tuple[str | None, bool, dict[str, Any]]:
             inst, values, host_options = check(session)
@@ -276,7 +282,8 @@ class API(CreateAPI):
         # Read where the server is now: its mapping, not the cell it was in when the action began.
         with targeting(self.db, uuid), self.db.reader() as session:
             view = server_view(db_api.instance_get(session, ctx, uuid, include_deleted=True), ctx)
-        return ActOutcome(server=view, changed=changed, action=t.action, request=request)
+            failed = actions.failure_of(session, ctx, uuid, t.record_as) if changed and t.flow else None
+        return ActOutcome(server=view, changed=changed, action=t.action, request=request, error=failed)
 
     def _abandoned(self, inst: Instance) -> bool:
         """Whether ``inst``'s running task has lost its owner (its lease ran out)."""
@@ -346,6 +353,9 @@ class ActOutcome:
     changed: bool
     action: str  # the state table's row that ran (``reboot_hard`` for a hard reboot)
     request: ComputeRequest | None = None  # ``defer``: the host's part, for the caller to send
+    would_move_to: str | None = None  # a move's dry run: the host the scheduler would choose
+    # a move that failed (rolled back, or left in error): why, with its failed steps
+    error: str | None = None
 
 
 def _check_lock(ctx: RequestContext, inst: Instance, t: Transition) -> None:

@@ -373,7 +373,7 @@ def set_disabled(
         raise exceptions.ValidationError("reason", "must be at most 255 characters")
 
     def write(session: Session) -> None:
-        svc = _service(session, host)
+        svc = service_in(session, host)
         svc.disabled = disabled
         svc.disabled_reason = reason if disabled else None
 
@@ -434,7 +434,7 @@ def delete_host(db: Database, ctx: RequestContext, host: str) -> dict[str, Any]:
         return db.run_in_transaction(write)
 
 
-def _service(session: Session, host: str) -> Service:
+def service_in(session: Session, host: str) -> Service:
     svc = session.execute(
         select(Service).where(Service.host == host, Service.binary == BINARY, Service.deleted == 0)
     ).scalar_one_or_none()
@@ -539,7 +539,7 @@ def set_forced_down(
         raise exceptions.ValidationError("reason", f"must be at most {REASON_MAX} characters")
 
     def write(session: Session) -> None:
-        svc = _service(session, host)
+        svc = service_in(session, host)
         svc.forced_down = forced_down
         svc.down_reason = (reason or None) if forced_down else None
 

@@ -125,6 +125,19 @@ _MOVE_OPS: dict[
     "confirm_migration": ("compute_confirm_resize", lambda d, i, o: d.confirm_migration(i)),
     # the destination's part of a revert: its guest goes (Nova's revert_resize destroys it)
     "revert_migration": ("compute_revert_resize", lambda d, i, o: d.destroy(i)),
+    "pre_live_migration": ("compute_pre_live_migration", lambda d, i, o: d.pre_live_migration(i)),
+    "live_migration": (
+        "compute_live_migration",
+        lambda d, i, o: d.live_migration(i, str(o["dest_host"]), dict(o.get("dest_info") or {})),
+    ),
+    "post_live_migration_at_destination": (
+        "compute_post_live_migration_at_destination",
+        lambda d, i, o: d.post_live_migration_at_destination(i, dict(o.get("disk_info") or {})),
+    ),
+    "rollback_live_migration_at_destination": (
+        "compute_rollback_live_migration_at_destination",
+        lambda d, i, o: d.rollback_live_migration_at_destination(i),
+    ),
     "snapshot": ("compute_snapshot_instance", lambda d, i, o: {"image": d.snapshot(i, str(o["image_id"]))}),
     # Nova's shelve: a clean power-off, then the snapshot
     "shelve": ("compute_shelve_instance", lambda d, i, o: _shelve(d, i, o)),
@@ -142,7 +155,15 @@ _MOVE_OPS: dict[
 
 
 #: steps after which the instance's guest is no longer here (or no longer its instance's)
-_GONE_AFTER = ("migrate_disk_and_power_off", "confirm_migration", "revert_migration", "shelve_offload")
+_GONE_AFTER = (
+    "migrate_disk_and_power_off",
+    "confirm_migration",
+    "revert_migration",
+    "shelve_offload",
+    "pre_live_migration",
+    "live_migration",
+    "rollback_live_migration_at_destination",
+)
 
 
 def _shelve(driver: ComputeDriver, instance: InstanceSpec, options: dict[str, Any]) -> dict[str, Any]:
@@ -521,7 +542,9 @@ class ComputeManager:
     def get_info(self, instance: InstanceSpec) -> InstanceResult:
         res = InstanceResult(uuid=instance.uuid, ok=True)
         try:
-            res.power_state = int(self.driver.get_info(instance).state)
+            info = self.driver.get_info(instance)
+            res.power_state = int(info.state)
+            res.volumes = list(info.volumes) if info.volumes is not None else None
         except exceptions.InstanceNotFound as exc:
             res.ok = False
             res.power_state = int(PowerState.NOSTATE)

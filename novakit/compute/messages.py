@@ -52,6 +52,10 @@ Operation = Literal[
     "confirm_migration",
     "revert_migration",
     "finish_revert_migration",
+    "pre_live_migration",
+    "live_migration",
+    "post_live_migration_at_destination",
+    "rollback_live_migration_at_destination",
     # Images of a server (``novakit.moves.snapshot``, ``novakit.moves.shelve``): its root disk
     # written into the host's image store (shelve powers it off first), a shelved guest removed
     # from its host, a snapshot file removed again; rescue boots a rescue image.
@@ -225,6 +229,8 @@ class InstanceResult(_Model):
     fault: Fault | None = None
     timings: dict[str, float] = Field(default_factory=dict)
     console: str | None = None
+    # get_info: the ids of the volumes in the guest's definition; None: its driver cannot tell
+    volumes: list[str] | None = None
     # migrate_disk_and_power_off: what the destination's finish_migration needs of the source
     # (where its disks are, for the fake driver the guest's record)
     disk_info: dict[str, Any] | None = None

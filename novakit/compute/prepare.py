@@ -21,7 +21,7 @@ from novakit.compute.states import VmState
 from novakit.context import RequestContext
 from novakit.db.models import Instance
 from novakit.moves import migrations
-from novakit.volume import volumes
+from novakit.volume import attachments, boot, volumes
 
 if TYPE_CHECKING:
     from novakit.compute.api import API
@@ -56,6 +56,7 @@ def _prepare_rebuild(
     api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     image = images.get(session, opts["image"])
+    boot.check_rebuild_image(session, inst, image)
     values: dict[str, Any] = {"image_ref": image.uuid}
     if opts.get("name") is not None:
         _check_name_free(session, inst, opts["name"])
@@ -74,11 +75,19 @@ def _prepare_rebuild(
     return values, {"image": image.uuid, "preserve_power_off": inst.vm_state == VmState.STOPPED.value}
 
 
-def _prepare_volume(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    # The volume's checks and status are novakit.volume.attachments', made before the action.
-    return {}, {"volume_id": opts["volume_id"]}
+def _prepare_volume(action: str) -> Prepare:
+    """The step of attach_volume / detach_volume (``action``). The volume's checks and status
+    are novakit.volume.attachments', made before the action; the action starts only on what
+    they leave (the volume reserved for this server, or detaching from it), so that no call of
+    ``act`` goes around them."""
+
+    def step(
+        api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        attachments.check_reserved(session, inst.uuid, opts["volume_id"], action)
+        return {}, {"volume_id": opts["volume_id"]}
+
+    return step
 
 
 def _prepare_lock(
@@ -141,6 +150,27 @@ def _prepare_migrate(
         hosts.node_in(session, host)  # ComputeHostNotFound names it
     _check_movable(session, inst)
     return {}, {"flavor": dict(inst.flavor or {}), "host": host}
+
+
+def _prepare_live_migrate(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    _, host_options = _prepare_migrate(api, session, ctx, inst, opts)
+    return {}, {"host": host_options["host"]}
+
+
+def _prepare_evacuate(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    _, host_options = _prepare_migrate(api, session, ctx, inst, opts)
+    state = hosts.is_up(hosts.service_in(session, str(inst.host)), api.conf)
+    if state.up:
+        raise exceptions.ValidationError(
+            "server",
+            f"its host {inst.host} is up: evacuate is for a server whose host is down "
+            "(force the host down first if it is really gone, or migrate the server)",
+        )
+    return {}, {"host": host_options["host"]}
 
 
 def _prepare_resize_answer(
@@ -207,12 +237,14 @@ STEPS: dict[str, Prepare] = {
     "lock": _prepare_lock,
     "unlock": _prepare_unlock,
     "rename": _prepare_rename,
-    "attach_volume": _prepare_volume,
-    "detach_volume": _prepare_volume,
+    "attach_volume": _prepare_volume("attach_volume"),
+    "detach_volume": _prepare_volume("detach_volume"),
     "resize": _prepare_resize,
     "migrate": _prepare_migrate,
     "confirm_resize": _prepare_resize_answer,
     "revert_resize": _prepare_resize_answer,
+    "live_migrate": _prepare_live_migrate,
+    "evacuate": _prepare_evacuate,
     "rescue": _prepare_rescue,
     "create_image": _prepare_create_image,
     "shelve_offload": _prepare_shelve_offload,

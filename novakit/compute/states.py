@@ -505,6 +505,32 @@ ACTIONS: dict[str, Transition] = {
             "its old flavor, active or stopped as it was",
         ),
         Transition(
+            "live_migrate",
+            vm_states=frozenset({V.ACTIVE, V.PAUSED}),
+            task_states=_IDLE,
+            passes=(T.MIGRATING,),
+            needs_host=True,
+            flow="live_migrate",
+            record_as="live-migration",
+            notify_as="live_migration",
+            options=schemas.Migrate,
+            notes="the guest keeps running while it moves (admin only); a failure leaves it running "
+            "on its host, the server as it was, with the action's error",
+        ),
+        Transition(
+            "evacuate",
+            vm_states=frozenset({V.ACTIVE, V.STOPPED, V.ERROR}),
+            task_states=_IDLE,
+            passes=(T.REBUILDING, T.REBUILD_SPAWNING),
+            end_vm_state=V.ACTIVE,
+            needs_host=True,
+            keeps_stopped=True,
+            flow="evacuate",
+            options=schemas.Migrate,
+            notes="only when its host is down: rebuilt on another host from its image, ports kept "
+            "(admin only); the old guest goes when heal finds its host back",
+        ),
+        Transition(
             "create_image",
             vm_states=frozenset({V.ACTIVE, V.STOPPED, V.PAUSED, V.SUSPENDED}),
             task_states=_IDLE,
@@ -589,7 +615,8 @@ ACTIONS: dict[str, Transition] = {
             needs_host=True,
             options=schemas.VolumeAction,
             notes="as Nova's: no task state of its own, the volume's status (reserved -> attaching -> "
-            "in-use) guards it; hot-plugged into a running guest, into the definition of a stopped one",
+            "in-use) guards it; starts only on a volume reserved for the server (``server add volume``); "
+            "hot-plugged into a running guest, into the definition of a stopped one",
         ),
         Transition(
             "detach_volume",
@@ -598,7 +625,8 @@ ACTIONS: dict[str, Transition] = {
             operation="detach_volume",
             needs_host=True,
             options=schemas.VolumeAction,
-            notes="in-use -> detaching -> available; a root volume (boot index 0) is never detached",
+            notes="in-use -> detaching -> available, starting only on a volume marked detaching "
+            "(``server remove volume``); a root volume (boot index 0) is never detached",
         ),
         Transition(
             "lock",
@@ -634,7 +662,8 @@ ACTIONS: dict[str, Transition] = {
 #: the actions a caller may ask for by name (``create`` has an API of its own)
 REQUESTABLE: tuple[str, ...] = tuple(a for a in ACTIONS if a != "create")
 #: asked for through ``novakit.volume.attachments`` (``server add volume``), which checks and
-#: reserves the volume before the action starts; offered by no generic action module
+#: reserves the volume before the action starts; their step refuses a volume not reserved so
+#: (``attachments.check_reserved``); offered by no generic action module
 VOLUME_ACTIONS: tuple[str, ...] = ("attach_volume", "detach_volume")
 #: the names callers use: a hard reboot is ``reboot`` with reboot_type HARD
 ACTION_NAMES: tuple[str, ...] = tuple(

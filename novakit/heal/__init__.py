@@ -88,10 +88,45 @@ What it corrects, and why each rule is what it is:
   on the ``create`` action, and, once the host has answered without the
   guest, the claim freed and the host let go (as a failed build's).
 
-* **Orphan allocations** (their consumer is no live instance, nor a live volume) are removed.
+* **Orphan allocations** (their consumer is no live instance, nor a live volume, nor a move
+  that holds its source's claim) are removed.
+
+* **Moves** (``novakit.heal.moves``): an interrupted resize, migration, evacuation, snapshot,
+  shelve or rescue is settled by where its guest is (rolled back to its source while the
+  source has it; the records follow a guest that only its destination has); a host back up
+  loses the old guests of servers evacuated from it; resizes past
+  ``compute.resize_confirm_window`` are confirmed and servers shelved longer than
+  ``compute.shelved_offload_time`` are offloaded; a guest a move keeps on its source, or
+  brings to its destination, is no orphan.
 
 * **Orphan attachments**: a volume attached (in the records) to a server that no longer exists
   is detached in the records and ``available`` again (``novakit.volume.attachments``).
+
+* **Interrupted volume operations** (``novakit.heal.volumes``): a volume left in a transitional
+  status for longer than ``conf.compute.build_timeout`` (``novakit.volume.states.abandoned``;
+  volumes have no owner or lease, so their last change counts) is settled as Cinder's volume
+  manager does at start-up (``init_host``), the guest's definition on its host deciding an
+  attach or a detach (``get_info`` reports the volumes in it):
+
+  ==============  ==========================  ===========================================
+  volume status   found                       heal does
+  ==============  ==========================  ===========================================
+  creating        (the host is not asked)     ``error``, "interrupted" (Cinder); its claim
+                                              stays until the volume is deleted
+  reserved        (the host is not asked)     ``available``, the attachment removed (the
+                                              attach never started)
+  attaching       in the guest's definition   ``in-use``
+                  not (or no guest)           ``available``, the attachment removed
+  detaching       in the guest's definition   ``in-use`` again
+                  not (or no guest)           ``available``, the attachment removed
+  deleting        (the host deletes again)    the row soft-deleted, its claim freed; a host
+                                              that refuses: ``error_deleting`` (its reason)
+  error_deleting  -                           left for the user to delete again (Cinder)
+  ==============  ==========================  ===========================================
+
+  A root volume of a server still building is the build's (see *builds*). A volume whose host
+  does not answer (or whose driver cannot list a guest's volumes) is left as it is and
+  reported with the reason; each write expects the status and last change heal read.
 
 * **Stray copies**: a move into a cell copies a server's records there and then
   points its mapping at them (``novakit.cells.moves``); one cut off in between
@@ -153,9 +188,11 @@ from novakit.heal.base import (
     _Seen,
 )
 from novakit.heal.builds import StuckBuilds
+from novakit.heal.moves import MoveRecovery, Moves
 from novakit.heal.orphans import Orphans
 from novakit.heal.recovery import TASK_RULES, TaskRecovery
 from novakit.heal.sync import PowerSync
+from novakit.heal.volumes import VolumeRecovery
 
 __all__ = [
     "RECOVER_EVENT",
@@ -168,7 +205,7 @@ __all__ = [
 ]
 
 
-class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans):
+class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans, Moves, MoveRecovery, VolumeRecovery):
     """One heal run: read the records, ask the hosts, correct what disagrees."""
 
     # ------------------------------------------------------------------ entry
@@ -225,8 +262,11 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans):
                     c = self._in_cell(s.cell, self._sync_one, s, guests.get(s.uuid), host, dry_run)
                 if c is not None:
                     report.corrections.append(c)
+            moved, handled = self._moved_away(host, guests, dry_run)
+            report.corrections.extend(moved)
+            others = {u: p for u, p in guests.items() if u not in handled}
             report.corrections.extend(
-                self._orphan_guests(host, guests, reported_at, dry_run, destroy_orphans)
+                self._orphan_guests(host, others, reported_at, dry_run, destroy_orphans)
             )
         if not wanted:
             # A delete of a server no host holds needs no host's answer.
@@ -241,6 +281,9 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans):
             report.corrections.extend(self._stray_copies(dry_run))
             report.corrections.extend(self._orphan_attachments(dry_run))
             report.corrections.extend(self._orphan_ports(dry_run))
+            report.corrections.extend(self._due_moves(dry_run))
+        # After the orphan attachments: a volume whose server is gone is released there.
+        report.corrections.extend(self._interrupted_volumes(wanted, seen, report, dry_run))
         report.corrections.extend(self._orphan_allocations(wanted, dry_run))
         if import_unmanaged:
             report.corrections.extend(self._import_unmanaged(report, dry_run, import_project))

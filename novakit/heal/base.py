@@ -46,6 +46,10 @@ Kind = Literal[
     "stray_copy",
     "orphan_attachment",
     "orphan_port",
+    "volume_recovered",
+    "evacuated_guest",
+    "resize_confirmed",
+    "shelved_offloaded",
 ]
 
 _OFF = (PowerState.SHUTDOWN, PowerState.CRASHED)

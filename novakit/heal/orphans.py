@@ -123,7 +123,18 @@ class Orphans(HealerBase):
                     select(Volume.uuid).where(Volume.deleted == 0, Volume.uuid.in_([c for c, _ in held]))
                 ).scalars()
             )
-            held = [(c, p) for c, p in held if c not in volumes]
+            # Nor is a move's claim on its source (consumer = the migration) while the move holds it.
+            from novakit.db.models import Migration
+            from novakit.moves.migrations import IN_PROGRESS
+
+            moving = set(
+                session.execute(
+                    select(Migration.uuid).where(
+                        Migration.status.in_(IN_PROGRESS), Migration.uuid.in_([c for c, _ in held])
+                    )
+                ).scalars()
+            )
+            held = [(c, p) for c, p in held if c not in volumes and c not in moving]
         gone = self._holders([c for c, _ in held], None).gone
         found = sorted((c, p) for c, p in held if c in gone)
         out = []

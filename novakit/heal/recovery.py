@@ -29,6 +29,7 @@ from novakit.heal.base import (
     _power_state,
     _Seen,
 )
+from novakit.heal.moves import MOVE_TASKS
 
 # What heal does with an interrupted task (module docstring):
 #   finish     the action happened: record where it ends, with the guest's power state
@@ -85,6 +86,8 @@ class TaskRecovery(HealerBase):
         """
         task = str(s.task_state)
         power = None if reported is None else _power_state(reported)
+        if task in MOVE_TASKS or (task == TaskState.REBUILDING.value and self._evacuating(s.uuid)):
+            return self._recover_move(s, power, host, dry_run)  # novakit.heal.moves
         rule = TASK_RULES.get(TaskState(task)) if task in TaskState._value2member_map_ else None
         action: str | None = None
         if rule is None:
@@ -135,6 +138,15 @@ class TaskRecovery(HealerBase):
         c.applied = True
         c.after = self._state_now(s.uuid)
         return c
+
+    _recover_move: Any
+
+    def _evacuating(self, uuid: str) -> bool:
+        from novakit.moves import migrations
+
+        with self.db.reader() as session:
+            m = migrations.in_progress(session, uuid)
+        return m is not None and m.migration_type == "evacuation"
 
     def _take_over(
         self, session: Session, s: _Seen, action: str | None, options: dict[str, Any]

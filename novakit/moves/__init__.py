@@ -4,9 +4,10 @@
 map); the API checks and starts it as every action (``API.act``), and the conductor's
 flow of the action's ``flow`` name carries it on (``MoveConductor.run_move``), host step
 by host step, each one a ``ComputeRequest`` as every host call. ``migrations`` keeps the
-records; ``resize`` and ``images`` the flows. The claims: during a move the migration holds the source
-host's allocations and the instance the destination's, so both hosts' capacity is right
-until the move is confirmed or reverted (Nova's migration-based allocations).
+records; ``resize``, ``live`` and ``images`` the flows; ``drain`` empties a host. The
+claims: during a move the migration holds the source host's allocations and the instance
+the destination's, so both hosts' capacity is right until the move is confirmed or
+reverted (Nova's migration-based allocations).
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from novakit.compute.states import ACTIONS
 from novakit.context import RequestContext
 from novakit.moves import migrations
 from novakit.moves.images import ImageFlows
+from novakit.moves.live import LiveFlows
 from novakit.moves.resize import ResizeFlow
 
 LOG = logging.getLogger(__name__)
 
 
-class MoveConductor(ResizeFlow, ImageFlows):
+class MoveConductor(ResizeFlow, ImageFlows, LiveFlows):
     """The conductor's moves (mixed into ``novakit.conductor.Conductor``)."""
 
     def run_move(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
@@ -54,6 +56,8 @@ class MoveConductor(ResizeFlow, ImageFlows):
                 ).scalars()
             ]
         for mig, status, source in rows:
+            if status == "done":
+                continue  # an evacuation: the down source's old guest and claim are heal's to remove
             if source:
                 spec = InstanceSpec.model_validate(
                     {

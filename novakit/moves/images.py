@@ -28,16 +28,15 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
-from novakit.cells.registry import in_cell_of, locate
+from novakit.cells.registry import in_cell_of
 from novakit.compute import actions, images
 from novakit.compute.messages import ComputeRequest, ImageSpec
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import ACTIONS, PowerState, TaskState, VmState
 from novakit.context import RequestContext
 from novakit.db import api as db_api
-from novakit.db.models import Image, RequestSpec
+from novakit.db.models import Image
 from novakit.lifecycle import ctx_admin
-from novakit.moves.migrations import hosts_outside_cell
 from novakit.network import ports
 from novakit.placement.allocations import remove_allocations_in_session
 
@@ -59,6 +58,7 @@ class ImageFlows:
     _call: Any
     _step: Any
     _step_in: Any
+    move_spec: Any
 
     # --- snapshot ---------------------------------------------------------------------
 
@@ -279,18 +279,7 @@ class ImageFlows:
     def _place_unshelved(self, ctx: RequestContext, uuid: str, image: ImageSpec) -> str:
         """Scheduled as its boot was (its flavor, group, networks), from the shelved image; the
         claim, the host and the port bindings are written in one transaction."""
-        from novakit.scheduler.request_spec import RequestSpec as SchedSpec
-
-        with self.db.reader() as session:
-            row = session.execute(select(RequestSpec).where(RequestSpec.instance_uuid == uuid)).scalar_one()
-        spec = SchedSpec.model_validate(row.spec)
-        spec.request_id = ctx.request_id
-        spec.image = image
-        spec.num_instances, spec.min_count = 1, None
-        spec.new_root_volume_gb, spec.boot_volume = None, None
-        # An offloaded server's records stay in its cell: it comes back to a host of that cell.
-        cell = locate(self.db.cells, ctx_admin(ctx), uuid)
-        spec.ignore_hosts = hosts_outside_cell(self.db, cell.id)
+        spec = self.move_spec(ctx, uuid, image=image)
 
         def on_claimed(session: Session, claimed: dict[str, list[Any]]) -> None:
             chosen = claimed[uuid][0]

@@ -4,7 +4,11 @@ Statuses (Nova's): a resize or cold migration goes ``pre-migrating`` (recorded, 
 source's claim handed to the migration) -> ``migrating`` (the destination claimed, the
 source handing the guest over) -> ``post-migrating`` (the source is done) -> ``finished``
 (the guest runs on the destination: VERIFY_RESIZE) -> ``confirming`` -> ``confirmed``, or
--> ``reverting`` -> ``reverted``; ``error`` when it failed and was rolled back. Every
+-> ``reverting`` -> ``reverted``; ``error`` when it failed and was rolled back. A live
+migration goes ``queued`` -> ``preparing`` -> ``running`` -> ``completed``; an evacuation
+``accepted`` -> ``pre-migrating`` -> ``done`` (rebuilt elsewhere; the down source still
+holds the old guest and the migration its claim) -> ``completed`` once heal has removed
+the old guest from its host, back up. Every
 change is a compare-and-swap on the status, so two callers (a confirm and a revert, an
 owner and heal) cannot both act on one migration.
 """
@@ -24,7 +28,19 @@ from novakit.db.engine import Database
 from novakit.db.models import Migration, utcnow
 
 #: the statuses of a move that is under way or waits for its confirm (it holds a claim)
-IN_PROGRESS = ("pre-migrating", "migrating", "post-migrating", "finished", "confirming", "reverting")
+IN_PROGRESS = (
+    "accepted",
+    "queued",
+    "preparing",
+    "running",
+    "pre-migrating",
+    "migrating",
+    "post-migrating",
+    "finished",
+    "confirming",
+    "reverting",
+    "done",
+)
 #: what each migration type is called in ``migration list``
 TYPES = ("resize", "migration", "live-migration", "evacuation")
 
@@ -36,8 +52,9 @@ def create(
     migration_type: str,
     new_flavor: dict[str, Any],
     dest: str | None = None,
+    status: str = "pre-migrating",
 ) -> Migration:
-    """Record a move of ``instance`` (from its host) in ``pre-migrating``."""
+    """Record a move of ``instance`` (from its host) in ``status``."""
     row = Migration(
         uuid=str(uuidlib.uuid4()),
         instance_uuid=instance.uuid,
@@ -45,7 +62,7 @@ def create(
         user_id=instance.user_id,
         request_id=ctx.request_id,
         migration_type=migration_type,
-        status="pre-migrating",
+        status=status,
         source_compute=instance.host,
         dest_compute=dest,
         old_flavor=dict(instance.flavor or {}),

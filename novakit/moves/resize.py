@@ -169,33 +169,22 @@ class ResizeFlow:
         new_flavor: dict[str, Any],
         host: str | None,
         source: str,
+        task: TaskState = T.RESIZE_PREP,
+        statuses: tuple[str, str] = ("pre-migrating", "migrating"),
     ) -> str:
         """Scheduled as a boot is, with the new flavor, away from ``source`` and in the server's
-        cell; the claim is the instance's, and the migration learns its destination with it."""
-        from novakit.scheduler.request_spec import RequestSpec as SchedSpec
-
-        with self.db.reader() as session:
-            row = session.execute(select(RequestSpec).where(RequestSpec.instance_uuid == uuid)).scalar_one()
-        spec = SchedSpec.model_validate(row.spec)
-        spec.request_id = ctx.request_id
-        spec.flavor = flavors.spec(new_flavor)
-        spec.num_instances = 1
-        spec.min_count = None
-        spec.new_root_volume_gb = None
-        spec.boot_volume = None
-        spec.requested_host = host
-        # Never back onto its own host; never into another cell (a move keeps its records).
-        cell = locate(self.db.cells, ctx_admin(ctx), uuid)
-        spec.ignore_hosts = sorted({source, *migrations.hosts_outside_cell(self.db, cell.id)})
+        cell; the claim is the instance's, and the migration learns its destination with it
+        (its status goes ``statuses[0]`` -> ``statuses[1]``; the task ``task`` is expected)."""
+        spec = self.move_spec(ctx, uuid, flavor=new_flavor, host=host, source=source)
 
         def on_claimed(session: Session, claimed: dict[str, list[Any]]) -> None:
             chosen = claimed[uuid][0].host
-            migrations.set_status(session, mig, "pre-migrating", "migrating", dest_compute=chosen)
+            migrations.set_status(session, mig, statuses[0], statuses[1], dest_compute=chosen)
             db_api.instance_update(
                 session,
                 uuid,
                 {"task_lease_until": self.lease_until()},
-                expected_task_state=[T.RESIZE_PREP],
+                expected_task_state=[task],
                 expected_owner=ctx.request_id,
                 fetch=False,
             )
@@ -204,6 +193,61 @@ class ResizeFlow:
             spec, [uuid], recheck_quota=False, on_claimed=on_claimed
         )
         return str(selections[0][0].host)
+
+    def move_spec(
+        self,
+        ctx: RequestContext,
+        uuid: str,
+        *,
+        flavor: dict[str, Any] | None = None,
+        image: Any = None,
+        host: str | None = None,
+        source: str | None = None,
+    ) -> Any:
+        """What the scheduler is asked for a server that moves (or comes back from shelved): its
+        boot's request (server group, networks, hints) with the flavor or image it moves with,
+        for one server, never back onto ``source`` and never into another cell (a move keeps its
+        records in their cell)."""
+        from novakit.scheduler.request_spec import RequestSpec as SchedSpec
+
+        with self.db.reader() as session:
+            row = session.execute(select(RequestSpec).where(RequestSpec.instance_uuid == uuid)).scalar_one()
+        spec = SchedSpec.model_validate(row.spec)
+        spec.request_id = ctx.request_id
+        if flavor is not None:
+            spec.flavor = flavors.spec(flavor)
+        if image is not None:
+            spec.image = image
+        spec.num_instances, spec.min_count = 1, None
+        spec.new_root_volume_gb, spec.boot_volume = None, None
+        spec.requested_host = host
+        cell = locate(self.db.cells, ctx_admin(ctx), uuid)
+        spec.ignore_hosts = sorted(
+            {*([source] if source else []), *migrations.hosts_outside_cell(self.db, cell.id)}
+        )
+        return spec
+
+    def plan_move(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> str | None:
+        """Where a move would go, as its dry run (check mode) answers: the scheduler's choice with
+        nothing claimed, or NoValidHost with its explanation. None: the move needs no new host
+        (confirm, revert, a snapshot, unshelving a server that kept its host)."""
+        from novakit.compute import images
+
+        flow = ACTIONS[action].flow
+        with self.db.reader() as session:
+            inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
+            source, flavor = inst.host, dict(inst.flavor or {})
+            shelved = images.shelved_image_of(session, uuid) if flow == "unshelve" else None
+        if flow in ("resize", "live_migrate", "evacuate"):
+            spec = self.move_spec(
+                ctx, uuid, flavor=options.get("flavor") or flavor, host=options.get("host"), source=source
+            )
+        elif flow == "unshelve" and source is None and shelved is not None:
+            spec = self.move_spec(ctx, uuid, image=images.spec(shelved))
+        else:
+            return None
+        choice = self.scheduler.select_destinations(spec, [uuid], dry_run=True, recheck_quota=False)
+        return str(choice[0][0].host)
 
     # --- confirm / revert -------------------------------------------------------------
 

@@ -41,6 +41,9 @@ class InstanceInfo:
 
     state: PowerState
     internal_id: str | None = None
+    # The ids of the volumes in the guest's definition (what heal settles an interrupted attach
+    # or detach by); None: this driver cannot tell.
+    volumes: tuple[str, ...] | None = None
 
 
 #: capability -> the trait a host whose driver has it carries on its resource provider
@@ -243,6 +246,31 @@ class ComputeDriver:
     def finish_revert_migration(self, instance: InstanceSpec, power_on: bool) -> None:
         """On the source, when a move is reverted or rolled back: the guest as it was before the
         move, running if ``power_on``. Idempotent: a guest already back succeeds."""
+        raise NotImplementedError
+
+    def pre_live_migration(self, instance: InstanceSpec) -> dict[str, Any]:
+        """On the destination of a live migration, before it: make ready what the guest needs
+        here (its disks' places, its networks). Returns what the source needs to know of this
+        host (``dest_info``). If this raises, nothing is left here."""
+        raise NotImplementedError
+
+    def live_migration(
+        self, instance: InstanceSpec, dest_host: str, dest_info: dict[str, Any]
+    ) -> dict[str, Any]:
+        """On the source: move the running (or paused) guest to ``dest_host`` without stopping
+        it, its disks copied when storage is not shared. Returns what the destination's
+        ``post_live_migration_at_destination`` needs. Post-condition on success: the guest runs
+        there and nothing of it is left here; if this raises, the guest still runs here."""
+        raise NotImplementedError
+
+    def post_live_migration_at_destination(self, instance: InstanceSpec, handed: dict[str, Any]) -> None:
+        """On the destination, once the guest runs here: make it this host's for good (its
+        persistent definition)."""
+        raise NotImplementedError
+
+    def rollback_live_migration_at_destination(self, instance: InstanceSpec) -> None:
+        """On the destination of a live migration that failed: remove what ``pre_live_migration``
+        made. Idempotent."""
         raise NotImplementedError
 
     # --- images of a server, rescue ----------------------------------------------------------

@@ -29,8 +29,9 @@ which is how a test points one host of an inventory at a failure:
     every volume create (attach) raises VolumeBackendError, leaving nothing behind.
 ``fail_migrate_source`` / ``fail_migrate_dest``
     a move's step on this host fails: as its source, handing the guest over
-    (``migrate_disk_and_power_off``, the guest keeps running); as its
-    destination, bringing it up (``finish_migration``, nothing left behind).
+    (``migrate_disk_and_power_off``, ``live_migration``: the guest keeps
+    running); as its destination, bringing it up (``finish_migration``,
+    ``pre_live_migration``, a spawn of an evacuated server: nothing left behind).
 
 A move hands the guest's record over: the source keeps it, shut off and marked
 ``resize_source`` (not listed, as libvirt's shut-off leftover belongs to no
@@ -445,7 +446,11 @@ class FakeDriver(ComputeDriver):
         with self._locked_state() as state:
             guest = self._guest(state, instance.uuid)
             self._settle(guest)
-            return InstanceInfo(state=PowerState(guest["power_state"]), internal_id=f"fake-{instance.uuid}")
+            return InstanceInfo(
+                state=PowerState(guest["power_state"]),
+                internal_id=f"fake-{instance.uuid}",
+                volumes=tuple(sorted(set((guest.get("volumes") or {}).values()))),
+            )
 
     def list_instances(self) -> dict[str, PowerState]:
         with self._locked_state() as state:
@@ -609,6 +614,35 @@ class FakeDriver(ComputeDriver):
             if not power_on:
                 guest["power_state"] = int(PowerState.SHUTDOWN)
                 _console(guest, "reboot: Power down")
+
+    def pre_live_migration(self, instance: InstanceSpec) -> dict[str, Any]:
+        if self.failure_mode() == "fail_migrate_dest":
+            raise exceptions.ComputeError(reason=f"fake failure: host {self.host} cannot take guests live")
+        with self._locked_state(readonly=True) as state:
+            self._refuse_duplicate(state, instance.uuid)
+        return {"host": self.host}
+
+    def live_migration(
+        self, instance: InstanceSpec, dest_host: str, dest_info: dict[str, Any]
+    ) -> dict[str, Any]:
+        if self.failure_mode() == "fail_migrate_source":
+            raise exceptions.ComputeError(reason=f"fake failure: live migrations from host {self.host} fail")
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            self._settle(guest)
+            # Handed over as it runs: no power cycle, the console goes on where it was.
+            _console(guest, f"novakit-fake: live migrated to {dest_host}, still running (no reboot)")
+            handed = dict(guest)
+            del state["instances"][instance.uuid]
+        return {"guest": handed}
+
+    def post_live_migration_at_destination(self, instance: InstanceSpec, handed: dict[str, Any]) -> None:
+        with self._locked_state() as state:
+            self._refuse_duplicate(state, instance.uuid)
+            state["instances"][instance.uuid] = dict(handed["guest"])
+
+    def rollback_live_migration_at_destination(self, instance: InstanceSpec) -> None:
+        """pre_live_migration made nothing on the fake: nothing to remove."""
 
     def confirm_migration(self, instance: InstanceSpec) -> None:
         with self._locked_state() as state:

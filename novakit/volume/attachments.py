@@ -16,11 +16,20 @@ An attach runs, in this order (Nova's ``reserve_block_device_name`` + Cinder's a
 
 A detach is the mirror (``in-use -> detaching -> available``); a root volume (boot index 0) is never
 detached. A server's delete releases its attachments in the records (``release_server``), and heal
-does the same for servers that vanished.
+does the same for servers that vanished, and settles the volumes whose caller is gone
+(``novakit.heal.volumes``, with ``unreserve``, ``end_attach`` and ``end_detach``).
+
+The actions themselves start only on what the reservation leaves (``check_reserved``, their step
+in ``novakit.compute.prepare``): ``API.act(server, "attach_volume", ...)`` called around this
+module is refused (VolumeNotReserved, naming ``options.volume_id``) with nothing changed. Step 1
+runs before the reservation exists, so that step is what its dry run refuses: being the last of
+``act``'s checks, that refusal alone says the server passed all of its own. A dry run of this
+module (check mode) is steps 1 and 2's checks, the same code, with nothing written.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import uuid as uuidlib
 from typing import TYPE_CHECKING, Any
@@ -86,13 +95,62 @@ def _device(session: Session, server: dict[str, Any], given: str | None) -> str:
     raise exceptions.ValidationError("device", f"server {server['id']} has no free device left (vdb .. vdz)")
 
 
+#: the statuses the reservation leaves a volume in for each action (with its attachment to the
+#: server): what the action finds when this module asked for it
+RESERVED_FOR = {
+    "attach_volume": frozenset({VolumeStatus.RESERVED, VolumeStatus.ATTACHING}),
+    "detach_volume": frozenset({VolumeStatus.DETACHING}),
+}
+_HOW = {
+    "attach_volume": "reserved for it (reserved or attaching, with its attachment) by an attach "
+    "(novakit.volume.attachments.attach, `novakit server add volume`), which checks and reserves it",
+    "detach_volume": "marked detaching from it by a detach (novakit.volume.attachments.detach, "
+    "`novakit server remove volume`)",
+}
+
+
+def check_reserved(session: Session, instance_uuid: str, volume_uuid: str, action: str) -> None:
+    """The step of ``attach_volume`` / ``detach_volume``: the volume is where this module's
+    reservation leaves it for the server (``RESERVED_FOR``), else VolumeNotReserved."""
+    row = session.execute(
+        select(Volume.status, VolumeAttachment.instance_uuid)
+        .outerjoin(
+            VolumeAttachment,
+            (VolumeAttachment.volume_id == Volume.id) & (VolumeAttachment.deleted == 0),
+        )
+        .where(Volume.uuid == volume_uuid, Volume.deleted == 0)
+    ).first()
+    if row is not None and row.status in RESERVED_FOR[action] and row.instance_uuid == instance_uuid:
+        return
+    if row is None:
+        found = "not found"
+    else:
+        held = row.instance_uuid not in (None, instance_uuid)
+        found = row.status + (f" (attached to server {row.instance_uuid})" if held else "")
+    raise exceptions.VolumeNotReserved(
+        instance_uuid,
+        f"volume {volume_uuid} is {found}; {action} of server {instance_uuid} starts only on a volume "
+        f"{_HOW[action]}",
+    )
+
+
 def _server(api: API, ctx: RequestContext, ref: str, action: str, volume_id: str) -> dict[str, Any]:
-    """The server's checks of ``action`` (a dry run of ``act``), and the server with its host."""
+    """The server's checks of ``action`` (a dry run of ``act``), and the server with its host.
+
+    The volume is not reserved yet, so the dry run ends in the action's step refusing it for
+    that (VolumeNotReserved): the step is ``act``'s last check, so every check of the server
+    passed. (A volume already reserved for this server passes it; the reservation then
+    refuses it as not ``available``.)
+    """
     from novakit.cells import instances as cell_instances
 
-    outcome = api.act(ctx, ref, action, {"volume_id": volume_id}, dry_run=True)
-    assert outcome.server is not None
-    found = cell_instances.get_many(api.db, RequestContext.admin(ctx.request_id), [outcome.server["id"]])
+    try:
+        outcome = api.act(ctx, ref, action, {"volume_id": volume_id}, dry_run=True)
+        assert outcome.server is not None
+        uuid = outcome.server["id"]
+    except exceptions.VolumeNotReserved as exc:
+        uuid = exc.instance_uuid
+    found = cell_instances.get_many(api.db, RequestContext.admin(ctx.request_id), [uuid])
     if not found:
         raise exceptions.InstanceNotFound(instance_id=ref)
     inst = found[0]
@@ -167,31 +225,14 @@ def attach(
             "was taken by another attach meanwhile; try again"
         ) from None
 
-    def unreserve(session: Session) -> None:
-        session.execute(
-            delete(VolumeAttachment).where(
-                VolumeAttachment.volume_id == row_id, VolumeAttachment.deleted == 0
-            )
-        )
-        set_status(session, row_id, "unreserve")
-
     try:
         outcome = api.act(ctx, server["id"], "attach_volume", {"volume_id": volume_id}, defer=True)
     except Exception:
-        db.run_in_transaction(unreserve)
+        db.run_in_transaction(lambda s: unreserve(s, row_id))
         raise
     db.run_in_transaction(lambda s: set_status(s, row_id, "attach"))
     ok, fault = _run(api, ctx, outcome.request)
-
-    def finish(session: Session) -> None:
-        if ok:
-            set_status(session, row_id, "attached")
-            _set_attach_status(session, row_id, "attached")
-        else:
-            set_status(session, row_id, "attach_failed")
-            _soft_delete_attachments(session, row_id)
-
-    db.run_in_transaction(finish)
+    db.run_in_transaction(lambda s: end_attach(s, row_id, ok))
     if not ok:
         raise exceptions.VolumeBackendError(
             volume=volume_ref, reason=f"attaching as {chosen} failed: {fault}"
@@ -241,26 +282,13 @@ def detach(
         return v.id
 
     row_id = db.run_in_transaction(begin)
-
-    def back(session: Session) -> None:
-        set_status(session, row_id, "detach_failed")
-        _set_attach_status(session, row_id, "attached")
-
     try:
         outcome = api.act(ctx, server["id"], "detach_volume", {"volume_id": volume_id}, defer=True)
     except Exception:
-        db.run_in_transaction(back)
+        db.run_in_transaction(lambda s: end_detach(s, row_id, still_attached=True))
         raise
     ok, fault = _run(api, ctx, outcome.request)
-
-    def finish(session: Session) -> None:
-        if ok:
-            set_status(session, row_id, "detached")
-            _soft_delete_attachments(session, row_id)
-        else:
-            back(session)
-
-    db.run_in_transaction(finish)
+    db.run_in_transaction(lambda s: end_detach(s, row_id, still_attached=not ok))
     if not ok:
         raise exceptions.VolumeBackendError(volume=volume_ref, reason=f"detaching failed: {fault}")
     return volumes.show(api.conductor, ctx, volume_id)
@@ -277,6 +305,50 @@ def _run(api: API, ctx: RequestContext, request: Any) -> tuple[bool, str]:
         return True, ""
     fault = (res.fault if res is not None else None) or result.error
     return False, fault.message if fault else "the host returned no result"
+
+
+# --- where an attach or a detach ends (its caller's, or heal's once its caller is gone) ---------
+
+
+def unreserve(session: Session, volume_row_id: int, *, unchanged_since: dt.datetime | None = None) -> None:
+    """A reservation whose attach never started: the volume ``available``, the attachment gone
+    (as if never made). ``unchanged_since``: only over the volume as read (``set_status``)."""
+    set_status(session, volume_row_id, "unreserve", unchanged_since=unchanged_since)
+    session.execute(
+        delete(VolumeAttachment).where(
+            VolumeAttachment.volume_id == volume_row_id, VolumeAttachment.deleted == 0
+        )
+    )
+
+
+def end_attach(
+    session: Session, volume_row_id: int, attached: bool, *, unchanged_since: dt.datetime | None = None
+) -> None:
+    """An ``attaching`` volume: ``in-use`` if the guest has it, else ``available`` with its
+    attachment removed."""
+    if attached:
+        set_status(session, volume_row_id, "attached", unchanged_since=unchanged_since)
+        _set_attach_status(session, volume_row_id, "attached")
+    else:
+        set_status(session, volume_row_id, "attach_failed", unchanged_since=unchanged_since)
+        _soft_delete_attachments(session, volume_row_id)
+
+
+def end_detach(
+    session: Session,
+    volume_row_id: int,
+    *,
+    still_attached: bool,
+    unchanged_since: dt.datetime | None = None,
+) -> None:
+    """A ``detaching`` volume: ``in-use`` again if the guest still has it, else ``available``
+    with its attachment removed."""
+    if still_attached:
+        set_status(session, volume_row_id, "detach_failed", unchanged_since=unchanged_since)
+        _set_attach_status(session, volume_row_id, "attached")
+    else:
+        set_status(session, volume_row_id, "detached", unchanged_since=unchanged_since)
+        _soft_delete_attachments(session, volume_row_id)
 
 
 def _set_attach_status(session: Session, volume_row_id: int, status: str) -> None:

@@ -29,7 +29,8 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, quota
+from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db.models import Allocation, Volume, VolumeAttachment, utcnow
 from novakit.volume import volumes
@@ -116,9 +117,17 @@ def reserve(session: Session, spec: dict[str, Any], instance_uuid: str) -> None:
     session.flush()
 
 
-def create_root_volume(session: Session, inst: Any, spec: dict[str, Any], host: str) -> None:
+def create_root_volume(
+    session: Session, inst: Any, spec: dict[str, Any], host: str, *, conf: Config | None = None
+) -> None:
     """In the claims' transaction: the new root volume's row and attachment for ``inst`` on
     ``host``, and the volume's size of the server's DISK_GB claim there handed to the volume.
+
+    With ``conf`` (the first claim of the request), the quotas ``volumes`` and ``gigabytes``,
+    checked by the API before, are rechecked with the row written, as a volume's create does
+    (``quota.recheck``, under the project's lock): of two boots that passed the first check
+    together, the one that would go beyond the limit raises OverQuota and its claims roll back.
+    A reschedule passes none: its request was counted, and its last host's volume just went.
 
     Idempotent per server: a server that already has a root volume gets no second one.
     """
@@ -149,6 +158,8 @@ def create_root_volume(session: Session, inst: Any, spec: dict[str, Any], host: 
     )
     session.add(row)
     session.flush()
+    if conf is not None:
+        quota.recheck(session, conf, inst.project_id, {"volumes": 1, "gigabytes": size})
     session.add(_attachment(row.id, inst.uuid, bool(spec.get("delete_root_volume_on_termination", True))))
     claim = session.execute(
         select(Allocation).where(Allocation.consumer_id == inst.uuid, Allocation.resource_class == "DISK_GB")
@@ -190,6 +201,27 @@ def _roots(session: Session, instance_uuids: list[str]) -> list[tuple[Volume, Vo
             )
         ).all()
     ]
+
+
+def root_volume(session: Session, instance_uuid: str) -> Volume | None:
+    """The server's root volume (boot index 0), or None: it boots from an image's disk."""
+    found = _roots(session, [instance_uuid])
+    return found[0][0] if found else None
+
+
+def check_rebuild_image(session: Session, inst: Any, image: Any) -> None:
+    """A volume-backed server is rebuilt only with the image its root volume was made from, as
+    Nova before microversion 2.93 has it: novakit does not reimage a volume (its data is the
+    user's), so a rebuild with another image would say one thing and boot another."""
+    root = root_volume(session, inst.uuid)
+    if root is None or image.uuid == root.image_id:
+        return
+    raise exceptions.ValidationError(
+        "options.image",
+        f"server {inst.display_name} boots from volume {root.name}, made from image "
+        f"{root.image_id or '(none)'}, not {image.name} ({image.uuid}); a volume-backed server is "
+        "rebuilt only with its own image (its root volume is not reimaged)",
+    )
 
 
 def built(session: Session, instance_uuids: list[str]) -> None:

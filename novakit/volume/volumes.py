@@ -275,7 +275,7 @@ def create(
         request = ComputeRequest(
             request_id=ctx.request_id, host=chosen, operation="volume_create", volumes=[spec(session, row)]
         )
-    fault = _outcome(svc.rpc.send(request), volume_uuid)
+    fault = outcome(svc.rpc.send(request), volume_uuid)
     if fault is None:
         db.run_in_transaction(lambda s: set_status(s, row.id, "created", name=name))
     else:
@@ -288,7 +288,7 @@ def create(
     return show(svc, ctx, volume_uuid)
 
 
-def _outcome(result: ComputeResult, volume_uuid: str) -> Fault | None:
+def outcome(result: ComputeResult, volume_uuid: str) -> Fault | None:
     """None if the host did what it was asked to the volume, else the fault that says why."""
     res = next((r for r in result.results if r.uuid == volume_uuid), None)
     if res is not None and res.ok:
@@ -342,26 +342,32 @@ def delete(svc: Services, ctx: RequestContext, ref: str) -> dict[str, Any]:
     v = db.run_in_transaction(start)
     fault = None
     if v.host:
-        with db.reader() as session:
-            request = ComputeRequest(
-                request_id=ctx.request_id, host=v.host, operation="volume_delete", volumes=[spec(session, v)]
-            )
-        fault = _outcome(svc.rpc.send(request), v.uuid)
+        fault = outcome(delete_on_host(svc, ctx.request_id, v), v.uuid)
     if fault is not None:
         db.run_in_transaction(
             lambda s: set_status(s, v.id, "delete_failed", name=v.name, reason=fault.message[:255])
         )
         return show(svc, ctx, v.uuid)
-
-    def finish(session: Session) -> None:
-        session.execute(
-            update(Volume)
-            .where(Volume.id == v.id, Volume.deleted == 0, Volume.status == VolumeStatus.DELETING.value)
-            .values(deleted=Volume.id, deleted_at=utcnow(), updated_at=utcnow())
-        )
-        remove_allocations_in_session(session, v.uuid)
-
-    db.run_in_transaction(finish)
+    db.run_in_transaction(lambda s: finish_delete(s, v))
     out = view(v)
     out["status"] = "deleted"
     return out
+
+
+def delete_on_host(svc: Services, request_id: str, v: Volume) -> ComputeResult:
+    """The host's ``volume_delete`` of ``v`` (which is ``deleting``), as the host answered it."""
+    with svc.db.reader() as session:
+        request = ComputeRequest(
+            request_id=request_id, host=v.host or "", operation="volume_delete", volumes=[spec(session, v)]
+        )
+    return svc.rpc.send(request)
+
+
+def finish_delete(session: Session, v: Volume) -> None:
+    """A ``deleting`` volume its host has removed: its row soft-deleted, its claim freed."""
+    session.execute(
+        update(Volume)
+        .where(Volume.id == v.id, Volume.deleted == 0, Volume.status == VolumeStatus.DELETING.value)
+        .values(deleted=Volume.id, deleted_at=utcnow(), updated_at=utcnow())
+    )
+    remove_allocations_in_session(session, v.uuid)

@@ -94,7 +94,9 @@ options:
   action:
     description: The lifecycle action, for O(step=action).
     type: str
-    choices: [delete, stop, start, reboot, pause, unpause, suspend, resume, rebuild, lock, unlock, rename]
+    choices: [delete, stop, start, reboot, pause, unpause, suspend, resume, rebuild, resize, migrate,
+              confirm_resize, revert_resize, live_migrate, evacuate, create_image, shelve, shelve_offload,
+              unshelve, rescue, unrescue, lock, unlock, rename]
   servers:
     description: Servers (names or uuids) for O(step=action).
     type: list
@@ -380,6 +382,18 @@ class ConductorModule(NovakitModule):
                 "suspend",
                 "resume",
                 "rebuild",
+                "resize",
+                "migrate",
+                "confirm_resize",
+                "revert_resize",
+                "live_migrate",
+                "evacuate",
+                "create_image",
+                "shelve",
+                "shelve_offload",
+                "unshelve",
+                "rescue",
+                "unrescue",
                 "lock",
                 "unlock",
                 "rename",

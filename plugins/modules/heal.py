@@ -108,11 +108,12 @@ report:
         kind:
           description:
             - C(power_state), C(stopped), C(vanished), C(task_recovered), C(build_timeout), C(build_adopted),
-              C(abandoned_action), C(orphan_allocation), C(orphan_guest), C(imported_guest) or C(stray_copy)
-              (the copy an interrupted move into a cell left behind, removed).
+              C(abandoned_action), C(orphan_allocation), C(orphan_guest), C(imported_guest), C(stray_copy)
+              (the copy an interrupted move into a cell left behind, removed) or C(volume_recovered) (a volume
+              whose operation was cut off, settled).
           type: str
         instance:
-          description: The instance (or, for an orphan guest, the guest's uuid).
+          description: The instance (or, for an orphan guest, the guest's uuid; for C(volume_recovered), the volume's).
           type: str
         host:
           description: Its host.

@@ -5,14 +5,23 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: server_action
-short_description: Reboot, rebuild, lock, unlock or rename a novakit server
+short_description: Reboot, rebuild, resize, migrate, shelve, snapshot, rescue, lock or rename a novakit server
 description:
   - Runs one operation on an existing server, in direct mode - the API checks and starts it in this
     process, and a background process of its own (C(python -m novakit.worker)) has the server's
     compute host run it and records the result. O(wait) and O(timeout) say whether and how long the
     task waits for that, as for C(openstack.cloud.server).
   - O(action=lock), O(action=unlock) and O(action=rename) are declarative - when already in effect
-    they report no change. O(action=reboot) and O(action=rebuild) always act.
+    they report no change. The other actions always act.
+  - "Moves take more than one host or the scheduler: O(action=resize) and O(action=migrate) (cold) end
+    in status V(VERIFY_RESIZE) on the new host, answered by O(action=confirm_resize) or
+    O(action=revert_resize); O(action=live_migrate) keeps the guest running; O(action=evacuate)
+    rebuilds a server whose host is down on another host; O(action=shelve), O(action=shelve_offload)
+    and O(action=unshelve) as Nova's; O(action=create_image) snapshots the root disk into a new image.
+    These run to their end in the module's own process, whatever O(wait) says."
+  - A move that fails on a host is rolled back - the server is where it was, as it was, and the
+    action's error and fault are in its audit trail (C(novakit server events)).
+  - Migrating and evacuating are admin only.
   - Power states (started, stopped, paused, suspended) and deleting belong to M(novakit.cloud.server)
     O(novakit.cloud.server#module:state); together the two modules offer every action of novakit's
     state table.
@@ -40,7 +49,8 @@ options:
     description: The operation.
     type: str
     required: true
-    choices: [reboot, rebuild, lock, unlock, rename]
+    choices: [reboot, rebuild, resize, confirm_resize, revert_resize, migrate, live_migrate, evacuate, shelve,
+              shelve_offload, unshelve, create_image, rescue, unrescue, lock, unlock, rename]
   reboot_type:
     description: V(soft) asks the guest; V(hard) resets it (and also works from stopped, paused or error).
     type: str
@@ -67,6 +77,23 @@ options:
         clear (a SHA-512 crypt hash); the rebuilt guest gets it from its config drive. Without it
         a rebuild keeps the password the server had.
       - Refused for a server without a config drive, or on a host whose driver cannot set it.
+    type: str
+  flavor:
+    description: The new flavor (name or id), for O(action=resize) (required).
+    type: str
+  host:
+    description:
+      - The destination host, for O(action=migrate), O(action=live_migrate) and O(action=evacuate).
+        Without it the scheduler chooses, as for a boot.
+    type: str
+  image_name:
+    description: The new image's name, for O(action=create_image) (required; unique among images).
+    type: str
+  image_metadata:
+    description: Properties of the new image, for O(action=create_image).
+    type: dict
+  rescue_image:
+    description: The image to boot from (name or id), for O(action=rescue). Default the server's own.
     type: str
 """
 
@@ -95,6 +122,31 @@ EXAMPLES = r"""
     server: web-1
     action: lock
     lock_reason: maintenance window
+
+- name: Resize to a bigger flavor
+  novakit.cloud.server_action:
+    server: db
+    action: resize
+    flavor: m1.large
+
+- name: Keep the new size
+  novakit.cloud.server_action:
+    server: db
+    action: confirm_resize
+
+- name: Move a running server to another host, without a reboot
+  novakit.cloud.server_action:
+    server: web-2
+    action: live_migrate
+    host: kvm-03
+
+- name: Snapshot a server into a new image
+  novakit.cloud.server_action:
+    server: web-1
+    action: create_image
+    image_name: web-1-before-upgrade
+    image_metadata:
+      purpose: backup
 """
 
 RETURN = r"""
@@ -112,7 +164,9 @@ server:
       description: Its name (the new one after a rename).
       type: str
     status:
-      description: The status a user sees - V(ACTIVE), V(REBOOT), V(HARD_REBOOT), V(REBUILD), V(SHUTOFF), V(ERROR)...
+      description:
+        - The status a user sees - V(ACTIVE), V(REBOOT), V(HARD_REBOOT), V(REBUILD), V(SHUTOFF), V(VERIFY_RESIZE),
+          V(SHELVED_OFFLOADED), V(RESCUE), V(ERROR)...
       type: str
     vm_state:
       description: Nova's vm_state.
@@ -121,7 +175,7 @@ server:
       description: The task in progress, or null when none.
       type: str
     host:
-      description: The compute host it runs on.
+      description: The compute host it runs on (the new one after a move; none once offloaded).
       type: str
     image:
       description: The uuid of the image it runs (the new one after a rebuild).
@@ -158,7 +212,7 @@ actions:
   sample: [lock]
 worker_log:
   description: The log of the background process that has the host run the operation; it holds no secrets.
-  returned: when a reboot or rebuild was started on a compute host
+  returned: when an operation of one host (a reboot, rebuild, rescue, unrescue) was started on it
   type: str
   sample: /root/.local/state/novakit/workers/req-7c1d...-0b3f....log
 """
@@ -169,6 +223,26 @@ from ansible_collections.novakit.cloud.plugins.module_utils.novakit import (  # 
     background,
 )
 
+#: each module option by the state table's name for it; an action takes its own of them
+#: (``desired.options_for``)
+OPTION_NAMES = {
+    "reboot_type": "reboot_type",
+    "image": "image",
+    "new_name": "name",
+    "lock_reason": "reason",
+    "metadata": "metadata",
+    "user_data": "user_data",
+    "admin_password": "admin_password",
+    "flavor": "flavor",
+    "host": "host",
+}
+#: actions whose options have the names of other actions' in the state table (a snapshot's
+#: ``name`` is not a rename's), so the module gives them options of their own
+OWN_OPTION_NAMES = {
+    "create_image": {"image_name": "name", "image_metadata": "metadata"},
+    "rescue": {"rescue_image": "image"},
+}
+
 
 class ServerActionModule(NovakitModule):
     argument_spec = {
@@ -176,7 +250,25 @@ class ServerActionModule(NovakitModule):
         "action": {
             "type": "str",
             "required": True,
-            "choices": ["reboot", "rebuild", "lock", "unlock", "rename"],
+            "choices": [
+                "reboot",
+                "rebuild",
+                "resize",
+                "confirm_resize",
+                "revert_resize",
+                "migrate",
+                "live_migrate",
+                "evacuate",
+                "shelve",
+                "shelve_offload",
+                "unshelve",
+                "create_image",
+                "rescue",
+                "unrescue",
+                "lock",
+                "unlock",
+                "rename",
+            ],
         },
         "reboot_type": {"type": "str", "choices": ["soft", "hard"], "default": "soft"},
         "image": {"type": "str"},
@@ -185,27 +277,31 @@ class ServerActionModule(NovakitModule):
         "metadata": {"type": "dict"},
         "user_data": {"type": "str", "no_log": True},
         "admin_password": {"type": "str", "no_log": True},
+        "flavor": {"type": "str"},
+        "host": {"type": "str"},
+        "image_name": {"type": "str"},
+        "image_metadata": {"type": "dict"},
+        "rescue_image": {"type": "str"},
         **WAIT_ARGS,
     }
     module_kwargs = {
         "supports_check_mode": True,
-        "required_if": [("action", "rebuild", ["image"]), ("action", "rename", ["new_name"])],
+        "required_if": [
+            ("action", "rebuild", ["image"]),
+            ("action", "rename", ["new_name"]),
+            ("action", "resize", ["flavor"]),
+            ("action", "create_image", ["image_name"]),
+        ],
     }
 
     def run(self):
         from novakit import desired
 
         p = self.params
-        # The options of every action, by the state table's names; each action takes its own.
-        options = {
-            "reboot_type": p["reboot_type"],
-            "image": p["image"],
-            "name": p["new_name"],
-            "reason": p["lock_reason"],
-            "metadata": p["metadata"],
-            "user_data": desired.encode_user_data(p["user_data"]),
-            "admin_password": p["admin_password"],
-        }
+        names = OWN_OPTION_NAMES.get(p["action"], OPTION_NAMES)
+        options = {table_name: p[option] for option, table_name in names.items()}
+        if "user_data" in options:
+            options["user_data"] = desired.encode_user_data(options["user_data"])
         out = desired.perform(
             self.api(),
             self.context(),

@@ -226,3 +226,56 @@ def test_servers_racing_for_one_boot_volume_get_it_once(cloud: Cloud, ctx: Reque
     (server,) = cloud.api.list(cloud.admin)
     assert _root(cloud, ctx, server["id"])["name"] == "os"
     assert _count(cloud, "volume_attachments") == 1
+
+
+def test_a_volume_backed_server_is_rebuilt_only_with_its_own_image(cloud: Cloud, ctx: RequestContext) -> None:
+    """As Nova before microversion 2.93: the root volume is not reimaged, so another image is
+    refused with nothing changed; its own image rebuilds the server on the same volume."""
+    server = boot(cloud, ctx, "bfv", boot_from_volume=5)
+    root = _root(cloud, ctx, server["id"])
+    before = cloud.snapshot()
+    for dry_run in (True, False):
+        with pytest.raises(exceptions.ValidationError) as err:
+            cloud.api.act(ctx, "bfv", "rebuild", {"image": "tiny-2"}, dry_run=dry_run)
+        assert err.value.field == "options.image"
+        assert "rebuilt only with its own image" in err.value.rule and root["name"] in err.value.rule
+    assert cloud.snapshot() == before
+
+    rebuilt = cloud.api.rebuild(ctx, "bfv", {"image": "tiny"})
+    assert rebuilt["status"] == "ACTIVE"
+    assert [a["action"] for a in cloud.api.list_actions(ctx, "bfv")][-1] == "rebuild"
+    after = _root(cloud, ctx, server["id"])
+    assert after["id"] == root["id"] and after["status"] == "in-use"
+    assert after["attachments"] == root["attachments"]
+    assert cloud.fake(server["host"]).volumes()[root["id"]]["attached_to"] == server["id"]
+    # A server booted from an image's disk still takes another image.
+    boot(cloud, ctx, "plain")
+    assert cloud.api.rebuild(ctx, "plain", {"image": "tiny-2"})["status"] == "ACTIVE"
+
+
+@pytest.mark.parametrize(("resource", "limit"), [("volumes", 1), ("gigabytes", 6)])
+def test_boots_that_passed_the_volume_quota_together_are_rechecked_in_the_claim(
+    cloud: Cloud, ctx: RequestContext, resource: str, limit: int
+) -> None:
+    """Two boots from new volumes both pass the API's check (no volume exists yet); the
+    recheck in the claims' transaction, with the new volume's row written, lets one through."""
+    from novakit import quota
+
+    quota.set_quota(cloud.db, "demo", resource, limit)
+    request = {"flavor": "m1.small", "image": "tiny", "boot_from_volume": 4}
+    [first] = cloud.api.create(ctx, {"name": "first", **request}, build=False)
+    [second] = cloud.api.create(ctx, {"name": "second", **request}, build=False)
+    cloud.api.conductor.build_instances(ctx, [first["id"]])
+    cloud.api.conductor.build_instances(ctx, [second["id"]])
+
+    assert cloud.api.get(ctx, first["id"])["status"] == "ACTIVE"
+    assert _root(cloud, ctx, first["id"])["status"] == "in-use"
+    lost = cloud.api.get(ctx, second["id"])
+    assert (lost["status"], lost["task_state"]) == ("ERROR", None)
+    assert lost["fault"]["message"].startswith(f"Quota exceeded for {resource} in project demo")
+    # Nothing of it is held: no volume, no claim, no attachment.
+    assert _count(cloud, "volumes") == 1 and _count(cloud, "volume_attachments") == 1
+    assert _claims(cloud, second["id"]) == {}
+    usage = quota.get_quota_usage(cloud.db, cloud.conf, "demo")
+    assert usage["volumes"]["in_use"] == 1 and usage["gigabytes"]["in_use"] == 4
+    assert cloud.api.delete(ctx, second["id"])["status"] == "DELETED"

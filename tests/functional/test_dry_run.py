@@ -134,6 +134,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "rename": {"name": "renamed"},
     "lock": {"reason": "again"},
     "stop": {"timeout": 5},
+    "resize": {"flavor": "m1.large"},
+    "create_image": {"name": "snap"},
 }
 # Requests refused whoever asks, whatever the server's state (the options are checked first).
 INVALID = [("stop", {"reboot_type": "HARD"}), ("frobnicate", {})]

@@ -283,3 +283,57 @@ def test_heal_detaches_volumes_of_servers_that_vanished_and_keeps_volume_claims(
     vol = volumes.show(cloud.api.conductor, ctx, "data")
     assert vol["status"] == "available" and vol["attachments"] == []
     assert placement.get_allocations_for_consumer(cloud.db, vol["id"])
+
+
+def test_the_volume_actions_start_only_on_what_their_reservation_leaves(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    """``API.act`` called around novakit.volume.attachments is refused, in check mode too,
+    naming options.volume_id and the rule, with nothing changed."""
+    server = boot(cloud, ctx, "web")
+    other = boot(cloud, ctx, "db")
+    free = volumes.create(cloud.api.conductor, ctx, "free", 1, host=server["host"])
+    used = volumes.create(cloud.api.conductor, ctx, "used", 1, host=other["host"])
+    attachments.attach(cloud.api, ctx, "db", "used")
+    before = cloud.snapshot()
+    for server_ref, action, vol, found in (
+        ("web", "attach_volume", free, "is available"),
+        ("web", "attach_volume", used, f"is in-use (attached to server {other['id']})"),
+        ("db", "detach_volume", used, "is in-use"),
+        ("web", "detach_volume", free, "is available"),
+    ):
+        for dry_run in (True, False):
+            with pytest.raises(exceptions.ValidationError) as err:
+                cloud.api.act(ctx, server_ref, action, {"volume_id": vol["id"]}, dry_run=dry_run)
+            assert err.value.field == "options.volume_id"
+            assert found in err.value.rule and f"{action} of server" in err.value.rule
+            assert ("reserved for it" if action == "attach_volume" else "marked detaching") in err.value.rule
+    assert cloud.snapshot() == before
+    assert cloud.fake(server["host"]).volumes()[free["id"]]["attached_to"] is None
+
+    # Through the library both go, check mode first, which changes nothing either.
+    assert attachments.attach(cloud.api, ctx, "web", "free", dry_run=True)["status"] == "available"
+    assert attachments.detach(cloud.api, ctx, "db", "used", dry_run=True)["status"] == "in-use"
+    assert cloud.snapshot() == before
+    assert attachments.attach(cloud.api, ctx, "web", "free")["status"] == "in-use"
+    assert attachments.detach(cloud.api, ctx, "db", "used")["status"] == "available"
+
+
+def test_check_mode_refuses_what_the_real_attach_refuses(cloud: Cloud, ctx: RequestContext) -> None:
+    server = boot(cloud, ctx, "web")
+    elsewhere = next(h for h in ("compute-1", "compute-2", "compute-3") if h != server["host"])
+    volumes.create(cloud.api.conductor, ctx, "far", 1, host=elsewhere)
+    volumes.create(cloud.api.conductor, ctx, "near", 1, host=server["host"])
+    cloud.api.lock(cloud.admin, "web")
+    before = cloud.snapshot()
+    for dry_run in (True, False):
+        # The server's checks come first, as every action's; then the volume's.
+        with pytest.raises(exceptions.InstanceIsLocked):
+            attachments.attach(cloud.api, ctx, "web", "near", dry_run=dry_run)
+    assert cloud.snapshot() == before
+    cloud.api.unlock(cloud.admin, "web")
+    before = cloud.snapshot()
+    for dry_run in (True, False):
+        with pytest.raises(exceptions.InvalidVolume, match="attaches only to servers on its host"):
+            attachments.attach(cloud.api, ctx, "web", "far", dry_run=dry_run)
+    assert cloud.snapshot() == before

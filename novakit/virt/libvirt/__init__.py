@@ -6,7 +6,10 @@ without libvirt on controllers and on hosts that run the fake driver.
 
 Files: ``driver`` (the ComputeDriver), ``host`` (the connection), ``guest``
 (power states and operations on one domain), ``config`` (domain XML as typed
-objects), ``imagecache`` and ``images`` (verified image copies, overlays),
-``configdrive`` (the NoCloud ISO), ``storage`` (disks as volumes in a storage
-pool of a remote daemon, reached through libvirt alone).
+objects), ``guestconfig`` (an instance's domain definition, its disks made),
+``disks`` (an instance's own disks and console log), ``imagecache`` and
+``images`` (verified image copies, overlays), ``configdrive`` (the NoCloud ISO),
+``storage`` (disks as volumes in a storage pool of a remote daemon, reached
+through libvirt alone), ``volumes`` and ``lvm`` (volumes in a ``dir`` pool or
+on an LVM volume group), ``unmanaged`` (guests novakit did not create), ``vif``.
 """

@@ -150,7 +150,7 @@ class InstanceMetadata:
 
 @dataclass
 class GuestDisk:
-    """A file-backed disk or cdrom."""
+    """A disk or cdrom backed by a file, or by a block device (``source_type="block"``: an LV)."""
 
     source_path: str
     target_dev: str
@@ -159,12 +159,16 @@ class GuestDisk:
     device: Literal["disk", "cdrom"] = "disk"
     readonly: bool = False
     serial: str | None = None
+    source_type: Literal["file", "block"] = "file"
 
     def to_element(self) -> ET.Element:
-        disk = ET.Element("disk", type="file", device=self.device)
+        disk = ET.Element("disk", type=self.source_type, device=self.device)
         # No cache mode: "none" needs O_DIRECT, which tmpfs and some overlay filesystems lack.
         _sub(disk, "driver", name="qemu", type=self.driver_type)
-        _sub(disk, "source", file=self.source_path)
+        if self.source_type == "block":
+            _sub(disk, "source", dev=self.source_path)
+        else:
+            _sub(disk, "source", file=self.source_path)
         _sub(disk, "target", dev=self.target_dev, bus=self.target_bus)
         if self.readonly:
             _sub(disk, "readonly")

@@ -1,5 +1,14 @@
 """The libvirt ComputeDriver: QEMU guests on qemu:///system, qemu:///session or a remote daemon.
 
+``LibvirtDriver`` is the public face: every operation of ``ComputeDriver`` is a method here,
+which finds the guest, turns libvirt's errors into novakit's and hands the work to the module
+of its noun: ``guest`` (power operations on one domain), ``guestconfig`` (the domain
+definition of a new guest), ``disks`` (an instance's own disks and console log),
+``volumes`` and ``lvm`` (the volume pool), ``storage`` (the pool of a remote daemon),
+``unmanaged`` (guests novakit did not create), ``vif`` (NICs and DHCP host entries). A new
+operation (snapshot, rescue, migration) follows the same shape: a method here, its work in
+a module of its own.
+
 Options (all optional):
 
 ``uri``               libvirt URI (default ``qemu:///system``)
@@ -18,6 +27,11 @@ Options (all optional):
                       /var/lib/novakit/pool on system URIs; required on session URIs, whose
                       directory is in the remote user's home)
 ``reboot_timeout``    seconds a soft reboot waits for the guest before resetting it (default 60)
+``volume_pool``       the libvirt storage pool of this host's volumes (default ``novakit-volumes``)
+``volume_pool_path``  the directory of that ``dir`` pool when novakit creates it (default
+                      /var/lib/novakit/volumes; under ~/.local/share/novakit on session URIs)
+``volume_group``      an existing LVM volume group: volumes become its LVs, in a ``logical``
+                      pool (``lvm``); novakit never creates, formats or removes the group
 
 Every instance owns one directory, ``<instances_path>/<uuid>``; spawn either
 ends with a running domain or removes the domain and that directory again,
@@ -42,7 +56,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 import uuid as uuidlib
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -54,30 +67,16 @@ from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec, Unm
 from novakit.compute.states import PowerState
 from novakit.virt.driver import ComputeDriver, InstanceInfo
 from novakit.virt.libvirt import config as vconfig
-from novakit.virt.libvirt import images, vif
-from novakit.virt.libvirt.configdrive import ConfigDrive, guest_mac
+from novakit.virt.libvirt import unmanaged, vif
+from novakit.virt.libvirt.disks import INSTANCE_FILES, InstanceDisks, LocalDisks, RemoteDisks
 from novakit.virt.libvirt.guest import Guest
+from novakit.virt.libvirt.guestconfig import GuestConfigBuilder, parse_networks
 from novakit.virt.libvirt.host import Host, bridge_names, is_remote_uri, is_session_uri
-from novakit.virt.libvirt.imagecache import CachedImage, ImageCache
-from novakit.virt.libvirt.storage import (
-    CONSOLE_HEADER,
-    DEFAULT_POOL,
-    RemoteStorage,
-    StorageVolumeConfig,
-    default_pool_path,
-    instance_volume_name,
-)
+from novakit.virt.libvirt.imagecache import ImageCache
+from novakit.virt.libvirt.storage import DEFAULT_POOL, RemoteStorage, default_pool_path
 from novakit.virt.libvirt.volumes import DEFAULT_VOLUME_POOL, VolumePool
 
 GiB = 1024**3
-#: get_console_output returns at most this much of the end of the log (Nova's limit)
-MAX_CONSOLE_BYTES = 100 * 1024
-DEFAULT_CMDLINE = "root=/dev/vda console=tty0 console=ttyS0"
-CONSOLE_LOG = "console.log"
-_DISK_LETTERS = "abcdefghijklmnopqrstuvwxyz"
-# The file names of an instance's disks: in its directory, or after "<uuid>." in the remote pool.
-ROOT_DISK, EPHEMERAL_DISK, SWAP_DISK, CONFIG_DRIVE = "disk", "disk.eph0", "disk.swap", "disk.config"
-_INSTANCE_FILES = (ROOT_DISK, EPHEMERAL_DISK, SWAP_DISK, CONFIG_DRIVE, CONSOLE_LOG)
 
 
 class LibvirtDriver(ComputeDriver):
@@ -90,7 +89,6 @@ class LibvirtDriver(ComputeDriver):
         self.uri = str(self.options.get("uri") or "qemu:///system")
         self._host = Host(host, self.uri)
         self.libvirt = self._host.libvirt
-        self.domain_type = str(self.options.get("domain_type") or "qemu")
         session = is_session_uri(self.uri)
         if session:
             data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
@@ -101,8 +99,6 @@ class LibvirtDriver(ComputeDriver):
         self.image_cache_path = Path(self.options.get("image_cache_path") or self.instances_path / "_base")
         self.image_store = Path(self.options.get("image_store") or default_root / "images")
         self.image_cache = ImageCache(self.image_cache_path, self.image_store)
-        self.default_networks = _parse_networks(self.options.get("network"))
-        self.emulator = self.options.get("emulator") or None
         self.reboot_timeout = float(self.options.get("reboot_timeout", 60))
         self.files_are_local = not is_remote_uri(self.uri) or bool(self.options.get("shared_storage"))
         self.volume_pool = VolumePool(
@@ -111,6 +107,15 @@ class LibvirtDriver(ComputeDriver):
             str(self.options.get("volume_pool") or DEFAULT_VOLUME_POOL),
             Path(self.options.get("volume_pool_path") or default_root / "volumes"),
             work_dir=self.image_cache_path,
+            volume_group=str(self.options["volume_group"]) if self.options.get("volume_group") else None,
+            host=host,
+        )
+        self.guest_config = GuestConfigBuilder(
+            self.image_cache,
+            self.volume_pool,
+            domain_type=str(self.options.get("domain_type") or "qemu"),
+            emulator=self.options.get("emulator") or None,
+            default_networks=parse_networks(self.options.get("network")),
         )
         self.remote: RemoteStorage | None = None
         if not self.files_are_local:
@@ -191,6 +196,8 @@ class LibvirtDriver(ComputeDriver):
 
     def init_host(self) -> None:
         self._conn()
+        # First: a volume group that is not there is a configuration error, and nothing is made.
+        self.volume_pool.init_host()
         if self.files_are_local:
             self.instances_path.mkdir(parents=True, exist_ok=True)
             self.image_cache_path.mkdir(parents=True, exist_ok=True)
@@ -226,6 +233,15 @@ class LibvirtDriver(ComputeDriver):
             local_gb = st.f_blocks * st.f_frsize // GiB
             local_gb_used = (st.f_blocks - st.f_bfree) * st.f_frsize // GiB
             cached_images = self.image_cache.cached_image_ids()
+        if self.volume_pool.logical:
+            # Volumes take their DISK_GB from the volume group, not from the disks above.
+            try:
+                in_volumes, free = self.volume_pool.space()
+            except self.libvirt.libvirtError as exc:
+                reason = exc.get_error_message()
+                raise exceptions.HypervisorUnavailable(host=self.host, reason=reason) from None
+            local_gb += (in_volumes + free) // GiB
+            local_gb_used += in_volumes // GiB
         # A remote host's bridges are not in this machine's /sys: there, its libvirt networks only.
         networks = set(self._host.network_names()) | set(bridge_names() if self.files_are_local else [])
         return HostResources(
@@ -294,83 +310,10 @@ class LibvirtDriver(ComputeDriver):
         return exc
 
     def _prepare_guest(self, instance: InstanceSpec, inst_dir: Path) -> vconfig.LibvirtConfigGuest:
-        """Make every file the guest needs and return its domain definition."""
-        flavor = instance.flavor
-        base = self._fetch_image(instance.image, "image")
-        root_size = base.virtual_size
-        if flavor.root_gb:
-            if base.virtual_size > flavor.root_gb * GiB:
-                raise exceptions.BuildAbortError(
-                    instance_uuid=instance.uuid,
-                    reason=(
-                        f"flavor {flavor.name}'s root disk ({flavor.root_gb} GiB) is smaller than image "
-                        f"{instance.image.id} ({base.virtual_size} bytes)"
-                    ),
-                )
-            root_size = flavor.root_gb * GiB
-        letters = iter(_DISK_LETTERS)
-        disks = []
-        maker: _LocalDisks | _RemoteDisks
-        maker = _LocalDisks(inst_dir) if self.remote is None else _RemoteDisks(self.remote, instance.uuid)
-        # Kernel and ramdisk first: on a remote host they are uploads, cheaper to fail before disks.
-        kernel = initrd = cmdline = None
-        if instance.kernel is not None:
-            kernel = maker.image_path(self._fetch_image(instance.kernel, "kernel"))
-            if instance.ramdisk is not None:
-                initrd = maker.image_path(self._fetch_image(instance.ramdisk, "ramdisk"))
-            cmdline = instance.image.properties.get("os_command_line") or DEFAULT_CMDLINE
-        root_volume = next((v for v in instance.volumes if v.boot_index == 0), None)
-        if root_volume is not None:  # booted from a volume: it is the root disk, no overlay
-            disks.append(self.volume_pool.disk(root_volume.model_copy(update={"device_name": "vda"})))
-            next(letters)
-        else:
-            root = maker.overlay(base, root_size)
-            disks.append(vconfig.GuestDisk(root, f"vd{next(letters)}", serial=instance.uuid[:20]))
-        if flavor.ephemeral_gb:
-            eph = maker.blank_qcow2(flavor.ephemeral_gb * GiB)
-            disks.append(vconfig.GuestDisk(eph, f"vd{next(letters)}"))
-        if flavor.swap:
-            swap = maker.swap(flavor.swap)
-            disks.append(vconfig.GuestDisk(swap, f"vd{next(letters)}", driver_type="raw"))
-        interfaces = self._interfaces(instance)
-        if instance.config_drive:
-            iso = maker.config_drive(ConfigDrive.from_instance(instance, [i.mac or "" for i in interfaces]))
-            disks.append(vconfig.GuestDisk(iso, f"vd{next(letters)}", driver_type="raw", readonly=True))
-        # Attached volumes keep their devices (chosen by the controller after these disks).
-        disks.extend(self.volume_pool.disk(v) for v in instance.volumes if v.boot_index != 0)
-        console_log = maker.console_log()
-        return vconfig.LibvirtConfigGuest(
-            uuid=instance.uuid,
-            name=vconfig.domain_name(instance.uuid),
-            title=instance.name,
-            metadata=vconfig.InstanceMetadata.from_instance(instance),
-            memory_mb=flavor.memory_mb,
-            vcpus=flavor.vcpus,
-            domain_type=self.domain_type,
-            kernel=kernel,
-            initrd=initrd,
-            cmdline=cmdline,
-            emulator=self.emulator,
-            disks=disks,
-            interfaces=interfaces,
-            serial_log=vconfig.GuestSerialLog(console_log),
-        )
-
-    def _fetch_image(self, image: ImageSpec, role: str) -> CachedImage:
-        if role in ("kernel", "ramdisk") and image.disk_format not in images.RAW_ALIASES:
-            raise exceptions.InvalidImage(
-                image_id=image.id, reason=f"a {role} image must be a raw file (aki, ari or raw)"
-            )
-        return self.image_cache.fetch(image)
-
-    def _interfaces(self, instance: InstanceSpec) -> list[vconfig.GuestInterface]:
-        wanted: list[tuple[str, str, str | None]] = [(n.type, n.source, n.mac) for n in instance.networks]
-        if not wanted:
-            wanted = [(kind, source, None) for kind, source in self.default_networks]
-        return [
-            vconfig.GuestInterface(kind, source, mac or guest_mac(instance.uuid, i))  # type: ignore[arg-type]
-            for i, (kind, source, mac) in enumerate(wanted)
-        ]
+        """Make every file the guest needs and return its domain definition (``guestconfig``)."""
+        maker: InstanceDisks
+        maker = LocalDisks(inst_dir) if self.remote is None else RemoteDisks(self.remote, instance.uuid)
+        return self.guest_config.build(instance, maker)
 
     def _define_and_start(self, guest_config: vconfig.LibvirtConfigGuest) -> Any:
         """Define the domain from its typed config and boot it (the libvirt half of spawn)."""
@@ -422,7 +365,7 @@ class LibvirtDriver(ComputeDriver):
         """Delete every ``<uuid>.*`` volume; the base volumes they were made from stay."""
         assert self.remote is not None
         try:
-            errors = self.remote.delete_instance_volumes(uuid, _INSTANCE_FILES)
+            errors = self.remote.delete_instance_volumes(uuid, INSTANCE_FILES)
         except (self.libvirt.libvirtError, exceptions.NovakitError) as exc:
             errors = [_error_text(exc)]
         if errors and raise_errors:
@@ -448,8 +391,9 @@ class LibvirtDriver(ComputeDriver):
     # --- volumes (``volumes.VolumePool``) ----------------------------------------
 
     def create_volume(self, volume: VolumeSpec) -> None:
-        base = self._fetch_image(volume.image, "image") if volume.image is not None else None
-        self.volume_pool.create(volume, base)
+        image = volume.image
+        fetch = (lambda: self.guest_config.fetch_image(image, "image")) if image is not None else None
+        self.volume_pool.create(volume, fetch)
 
     def delete_volume(self, volume: VolumeSpec) -> None:
         self.volume_pool.delete(volume)
@@ -466,81 +410,41 @@ class LibvirtDriver(ComputeDriver):
 
     def power_off(self, instance: InstanceSpec, timeout: float = 60, retry_interval: float = 5) -> None:
         with self._operation("power off", instance) as guest:
-            state = guest.get_power_state()
-            if state == PowerState.SUSPENDED:
-                guest.discard_saved_memory()
-                return
-            if state == PowerState.RUNNING and guest.shutdown_gracefully(timeout, retry_interval):
-                return
-            guest.force_off()
-            if guest.is_active():
-                raise exceptions.InstancePowerOffFailure(instance_uuid=instance.uuid, reason="still running")
+            guest.power_off(timeout, retry_interval)
 
     def power_on(self, instance: InstanceSpec) -> None:
         with self._operation("power on", instance) as guest:
-            state = guest.get_power_state()
-            if state == PowerState.RUNNING:
-                return
-            if state == PowerState.PAUSED:
-                guest.domain.resume()
-                return
-            guest.force_off()  # a crashed guest may still be "active"
-            guest.start()
+            guest.power_on()
 
     def reboot(self, instance: InstanceSpec, reboot_type: str = "SOFT") -> None:
         with self._operation("reboot", instance) as guest:
-            state = guest.get_power_state()
-            # Shut down and start (rather than virDomainReboot) so the guest really
-            # went down: Nova's _soft_reboot. A guest that ignores ACPI gets a hard reboot.
-            soft = reboot_type.upper() == "SOFT" and state == PowerState.RUNNING
-            if soft and guest.shutdown_gracefully(self.reboot_timeout, retry_interval=5):
-                guest.start()
-                return
-            guest.discard_saved_memory()
-            guest.force_off()
-            guest.start()
+            guest.reboot(soft=reboot_type.upper() == "SOFT", timeout=self.reboot_timeout)
 
     def pause(self, instance: InstanceSpec) -> None:
         with self._operation("pause", instance) as guest:
-            state = guest.get_power_state()
-            if state == PowerState.PAUSED:
-                return
-            if state != PowerState.RUNNING:
-                raise exceptions.InstanceNotRunning(instance_uuid=instance.uuid)
-            guest.domain.suspend()
+            guest.pause()
 
     def unpause(self, instance: InstanceSpec) -> None:
         with self._operation("unpause", instance) as guest:
-            state = guest.get_power_state()
-            if state == PowerState.RUNNING:
-                return
-            if state != PowerState.PAUSED:
-                raise guest.wrong_state("unpause", state, "PAUSED")
-            guest.domain.resume()
+            guest.unpause()
 
     def suspend(self, instance: InstanceSpec) -> None:
         with self._operation("suspend", instance) as guest:
-            state = guest.get_power_state()
-            if state == PowerState.SUSPENDED:
-                return
-            if state not in (PowerState.RUNNING, PowerState.PAUSED):
-                raise exceptions.InstanceNotRunning(instance_uuid=instance.uuid)
-            guest.domain.managedSave(0)
+            guest.suspend()
 
     def resume(self, instance: InstanceSpec) -> None:
         with self._operation("resume", instance) as guest:
-            state = guest.get_power_state()
-            if state == PowerState.RUNNING:
-                return
-            if state != PowerState.SUSPENDED:
-                raise guest.wrong_state("resume", state, "SUSPENDED")
-            guest.start()
+            guest.resume()
 
     # --- looking ----------------------------------------------------------------
 
     def get_info(self, instance: InstanceSpec) -> InstanceInfo:
         with self._operation("get info of", instance) as guest:
-            return InstanceInfo(state=guest.get_power_state(), internal_id=guest.domain.name())
+            return InstanceInfo(
+                state=guest.get_power_state(),
+                internal_id=guest.domain.name(),
+                volumes=self.volume_pool.volume_ids(guest.domain),
+            )
 
     def list_instances(self) -> dict[str, PowerState]:
         try:
@@ -557,43 +461,13 @@ class LibvirtDriver(ComputeDriver):
     def list_unmanaged(self) -> list[UnmanagedGuest]:
         try:
             found = [
-                self._describe(dom) for dom in self._conn().listAllDomains(0) if self._owned_uuid(dom) is None
+                unmanaged.describe(self.libvirt, dom)
+                for dom in self._conn().listAllDomains(0)
+                if self._owned_uuid(dom) is None
             ]
         except self.libvirt.libvirtError as exc:
             raise exceptions.HypervisorUnavailable(host=self.host, reason=exc.get_error_message()) from None
         return sorted(found, key=lambda g: g.name)
-
-    def _describe(self, dom: Any) -> UnmanagedGuest:
-        """What an import needs of a foreign domain: its size, its disks' virtual sizes, its state."""
-        info = dom.info()  # [state, max memory KiB, memory KiB, vCPUs, cpu time]
-        problems: list[str] = []
-        sizes: list[int] = []
-        targets: list[str] = []
-        devices = ET.fromstring(dom.XMLDesc(0)).findall("devices/disk[@device='disk']")
-        for disk in devices:
-            target_elem = disk.find("target")
-            target = (target_elem.get("dev", "") if target_elem is not None else "") or "?"
-            targets.append(target)
-            try:
-                sizes.append(int(dom.blockInfo(target, 0)[0]))
-            except self.libvirt.libvirtError as exc:
-                problems.append(f"cannot read the size of disk {target}: {exc.get_error_message()}")
-        if not devices:
-            problems.append("it has no disk")
-        if not dom.isPersistent():
-            problems.append("it is a transient domain (not defined): novakit could not keep its record on it")
-        gib = [-(-size // GiB) for size in sizes]
-        return UnmanagedGuest(
-            uuid=str(dom.UUIDString()).lower(),
-            name=str(dom.name()),
-            vcpus=int(info[3]),
-            memory_mb=-(-int(info[1]) // 1024),
-            root_gb=gib[0] if gib else 0,
-            ephemeral_gb=sum(gib[1:]),
-            power_state=int(Guest(dom, str(dom.UUIDString())).get_power_state()),
-            disks=targets,
-            problem="; ".join(problems) or None,
-        )
 
     def adopt(self, instance: InstanceSpec) -> None:
         uuid = _valid_uuid(instance.uuid)
@@ -602,21 +476,9 @@ class LibvirtDriver(ComputeDriver):
             raise exceptions.InstanceNotFound(instance_id=instance.uuid)
         if self._owned_uuid(dom) is not None:
             return
-        lv = self.libvirt
-        element = vconfig.InstanceMetadata.from_instance(instance).to_element()
-        # libvirt puts the element into the namespace given with it: it must come without one.
-        for node in element.iter():
-            node.tag = node.tag.rpartition("}")[2]
-        flags = lv.VIR_DOMAIN_AFFECT_CONFIG | (lv.VIR_DOMAIN_AFFECT_LIVE if dom.isActive() else 0)
         try:
-            dom.setMetadata(
-                lv.VIR_DOMAIN_METADATA_ELEMENT,
-                ET.tostring(element, encoding="unicode"),
-                "novakit",
-                vconfig.NOVAKIT_NS,
-                flags,
-            )
-        except lv.libvirtError as exc:
+            unmanaged.write_metadata(self.libvirt, dom, instance)
+        except self.libvirt.libvirtError as exc:
             raise self._compute_error("adopt", instance.uuid, exc) from None
 
     def get_interface_addresses(self, instance: InstanceSpec) -> list[str]:
@@ -652,23 +514,12 @@ class LibvirtDriver(ComputeDriver):
         return []
 
     def get_console_output(self, instance: InstanceSpec) -> str:
-        guest = self._guest(instance)
+        uuid = self._guest(instance).uuid
         if self.remote is not None:
-            # The log is a volume in the pool (see _RemoteDisks.console_log), read over the
-            # connection; the header novakit wrote before the guest's first byte is not console.
-            name = instance_volume_name(guest.uuid, CONSOLE_LOG)
-            data = self._remote_call("read console log from", lambda r: r.read_tail(name, MAX_CONSOLE_BYTES))
-            data = data.removeprefix(CONSOLE_HEADER)
-            return bytes(data).decode("utf-8", errors="replace")
-        path = self._instance_dir(guest.uuid) / CONSOLE_LOG
-        try:
-            with open(path, "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                f.seek(max(0, size - MAX_CONSOLE_BYTES))
-                data = f.read()
-        except FileNotFoundError:
-            return ""
-        return data.decode("utf-8", errors="replace")
+            data = self._remote_call("read console log from", lambda r: RemoteDisks(r, uuid).console_tail())
+        else:
+            data = LocalDisks(self._instance_dir(uuid)).console_tail()
+        return bytes(data).decode("utf-8", errors="replace")
 
     def cache_image(self, image: ImageSpec) -> None:
         """Copy and verify the image into the cache now, so that the first build does not wait."""
@@ -711,110 +562,7 @@ def _undefine(lv: Any, dom: Any) -> None:
     dom.undefine()
 
 
-def _parse_networks(value: Any) -> list[tuple[str, str]]:
-    """options["network"]: "name", "bridge:br0", "user", or a list of those."""
-    if not value:
-        return [("user", "")]
-    items = [value] if isinstance(value, str) else list(value)
-    parsed = []
-    for item in items:
-        text = str(item)
-        if text == "user":
-            parsed.append(("user", ""))
-        elif text.startswith("bridge:"):
-            parsed.append(("bridge", text.removeprefix("bridge:")))
-        else:
-            parsed.append(("network", text.removeprefix("network:")))
-    return parsed
-
-
 def _error_text(exc: Exception) -> str:
     if isinstance(exc, exceptions.NovakitError):
         return exc.format_message()
     return str(exc.get_error_message()) if hasattr(exc, "get_error_message") else str(exc)
-
-
-class _LocalDisks:
-    """An instance's disks as files in its directory (local or shared storage)."""
-
-    def __init__(self, inst_dir: Path) -> None:
-        self.inst_dir = inst_dir
-
-    def image_path(self, cached: CachedImage) -> str:
-        return str(cached.path)
-
-    def overlay(self, base: CachedImage, size: int) -> str:
-        path = self.inst_dir / ROOT_DISK
-        images.create_overlay(base.path, base.format, path, size)
-        return str(path)
-
-    def blank_qcow2(self, size: int) -> str:
-        path = self.inst_dir / EPHEMERAL_DISK
-        images.create_blank_qcow2(path, size)
-        return str(path)
-
-    def swap(self, size_mb: int) -> str:
-        path = self.inst_dir / SWAP_DISK
-        images.create_swap(path, size_mb)
-        return str(path)
-
-    def config_drive(self, drive: ConfigDrive) -> str:
-        path = self.inst_dir / CONFIG_DRIVE
-        drive.write_iso(path)
-        return str(path)
-
-    def console_log(self) -> str:
-        return str(self.inst_dir / CONSOLE_LOG)
-
-
-class _RemoteDisks:
-    """The same disks as volumes in the remote pool; each returns the path the remote daemon sees.
-
-    Disks stay ``type='file'`` in the domain with the volume's remote path, so
-    the domain XML is the same in both modes and formats stay explicit.
-    """
-
-    def __init__(self, remote: RemoteStorage, uuid: str) -> None:
-        self.remote = remote
-        self.uuid = uuid
-
-    def _name(self, suffix: str) -> str:
-        return instance_volume_name(self.uuid, suffix)
-
-    def image_path(self, cached: CachedImage) -> str:
-        return str(self.remote.ensure_base(cached).path())
-
-    def overlay(self, base: CachedImage, size: int) -> str:
-        base_path = self.image_path(base)
-        config = StorageVolumeConfig(
-            self._name(ROOT_DISK), size, "qcow2", backing_path=base_path, backing_format=base.format
-        )
-        return str(self.remote.create(config).path())
-
-    def blank_qcow2(self, size: int) -> str:
-        return str(self.remote.create(StorageVolumeConfig(self._name(EPHEMERAL_DISK), size, "qcow2")).path())
-
-    def swap(self, size_mb: int) -> str:
-        header = images.swap_header(size_mb)
-        vol = self.remote.create(StorageVolumeConfig(self._name(SWAP_DISK), size_mb * 1024 * 1024, "raw"))
-        self.remote.write_bytes(vol, header)
-        return str(vol.path())
-
-    def config_drive(self, drive: ConfigDrive) -> str:
-        # Written locally (mode 0600, it holds user data) only for as long as the upload takes.
-        with tempfile.TemporaryDirectory(prefix="novakit-cd-") as tmp:
-            iso = Path(tmp) / CONFIG_DRIVE
-            drive.write_iso(iso)
-            return str(self.remote.upload_file(self._name(CONFIG_DRIVE), iso, "raw").path())
-
-    def console_log(self) -> str:
-        """A volume virtlogd appends the serial console to (append='on' in the domain).
-
-        Chosen over virDomainOpenConsole: a log keeps the whole boot, whoever
-        reads it and whenever, survives reboots, and leaves the console itself
-        free for ``virsh console``; a console stream sees only what the guest
-        prints while it is connected, and one client at a time.
-        """
-        vol = self.remote.create(StorageVolumeConfig(self._name(CONSOLE_LOG), len(CONSOLE_HEADER), "raw"))
-        self.remote.write_bytes(vol, CONSOLE_HEADER)
-        return str(vol.path())

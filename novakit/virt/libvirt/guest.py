@@ -99,6 +99,74 @@ class Guest:
         if self.domain.hasManagedSaveImage(0):
             self.domain.managedSaveRemove(0)
 
+    # --- the driver's power operations: each reaches its post-condition or raises ----------
+
+    def power_off(self, timeout: float, retry_interval: float) -> None:
+        """SHUTDOWN: asked first, forced after ``timeout``; a suspended guest loses its saved memory."""
+        state = self.get_power_state()
+        if state == PowerState.SUSPENDED:
+            self.discard_saved_memory()
+            return
+        if state == PowerState.RUNNING and self.shutdown_gracefully(timeout, retry_interval):
+            return
+        self.force_off()
+        if self.is_active():
+            raise exceptions.InstancePowerOffFailure(instance_uuid=self.uuid, reason="still running")
+
+    def power_on(self) -> None:
+        state = self.get_power_state()
+        if state == PowerState.RUNNING:
+            return
+        if state == PowerState.PAUSED:
+            self.domain.resume()
+            return
+        self.force_off()  # a crashed guest may still be "active"
+        self.start()
+
+    def reboot(self, soft: bool, timeout: float) -> None:
+        state = self.get_power_state()
+        # Shut down and start (rather than virDomainReboot) so the guest really
+        # went down: Nova's _soft_reboot. A guest that ignores ACPI gets a hard reboot.
+        if soft and state == PowerState.RUNNING and self.shutdown_gracefully(timeout, retry_interval=5):
+            self.start()
+            return
+        self.discard_saved_memory()
+        self.force_off()
+        self.start()
+
+    def pause(self) -> None:
+        state = self.get_power_state()
+        if state == PowerState.PAUSED:
+            return
+        if state != PowerState.RUNNING:
+            raise exceptions.InstanceNotRunning(instance_uuid=self.uuid)
+        self.domain.suspend()
+
+    def unpause(self) -> None:
+        state = self.get_power_state()
+        if state == PowerState.RUNNING:
+            return
+        if state != PowerState.PAUSED:
+            raise self.wrong_state("unpause", state, "PAUSED")
+        self.domain.resume()
+
+    def suspend(self) -> None:
+        """SUSPENDED: the memory saved by libvirt (managed save), restored by ``start``."""
+        state = self.get_power_state()
+        if state == PowerState.SUSPENDED:
+            return
+        if state not in (PowerState.RUNNING, PowerState.PAUSED):
+            raise exceptions.InstanceNotRunning(instance_uuid=self.uuid)
+        self.domain.managedSave(0)
+
+    def resume(self) -> None:
+        state = self.get_power_state()
+        if state == PowerState.RUNNING:
+            return
+        if state != PowerState.SUSPENDED:
+            raise self.wrong_state("resume", state, "SUSPENDED")
+        self.start()
+
     def wrong_state(self, action: str, current: PowerState, needed: str) -> exceptions.ComputeError:
         return exceptions.ComputeError(
             reason=f"cannot {action} instance {self.uuid}: its guest is {current.name}, not {needed}",

@@ -40,7 +40,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from novakit import exceptions, files
 from novakit.virt.libvirt.imagecache import CachedImage, cache_key
@@ -114,6 +114,12 @@ class StorageVolumeConfig:
             _sub(backing, "path", self.backing_path)
             _sub(backing, "format", type=str(self.backing_format))
         return ET.tostring(vol, encoding="unicode")
+
+
+class VolumeConfig(Protocol):
+    """A volume's typed definition: ``StorageVolumeConfig`` here, ``lvm.LogicalVolumeConfig``."""
+
+    def to_xml(self) -> str: ...
 
 
 def base_volume_name(image: CachedImage) -> str:
@@ -219,7 +225,7 @@ class RemoteStorage:
 
     # --- making volumes -------------------------------------------------------------
 
-    def create(self, config: StorageVolumeConfig) -> Any:
+    def create(self, config: VolumeConfig) -> Any:
         return self.pool().createXML(config.to_xml(), 0)
 
     def upload_file(
@@ -251,6 +257,11 @@ class RemoteStorage:
     def write_bytes(self, vol: Any, data: bytes, offset: int = 0) -> None:
         """Write ``data`` into an existing volume at ``offset`` (a swap header, a log header)."""
         self._send(vol, len(data), io.BytesIO(data), hashlib.sha256(), offset)
+
+    def write_file(self, vol: Any, path: Path) -> None:
+        """Write ``path``'s bytes at the start of an existing volume (an image into an LV)."""
+        with open(path, "rb") as src:
+            self._send(vol, path.stat().st_size, src, hashlib.sha256())
 
     def _send(self, vol: Any, length: int, src: Any, digest: Any, offset: int = 0) -> None:
         stream = self._conn().newStream(0)

@@ -42,7 +42,9 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("migrations", schema=None) as batch_op:
         batch_op.create_index("ix_migrations_instance_uuid_status", ["instance_uuid", "status"], unique=False)
-        batch_op.create_index("ix_migrations_source_compute_status", ["source_compute", "status"], unique=False)
+        batch_op.create_index(
+            "ix_migrations_source_compute_status", ["source_compute", "status"], unique=False
+        )
 
 
 def downgrade() -> None:

@@ -1,0 +1,387 @@
+"""Heal's part in moves (``novakit.moves``): what Nova's compute service does at start-up and in
+its periodic tasks for servers that moved.
+
+* **Evacuated guests** (Nova's ``_destroy_evacuated_instances`` when a compute service starts):
+  a host that answers again and still has the old guest of a server evacuated from it (its
+  migration ``done``) gets that guest destroyed; the migration's claim on it goes and the
+  migration is ``completed``. A guest a move keeps on its source for a revert (a migration
+  ``finished``, ``confirming`` or ``reverting``) is no orphan either.
+* **Unconfirmed resizes** (``_poll_unconfirmed_resizes``): with
+  ``compute.resize_confirm_window`` > 0, a resize waiting for its answer longer than that is
+  confirmed, as its owner would.
+* **Shelved servers** (``_poll_shelved_instances``): with ``compute.shelved_offload_time`` > 0,
+  a server shelved longer than that is offloaded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import select
+
+from novakit import exceptions
+from novakit.compute.messages import ComputeRequest, FlavorSpec, ImageSpec, InstanceSpec
+from novakit.compute.states import VmState
+from novakit.db.models import Instance, Migration
+from novakit.heal.base import Correction, _power
+from novakit.moves import migrations
+from novakit.placement.allocations import remove_allocations_in_session
+
+#: a source keeps the guest for a revert while its move is in one of these
+_KEPT_FOR_REVERT = ("finished", "confirming", "reverting")
+
+
+class Moves:
+    db: Any
+    conf: Any
+    ctx: Any
+    rpc: Any
+    clock: Any
+    conductor: Any
+    _gather: Any
+
+    def _moved_away(
+        self, host: str, guests: dict[str, int], dry_run: bool
+    ) -> tuple[list[Correction], set[str]]:
+        """The guests on ``host`` that belong to a move: evacuated ones are removed (with their
+        migration's claim), ones kept for a revert are left. Returns the corrections and every
+        guest handled, which the orphan rule then leaves alone."""
+        with self.db.reader() as session:
+            rows = list(
+                session.execute(
+                    select(Migration).where(
+                        Migration.source_compute == host,
+                        Migration.status.in_(["done", *_KEPT_FOR_REVERT]),
+                    )
+                ).scalars()
+            )
+            # A move under way has its guest on its destination before the records say so.
+            arriving = set(
+                session.execute(
+                    select(Migration.instance_uuid).where(
+                        Migration.dest_compute == host, Migration.status.in_(migrations.IN_PROGRESS)
+                    )
+                ).scalars()
+            )
+        handled = {m.instance_uuid for m in rows if m.status in _KEPT_FOR_REVERT} | arriving
+        out: list[Correction] = []
+        for m in rows:
+            if m.status != "done":
+                continue
+            handled.add(m.instance_uuid)
+            c = Correction(
+                kind="evacuated_guest",
+                instance=m.instance_uuid,
+                host=host,
+                before=_power(guests[m.instance_uuid]) if m.instance_uuid in guests else "gone",
+                after="destroyed",
+                detail=f"the old guest of a server evacuated from {host} to {m.dest_compute}",
+            )
+            if not dry_run:
+                ok = True
+                if m.instance_uuid in guests:
+                    ok, c.error = self._destroy_on(host, m.instance_uuid)
+                if ok:
+
+                    def write(session: Any, mig: str = m.uuid) -> None:
+                        remove_allocations_in_session(session, mig)
+                        migrations.set_status(session, mig, "done", "completed")
+
+                    self.db.run_in_transaction(write)
+                c.applied = ok
+            out.append(c)
+        return out, handled
+
+    def _destroy_on(self, host: str, uuid: str) -> tuple[bool, str | None]:
+        spec = InstanceSpec(
+            uuid=uuid,
+            name=uuid,
+            hostname=uuid,
+            project_id="",
+            user_id="",
+            flavor=FlavorSpec(name="", vcpus=0, memory_mb=0, root_gb=0),
+            image=ImageSpec(id=""),
+        )
+        result = self.rpc.send(
+            ComputeRequest(request_id=self.ctx.request_id, host=host, operation="destroy", instances=[spec])
+        )
+        if result.results and result.results[0].ok:
+            return True, None
+        fault = result.results[0].fault if result.results else result.error
+        return False, fault.message if fault else "destroy failed"
+
+    def _due_moves(self, dry_run: bool) -> list[Correction]:
+        """Resizes past their confirm window are confirmed; shelved servers past their offload
+        time are offloaded. Each through the API, as their owner would."""
+        out: list[Correction] = []
+        window = int(self.conf.compute.resize_confirm_window)
+        now = self.clock()
+        if window > 0:
+            with self.db.reader() as session:
+                due = list(
+                    session.execute(
+                        select(Migration.instance_uuid).where(
+                            Migration.status == "finished",
+                            Migration.updated_at < now - dt.timedelta(seconds=window),
+                        )
+                    ).scalars()
+                )
+            out += [self._act_due(u, "confirm_resize", "resize_confirmed", dry_run) for u in due]
+        offload = int(self.conf.compute.shelved_offload_time)
+        if offload > 0:
+            older = now - dt.timedelta(seconds=offload)
+            found = self._gather(
+                lambda cell, session: [
+                    i.uuid
+                    for i in session.execute(
+                        select(Instance).where(
+                            Instance.vm_state == VmState.SHELVED.value,
+                            Instance.task_state.is_(None),
+                            Instance.deleted == 0,
+                            Instance.updated_at < older,
+                        )
+                    ).scalars()
+                ]
+            )
+            for _cell, uuids in found:
+                out += [self._act_due(u, "shelve_offload", "shelved_offloaded", dry_run) for u in uuids]
+        return out
+
+    def _act_due(self, uuid: str, action: str, kind: str, dry_run: bool) -> Correction:
+        from novakit.compute.api import API
+
+        c = Correction(kind=kind, instance=uuid, before="waiting", after=action)  # type: ignore[arg-type]
+        if not dry_run:
+            try:
+                API(self.db, self.conf, conductor=self.conductor).act(self.ctx, uuid, action)
+                c.applied = True
+            except exceptions.NovakitError as exc:
+                c.error = exc.format_message()
+        return c
+
+
+# --- interrupted moves ------------------------------------------------------------------------
+
+#: the task states of moves and images, whose owner heal may find gone (``recover_move``)
+MOVE_TASKS = frozenset(
+    {
+        "resize_prep",
+        "resize_migrating",
+        "resize_migrated",
+        "resize_finish",
+        "resize_reverting",
+        "migrating",
+        "image_snapshot_pending",
+        "image_pending_upload",
+        "image_uploading",
+        "shelving",
+        "shelving_image_pending_upload",
+        "shelving_image_uploading",
+        "shelving_offloading",
+        "unshelving",
+        "rescuing",
+        "unrescuing",
+    }
+)
+
+
+class MoveRecovery:
+    """Heal's rule for a move or an image task whose owner is gone (Nova's ``_init_instance``
+    rolls an interrupted resize or migration back for safety, and clears image tasks):
+
+    * a move with its migration under way: where the guest is decides. Still on the source (or
+      kept there for a revert): rolled back, the destination's copy removed, the claims back to
+      the instance, the migration error, the server as it was. Only on the destination: the
+      records follow it (a live migration that finished, a resize that reached VERIFY_RESIZE).
+      On neither: the server is in error.
+    * an evacuation (``rebuilding`` with an evacuation under way): the new host's guest decides,
+      as for a build: there, the server is active there; not there, in error on its old host.
+    * a snapshot or shelve: the task is cleared and an image never written goes; an offload is
+      left to be asked again; an unshelve whose guest is not up is offloaded again, its new claim
+      gone; rescue and unrescue: the task is cleared, the power state recorded.
+    """
+
+    db: Any
+    conf: Any
+    ctx: Any
+    rpc: Any
+    clock: Any
+    conductor: Any
+    _destroy_on: Any
+
+    def _recover_move(self, s: Any, power: int | None, host: str | None, dry_run: bool) -> Correction:
+        task = str(s.task_state)
+        c = Correction(
+            kind="task_recovered",
+            instance=s.uuid,
+            host=host,
+            before=f"{s.vm_state}/{task}",
+            after="rolled back",
+            detail=f"the owner of its {task} task ({s.task_owner or 'unknown'}) is gone",
+        )
+        if dry_run:
+            return c
+        try:
+            c.after = self._settle_move(s, task, power)
+            c.applied = True
+        except exceptions.NovakitError as exc:
+            c.error = exc.format_message()
+        return c
+
+    def _settle_move(self, s: Any, task: str, power: int | None) -> str:
+        from novakit.compute import actions
+        from novakit.compute.messages import Event
+        from novakit.db import api as db_api
+        from novakit.db.models import Image, utcnow
+        from novakit.heal.base import RECOVER_EVENT
+        from novakit.lifecycle import ctx_admin
+        from novakit.moves.images import _drop_queued
+        from novakit.network import ports
+        from novakit.placement.allocations import move_allocations_in_session
+
+        with self.db.reader() as session:
+            mig = migrations.in_progress(session, s.uuid)
+            inst = db_api.instance_get(session, ctx_admin(self.ctx), s.uuid)
+            queued = [
+                i.uuid
+                for i in session.execute(select(Image).where(Image.status == "queued")).scalars()
+                if (i.properties or {}).get("instance_uuid") == s.uuid
+            ]
+        values: dict[str, Any] = {"task_state": None}
+        where = "cleared"
+        on_source = on_dest = False
+        if mig is not None:
+            on_source = self._has_guest(str(mig.source_compute), s.uuid)
+            on_dest = bool(mig.dest_compute) and self._has_guest(str(mig.dest_compute), s.uuid)
+        forward = mig is not None and on_dest and not on_source
+
+        def write(session: Any) -> None:
+            nonlocal where
+            if mig is not None and mig.migration_type == "evacuation":
+                if on_dest:
+                    values.update(host=mig.dest_compute, node=mig.dest_compute, vm_state=VmState.ACTIVE)
+                    migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "done")
+                    where = f"active on {mig.dest_compute}"
+                else:
+                    remove_allocations_in_session(session, s.uuid)
+                    move_allocations_in_session(session, mig.uuid, s.uuid)
+                    migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "error")
+                    values.update(host=mig.source_compute, node=mig.source_compute, vm_state=VmState.ERROR)
+                    where = "error"
+            elif mig is not None and forward:
+                values.update(host=mig.dest_compute, node=mig.dest_compute)
+                if mig.migration_type == "live-migration":
+                    remove_allocations_in_session(session, mig.uuid)
+                    migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "completed")
+                else:
+                    from novakit.moves.resize import flavor_values
+
+                    values.update(vm_state=VmState.RESIZED, **flavor_values(dict(mig.new_flavor)))
+                    migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "finished")
+                ports.bind_host(session, [s.uuid], mig.dest_compute)
+                where = f"moved to {mig.dest_compute}"
+            elif mig is not None:
+                remove_allocations_in_session(session, s.uuid)
+                move_allocations_in_session(session, mig.uuid, s.uuid)
+                migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "error")
+                values.update(host=mig.source_compute, node=mig.source_compute)
+                if mig.migration_type in ("resize", "migration"):
+                    from novakit.moves.resize import flavor_values
+
+                    values.update(vm_state=mig.old_vm_state, **flavor_values(dict(mig.old_flavor)))
+                if not on_source:
+                    values["vm_state"] = VmState.ERROR
+                ports.bind_host(session, [s.uuid], mig.source_compute)
+                where = "rolled back" if on_source else "error"
+            elif task == "unshelving" and inst.vm_state == VmState.SHELVED_OFFLOADED.value and power is None:
+                remove_allocations_in_session(session, s.uuid)
+                ports.bind_host(session, [s.uuid], None)
+                values.update(host=None, node=None)
+                where = "offloaded again"
+            for image in queued:
+                _drop_queued(session, image)
+            if power is not None:
+                values["power_state"] = int(power)
+            db_api.instance_update(
+                session,
+                s.uuid,
+                values,
+                expected_task_state=[task],
+                expected_owner=s.task_owner,
+                lease_expired_at=self.clock(),
+            )
+            now = utcnow()
+            event = Event(
+                event=RECOVER_EVENT,
+                start_time=now,
+                finish_time=now,
+                result="Error",
+                details=f"interrupted {task}: {where}",
+            )
+            row = _task_action(session, s.uuid, task)
+            task_ctx = self.ctx.with_request_id(row.request_id) if row is not None else self.ctx
+            if row is None:
+                actions.action_start(session, self.ctx, s.uuid, "heal")
+            actions.record_outcome(
+                session, task_ctx, s.uuid, events=[event], finish=row.action if row is not None else "heal"
+            )
+
+        self.db.run_in_transaction(write)
+        # The host side of a roll back: the destination's copy goes, the source's guest comes back.
+        if mig is not None and mig.migration_type != "evacuation" and not forward:
+            if on_dest and mig.dest_compute != mig.source_compute:
+                self._destroy_on(str(mig.dest_compute), s.uuid)
+            if on_source and mig.migration_type in ("resize", "migration"):
+                self._revert_on_source(str(mig.source_compute), s.uuid, mig.old_vm_state)
+        return where
+
+    def _has_guest(self, host: str, uuid: str) -> bool:
+        spec = _bare_spec(uuid)
+        result = self.rpc.send(
+            ComputeRequest(request_id=self.ctx.request_id, host=host, operation="get_info", instances=[spec])
+        )
+        if result.error is not None:
+            raise exceptions.ComputeHostNotFound(host=f"{host} (it did not answer: {result.error.message})")
+        return bool(result.results) and result.results[0].ok
+
+    def _revert_on_source(self, host: str, uuid: str, old_vm_state: str) -> None:
+        self.rpc.send(
+            ComputeRequest(
+                request_id=self.ctx.request_id,
+                host=host,
+                operation="finish_revert_migration",
+                instances=[_bare_spec(uuid)],
+                options={"power_on": old_vm_state != VmState.STOPPED.value},
+            )
+        )
+
+
+def _task_action(session: Any, uuid: str, task: str) -> Any:
+    """The unfinished action an interrupted move or image task belongs to (its request's)."""
+    from novakit.compute.states import ACTIONS
+    from novakit.db.models import InstanceAction
+
+    names = {t.record_as for t in ACTIONS.values() if task in {p.value for p in t.passes}}
+    return session.execute(
+        select(InstanceAction)
+        .where(
+            InstanceAction.instance_uuid == uuid,
+            InstanceAction.action.in_(sorted(names)),
+            InstanceAction.finish_time.is_(None),
+        )
+        .order_by(InstanceAction.id.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+
+
+def _bare_spec(uuid: str) -> InstanceSpec:
+    return InstanceSpec(
+        uuid=uuid,
+        name=uuid,
+        hostname=uuid,
+        project_id="",
+        user_id="",
+        flavor=FlavorSpec(name="", vcpus=0, memory_mb=0, root_gb=0),
+        image=ImageSpec(id=""),
+    )

@@ -1,0 +1,150 @@
+"""Host maintenance: empty a host of its servers, each moved the best way it can be.
+
+``drain_host`` disables the host (so nothing new lands on it), then moves every server on
+it through ``API.act``, as a user of the API would, one after the other:
+
+* an active or paused server live, unless ``live`` is False; when a live migration fails and
+  ``live`` is None (the default, "live where possible"), it is moved cold instead;
+* a stopped server cold (``migrate``), and every cold move is confirmed at once: a drain is
+  maintenance, nobody waits to verify a resize;
+* a server that cannot move now (building, in error, rescued, suspended, shelved, with a task
+  running, waiting for its own resize confirm) is skipped, with the reason.
+
+The scheduler places each server as a boot would (its server group, its networks, capacity),
+so a server that fits nowhere fails with the scheduler's explanation. The answer is a row per
+server: moved (from, to, how) or failed or skipped (why). ``playbooks/host_maintenance.yml``
+and ``novakit host drain`` are this function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from novakit import exceptions, policy
+from novakit.compute import hosts
+from novakit.context import RequestContext
+
+#: statuses whose servers a drain moves
+_LIVE = ("ACTIVE", "PAUSED")
+_COLD = ("ACTIVE", "SHUTOFF")
+
+
+def drain_host(
+    api: Any,
+    ctx: RequestContext,
+    host: str,
+    *,
+    live: bool | None = None,
+    reason: str | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Disable ``host`` and move its servers away (see the module docstring). ``live``: True only
+    live, False only cold, None live where possible. ``dry_run``: the API's dry run of each move
+    (what a real run would refuse), nothing disabled or moved."""
+    policy.authorize(ctx, "host:disable")
+    policy.authorize(ctx, "server:migrate")
+    hosts.get_node(api.db, host)  # ComputeHostNotFound names it
+    if not dry_run:
+        hosts.set_disabled(api.db, ctx, host, True, reason or "draining for maintenance (novakit host drain)")
+    servers = sorted(api.list(ctx, host=host, all_projects=True), key=lambda s: s["name"])
+    rows = [_move_one(api, ctx, host, s, live, dry_run) for s in servers]
+    return {"host": host, "disabled": not dry_run, "dry_run": dry_run, "servers": rows}
+
+
+def evacuate_host(api: Any, ctx: RequestContext, host: str, *, dry_run: bool = False) -> dict[str, Any]:
+    """Rebuild every server of a host that is down on other hosts (Nova's host-evacuate). The
+    host is disabled too, so that it takes nothing new when it comes back before its repair.
+    A server that cannot be evacuated (shelved, with a task, with volumes) is failed or
+    skipped with the reason; the API's own check refuses all of them while the host is up."""
+    policy.authorize(ctx, "host:disable")
+    policy.authorize(ctx, "server:migrate")
+    hosts.get_node(api.db, host)
+    if not dry_run:
+        hosts.set_disabled(api.db, ctx, host, True, "evacuated: its host is down (novakit)")
+    rows = []
+    for server in sorted(api.list(ctx, host=host, all_projects=True), key=lambda s: s["name"]):
+        row: dict[str, Any] = {
+            "id": server["id"],
+            "name": server["name"],
+            "status": server["status"],
+            "from": host,
+            "to": None,
+            "how": "evacuate",
+            "result": "skipped",
+            "reason": None,
+        }
+        if server.get("task_state"):
+            row["reason"] = f"a task is running ({server['task_state']})"
+        else:
+            try:
+                api.act(ctx, server["id"], "evacuate", dry_run=dry_run)
+                now = api.get(ctx, server["id"])
+                if dry_run:
+                    row["result"] = "would move"
+                elif now.get("host") != host and now["status"] != "ERROR":
+                    row.update(result="moved", to=now.get("host"), status=now["status"])
+                else:
+                    row.update(result="failed", reason=_last_error(api, ctx, server["id"]))
+            except exceptions.NovakitError as exc:
+                row.update(result="failed", reason=exc.format_message())
+        rows.append(row)
+    return {"host": host, "disabled": not dry_run, "dry_run": dry_run, "servers": rows}
+
+
+def _move_one(
+    api: Any, ctx: RequestContext, host: str, server: dict[str, Any], live: bool | None, dry_run: bool
+) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "id": server["id"],
+        "name": server["name"],
+        "status": server["status"],
+        "from": host,
+        "to": None,
+        "how": None,
+        "result": "skipped",
+        "reason": None,
+    }
+    status = server["status"]
+    if server.get("task_state"):
+        row["reason"] = f"a task is running ({server['task_state']})"
+        return row
+    ways: list[str] = []
+    if live is not False and status in _LIVE:
+        ways.append("live")
+    if live is not True and status in _COLD:
+        ways.append("cold")
+    if not ways:
+        row["reason"] = f"a server in status {status} cannot be moved" + (
+            " live" if live is True and status in _COLD else ""
+        )
+        return row
+    failures: list[str] = []
+    for how in ways:
+        action = "live_migrate" if how == "live" else "migrate"
+        try:
+            api.act(ctx, server["id"], action, dry_run=dry_run)
+        except exceptions.NovakitError as exc:
+            failures.append(f"{how}: {exc.format_message()}")
+            continue
+        if dry_run:
+            row.update(result="would move", how=how)
+            return row
+        now = api.get(ctx, server["id"])
+        if now.get("host") == host:  # rolled back: the action's error says why
+            failures.append(f"{how}: {_last_error(api, ctx, server['id'])}")
+            continue
+        if now["status"] == "VERIFY_RESIZE":
+            api.act(ctx, server["id"], "confirm_resize")
+            now = api.get(ctx, server["id"])
+        row.update(result="moved", how=how, to=now.get("host"), status=now["status"])
+        return row
+    row.update(result="failed", reason="; ".join(failures))
+    return row
+
+
+def _last_error(api: Any, ctx: RequestContext, uuid: str) -> str:
+    """What the server's last action says went wrong (its failed events)."""
+    last = api.list_actions(ctx, uuid)[-1]
+    failed = [e["event"] + (f" ({e['details']})" if e.get("details") else "") for e in last["events"]]
+    failed = [f for f, e in zip(failed, last["events"], strict=True) if e["result"] == "Error"]
+    return f"{last['action']} failed and was rolled back" + (f": {', '.join(failed)}" if failed else "")

@@ -477,6 +477,7 @@ ACTIONS: dict[str, Transition] = {
             end_vm_state=V.RESIZED,
             needs_host=True,
             flow="resize",
+            notify_as="resize",
             options=schemas.Migrate,
             notes="a cold migration: a resize to the same flavor on another host (admin only)",
         ),
@@ -487,6 +488,7 @@ ACTIONS: dict[str, Transition] = {
             needs_host=True,
             flow="confirm_resize",
             record_as="confirmResize",
+            notify_as="resize_confirm",
             options=schemas.NoOptions,
             notes="as Nova's: no task state of its own, the migration's status (finished -> "
             "confirming -> confirmed) guards it; the old host's disks and claim go; active, or "
@@ -500,6 +502,7 @@ ACTIONS: dict[str, Transition] = {
             needs_host=True,
             flow="revert_resize",
             record_as="revertResize",
+            notify_as="resize_revert",
             options=schemas.NoOptions,
             notes="the new host's guest and claim go; the server runs again on its old host with "
             "its old flavor, active or stopped as it was",
@@ -538,6 +541,7 @@ ACTIONS: dict[str, Transition] = {
             needs_host=True,
             flow="create_image",
             record_as="createImage",
+            notify_as="snapshot",
             options=schemas.CreateImage,
             notes="the root disk written into the host's image store and registered with its sha256; "
             "a running guest is paused for the copy; the server ends as it was",
@@ -569,6 +573,8 @@ ACTIONS: dict[str, Transition] = {
             end_power_state=PowerState.SHUTDOWN,
             needs_host=True,
             flow="shelve_offload",
+            record_as="shelveOffload",
+            notify_as="shelve_offload",
             options=schemas.NoOptions,
             notes="the guest leaves its host, and so does its claim: no host, ports unbound",
         ),

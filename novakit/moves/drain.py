@@ -77,14 +77,14 @@ def evacuate_host(api: Any, ctx: RequestContext, host: str, *, dry_run: bool = F
             row["reason"] = f"a task is running ({server['task_state']})"
         else:
             try:
-                api.act(ctx, server["id"], "evacuate", dry_run=dry_run)
-                now = api.get(ctx, server["id"])
+                out = api.act(ctx, server["id"], "evacuate", dry_run=dry_run)
                 if dry_run:
-                    row["result"] = "would move"
-                elif now.get("host") != host and now["status"] != "ERROR":
-                    row.update(result="moved", to=now.get("host"), status=now["status"])
+                    row.update(result="would move", to=out.would_move_to)
+                elif out.error is not None:
+                    row.update(result="failed", reason=out.error)
                 else:
-                    row.update(result="failed", reason=_last_error(api, ctx, server["id"]))
+                    now = api.get(ctx, server["id"])
+                    row.update(result="moved", to=now.get("host"), status=now["status"])
             except exceptions.NovakitError as exc:
                 row.update(result="failed", reason=exc.format_message())
         rows.append(row)
@@ -122,17 +122,17 @@ def _move_one(
     for how in ways:
         action = "live_migrate" if how == "live" else "migrate"
         try:
-            api.act(ctx, server["id"], action, dry_run=dry_run)
+            out = api.act(ctx, server["id"], action, dry_run=dry_run)
         except exceptions.NovakitError as exc:
             failures.append(f"{how}: {exc.format_message()}")
             continue
         if dry_run:
-            row.update(result="would move", how=how)
+            row.update(result="would move", how=how, to=out.would_move_to)
             return row
-        now = api.get(ctx, server["id"])
-        if now.get("host") == host:  # rolled back: the action's error says why
-            failures.append(f"{how}: {_last_error(api, ctx, server['id'])}")
+        if out.error is not None:  # failed on a host and rolled back
+            failures.append(f"{how}: {out.error}")
             continue
+        now = api.get(ctx, server["id"])
         if now["status"] == "VERIFY_RESIZE":
             api.act(ctx, server["id"], "confirm_resize")
             now = api.get(ctx, server["id"])
@@ -141,10 +141,3 @@ def _move_one(
     row.update(result="failed", reason="; ".join(failures))
     return row
 
-
-def _last_error(api: Any, ctx: RequestContext, uuid: str) -> str:
-    """What the server's last action says went wrong (its failed events)."""
-    last = api.list_actions(ctx, uuid)[-1]
-    failed = [e["event"] + (f" ({e['details']})" if e.get("details") else "") for e in last["events"]]
-    failed = [f for f, e in zip(failed, last["events"], strict=True) if e["result"] == "Error"]
-    return f"{last['action']} failed and was rolled back" + (f": {', '.join(failed)}" if failed else "")

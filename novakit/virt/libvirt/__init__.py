@@ -11,5 +11,8 @@ objects), ``guestconfig`` (an instance's domain definition, its disks made),
 ``images`` (verified image copies, overlays), ``configdrive`` (the NoCloud ISO),
 ``storage`` (disks as volumes in a storage pool of a remote daemon, reached
 through libvirt alone), ``volumes`` and ``lvm`` (volumes in a ``dir`` pool or
-on an LVM volume group), ``unmanaged`` (guests novakit did not create), ``vif``.
+on an LVM volume group), ``unmanaged`` (guests novakit did not create), ``vif``,
+``snapshots`` (a root disk into the image store), ``rescue``, ``migration`` (cold
+moves and resize), ``live_migration``, ``handover`` (an instance's files passed
+from one daemon to another through libvirt's storage API).
 """

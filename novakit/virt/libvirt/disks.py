@@ -9,15 +9,25 @@ daemon will see, so the domain definition (``guestconfig``) is the same in both 
 
 The file names below are the instance's whole footprint: destroy removes the directory, or every
 volume named ``<uuid>.*``. Volumes (``volumes.VolumePool``) are not an instance's own disks:
-they outlive it.
+they outlive it. Besides the disks, a few small files live there too: the definition a rescue or
+a move will bring back (``UNRESCUE_XML``, ``RESIZE_SOURCE_XML``), read and written through the
+same maker, so that every operation works alike on both kinds of host.
+
+A move or a snapshot reads disks out (``copy_out``) and puts received ones in (``place``); which
+of them exist is ``existing``, by file name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import tempfile
+import uuid as uuidlib
 from pathlib import Path
+from typing import Protocol
 
+from novakit import files
 from novakit.virt.libvirt import images
 from novakit.virt.libvirt.configdrive import ConfigDrive
 from novakit.virt.libvirt.imagecache import CachedImage
@@ -31,9 +41,30 @@ from novakit.virt.libvirt.storage import (
 # The file names of an instance's disks: in its directory, or after "<uuid>." in the remote pool.
 ROOT_DISK, EPHEMERAL_DISK, SWAP_DISK, CONFIG_DRIVE = "disk", "disk.eph0", "disk.swap", "disk.config"
 CONSOLE_LOG = "console.log"
-INSTANCE_FILES = (ROOT_DISK, EPHEMERAL_DISK, SWAP_DISK, CONFIG_DRIVE, CONSOLE_LOG)
+#: the rescue image's overlay, and the definition ``unrescue`` restores (Nova's names)
+RESCUE_DISK, UNRESCUE_XML = "disk.rescue", "unrescue.xml"
+#: a moved guest's definition, kept on its source until the move is confirmed or reverted
+RESIZE_SOURCE_XML = "resize-source.xml"
+INSTANCE_FILES = (
+    ROOT_DISK,
+    EPHEMERAL_DISK,
+    SWAP_DISK,
+    CONFIG_DRIVE,
+    CONSOLE_LOG,
+    RESCUE_DISK,
+    UNRESCUE_XML,
+    RESIZE_SOURCE_XML,
+)
 #: get_console_output returns at most this much of the end of the log (Nova's limit)
 MAX_CONSOLE_BYTES = 100 * 1024
+
+
+def valid_uuid(value: str) -> str | None:
+    """The canonical form of a uuid, or None: it becomes a path, so nothing else may pass."""
+    try:
+        return str(uuidlib.UUID(value))
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 class LocalDisks:
@@ -45,8 +76,8 @@ class LocalDisks:
     def image_path(self, cached: CachedImage) -> str:
         return str(cached.path)
 
-    def overlay(self, base: CachedImage, size: int) -> str:
-        path = self.inst_dir / ROOT_DISK
+    def overlay(self, base: CachedImage, size: int, file_name: str = ROOT_DISK) -> str:
+        path = self.inst_dir / file_name
         images.create_overlay(base.path, base.format, path, size)
         return str(path)
 
@@ -65,8 +96,40 @@ class LocalDisks:
         drive.write_iso(path)
         return str(path)
 
-    def console_log(self) -> str:
-        return str(self.inst_dir / CONSOLE_LOG)
+    def console_log(self, carried: bytes = b"") -> str:
+        """The log's path; ``carried``: what a moved guest printed before, which the log goes on from."""
+        path = self.inst_dir / CONSOLE_LOG
+        if carried:  # else virtlogd makes the file when the guest starts
+            with files.open_private(path, "wb") as f:
+                f.write(carried)
+        return str(path)
+
+    def place(self, src: Path, file_name: str, fmt: str) -> str:
+        """Make ``src`` (a disk received or converted here) the instance's ``file_name``."""
+        dest = self.inst_dir / file_name
+        shutil.move(src, dest)
+        return str(dest)
+
+    def copy_out(self, file_name: str, dest: Path) -> None:
+        """Copy the instance's ``file_name`` to the local file ``dest``."""
+        shutil.copyfile(self.inst_dir / file_name, dest)
+
+    def existing(self, file_names: tuple[str, ...]) -> dict[str, str]:
+        """file name -> the name it has in the instance's pool (``handover``), for those that exist."""
+        return {name: name for name in file_names if (self.inst_dir / name).is_file()}
+
+    def write_file(self, file_name: str, data: bytes) -> None:
+        with files.open_private(self.inst_dir / file_name, "wb") as f:
+            f.write(data)
+
+    def read_file(self, file_name: str) -> bytes | None:
+        try:
+            return (self.inst_dir / file_name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def remove_file(self, file_name: str) -> None:
+        (self.inst_dir / file_name).unlink(missing_ok=True)
 
     def console_tail(self, max_bytes: int = MAX_CONSOLE_BYTES) -> bytes:
         """The end of the console log; b"" before the guest wrote any."""
@@ -96,10 +159,10 @@ class RemoteDisks:
     def image_path(self, cached: CachedImage) -> str:
         return str(self.remote.ensure_base(cached).path())
 
-    def overlay(self, base: CachedImage, size: int) -> str:
+    def overlay(self, base: CachedImage, size: int, file_name: str = ROOT_DISK) -> str:
         base_path = self.image_path(base)
         config = StorageVolumeConfig(
-            self._name(ROOT_DISK), size, "qcow2", backing_path=base_path, backing_format=base.format
+            self._name(file_name), size, "qcow2", backing_path=base_path, backing_format=base.format
         )
         return str(self.remote.create(config).path())
 
@@ -119,17 +182,46 @@ class RemoteDisks:
             drive.write_iso(iso)
             return str(self.remote.upload_file(self._name(CONFIG_DRIVE), iso, "raw").path())
 
-    def console_log(self) -> str:
+    def console_log(self, carried: bytes = b"") -> str:
         """A volume virtlogd appends the serial console to (append='on' in the domain).
 
         Chosen over virDomainOpenConsole: a log keeps the whole boot, whoever
         reads it and whenever, survives reboots, and leaves the console itself
         free for ``virsh console``; a console stream sees only what the guest
-        prints while it is connected, and one client at a time.
+        prints while it is connected, and one client at a time. ``carried``: what
+        a moved guest printed before, after the header.
         """
-        vol = self.remote.create(StorageVolumeConfig(self._name(CONSOLE_LOG), len(CONSOLE_HEADER), "raw"))
-        self.remote.write_bytes(vol, CONSOLE_HEADER)
+        data = CONSOLE_HEADER + carried
+        vol = self.remote.create(StorageVolumeConfig(self._name(CONSOLE_LOG), len(data), "raw"))
+        self.remote.write_bytes(vol, data)
         return str(vol.path())
+
+    def place(self, src: Path, file_name: str, fmt: str) -> str:
+        return str(self.remote.upload_file(self._name(file_name), src, fmt).path())
+
+    def copy_out(self, file_name: str, dest: Path) -> None:
+        if not self.remote.download_file(self._name(file_name), dest):
+            raise FileNotFoundError(f"no volume {self._name(file_name)} in pool {self.remote.pool_name}")
+
+    def existing(self, file_names: tuple[str, ...]) -> dict[str, str]:
+        found = {name: self._name(name) for name in file_names}
+        return {name: vol for name, vol in found.items() if self.remote.lookup(vol) is not None}
+
+    def write_file(self, file_name: str, data: bytes) -> None:
+        self.remove_file(file_name)
+        vol = self.remote.create(StorageVolumeConfig(self._name(file_name), len(data), "raw"))
+        self.remote.write_bytes(vol, data)
+
+    def read_file(self, file_name: str) -> bytes | None:
+        if self.remote.lookup(self._name(file_name)) is None:
+            return None
+        return self.remote.read_tail(self._name(file_name), 1 << 24)
+
+    def remove_file(self, file_name: str) -> None:
+        vol = self.remote.lookup(self._name(file_name))
+        if vol is not None:
+            with contextlib.suppress(self.remote.libvirt.libvirtError):
+                vol.delete(0)
 
     def console_tail(self, max_bytes: int = MAX_CONSOLE_BYTES) -> bytes:
         """The end of the log volume, read over the connection; the header novakit wrote
@@ -138,5 +230,17 @@ class RemoteDisks:
         return bytes(data).removeprefix(CONSOLE_HEADER)
 
 
+class InstanceDisks(Protocol):
+    """What ``LocalDisks`` and ``RemoteDisks`` both do (and a move's wrapper of either):
+    each method makes one disk and returns the path the daemon will see."""
+
+    def image_path(self, cached: CachedImage) -> str: ...
+    def overlay(self, base: CachedImage, size: int, file_name: str = ROOT_DISK) -> str: ...
+    def blank_qcow2(self, size: int) -> str: ...
+    def swap(self, size_mb: int) -> str: ...
+    def config_drive(self, drive: ConfigDrive) -> str: ...
+    def console_log(self, carried: bytes = b"") -> str: ...
+
+
 #: whichever of the two makers an instance's host uses
-InstanceDisks = LocalDisks | RemoteDisks
+HostDisks = LocalDisks | RemoteDisks

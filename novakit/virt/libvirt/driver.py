@@ -5,9 +5,10 @@ which finds the guest, turns libvirt's errors into novakit's and hands the work 
 of its noun: ``guest`` (power operations on one domain), ``guestconfig`` (the domain
 definition of a new guest), ``disks`` (an instance's own disks and console log),
 ``volumes`` and ``lvm`` (the volume pool), ``storage`` (the pool of a remote daemon),
-``unmanaged`` (guests novakit did not create), ``vif`` (NICs and DHCP host entries). A new
-operation (snapshot, rescue, migration) follows the same shape: a method here, its work in
-a module of its own.
+``unmanaged`` (guests novakit did not create), ``vif`` (NICs and DHCP host entries),
+``snapshots``, ``rescue``, ``migration`` (cold moves and resize), ``live_migration``, and
+``handover`` (an instance's files passed between two daemons). A new operation follows the
+same shape: a method here, its work in a module of its own.
 
 Options (all optional):
 
@@ -20,7 +21,9 @@ Options (all optional):
 ``network``           NICs for instances that ask for none: a list of libvirt network names,
                       ``bridge:<name>`` or ``user`` (default: one user-mode NIC)
 ``emulator``          the QEMU binary, when libvirt's default is not wanted
-``shared_storage``    true if the paths above mean the same files to a remote daemon
+``shared_storage``    whether the paths above mean the same files to the daemon (default: true on
+                      a local URI, false on a remote one); false on a local URI for a daemon that
+                      cannot use this process's files (another user's session daemon, by its socket)
 ``remote_pool``       on a remote daemon without shared storage: the libvirt ``dir`` storage pool
                       that holds every disk (default ``novakit``; created when missing)
 ``remote_pool_path``  the remote directory of that pool when novakit creates it (default
@@ -32,6 +35,10 @@ Options (all optional):
                       /var/lib/novakit/volumes; under ~/.local/share/novakit on session URIs)
 ``volume_group``      an existing LVM volume group: volumes become its LVs, in a ``logical``
                       pool (``lvm``); novakit never creates, formats or removes the group
+``migration_uri``     how the other host of a move reaches this host's daemon (default ``uri``,
+                      right when every host's driver runs in one process: libvirt URI transport)
+``live_migration_inbound_addr``  the address QEMU here takes live migrations on (default the
+                      host of ``migration_uri``, else 127.0.0.1)
 
 Every instance owns one directory, ``<instances_path>/<uuid>``; spawn either
 ends with a running domain or removes the domain and that directory again,
@@ -56,20 +63,26 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import uuid as uuidlib
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from novakit import exceptions
-from novakit.compute.messages import HostResources, ImageSpec, InstanceSpec, UnmanagedGuest, VolumeSpec
+from novakit.compute.messages import (
+    FlavorSpec,
+    HostResources,
+    ImageSpec,
+    InstanceSpec,
+    UnmanagedGuest,
+    VolumeSpec,
+)
 from novakit.compute.states import PowerState
 from novakit.virt.driver import ComputeDriver, InstanceInfo
 from novakit.virt.libvirt import config as vconfig
-from novakit.virt.libvirt import unmanaged, vif
-from novakit.virt.libvirt.disks import INSTANCE_FILES, InstanceDisks, LocalDisks, RemoteDisks
-from novakit.virt.libvirt.guest import Guest
+from novakit.virt.libvirt import handover, live_migration, migration, rescue, snapshots, unmanaged, vif
+from novakit.virt.libvirt.disks import INSTANCE_FILES, HostDisks, LocalDisks, RemoteDisks, valid_uuid
+from novakit.virt.libvirt.guest import Guest, undefine
 from novakit.virt.libvirt.guestconfig import GuestConfigBuilder, parse_networks
 from novakit.virt.libvirt.host import Host, bridge_names, is_remote_uri, is_session_uri
 from novakit.virt.libvirt.imagecache import ImageCache
@@ -100,7 +113,13 @@ class LibvirtDriver(ComputeDriver):
         self.image_store = Path(self.options.get("image_store") or default_root / "images")
         self.image_cache = ImageCache(self.image_cache_path, self.image_store)
         self.reboot_timeout = float(self.options.get("reboot_timeout", 60))
-        self.files_are_local = not is_remote_uri(self.uri) or bool(self.options.get("shared_storage"))
+        shared = self.options.get("shared_storage")
+        self.files_are_local = not is_remote_uri(self.uri) if shared is None else _true(shared)
+        self.migration_uri = str(self.options.get("migration_uri") or self.uri)
+        self.live_migration_inbound_addr = str(
+            self.options.get("live_migration_inbound_addr")
+            or live_migration.default_inbound_address(self.migration_uri)
+        )
         self.volume_pool = VolumePool(
             self.libvirt,
             self._conn,
@@ -172,7 +191,7 @@ class LibvirtDriver(ComputeDriver):
         return str(dom.UUIDString()).lower()
 
     def _guest(self, instance: InstanceSpec) -> Guest:
-        uuid = _valid_uuid(instance.uuid)
+        uuid = valid_uuid(instance.uuid)
         guest = self._lookup(uuid) if uuid else None
         if guest is None:
             raise exceptions.InstanceNotFound(instance_id=instance.uuid)
@@ -191,6 +210,48 @@ class LibvirtDriver(ComputeDriver):
             yield guest
         except self.libvirt.libvirtError as exc:
             raise self._compute_error(action, instance.uuid, exc) from None
+
+    def _new_instance_uuid(self, instance: InstanceSpec) -> str:
+        """The uuid of an instance about to get a guest here (spawn, a move's destination)."""
+        uuid = valid_uuid(instance.uuid)
+        if uuid is None:
+            raise exceptions.BuildAbortError(
+                instance_uuid=instance.uuid, reason="the instance uuid is not a UUID"
+            )
+        if self._lookup(uuid) is not None:
+            # Not rescheduled: another host would make a second copy of one instance.
+            raise exceptions.BuildAbortError(
+                instance_uuid=uuid, reason=f"a domain for this instance already exists on {self.host}"
+            )
+        return uuid
+
+    def _fresh_place(self, uuid: str) -> Path:
+        """An empty directory (or no volume) for a new guest of ``uuid``; its directory."""
+        inst_dir = self._instance_dir(uuid)
+        if self.remote is None:
+            # A directory without a domain is what a crashed spawn leaves; nobody else uses it.
+            shutil.rmtree(inst_dir, ignore_errors=True)
+            inst_dir.mkdir(parents=True, mode=0o755)
+        else:
+            # Likewise volumes of this uuid without a domain.
+            self._remove_remote_volumes(uuid)
+        return inst_dir
+
+    def _maker(self, uuid: str) -> HostDisks:
+        """The instance's own disks and files, where this host keeps them."""
+        if self.remote is None:
+            return LocalDisks(self._instance_dir(uuid))
+        return RemoteDisks(self.remote, uuid)
+
+    def _handover_pool(self, uuid: str) -> str:
+        """The pool in which another host's driver finds this instance's files (``handover``)."""
+        if self.remote is not None:
+            return self.remote.pool().name()  # type: ignore[no-any-return]
+        return handover.expose_dir(self.libvirt, self._conn(), uuid, self._instance_dir(uuid))
+
+    def _close_handover_pool(self, uuid: str) -> None:
+        if self.remote is None:
+            handover.close_dir(self.libvirt, self._conn(), uuid)
 
     # --- host -----------------------------------------------------------------
 
@@ -264,26 +325,10 @@ class LibvirtDriver(ComputeDriver):
     # --- spawn and destroy ----------------------------------------------------
 
     def spawn(self, instance: InstanceSpec) -> None:
-        uuid = _valid_uuid(instance.uuid)
-        if uuid is None:
-            raise exceptions.BuildAbortError(
-                instance_uuid=instance.uuid, reason="the instance uuid is not a UUID"
-            )
-        if self._lookup(uuid) is not None:
-            # Not rescheduled: another host would make a second copy of one instance.
-            raise exceptions.BuildAbortError(
-                instance_uuid=uuid, reason=f"a domain for this instance already exists on {self.host}"
-            )
-        inst_dir = self._instance_dir(uuid)
+        uuid = self._new_instance_uuid(instance)
         try:
-            if self.remote is None:
-                # A directory without a domain is what a crashed spawn leaves; nobody else uses it.
-                shutil.rmtree(inst_dir, ignore_errors=True)
-                inst_dir.mkdir(parents=True, mode=0o755)
-            else:
-                # Likewise volumes of this uuid without a domain.
-                self._remove_remote_volumes(uuid)
-            guest_config = self._prepare_guest(instance, inst_dir)
+            self._fresh_place(uuid)
+            guest_config = self._prepare_guest(instance)
             vif.plug_vifs(self._host, instance)
             self._define_and_start(guest_config)
         except BaseException as exc:
@@ -309,11 +354,9 @@ class LibvirtDriver(ComputeDriver):
             )
         return exc
 
-    def _prepare_guest(self, instance: InstanceSpec, inst_dir: Path) -> vconfig.LibvirtConfigGuest:
+    def _prepare_guest(self, instance: InstanceSpec) -> vconfig.LibvirtConfigGuest:
         """Make every file the guest needs and return its domain definition (``guestconfig``)."""
-        maker: InstanceDisks
-        maker = LocalDisks(inst_dir) if self.remote is None else RemoteDisks(self.remote, instance.uuid)
-        return self.guest_config.build(instance, maker)
+        return self.guest_config.build(instance, self._maker(instance.uuid))
 
     def _define_and_start(self, guest_config: vconfig.LibvirtConfigGuest) -> Any:
         """Define the domain from its typed config and boot it (the libvirt half of spawn)."""
@@ -348,10 +391,15 @@ class LibvirtDriver(ComputeDriver):
                 if exc.get_error_code() not in (lv.VIR_ERR_NO_DOMAIN, lv.VIR_ERR_OPERATION_INVALID):
                     errors.append(exc.get_error_message())
             try:
-                _undefine(lv, dom)
+                undefine(lv, dom)
             except lv.libvirtError as exc:
                 if exc.get_error_code() != lv.VIR_ERR_NO_DOMAIN:
                     errors.append(exc.get_error_message())
+        if self.remote is None:
+            try:
+                self._close_handover_pool(uuid)  # a move's, if one was under way
+            except lv.libvirtError as exc:
+                errors.append(exc.get_error_message())
         if self.files_are_local:
             shutil.rmtree(self._instance_dir(uuid), ignore_errors=True)
             if self._instance_dir(uuid).exists():
@@ -383,7 +431,7 @@ class LibvirtDriver(ComputeDriver):
             ) from None
 
     def destroy(self, instance: InstanceSpec) -> None:
-        uuid = _valid_uuid(instance.uuid)
+        uuid = valid_uuid(instance.uuid)
         if uuid is None:
             return  # no such uuid can have a domain or a directory of novakit's
         self._remove_guest(uuid, instance)
@@ -470,7 +518,7 @@ class LibvirtDriver(ComputeDriver):
         return sorted(found, key=lambda g: g.name)
 
     def adopt(self, instance: InstanceSpec) -> None:
-        uuid = _valid_uuid(instance.uuid)
+        uuid = valid_uuid(instance.uuid)
         dom = self._lookup_by_uuid(uuid) if uuid else None
         if dom is None:
             raise exceptions.InstanceNotFound(instance_id=instance.uuid)
@@ -538,28 +586,56 @@ class LibvirtDriver(ComputeDriver):
         kept: list[str] = self._remote_call("clean image cache in", lambda r: r.remove_base_image(image_id))
         return kept
 
+    # --- images of a server, rescue (``snapshots``, ``rescue``) ---------------------------------
 
-def _valid_uuid(value: str) -> str | None:
-    """The canonical form of a uuid, or None: it becomes a path, so nothing else may pass."""
-    try:
-        return str(uuidlib.UUID(value))
-    except (ValueError, TypeError, AttributeError):
-        return None
+    def snapshot(self, instance: InstanceSpec, image_id: str) -> dict[str, Any]:
+        return snapshots.snapshot(self, instance, image_id)
+
+    def delete_image(self, image: ImageSpec) -> None:
+        snapshots.delete_image(self, image)
+
+    def rescue(self, instance: InstanceSpec, rescue_image: ImageSpec) -> None:
+        rescue.rescue(self, instance, rescue_image)
+
+    def unrescue(self, instance: InstanceSpec) -> None:
+        rescue.unrescue(self, instance)
+
+    # --- moves (``migration``, ``live_migration``) --------------------------------------------
+
+    def migrate_disk_and_power_off(
+        self, instance: InstanceSpec, dest_host: str, flavor: FlavorSpec
+    ) -> dict[str, Any]:
+        return migration.migrate_disk_and_power_off(self, instance, dest_host, flavor)
+
+    def finish_migration(self, instance: InstanceSpec, disk_info: dict[str, Any], power_on: bool) -> None:
+        migration.finish_migration(self, instance, disk_info, power_on)
+
+    def confirm_migration(self, instance: InstanceSpec) -> None:
+        migration.confirm_migration(self, instance)
+
+    def finish_revert_migration(self, instance: InstanceSpec, power_on: bool) -> None:
+        migration.finish_revert_migration(self, instance, power_on)
+
+    def pre_live_migration(self, instance: InstanceSpec) -> dict[str, Any]:
+        return live_migration.pre_live_migration(self, instance)
+
+    def live_migration(
+        self, instance: InstanceSpec, dest_host: str, dest_info: dict[str, Any]
+    ) -> dict[str, Any]:
+        return live_migration.live_migration(self, instance, dest_host, dest_info)
+
+    def post_live_migration_at_destination(self, instance: InstanceSpec, handed: dict[str, Any]) -> None:
+        live_migration.post_live_migration_at_destination(self, instance)
+
+    def rollback_live_migration_at_destination(self, instance: InstanceSpec) -> None:
+        live_migration.rollback_live_migration_at_destination(self, instance)
 
 
-def _undefine(lv: Any, dom: Any) -> None:
-    # Not every driver knows every flag (the test driver refuses NVRAM); fall back step by step.
-    for flags in (
-        lv.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | lv.VIR_DOMAIN_UNDEFINE_NVRAM,
-        lv.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE,
-    ):
-        try:
-            dom.undefineFlags(flags)
-            return
-        except lv.libvirtError as exc:
-            if exc.get_error_code() not in (lv.VIR_ERR_INVALID_ARG, lv.VIR_ERR_NO_SUPPORT):
-                raise
-    dom.undefine()
+def _true(value: Any) -> bool:
+    """An option's truth; options may come as text (``novakit host register --option k=v``)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
 
 
 def _error_text(exc: Exception) -> str:

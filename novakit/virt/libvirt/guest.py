@@ -42,6 +42,22 @@ LIBVIRT_POWER_STATE: dict[int, PowerState] = {
 POLL_INTERVAL = 0.25
 
 
+def undefine(lv: Any, dom: Any) -> None:
+    """Remove a domain's definition with its saved memory and NVRAM (it may still run, transient)."""
+    # Not every driver knows every flag (the test driver refuses NVRAM); fall back step by step.
+    for flags in (
+        lv.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE | lv.VIR_DOMAIN_UNDEFINE_NVRAM,
+        lv.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE,
+    ):
+        try:
+            dom.undefineFlags(flags)
+            return
+        except lv.libvirtError as exc:
+            if exc.get_error_code() not in (lv.VIR_ERR_INVALID_ARG, lv.VIR_ERR_NO_SUPPORT):
+                raise
+    dom.undefine()
+
+
 def power_state(libvirt_state: int, has_managed_save: bool) -> PowerState:
     if libvirt_state == VIR_DOMAIN_SHUTOFF and has_managed_save:
         return PowerState.SUSPENDED

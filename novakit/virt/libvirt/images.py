@@ -85,10 +85,13 @@ def declared_format(image_id: str, disk_format: str) -> str:
     return fmt
 
 
-def _qemu_img(*args: str) -> subprocess.CompletedProcess[str]:
+def _qemu_img(*args: str, cpu_limit: bool = True) -> subprocess.CompletedProcess[str]:
+    """qemu-img under Nova's limits. ``cpu_limit`` False: a copy of a whole disk (convert) may
+    take longer than the 30 s meant for reading a header; its memory stays limited."""
     cmd = ["qemu-img", *args]
     if shutil.which("prlimit"):
-        cmd = ["prlimit", f"--as={_QEMU_IMG_AS}", f"--cpu={_QEMU_IMG_CPU}", "--", *cmd]
+        limits = [f"--as={_QEMU_IMG_AS}"] + ([f"--cpu={_QEMU_IMG_CPU}"] if cpu_limit else [])
+        cmd = ["prlimit", *limits, "--", *cmd]
     try:
         return subprocess.run(cmd, check=True, capture_output=True, text=True, env=_c_locale())
     except FileNotFoundError:
@@ -199,3 +202,44 @@ def swap_header(size_mb: int) -> bytes:
     header[1052:1068] = b"novakit-swap".ljust(16, b"\0")
     header[page - 10 : page] = b"SWAPSPACE2"
     return bytes(header)
+
+
+# --- an instance's own disks, moved or copied (snapshot, migration) -------------------------
+
+
+def inspect_overlay(path: str | os.PathLike[str]) -> int:
+    """The virtual size of a qcow2 root or ephemeral disk of novakit's that came over the wire.
+
+    Its backing file (if any) is set again by the receiver (``rebase_unsafe``); its header must
+    be qcow2 and name no external data file, so that it cannot point QEMU at another file.
+    """
+    detected = detect_format(path)
+    if detected != "qcow2":
+        raise exceptions.ComputeError(
+            reason=f"the disk {os.fspath(path)} handed over is {detected}, not qcow2"
+        )
+    info = qemu_img_info(path, "qcow2")
+    if ((info.get("format-specific") or {}).get("data") or {}).get("data-file"):
+        raise exceptions.ComputeError(reason=f"the disk {os.fspath(path)} handed over names a data file")
+    return int(info.get("virtual-size", 0))
+
+
+def rebase_unsafe(path: str | os.PathLike[str], backing: str | os.PathLike[str], backing_format: str) -> None:
+    """Point a qcow2 overlay at ``backing`` (the same image's copy on this host) without reading
+    either: the contents are the same image, only its path differs from host to host."""
+    _qemu_img(
+        "rebase", "-q", "-u", "-f", "qcow2", "-F", backing_format, "-b", os.fspath(backing), os.fspath(path)
+    )
+
+
+def grow(path: str | os.PathLike[str], fmt: str, size_bytes: int) -> None:
+    """Make a disk ``size_bytes`` large if it is smaller (a resize to a larger flavor); never shrinks."""
+    if int(qemu_img_info(path, fmt).get("virtual-size", 0)) < size_bytes:
+        _qemu_img("resize", "-q", "-f", fmt, os.fspath(path), str(size_bytes))
+
+
+def convert_to_qcow2(src: str | os.PathLike[str], src_format: str, dest: str | os.PathLike[str]) -> None:
+    """A standalone qcow2 copy of ``src`` with its backing chain flattened in (a snapshot image)."""
+    _qemu_img(
+        "convert", "-q", "-f", src_format, "-O", "qcow2", os.fspath(src), os.fspath(dest), cpu_limit=False
+    )

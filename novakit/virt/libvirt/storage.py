@@ -280,6 +280,15 @@ class RemoteStorage:
                 stream.abort()
             raise
 
+    def download_file(self, name: str, dest: Path) -> bool:
+        """Copy a volume's whole file into the local file ``dest`` (0600); False if there is no
+        such volume."""
+        vol = self.lookup(name)
+        if vol is None:
+            return False
+        download(self.libvirt, self._conn(), vol, dest)
+        return True
+
     def read_tail(self, name: str, max_bytes: int) -> bytes:
         """The last ``max_bytes`` of a volume's file, or b"" when it does not exist."""
         vol = self.lookup(name)
@@ -443,6 +452,38 @@ class RemoteStorage:
                 if exc.get_error_code() != lv.VIR_ERR_NO_STORAGE_VOL:
                     errors.append(f"cannot delete volume {name}: {exc.get_error_message()}")
         return errors
+
+
+def download(libvirt: Any, conn: Any, vol: Any, dest: Path) -> None:
+    """Stream a volume's bytes over ``conn`` (the daemon that has the volume) into ``dest``."""
+    stream = conn.newStream(0)
+    vol.download(stream, 0, 0, 0)  # length 0: up to the end of the file
+    with files.open_private(dest, "wb") as out:
+
+        def writer(_stream: Any, data: bytes, _opaque: Any) -> int:
+            return out.write(data)
+
+        try:
+            stream.recvAll(writer, None)
+            stream.finish()
+        except BaseException:
+            with contextlib.suppress(libvirt.libvirtError):
+                stream.abort()
+            raise
+
+
+def upload_bytes(libvirt: Any, conn: Any, vol: Any, data: bytes, offset: int = 0) -> None:
+    """Write ``data`` into a volume at ``offset``, over ``conn`` (the daemon that has the volume)."""
+    stream = conn.newStream(0)
+    vol.upload(stream, offset, len(data), 0)
+    src = io.BytesIO(data)
+    try:
+        stream.sendAll(lambda _s, nbytes, _o: src.read(min(nbytes, _CHUNK)), None)
+        stream.finish()
+    except BaseException:
+        with contextlib.suppress(libvirt.libvirtError):
+            stream.abort()
+        raise
 
 
 def _message(exc: Exception) -> str:

@@ -140,4 +140,3 @@ def _move_one(
         return row
     row.update(result="failed", reason="; ".join(failures))
     return row
-

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from novakit.compute import flavors, hosts, images
@@ -27,6 +27,7 @@ from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.runner import RunResult, run
 from tests.e2e.prepared import BASE_CONFIG, api_for, fleet_env
+from tests.pgdatabases import base_url, own_database
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,27 +179,10 @@ PG_DATABASE_SUFFIX = "_action_plugin"
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A database of this test's own (the tests' server, its name plus a suffix), created empty."""
-    import os
-
-    base = os.environ.get("NOVAKIT_TEST_PG_URL", "")
-    if not base:
-        if os.environ.get("NOVAKIT_REQUIRE_REAL") == "1":
-            pytest.fail("NOVAKIT_REQUIRE_REAL=1 but NOVAKIT_TEST_PG_URL is not set")
-        pytest.skip("NOVAKIT_TEST_PG_URL is not set (tests/services/postgres.sh start prints it)")
-    name = f"{make_url(base).database}{PG_DATABASE_SUFFIX}"
-    admin = create_engine(make_url(base).set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(base).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with own_database(f"{make_url(base_url()).database}{PG_DATABASE_SUFFIX}") as url:
+        yield url
 
 
-@pytest.mark.postgres
 def test_boot_and_check_mode_on_postgresql(tmp_path: Path, pg_url: str) -> None:
     state = tmp_path / "state"
     (tmp_path / "novakit.toml").write_text(BASE_CONFIG)

@@ -19,8 +19,7 @@ from typing import Any
 
 import ansible_runner
 import pytest
-from sqlalchemy import create_engine, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import select
 
 from novakit.cells.registry import UNSCHEDULED
 from novakit.context import RequestContext
@@ -37,6 +36,7 @@ from tests.e2e.testbed.fixtures import (
     reset_hosts,
     usage_by_host,
 )
+from tests.pgdatabases import own_database
 
 pytest_plugins = ["tests.e2e.testbed.fixtures"]
 pytestmark = pytest.mark.e2e
@@ -187,23 +187,8 @@ def test_heal_after_a_boot_killed_half_way_leaves_every_server_in_a_true_state(
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A database of this test's own on the tests' PostgreSQL server, created empty."""
-    base = os.environ.get("NOVAKIT_TEST_PG_URL", "")
-    if not base:
-        if os.environ.get("NOVAKIT_REQUIRE_REAL") == "1":
-            pytest.fail("NOVAKIT_REQUIRE_REAL=1 but NOVAKIT_TEST_PG_URL is not set")
-        pytest.skip("NOVAKIT_TEST_PG_URL is not set (tests/services/postgres.sh start prints it)")
-    admin_url = make_url(base).set(database="postgres")
-    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)"))
-        conn.execute(text(f"CREATE DATABASE {PG_DATABASE}"))
-    url = make_url(base).set(database=PG_DATABASE).render_as_string(hide_password=False)
-    try:
+    with own_database(PG_DATABASE) as url:
         yield url
-    finally:
-        with engine.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)"))
-        engine.dispose()
 
 
 def test_four_boot_playbooks_at_once_never_overfill_a_host(

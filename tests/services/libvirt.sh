@@ -20,6 +20,15 @@ answers() {
     virsh -c "$URI" version >/dev/null 2>&1
 }
 
+# Whether a virtlogd takes connections on its socket (as root; others cannot tell, nor start one).
+# A virtlogd that was killed leaves its socket file behind: libvirtd answers, and every guest start
+# then fails with "Failed to connect socket to '/run/libvirt/virtlogd-sock': Connection refused".
+virtlogd_answers() {
+    [ "$(id -u)" = 0 ] || return 0
+    python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' \
+        /run/libvirt/virtlogd-sock 2>/dev/null
+}
+
 install_missing() {
     missing=""
     for pkg in $PACKAGES; do
@@ -51,9 +60,12 @@ start_daemon() {
         return 0
     fi
     # The daemon writes its own pid file under /run; ours records that we started it.
+    syspid=/run/$name.pid
+    if [ -s "$syspid" ] && ! kill -0 "$(cat "$syspid")" 2>/dev/null; then
+        rm -f "$syspid"  # a dead daemon's: not to be taken for the new one's
+    fi
     "$name" -d
     sleep 0.2
-    syspid=/run/$name.pid
     i=0
     while [ ! -s "$syspid" ] && [ $i -lt 50 ]; do
         sleep 0.1
@@ -82,7 +94,7 @@ kvm_device_as_udev_leaves_it() {
 start() {
     mkdir -p "$STATE_DIR"
     kvm_device_as_udev_leaves_it
-    if answers; then
+    if answers && virtlogd_answers; then
         log "$URI already answers"
         return 0
     fi
@@ -92,10 +104,11 @@ start() {
         return 1
     fi
     mkdir -p /run/libvirt /var/log/libvirt/qemu
-    if ! [ -S /run/libvirt/virtlogd-sock ]; then
+    if ! virtlogd_answers; then
+        rm -f /run/libvirt/virtlogd-sock /run/libvirt/virtlogd-admin-sock  # a dead one's
         start_daemon virtlogd "$STATE_DIR/virtlogd.pid"
     fi
-    start_daemon libvirtd "$STATE_DIR/libvirtd.pid"
+    answers || start_daemon libvirtd "$STATE_DIR/libvirtd.pid"
     i=0
     until answers; do
         i=$((i + 1))

@@ -210,8 +210,6 @@ class API(CreateAPI):
             ):
                 return inst, None, {}
             _check_lock(ctx, inst, t)
-            if t.needs_host and not inst.host:
-                raise exceptions.InstanceNotReady(instance_uuid=inst.uuid, action=t.action)
             if not t.allows(inst.vm_state, inst.task_state):
                 raise exceptions.InstanceInvalidState(
                     action=t.action,
@@ -219,6 +217,9 @@ class API(CreateAPI):
                     vm_state=inst.vm_state,
                     task_state=inst.task_state,
                 )
+            # After the state: a state that leaves no host (shelved_offloaded) is told as such.
+            if t.needs_host and not inst.host:
+                raise exceptions.InstanceNotReady(instance_uuid=inst.uuid, action=t.action)
             values, host_options = prepare.step_for(t.action)(self, session, ctx, inst, opts)
             if t.passes:
                 values["task_state"] = t.passes[0]

@@ -366,14 +366,24 @@ def _reported_networks(resources: HostResources) -> Any:
 
 
 def set_disabled(
-    db: Database, ctx: RequestContext, host: str, disabled: bool, reason: str | None = None
+    db: Database,
+    ctx: RequestContext,
+    host: str,
+    disabled: bool,
+    reason: str | None = None,
+    *,
+    keep_reason: bool = False,
 ) -> None:
+    """Enable or disable ``host``. ``keep_reason``: a host disabled already keeps the reason it
+    was disabled for (a drain or evacuation of a host an operator took out says nothing new)."""
     policy.authorize(ctx, "host:disable")
     if reason is not None and len(reason) > 255:
         raise exceptions.ValidationError("reason", "must be at most 255 characters")
 
     def write(session: Session) -> None:
         svc = service_in(session, host)
+        if keep_reason and svc.disabled and svc.disabled_reason and disabled:
+            return
         svc.disabled = disabled
         svc.disabled_reason = reason if disabled else None
 

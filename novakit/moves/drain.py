@@ -45,7 +45,14 @@ def drain_host(
     policy.authorize(ctx, "server:migrate")
     hosts.get_node(api.db, host)  # ComputeHostNotFound names it
     if not dry_run:
-        hosts.set_disabled(api.db, ctx, host, True, reason or "draining for maintenance (novakit host drain)")
+        hosts.set_disabled(
+            api.db,
+            ctx,
+            host,
+            True,
+            reason or "draining for maintenance (novakit host drain)",
+            keep_reason=reason is None,
+        )
     servers = sorted(api.list(ctx, host=host, all_projects=True), key=lambda s: s["name"])
     rows = [_move_one(api, ctx, host, s, live, dry_run) for s in servers]
     return {"host": host, "disabled": not dry_run, "dry_run": dry_run, "servers": rows}
@@ -60,7 +67,7 @@ def evacuate_host(api: Any, ctx: RequestContext, host: str, *, dry_run: bool = F
     policy.authorize(ctx, "server:migrate")
     hosts.get_node(api.db, host)
     if not dry_run:
-        hosts.set_disabled(api.db, ctx, host, True, "evacuated: its host is down (novakit)")
+        hosts.set_disabled(api.db, ctx, host, True, "evacuated: its host is down (novakit)", keep_reason=True)
     rows = []
     for server in sorted(api.list(ctx, host=host, all_projects=True), key=lambda s: s["name"]):
         row: dict[str, Any] = {

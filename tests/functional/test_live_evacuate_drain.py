@@ -149,10 +149,10 @@ def test_drain_empties_a_host_live_where_possible_and_cold_otherwise(
     assert cloud.api.list(cloud.admin, host="compute-3", all_projects=True) == []
     assert placement.get_usages(cloud.db, "compute-3")["VCPU"] == 0
     assert [
-        h["status"]
+        (h["status"], h["disabled_reason"])
         for h in hosts.list_hosts(cloud.db, cloud.conf, ctx=cloud.admin)
         if h["host"] == "compute-3"
-    ] == ["disabled"]
+    ] == [("disabled", "draining for maintenance (novakit host drain)")]
     assert heal(cloud.db, cloud.conf, ctx=cloud.admin).corrections == []
 
 
@@ -162,9 +162,14 @@ def test_drain_reports_a_server_that_fits_nowhere(cloud: Cloud, ctx: RequestCont
     flavors.create(cloud.db, cloud.admin, {"name": "big", "vcpus": 32, "memory_mb": 1024, "root_gb": 10})
     server = boot(cloud, ctx, "big", flavor="big")
     assert server["host"] == "compute-3"
+    # An operator took the host out first: the drain keeps the reason given then.
+    hosts.set_disabled(cloud.db, cloud.admin, "compute-3", True, "DIMM errors, ticket 4711")
     out = drain_host(cloud.api, cloud.admin, "compute-3")
     (row,) = out["servers"]
     assert row["result"] == "failed" and "live" in row["reason"] and "cold" in row["reason"]
+    listed = hosts.list_hosts(cloud.db, cloud.conf, ctx=cloud.admin)
+    (shown,) = [h for h in listed if h["host"] == "compute-3"]
+    assert (shown["status"], shown["disabled_reason"]) == ("disabled", "DIMM errors, ticket 4711")
     assert cloud.api.get(cloud.admin, server["id"])["host"] == "compute-3"
     assert _held(cloud, server["id"]) == {"compute-3": {"VCPU": 32, "MEMORY_MB": 1024, "DISK_GB": 10}}
 

@@ -109,6 +109,11 @@ def test_shelve_without_offload_keeps_host_and_claim_then_offload_frees_them(
     shown = cloud.api.get(cloud.admin, "web")
     assert (shown["status"], shown.get("host")) == ("SHELVED_OFFLOADED", None)
     assert placement.get_allocations_for_consumer(cloud.db, server["id"]) == {}
+    # Offloading again is refused for its state (not as "never built"), and changes nothing.
+    before = cloud.snapshot()
+    with pytest.raises(exceptions.InstanceInvalidState, match="shelved_offloaded"):
+        cloud.api.act(ctx, "web", "shelve_offload")
+    assert cloud.snapshot() == before
 
 
 def test_unshelve_with_no_room_is_no_valid_host_and_leaves_it_offloaded(

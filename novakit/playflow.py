@@ -299,7 +299,8 @@ def start_actions(
     """Controller play 1 of a lifecycle playbook: ``API.act`` on each server, declaratively.
 
     Returns the compute requests for the hosts (``requests``, ``hosts``) and
-    the servers as they now are. An action already in effect changes nothing
+    the servers as they now are; a move (which runs here, host to host) that failed is in
+    ``failed_servers`` with its error. An action already in effect changes nothing
     and deleting a server that does not exist is not an error, so a second run
     changes nothing. In check mode each server gets the API's dry run.
     """
@@ -308,12 +309,15 @@ def start_actions(
     views: list[dict[str, Any]] = []
     before: list[dict[str, Any]] = []
     planned: dict[str, str] = {}  # a move's check mode: server -> the host it would go to
+    failed: list[dict[str, Any]] = []  # a move runs here, not on the hosts: its failure is known now
     for ref in servers:
         with contextlib.suppress(exceptions.InstanceNotFound):
             before.append(api.get(ctx, ref))
         out = api.act(ctx, ref, action, options, dry_run=check_mode, defer=True, declarative=True)
         if out.server is None:
             continue
+        if out.error is not None:
+            failed.append({"id": out.server["id"], "name": out.server["name"], "message": out.error})
         if out.changed:
             changed.append(out.server["id"])
         if out.request is not None:
@@ -331,6 +335,8 @@ def start_actions(
         "servers": views,
         "before": states_of(before),
         "would_move_to": planned,
+        # Not "failed": Ansible takes a result with a true "failed" for a failed task.
+        "failed_servers": failed,
     }
 
 

@@ -95,7 +95,12 @@ class ImageFlows:
     ) -> tuple[str, str, Any]:
         def write(session: Session) -> tuple[str, str, Any]:
             inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
-            row = images.add_snapshot(session, name, inst, str(inst.host), kind, metadata)
+            # As Nova's snapshots: the image the server was booted from lends its properties (a
+            # direct kernel boot's kernel_id, ramdisk_id, os_command_line: without them the
+            # snapshot boots nothing); the user's metadata and the snapshot's own come over them.
+            base = images.by_uuid(session, inst.image_ref or "")
+            inherited = dict(base.properties or {}) if base is not None else {}
+            row = images.add_snapshot(session, name, inst, str(inst.host), kind, {**inherited, **metadata})
             return row.uuid, str(inst.host), instance_spec(session, inst)
 
         result: tuple[str, str, Any] = self.db.run_in_transaction(write)

@@ -304,8 +304,10 @@ would_delete:
 failed_servers:
   description: >-
     For O(step=record_action), the servers whose action failed, with the fault message; for
-    O(step=schedule) and O(step=record), the servers of the boot that are in error.
-  returned: when step is schedule, record or record_action
+    O(step=action), the servers whose move (resize, migration, shelve, snapshot: carried out
+    in this step) failed, with its error; for O(step=schedule) and O(step=record), the
+    servers of the boot that are in error.
+  returned: when step is schedule, record, action or record_action
   type: list
   elements: dict
   contains:

@@ -11,6 +11,7 @@ from novakit import placement
 from novakit.compute import hosts
 from novakit.context import RequestContext
 from novakit.heal import heal
+from novakit.virt.fake import failure_env_var
 from tests.e2e.prepared import api_for, fleet_env
 from tests.e2e.test_flows import play, results_of
 
@@ -89,3 +90,29 @@ def test_evacuate_refuses_a_host_that_is_up_and_rebuilds_the_servers_of_a_dead_o
     assert done.ok, done.runner.stdout.read()
     moved = api.get(ADMIN, server["id"])
     assert moved["host"] != host and moved["status"] == "ACTIVE"
+
+
+def test_a_failed_migration_fails_the_playbook_with_its_error_and_leaves_the_server_where_it_was(
+    prepared_fleet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = fleet_env(prepared_fleet, tmp_path)
+    _in_process(env, monkeypatch)
+    api = api_for(env)
+    server = api.create(ADMIN, {"name": "mv", "flavor": "m1.small", "image": "tiny"})[0]
+    source = api.get(ADMIN, server["id"])["host"]
+    # Every other host fails to bring a moved guest up (the move runs in the controller's play).
+    failing = {
+        failure_env_var(h["host"]): "fail_migrate_dest" for h in hosts.list_hosts(api.db, api.conf, ctx=ADMIN)
+    }
+    failing.pop(failure_env_var(source))
+    held = placement.get_allocations_for_consumer(api.db, server["id"])
+
+    run = play(
+        "server_action.yml", tmp_path, {**env, **failing}, {"server_action": "migrate", "servers": "mv"}
+    )
+    assert not run.ok
+    (res,) = results_of(run, "Fail if the action failed on a server")
+    assert res["msg"].startswith("migrate failed on mv:") and "fake failure" in res["msg"], res["msg"]
+    shown = api.get(ADMIN, server["id"])
+    assert (shown["status"], shown["host"]) == ("ACTIVE", source)
+    assert placement.get_allocations_for_consumer(api.db, server["id"]) == held

@@ -152,7 +152,7 @@ def test_shelve_offload_and_unshelve(web: Run, tmp_path: Path) -> None:
     web("server", "unshelve", "web", **later)
     web("server", "shelve", "web", **later)
     assert "web: SHELVED_OFFLOADED" in web("server", "shelve-offload", "web", **later).stdout
-    _one_line_error(web("server", "shelve-offload", "web", code=1, **later), "cannot 'shelve_offload'")
+    _one_line_error(web("server", "shelve-offload", "web", code=1, **later), "Cannot 'shelve_offload'")
 
 
 def test_image_create_makes_a_bootable_image(web: Run) -> None:

@@ -49,6 +49,27 @@ def test_a_snapshot_is_a_bootable_image_with_its_sha256(cloud: Cloud, ctx: Reque
     assert other["status"] == "ACTIVE"
 
 
+def test_a_snapshot_keeps_the_properties_of_the_image_the_server_was_booted_from(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    """As Nova's: a direct kernel boot's kernel, ramdisk and command line come with the snapshot
+    (without them it boots nothing); its own properties and the user's are over them."""
+    images.create(
+        cloud.db,
+        cloud.admin,
+        {
+            "name": "kboot",
+            "properties": {"kernel_id": "tiny", "os_command_line": "console=ttyS0", "purpose": "base"},
+        },
+    )
+    boot(cloud, ctx, "k", image="kboot")
+    cloud.api.act(ctx, "k", "create_image", {"name": "k-snap", "metadata": {"purpose": "backup"}})
+    kernel = _images(cloud)["tiny"]["id"]
+    props = _images(cloud)["k-snap"]["properties"]
+    assert (props["kernel_id"], props["os_command_line"]) == (kernel, "console=ttyS0")
+    assert (props["purpose"], props["image_type"]) == ("backup", "snapshot")
+
+
 def test_a_snapshot_under_a_taken_name_is_refused_and_changes_nothing(
     cloud: Cloud, ctx: RequestContext
 ) -> None:

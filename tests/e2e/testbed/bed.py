@@ -5,20 +5,33 @@ Everything lives under one base directory (``NOVAKIT_TESTBED_DIR``, default /opt
 ``venv/``            a Python the hosts' users can run (/root is 0700, so the repository's .venv is not
                      theirs), with a copy of the repository's library, made anew whenever its sources
                      change: hosts run the current code, from a checkout at any path
-``images/``          the image store: the tiny guest, world-readable
+``images/``          the image store every host reads and writes (one store, as a shared Glance
+                     file store): the tiny guest, world-readable, and the snapshots the hosts
+                     write; writable by the group ``nk-hosts`` of the hosts' users, sticky, so a
+                     host removes only the images it wrote
 ``run/``             this bring-up: sshd config, host key, the client key, known_hosts, authorized keys,
                      pid file, ``inventory.yml``, ``state.json``
-``home/nk-hN``       each host user's home: its instances and image cache
+``home/nk-hN``       each host user's home: its instances and image cache, and ``.ssh/id_ed25519``,
+                     the host's own key, with which it reaches the other hosts' daemons for a move
 
-``venv/`` and ``images/`` are caches kept by ``down`` (``down(purge=True)`` removes them too);
-everything else, and every process started here, goes. Processes are found by pid: the pid files of
-sshd, the libvirtds, their virtlogds and guests, and the descendants of those and of sshd's sessions;
-never by user (a uid can be reused by someone else's processes).
+``venv/`` and the tiny guest in ``images/`` are caches kept by ``down`` (``down(purge=True)`` removes
+them too); everything else (the hosts' snapshots too), and every process started here, goes.
+Processes are found by pid: the pid files of sshd, the libvirtds, their virtlogds and guests, and
+the descendants of those and of sshd's sessions; never by user (a uid can be reused by someone
+else's processes).
 Only 127.0.0.1 is ever listened on.
+
+Moves: the two hosts of a move talk to each other's daemons, as nova-compute's libvirt does
+(the destination reads a cold move's disks from the source's daemon; the source drives a live
+migration into the destination's). A session daemon's socket is its user's alone, so each host
+reaches the others the way Ansible reaches it: ``qemu+ssh://nk-hM@127.0.0.1:<port>/session``
+(its ``migration_uri``), logging in with its own key, which every other host's
+``authorized_keys`` holds; QEMU's stream goes to 127.0.0.1 (``live_migration_inbound_addr``).
 """
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import json
 import os
@@ -45,6 +58,8 @@ IMAGE_FILES = ("vmlinuz", "initrd.img", "root.qcow2", "cmdline")
 # Besides novakit/, what the hosts' copy of the library is built from.
 SOURCE_FILES = ("pyproject.toml", "README.md", "LICENSE")
 USER_PREFIX = "nk-h"
+#: the hosts' users' common group: theirs is the image store
+HOSTS_GROUP = "nk-hosts"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Debian packages that provide the commands bring-up runs.
 NEEDED_COMMANDS = {
@@ -93,6 +108,17 @@ class TestbedHost:
     @property
     def image_cache_path(self) -> Path:
         return self.home / "image-cache"
+
+    @property
+    def ssh_dir(self) -> Path:
+        return self.home / ".ssh"
+
+    @property
+    def move_key(self) -> Path:
+        """The key this host logs in to the other hosts with, for a move. At ssh's default
+        place: a host's ``migration_uri`` is the same for every host that connects to it, so
+        it cannot name the connecting host's key file; each one's ssh finds its own here."""
+        return self.ssh_dir / "id_ed25519"
 
     def env(self) -> dict[str, str]:
         """The environment of this host's processes (and of its SSH sessions, through sshd's SetEnv).
@@ -311,11 +337,15 @@ class Testbed:
         for d in (self.base, self.run_dir, self.homes, self.image_store, self.authorized_keys):
             d.mkdir(parents=True, exist_ok=True)
             d.chmod(0o755)
+        os.chown(self.image_store, 0, self._hosts_group())
+        self.image_store.chmod(0o1775)
         self.control_path_dir.mkdir(mode=0o700, exist_ok=True)
         self._image_store()
         self._venv()
         self._keys()
         hosts = [self._user(name) for name in self.names()]
+        for host in hosts:  # once every host has its key
+            self.authorize(host)
         self._start_libvirtds(hosts)
         self._sshd(hosts)
         self.write_inventory(self.inventory_path)
@@ -385,6 +415,13 @@ class Testbed:
                     ]
                 )
 
+    def _hosts_group(self) -> int:
+        try:
+            return grp.getgrnam(HOSTS_GROUP).gr_gid
+        except KeyError:
+            _run(["groupadd", HOSTS_GROUP])
+            return grp.getgrnam(HOSTS_GROUP).gr_gid
+
     def _user(self, name: str) -> TestbedHost:
         try:
             pwd.getpwnam(name)
@@ -398,26 +435,39 @@ class Testbed:
                     "--shell",
                     "/bin/sh",
                     "--user-group",
+                    "--groups",
+                    HOSTS_GROUP,
                     "--comment",
                     "novakit testbed compute host",
                     name,
                 ]
             )
         # "*": no password login, yet not "locked" ("!"), which sshd without PAM refuses even for keys.
-        _run(["usermod", "-p", "*", name])
+        _run(["usermod", "-p", "*", "-a", "-G", HOSTS_GROUP, name])
         host = self.host(name)
         for d in (host.runtime_dir, host.instances_path, host.image_cache_path):
             d.mkdir(parents=True, exist_ok=True)
             os.chown(d, host.uid, -1)
         host.runtime_dir.chmod(0o700)
-        self.authorize(host)
+        self._move_key(host)
         return host
 
+    def _move_key(self, host: TestbedHost) -> None:
+        """The host's own key (made by the host's user: ssh wants it private to its owner)."""
+        if host.move_key.exists():
+            return
+        host.ssh_dir.mkdir(mode=0o700, exist_ok=True)
+        os.chown(host.ssh_dir, host.uid, -1)
+        comment = f"novakit-testbed {host.name}"
+        keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(host.move_key)]
+        self.as_user(host, keygen)
+
     def authorize(self, host: TestbedHost) -> None:
-        """Let the run's key log in as this host (undone by ``deauthorize``)."""
-        pub = (self.client_key.with_suffix(".pub")).read_text()
+        """Let the run's key and the other hosts' keys log in as this host (undone by ``deauthorize``)."""
+        keys = [self.client_key.with_suffix(".pub")]
+        keys += [h.move_key.with_suffix(".pub") for h in self.hosts() if h.name != host.name]
         path = self.authorized_keys / host.name
-        path.write_text(pub)
+        path.write_text("".join(k.read_text() for k in keys if k.exists()))
         path.chmod(0o644)
 
     def deauthorize(self, host: TestbedHost) -> None:
@@ -523,6 +573,7 @@ class Testbed:
         """The Ansible inventory of the testbed; ``host_ports`` gives single hosts another port."""
         hosts: dict[str, Any] = {}
         for h in self.hosts():
+            ssh_port = (host_ports or {}).get(h.name) or port or self.port
             hosts[h.name] = {
                 "ansible_user": h.name,
                 "novakit_driver_options": {
@@ -533,6 +584,11 @@ class Testbed:
                     "image_store": str(self.image_store),
                     # A soft reboot of the tiny guest takes a few seconds; do not wait a minute if it hangs.
                     "reboot_timeout": 30,
+                    # How the other host of a move reaches this host's daemon (with its own key,
+                    # at ssh's default place; no_tty: never a prompt), and where QEMU takes a
+                    # live migration. virt-ssh-helper (or nc) runs as this host on the far side.
+                    "migration_uri": f"qemu+ssh://{h.name}@127.0.0.1:{ssh_port}/session?no_verify=1&no_tty=1",
+                    "live_migration_inbound_addr": "127.0.0.1",
                 },
             }
             if host_ports and h.name in host_ports:
@@ -559,6 +615,9 @@ class Testbed:
                             # Modules go through the SSH session's stdin: no copy, no temp files.
                             "ansible_pipelining": True,
                             "novakit_driver": "libvirt",
+                            # Registered with each host: how the controller reaches it outside a
+                            # play, as it does for every step of a move (Fabric, the same login).
+                            "compute_node_transport": "ssh",
                         },
                         "hosts": hosts,
                     }
@@ -596,10 +655,30 @@ class Testbed:
             shutil.rmtree(host.home, ignore_errors=True)
         # SSH client masters that Ansible left for this run's control path.
         self._stop_ssh_masters()
+        self.remove_snapshots()
+        self._remove_hosts_group()
         shutil.rmtree(self.run_dir, ignore_errors=True)
         shutil.rmtree(self.homes, ignore_errors=True)
         if purge:
             shutil.rmtree(self.base, ignore_errors=True)
+
+    def _remove_hosts_group(self) -> None:
+        """The hosts' group, once its users are gone (a group someone else joined stays)."""
+        try:
+            members = grp.getgrnam(HOSTS_GROUP).gr_mem
+        except KeyError:
+            return
+        if not members:
+            subprocess.run(["groupdel", HOSTS_GROUP], capture_output=True, text=True)
+
+    def remove_snapshots(self) -> None:
+        """Remove the images the hosts wrote into the store (snapshots, shelved images); the tiny
+        guest's files stay."""
+        if not self.image_store.is_dir():
+            return
+        for path in self.image_store.iterdir():
+            if path.name not in IMAGE_FILES and not path.is_dir():
+                path.unlink(missing_ok=True)
 
     def _stop_host_processes(self, host: TestbedHost, sessions: list[int]) -> None:
         """End what the testbed started as this host: by pid, never every process of the uid.

@@ -137,7 +137,9 @@ def make_cloud(bed: Testbed, tmp_path: Path, db_url: str = "", config_extra: str
 
 
 def reset_hosts(bed: Testbed) -> None:
-    """Every host as bring-up left it: daemon running, key authorized, no guests, no instance files."""
+    """Every host as bring-up left it: daemon running, keys authorized, no guests, no instance files,
+    no images the hosts wrote into the store."""
+    bed.remove_snapshots()
     for host in bed.hosts():
         bed.authorize(host)
         bed.start_libvirtd(host)

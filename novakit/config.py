@@ -135,6 +135,11 @@ class ComputeConfig(_Section):
     # resize waiting for its confirm is confirmed by heal after this many seconds (0: never).
     shelved_offload_time: int = Field(default=0, ge=-1)
     resize_confirm_window: int = Field(default=0, ge=0)
+    # Nova's option: the guests of a host that booted are started again by heal when their
+    # servers are recorded running (novakit.heal.host_boot); false: recorded stopped instead.
+    # Nova's default is false (its hosts have libvirt's autostart to lean on); novakit's guests
+    # have none, and a maintenance reboot is the everyday case, so here it is on.
+    resume_guests_state_on_host_boot: bool = True
 
 
 class IdentityConfig(_Section):

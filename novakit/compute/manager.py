@@ -333,6 +333,7 @@ class ComputeManager:
                 result.results = [self.get_info(i) for i in request.instances]
             elif op == "list_instances":
                 result.instances_on_host = {k: int(v) for k, v in self.driver.list_instances().items()}
+                result.host_boot_id = self.driver.host_boot_id()
             elif op == "get_available_resource":
                 result.resources = self.driver.get_available_resource()
                 result.instances_on_host = {k: int(v) for k, v in self.driver.list_instances().items()}

@@ -288,6 +288,7 @@ class ComputeResult(_Model):
     results: list[InstanceResult] = Field(default_factory=list)
     resources: HostResources | None = None
     instances_on_host: dict[str, int] | None = None  # uuid -> power state
+    host_boot_id: str | None = None  # with instances_on_host: ComputeDriver.host_boot_id
     unmanaged: list[UnmanagedGuest] | None = None  # operation list_unmanaged
     error: Fault | None = None  # the whole request failed (driver unusable, ...)
 

@@ -188,6 +188,7 @@ from novakit.heal.base import (
     _Seen,
 )
 from novakit.heal.builds import StuckBuilds
+from novakit.heal.host_boot import HostBoot
 from novakit.heal.moves import MoveRecovery, Moves
 from novakit.heal.orphans import Orphans
 from novakit.heal.recovery import TASK_RULES, TaskRecovery
@@ -205,7 +206,7 @@ __all__ = [
 ]
 
 
-class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans, Moves, MoveRecovery, VolumeRecovery):
+class Healer(PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, MoveRecovery, VolumeRecovery):
     """One heal run: read the records, ask the hosts, correct what disagrees."""
 
     # ------------------------------------------------------------------ entry
@@ -221,8 +222,10 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans, Moves, MoveRecovery,
         unreachable: dict[str, str] | None = None,
         import_unmanaged: bool = False,
         import_project: str | None = None,
+        boot_ids: dict[str, str] | None = None,
     ) -> HealReport:
-        """Compare, correct, report. ``reports`` (host -> uuid -> power state) skips asking the hosts."""
+        """Compare, correct, report. ``reports`` (host -> uuid -> power state) skips asking the hosts;
+        ``boot_ids``: with them, each host's boot id (``novakit.heal.host_boot``)."""
         report = HealReport(
             request_id=self.ctx.request_id, dry_run=dry_run, unreachable=dict(unreachable or {})
         )
@@ -238,16 +241,19 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans, Moves, MoveRecovery,
         # A host of a cell that does not answer is not asked: nothing of it is changed.
         targets = [h for h in targets if not self._host_down(h)]
         if reports is None:
-            reports = self._ask_hosts(targets, report, dry_run)
+            boot_ids = {}
+            reports = self._ask_hosts(targets, report, dry_run, boot_ids)
             reported_at = started
         else:
             reports = {h: g for h, g in reports.items() if h in targets}
+            boot_ids = {h: b for h, b in (boot_ids or {}).items() if h in reports}
             if not dry_run:
                 # The playbook's hosts answered (or not, with Ansible's reason): record each contact.
                 answered = [ComputeResult(request_id="", host=h, operation="list_instances") for h in reports]
                 host_records.record_contacts(self.db, answered, report.unreachable)
             reported_at = reported_at or started
         report.hosts = sorted(reports)
+        booted, booted_elsewhere = self._take_boots(boot_ids, dry_run)
         for host, guests in sorted(reports.items()):
             guests = {u: int(p) for u, p in guests.items()}
             mine = [s for s in seen.values() if s.host == host]
@@ -258,6 +264,10 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans, Moves, MoveRecovery,
                     if not self._owner_gone(s):
                         continue  # its owner will record the outcome (Nova's sync skips it too)
                     c = self._in_cell(s.cell, self._recover, s, guests.get(s.uuid), host, dry_run)
+                elif host in booted_elsewhere:
+                    continue  # another heal took this host's boot: its guests are that heal's
+                elif host in booted and self._resumes(s, guests.get(s.uuid)):
+                    c = self._in_cell(s.cell, self._resume_on_boot, s, guests[s.uuid], host, dry_run)
                 else:
                     c = self._in_cell(s.cell, self._sync_one, s, guests.get(s.uuid), host, dry_run)
                 if c is not None:
@@ -268,6 +278,8 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans, Moves, MoveRecovery,
             report.corrections.extend(
                 self._orphan_guests(host, others, reported_at, dry_run, destroy_orphans)
             )
+        if booted and not dry_run:
+            self._end_boots(booted)
         if not wanted:
             # A delete of a server no host holds needs no host's answer.
             for s in seen.values():
@@ -306,7 +318,10 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans, Moves, MoveRecovery,
         self._copies = [s for s in rows if self._is_copy(s.cell, s.uuid)]
         return {s.uuid: s for s in rows if not self._is_copy(s.cell, s.uuid)}
 
-    def _ask_hosts(self, hosts: list[str], report: HealReport, dry_run: bool) -> dict[str, dict[str, int]]:
+    def _ask_hosts(
+        self, hosts: list[str], report: HealReport, dry_run: bool, boot_ids: dict[str, str]
+    ) -> dict[str, dict[str, int]]:
+        """Each host's guest list (and into ``boot_ids``, its boot id where it has one)."""
         out: dict[str, dict[str, int]] = {}
         if not hosts:
             return out
@@ -324,6 +339,8 @@ class Healer(PowerSync, TaskRecovery, StuckBuilds, Orphans, Moves, MoveRecovery,
                 report.unreachable[req.host] = why
                 continue
             out[req.host] = dict(result.instances_on_host)
+            if result.host_boot_id:
+                boot_ids[req.host] = result.host_boot_id
         return out
 
 
@@ -339,6 +356,7 @@ def heal(
     unreachable: dict[str, str] | None = None,
     import_unmanaged: bool = False,
     import_project: str | None = None,
+    boot_ids: dict[str, str] | None = None,
     ctx: RequestContext | None = None,
     rpc: ComputeRPC | None = None,
     clock: Callable[[], dt.datetime] | None = None,
@@ -348,7 +366,8 @@ def heal(
     Without ``reports`` the hosts are asked through ``rpc`` (direct mode; a
     ``novakit.compute.rpc.ComputeRPC``); a playbook passes the guest lists its
     ``compute`` tasks returned, the time it asked (``reported_at``, UTC) and the
-    hosts it could not reach. ``clock``: heal's "now" (naive UTC) for leases.
+    hosts it could not reach, and each host's boot id (``boot_ids``). ``clock``: heal's
+    "now" (naive UTC) for leases.
 
     ``ctx`` is the caller, who must be an admin (``novakit.policy``): heal changes every
     project's records. Without one, the caller is the library's own (Python code that
@@ -371,13 +390,15 @@ def heal(
         unreachable=unreachable,
         import_unmanaged=import_unmanaged,
         import_project=import_project,
+        boot_ids=boot_ids,
     )
 
 
 def reports_from_compute_results(
     registered: dict[str, Any],
-) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
-    """Guest lists from what the ``compute`` module returned per host (``operation: list_instances``).
+) -> tuple[dict[str, dict[str, int]], dict[str, str], dict[str, str]]:
+    """Guest lists from what the ``compute`` module returned per host (``operation: list_instances``),
+    the hosts that gave none (with why), and the boot ids of those that have one.
 
     A host with no usable answer (unreachable, failed task) is returned as
     unreachable, never as a host without guests: that would make every server
@@ -385,6 +406,7 @@ def reports_from_compute_results(
     """
     reports: dict[str, dict[str, int]] = {}
     missing: dict[str, str] = {}
+    boot_ids: dict[str, str] = {}
     for host, value in registered.items():
         results = value.get("results") if isinstance(value, dict) else None
         if not results or not isinstance(results, list):
@@ -396,4 +418,6 @@ def reports_from_compute_results(
             missing[host] = result.error.message if result.error else "no guest list returned"
             continue
         reports[host] = dict(result.instances_on_host)
-    return reports, missing
+        if result.host_boot_id:
+            boot_ids[host] = result.host_boot_id
+    return reports, missing, boot_ids

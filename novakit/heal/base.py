@@ -35,6 +35,7 @@ RECOVER_EVENT = "conductor_heal_interrupted_task"
 Kind = Literal[
     "power_state",
     "stopped",
+    "resumed_after_host_boot",
     "vanished",
     "task_recovered",
     "build_timeout",

@@ -160,6 +160,13 @@ class ComputeDriver:
         """Every guest novakit owns on this host: instance uuid -> power state."""
         raise NotImplementedError
 
+    def host_boot_id(self) -> str | None:
+        """What changes each time the host boots (Linux's ``/proc/sys/kernel/random/boot_id``),
+        or None where the driver cannot tell. Heal compares it with the last one it saw: a
+        host that booted since is one whose guests Nova's ``resume_guests_state_on_host_boot``
+        brings back."""
+        return None
+
     def list_unmanaged(self) -> list[UnmanagedGuest]:
         """Every guest on this host that novakit does not own (``list_instances`` leaves it out):
         what a brownfield import reads. Nothing is changed on the host."""

@@ -32,6 +32,8 @@ which is how a test points one host of an inventory at a failure:
     (``migrate_disk_and_power_off``, ``live_migration``: the guest keeps
     running); as its destination, bringing it up (``finish_migration``,
     ``pre_live_migration``, a spawn of an evacuated server: nothing left behind).
+``fail_reboot``
+    every reboot (soft or hard) raises ComputeError; the guest stays as it was.
 
 A move hands the guest's record over: the source keeps it, shut off and marked
 ``resize_source`` (not listed, as libvirt's shut-off leftover belongs to no
@@ -44,7 +46,9 @@ the guest it is attached to and as which device); a guest lists its disks under
 ``volumes`` (device -> volume id) and its console shows ``NOVAKIT-DISK <dev> <sectors>``
 for each disk that appears, as the tiny guest prints it.
 
-``vanish(uuid)`` deletes a guest behind novakit's back, for tests of healing.
+``vanish(uuid)`` deletes a guest behind novakit's back, for tests of healing;
+``reboot_host()`` is the host going down and coming back: a new ``host_boot_id`` and
+every guest shut off.
 ``define_foreign(...)`` defines a guest novakit did not create (someone ran
 ``virt-install``), for tests of brownfield imports: it is ``foreign`` in the
 state file until ``adopt`` makes it an instance's; till then ``list_instances``
@@ -69,6 +73,7 @@ import os
 import re
 import tempfile
 import time
+import uuid as uuid_mod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -97,6 +102,7 @@ FAILURE_MODES = (
     "fail_volume_attach",
     "fail_migrate_source",
     "fail_migrate_dest",
+    "fail_reboot",
 )
 
 #: a console keeps this many lines, like a log that is rotated
@@ -228,6 +234,7 @@ class FakeDriver(ComputeDriver):
         state.setdefault("spawns_attempted", 0)
         state.setdefault("first_spawn_failed", False)
         state.setdefault("volumes", {})
+        state.setdefault("boot_id", "first-boot")
         return state
 
     def _write(self, state: dict[str, Any]) -> None:
@@ -395,6 +402,8 @@ class FakeDriver(ComputeDriver):
 
     def reboot(self, instance: InstanceSpec, reboot_type: str = "SOFT") -> None:
         # A soft reboot of a guest that is not running falls back to hard, as libvirt's does.
+        if self.failure_mode() == "fail_reboot":
+            raise exceptions.ComputeError(reason=f"fake failure: reboots on host {self.host} fail")
         with self._locked_state() as state:
             guest = self._guest(state, instance.uuid)
             self._settle(guest)
@@ -747,6 +756,20 @@ class FakeDriver(ComputeDriver):
                 "console": [],
             }
         return uuid
+
+    def host_boot_id(self) -> str | None:
+        with self._locked_state(readonly=True) as state:
+            return str(state["boot_id"])
+
+    def reboot_host(self) -> None:
+        """The host went down and came back (a kernel update): every guest is shut off, as a
+        host's guests are after its boot until something starts them, and the boot id is new."""
+        with self._locked_state() as state:
+            state["boot_id"] = str(uuid_mod.uuid4())
+            for guest in state["instances"].values():
+                if guest["power_state"] != int(PowerState.SHUTDOWN):
+                    guest["power_state"] = int(PowerState.SHUTDOWN)
+                    _console(guest, "reboot: the host went down")
 
     def vanish(self, uuid: str) -> None:
         """Delete a guest behind novakit's back (someone ran ``virsh undefine``)."""

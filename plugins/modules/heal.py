@@ -172,7 +172,7 @@ class HealModule(NovakitModule):
         from novakit.heal import heal, reports_from_compute_results
 
         conf = self.config()
-        reports, unreachable = reports_from_compute_results(self.params["guests"])
+        reports, unreachable, boot_ids = reports_from_compute_results(self.params["guests"])
         asked_at = None
         if self.params["asked_at"]:
             asked_at = dt.datetime.fromisoformat(self.params["asked_at"]).replace(tzinfo=None)
@@ -183,6 +183,7 @@ class HealModule(NovakitModule):
             reports=reports,
             reported_at=asked_at,
             unreachable=unreachable,
+            boot_ids=boot_ids,
             ctx=self.context(),
             dry_run=self.params["dry_run"] or self.check_mode,
             destroy_orphans=self.params["destroy_orphans"],

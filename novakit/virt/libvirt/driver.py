@@ -494,6 +494,16 @@ class LibvirtDriver(ComputeDriver):
                 volumes=self.volume_pool.volume_ids(guest.domain),
             )
 
+    def host_boot_id(self) -> str | None:
+        """The kernel's boot id where the daemon is this machine's (the driver runs on its
+        host, as the compute task does); None for a daemon reached over the network."""
+        if is_remote_uri(self.uri):
+            return None
+        try:
+            return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+        except OSError:
+            return None
+
     def list_instances(self) -> dict[str, PowerState]:
         try:
             domains = self._conn().listAllDomains(0)

@@ -57,3 +57,15 @@ def test_unreachable_daemon_is_hypervisor_unavailable(tmp_path: pytest.TempPathF
     drv = load_driver("libvirt", "compute-1", {"uri": f"qemu+unix:///system?socket={tmp_path}/nope.sock"})
     with pytest.raises(exceptions.HypervisorUnavailable, match="compute-1.*cannot connect"):
         drv.init_host()
+
+
+def test_a_local_daemon_s_host_has_this_machine_s_boot_id_a_remote_one_none(
+    tmp_path: pytest.TempPathFactory,
+) -> None:
+    pytest.importorskip("libvirt")
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        mine = f.read().strip()
+    local = load_driver("libvirt", "compute-1", {"uri": f"qemu+unix:///system?socket={tmp_path}/nope.sock"})
+    assert local.host_boot_id() == mine
+    remote = load_driver("libvirt", "compute-2", {"uri": "qemu+ssh://root@127.0.0.1/system"})
+    assert remote.host_boot_id() is None

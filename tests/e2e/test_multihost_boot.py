@@ -34,7 +34,9 @@ def test_hosts_register_with_their_real_capacity(cloud: Cloud) -> None:
     for host in cloud.bed.names():
         node = compute_hosts.get_node(api.db, host)
         assert node.hypervisor_type == "QEMU"
-        assert node.memory_mb == reported_mb
+        # What libvirt said at registration. This machine is itself a VM whose memory the hypervisor
+        # under it may grow or shrink meanwhile (128 MiB between two reads was seen): within 2%.
+        assert abs(node.memory_mb - reported_mb) <= reported_mb // 50, (node.memory_mb, reported_mb)
         assert node.driver["driver"] == "libvirt" and node.driver["options"]["uri"] == "qemu:///session"
         memory = get_inventory(api.db, host)["MEMORY_MB"]
         assert memory.total - memory.reserved == catalog.HOST_ROOM_MB

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -10,7 +11,7 @@ from novakit.compute.messages import ComputeRequest, ComputeResult
 from novakit.compute.rpc import unusable
 from novakit.virt.driver import load_driver
 
-_MANAGERS: dict[tuple[str, str], ComputeManager] = {}
+_MANAGERS: dict[tuple[str, str, str | None], ComputeManager] = {}
 _LOCK = threading.Lock()
 
 
@@ -22,8 +23,10 @@ class LocalTransport:
 
     def _manager(self) -> ComputeManager:
         # One manager per host and driver in a process, so that the host's
-        # max_concurrent_builds holds across concurrent calls.
-        key = (self.host, repr(sorted(self.driver_info.items())))
+        # max_concurrent_builds holds across concurrent calls. The fake driver's state directory,
+        # unless its options name one, comes from the environment when the driver is made: a
+        # process whose environment points elsewhere later (tests, embedded callers) gets another.
+        key = (self.host, repr(sorted(self.driver_info.items())), os.environ.get("NOVAKIT_FAKE_STATE_DIR"))
         with _LOCK:
             mgr = _MANAGERS.get(key)
             if mgr is None:

@@ -19,9 +19,9 @@ of two heals at once only one resumes the guests, and another heal leaves that h
 servers alone while the lease runs (not even its power-state sync, which would stop a
 guest not started yet). A boot id is recorded before the guests are started: a heal cut
 off in between leaves them, once its lease is out, to the power-state sync of the next one
-(recorded stopped, nothing started twice). A host
-reached over the network (a remote libvirt URI) reports no boot id, and nothing here
-applies to it.
+(recorded stopped, nothing started twice). Without ``resume_guests_state_on_host_boot``
+a boot is recorded with no lease: there is nothing to start. A host reached over the
+network (a remote libvirt URI) reports no boot id, and nothing here applies to it.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class HostBoot(HealerBase):
                     taken.add(host)
                 continue
             new = {**stats, "boot_id": boot_ids[host]}
-            if seen is not None:
+            if seen is not None and self.conf.compute.resume_guests_state_on_host_boot:
                 lease = now + dt.timedelta(seconds=self.conf.compute.build_timeout)
                 new[RESUMING_UNTIL] = lease.isoformat()
             won = self._write_stats(node_id, updated_at, new)
@@ -128,7 +128,6 @@ class HostBoot(HealerBase):
             and s.task_state is None
             and s.vm_state == VmState.ACTIVE.value
             and s.power_state == PowerState.RUNNING
-            and reported is not None
             and reported in {int(p) for p in _NOT_STARTED}
         )
 

@@ -128,7 +128,7 @@ class ActionModule(ActionBase):
         return HAS_NOVAKIT and connection in LOCAL_CONNECTIONS
 
     def _step(self, args, task_vars):
-        environment = {}
+        environment: dict[str, str] = {}
         self._compute_environment_string(raw_environment_out=environment)
         # This worker ends with the task: the task's environment is its own, as a module's would be.
         os.environ.update({str(k): str(v) for k, v in environment.items()})

@@ -145,7 +145,8 @@ class CallbackModule(CallbackBase):
         # The run's servers are in whichever cells their hosts are in: every cell is asked.
         uuids = list(dict.fromkeys(u for found in scatter(api.db, touched).results.values() for u in found))
         servers = api.list(ctx, uuids=uuids, include_deleted=True) if uuids else []
-        rows, hosts = [], {}
+        rows = []
+        hosts: dict[str, int] = {}
         for s in servers:
             fault = s.get("fault") or {}
             said = f"{fault.get('host') or '-'}: {fault['message']}" if fault else ""

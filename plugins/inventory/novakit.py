@@ -83,7 +83,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
         conf = load_config(self.get_option("config"), db_url=self.get_option("db_url"))
         api, ctx = API(Database.from_config(conf), conf), RequestContext.admin()
         servers = api.list(ctx)
-        groups = {}
+        groups: dict[str, list[str]] = {}
         for group in list_groups(api.db, ctx, all_projects=True):
             for uuid in group["members"]:
                 groups.setdefault(uuid, []).append(group["name"])

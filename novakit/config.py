@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,8 @@ class _Section(BaseModel):
 
 
 class SchedulerConfig(_Section):
-    # Filters run in this order; names are looked up in novakit.scheduler.filters.FILTERS.
+    # Filters run in this order; names are looked up in novakit.scheduler.filters.FILTERS, and
+    # checked there (``check_filter_names``, run by ``load_config`` through ``register_check``).
     enabled_filters: list[str] = Field(
         default_factory=lambda: [
             "ComputeFilter",
@@ -51,6 +53,7 @@ class SchedulerConfig(_Section):
             "VolumeHostFilter",
         ]
     )
+    # Names of novakit.scheduler.weights.WEIGHERS (checked there), or ["all"].
     weighers: list[str] = Field(default_factory=lambda: ["all"])
     ram_weight_multiplier: float = Field(default=1.0, allow_inf_nan=False)
     cpu_weight_multiplier: float = Field(default=1.0, allow_inf_nan=False)
@@ -70,29 +73,6 @@ class SchedulerConfig(_Section):
     default_availability_zone: str = "nova"
     # "No valid host" lists at most this many rejected hosts per step (counts are always complete).
     explain_max_hosts: int = Field(default=200, ge=1)
-
-    # Names are checked when the configuration is read, before any request is recorded.
-    @field_validator("enabled_filters")
-    @classmethod
-    def _known_filters(cls, names: list[str]) -> list[str]:
-        from novakit.scheduler.filters import FILTERS
-
-        unknown = [n for n in names if n not in FILTERS]
-        if unknown:
-            raise ValueError(f"unknown filter(s) {', '.join(unknown)}; known: {', '.join(sorted(FILTERS))}")
-        return names
-
-    @field_validator("weighers")
-    @classmethod
-    def _known_weighers(cls, names: list[str]) -> list[str]:
-        from novakit.scheduler.weights import WEIGHERS
-
-        unknown = [n for n in names if n != "all" and n not in WEIGHERS]
-        if unknown:
-            raise ValueError(
-                f"unknown weigher(s) {', '.join(unknown)}; known: all, {', '.join(sorted(WEIGHERS))}"
-            )
-        return names
 
 
 class PlacementConfig(_Section):
@@ -165,6 +145,25 @@ class Config(_Section):
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
     identity: IdentityConfig = Field(default_factory=IdentityConfig)
 
+    @field_validator("db_url")
+    @classmethod
+    def _known_database(cls, url: str) -> str:
+        """A URL SQLAlchemy can open (its dialect and driver exist), or empty for the default."""
+        if not url:
+            return url
+        # Here, not at the top: the host side reads this module and never loads SQLAlchemy.
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        try:
+            make_url(url).get_dialect()
+        except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+            raise ValueError(
+                f"{url.split('://')[0]!r} is not a database URL novakit can open ({exc}); "
+                "use sqlite:///<path> or postgresql+psycopg://<user>:<password>@<host>/<database>"
+            ) from None
+        return url
+
     @property
     def database_url(self) -> str:
         """``db_url``, else the embedded default: ``novakit.db`` in the state directory.
@@ -174,6 +173,19 @@ class Config(_Section):
         migrating an empty database somewhere nobody looks.
         """
         return self.db_url or f"sqlite:///{self.state_dir / 'novakit.db'}"
+
+
+#: Checks of the configuration that other packages own: the scheduler's registries check the
+#: filter and weigher names (``novakit.scheduler.filters.check_filter_names``, ``...weights``).
+#: Each registers itself here when its module is imported, so that this module, which every
+#: other imports, imports none of them; ``load_config`` runs them all, raising ConfigError.
+_CHECKS: list[Callable[[Config], None]] = []
+
+
+def register_check(check: Callable[[Config], None]) -> None:
+    """Have ``load_config`` run ``check`` on every configuration it builds (once per check)."""
+    if check not in _CHECKS:
+        _CHECKS.append(check)
 
 
 def config_file_path() -> Path | None:
@@ -190,9 +202,15 @@ def load_config(path: Path | None = None, **overrides: Any) -> Config:
     path = path or config_file_path()
     if path is not None:
         try:
-            data = tomllib.loads(Path(path).read_text())
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise exceptions.ConfigError(option=str(path), reason="file does not exist") from None
+        except UnicodeDecodeError as exc:
+            raise exceptions.ConfigError(
+                option=str(path), reason=f"not UTF-8 text (byte {exc.start}); TOML files are UTF-8"
+            ) from None
+        except OSError as exc:
+            raise exceptions.ConfigError(option=str(path), reason=f"cannot be read: {exc.strerror}") from None
         except tomllib.TOMLDecodeError as exc:
             raise exceptions.ConfigError(option=str(path), reason=f"not valid TOML: {exc}") from None
     if os.environ.get("NOVAKIT_DB_URL"):
@@ -203,8 +221,11 @@ def load_config(path: Path | None = None, **overrides: Any) -> Config:
         data["notifications_file"] = os.environ["NOVAKIT_NOTIFICATIONS_FILE"]
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
-        return Config.model_validate(data)
+        conf = Config.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         option = ".".join(str(p) for p in err["loc"])
         raise exceptions.ConfigError(option=option, reason=err["msg"].removeprefix("Value error, ")) from None
+    for check in _CHECKS:
+        check(conf)
+    return conf

@@ -30,6 +30,7 @@ recorded it.
 from __future__ import annotations
 
 import os
+import pwd
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -125,8 +126,8 @@ def context_from(
     ``[identity]`` section.
 
     - the operator's identity (``operator_identity``): ``NOVAKIT_PROJECT``,
-      ``NOVAKIT_USER`` (else ``USER``), ``NOVAKIT_ROLES`` (comma-separated; set but
-      empty means none), each over ``identity``'s, else project ``default``, the
+      ``NOVAKIT_USER`` (else ``USER``, ``LOGNAME``, the password database), ``NOVAKIT_ROLES``
+      (comma-separated; set but empty means none), each over ``identity``'s, else project ``default``, the
       Unix user, role ``member``;
     - the given options replace it where the module docstring says they may;
     - request id: ``request_id`` (normalised), else the run's
@@ -173,6 +174,15 @@ def _roles(value: Any) -> list[str]:
     return [str(r).strip() for r in value if _given(r)]
 
 
+def _unix_user() -> str:
+    """The name of the process's own user in the password database (a cron job, a systemd unit
+    or ``env -i`` set no USER), ``uid-<n>`` for a uid that has no entry there."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid-{os.getuid()}"
+
+
 #: the identity of a caller nobody named: a member, never an admin
 DEFAULT_PROJECT = "default"
 DEFAULT_ROLES = ("member",)
@@ -187,7 +197,9 @@ def operator_identity(
     conf_user = identity.user if identity else None
     project = next(str(v) for v in (env.get("NOVAKIT_PROJECT"), conf_project, DEFAULT_PROJECT) if _given(v))
     user = next(
-        str(v) for v in (env.get("NOVAKIT_USER"), conf_user, env.get("USER"), "anonymous") if _given(v)
+        str(v)
+        for v in (env.get("NOVAKIT_USER"), conf_user, env.get("USER"), env.get("LOGNAME"), _unix_user())
+        if _given(v)
     )
     roles: Any
     if "NOVAKIT_ROLES" in env:

@@ -22,8 +22,10 @@ def db_upgrade() -> None:
     A database made before cells becomes the API database and cell1 at once, with cell0 made
     beside it; its servers, actions and claims stay as they are.
     """
+    from novakit import policy
     from novakit.cells.manage import upgrade_all
 
+    guard(lambda: policy.authorize(ctx(), "db:upgrade"))
     database = db()
     done = guard(lambda: upgrade_all(database))
     console.print(f"database at revision {database.current_revision()}")

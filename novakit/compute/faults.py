@@ -10,7 +10,7 @@ import json
 import traceback as tb
 
 from novakit import exceptions
-from novakit.compute.messages import Fault
+from novakit.compute.messages import ComputeRequest, ComputeResult, Fault, InstanceResult
 
 MAX_MESSAGE = 255
 TRACEBACK_PREFIX = "Traceback (most recent call last)"
@@ -55,3 +55,17 @@ def _truncate(message: str) -> str:
 
 def fault_is_internal(details: str | None) -> bool:
     return bool(details) and details.startswith(TRACEBACK_PREFIX)  # type: ignore[union-attr]
+
+
+def unusable(request: ComputeRequest, exc: BaseException, host: str) -> ComputeResult:
+    """The answer for a host that could not run ``request`` at all: every instance failed there,
+    with ``exc`` as the fault, and another host may do better (``reschedule``)."""
+    fault = fault_from_exception(exc, host)
+    fault.reschedule = True
+    return ComputeResult(
+        request_id=request.request_id,
+        host=host,
+        operation=request.operation,
+        error=fault,
+        results=[InstanceResult(uuid=i.uuid, ok=False, fault=fault) for i in request.instances],
+    )

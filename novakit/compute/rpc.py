@@ -24,12 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from novakit import exceptions
-from novakit.compute.faults import fault_from_exception
+from novakit.compute.faults import unusable
 from novakit.compute.messages import (
     ComputeRequest,
     ComputeResult,
     ImageSpec,
-    InstanceResult,
     InstanceSpec,
     NetworkSpec,
     VolumeSpec,
@@ -114,20 +113,6 @@ class ComputeRPC:
                 )
             ).all()
         return {host: dict(driver or {}) for host, driver in rows}
-
-
-def unusable(request: ComputeRequest, exc: BaseException, host: str) -> ComputeResult:
-    """The answer for a host that could not run ``request`` at all: every instance failed there,
-    with ``exc`` as the fault, and another host may do better (``reschedule``)."""
-    fault = fault_from_exception(exc, host)
-    fault.reschedule = True
-    return ComputeResult(
-        request_id=request.request_id,
-        host=host,
-        operation=request.operation,
-        error=fault,
-        results=[InstanceResult(uuid=i.uuid, ok=False, fault=fault) for i in request.instances],
-    )
 
 
 def instance_spec(

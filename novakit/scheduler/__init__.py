@@ -3,3 +3,7 @@
 ``manager.SchedulerManager.select_destinations`` is the entry point; ``request_spec``
 holds what is asked, ``host_state`` what each candidate host looks like.
 """
+
+# The registries check the configuration's filter and weigher names for ``load_config``
+# (``novakit.config.register_check``); loading either part of the scheduler loads both.
+from novakit.scheduler import filters, weights  # noqa: E402,F401

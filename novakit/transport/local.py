@@ -6,9 +6,9 @@ import os
 import threading
 from typing import Any
 
+from novakit.compute.faults import unusable
 from novakit.compute.manager import ComputeManager
 from novakit.compute.messages import ComputeRequest, ComputeResult
-from novakit.compute.rpc import unusable
 from novakit.virt.driver import load_driver
 
 _MANAGERS: dict[tuple[str, str, str | None], ComputeManager] = {}

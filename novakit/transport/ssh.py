@@ -32,8 +32,8 @@ import socket
 from typing import Any
 
 from novakit import exceptions
+from novakit.compute.faults import unusable
 from novakit.compute.messages import ComputeRequest, ComputeResult
-from novakit.compute.rpc import unusable
 
 #: stderr kept in a fault: enough to see the error, short enough for a fault's details
 _STDERR_TAIL = 2000

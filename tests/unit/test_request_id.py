@@ -9,6 +9,8 @@ all three the same id.
 from __future__ import annotations
 
 import importlib
+import os
+import pwd
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -83,7 +85,9 @@ def test_normalising_keeps_req_ids_and_marks_awx_jobs() -> None:
 def test_an_unset_identity_is_a_member_never_an_admin() -> None:
     ctx = context_from({}, environ={})
     identity = (ctx.project_id, ctx.user_id, ctx.roles, ctx.is_admin)
-    assert identity == ("default", "anonymous", ["member"], False)
+    # No USER or LOGNAME: the Unix user from the password database (issue 25, item 18).
+    unix_user = pwd.getpwuid(os.getuid()).pw_name
+    assert identity == ("default", unix_user, ["member"], False)
     assert context_from({}, environ={"USER": "ana"}).user_id == "ana"
 
 

@@ -7,7 +7,7 @@ switch a filter off.
 from __future__ import annotations
 
 from novakit import exceptions
-from novakit.config import Config
+from novakit.config import Config, register_check
 from novakit.scheduler.filters.aggregate_instance_extra_specs_filter import AggregateInstanceExtraSpecsFilter
 from novakit.scheduler.filters.base import PASS, BaseFilter, FilterResult, reject
 from novakit.scheduler.filters.compute_capabilities_filter import ComputeCapabilitiesFilter
@@ -41,15 +41,24 @@ FILTERS: dict[str, type[BaseFilter]] = {
 }
 
 
-def build_filters(conf: Config) -> list[BaseFilter]:
-    """The configured filters, in order; ConfigError names the unknown ones and the known ones."""
+def check_filter_names(conf: Config) -> None:
+    """The one check of ``scheduler.enabled_filters``: ConfigError names the unknown ones and the
+    known ones. ``load_config`` runs it (``register_check`` below), and so does ``build_filters``."""
     unknown = [name for name in conf.scheduler.enabled_filters if name not in FILTERS]
     if unknown:
         raise exceptions.ConfigError(
             option="scheduler.enabled_filters",
             reason=f"unknown filter(s) {', '.join(unknown)}; known filters: {', '.join(sorted(FILTERS))}",
         )
+
+
+register_check(check_filter_names)
+
+
+def build_filters(conf: Config) -> list[BaseFilter]:
+    """The configured filters, in order."""
+    check_filter_names(conf)
     return [FILTERS[name](conf) for name in conf.scheduler.enabled_filters]
 
 
-__all__ = ["FILTERS", "PASS", "BaseFilter", "FilterResult", "build_filters", "reject"]
+__all__ = ["FILTERS", "PASS", "BaseFilter", "FilterResult", "build_filters", "check_filter_names", "reject"]

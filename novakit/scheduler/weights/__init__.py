@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from novakit import exceptions
-from novakit.config import Config
+from novakit.config import Config, register_check
 from novakit.scheduler.weights.affinity import ServerGroupSoftAffinityWeigher
 from novakit.scheduler.weights.anti_affinity import ServerGroupSoftAntiAffinityWeigher
 from novakit.scheduler.weights.base import BaseWeigher, normalize
@@ -29,17 +29,29 @@ WEIGHERS: dict[str, type[BaseWeigher]] = {
 }
 
 
-def build_weighers(conf: Config) -> list[BaseWeigher]:
-    """The configured weighers; ConfigError names unknown ones and lists the known ones."""
-    names = list(WEIGHERS) if conf.scheduler.weighers == ["all"] else conf.scheduler.weighers
-    unknown = [name for name in names if name not in WEIGHERS]
+def _names(conf: Config) -> list[str]:
+    return list(WEIGHERS) if conf.scheduler.weighers == ["all"] else conf.scheduler.weighers
+
+
+def check_weigher_names(conf: Config) -> None:
+    """The one check of ``scheduler.weighers``: ConfigError names unknown ones and lists the known
+    ones. ``load_config`` runs it (``register_check`` below), and so does ``build_weighers``."""
+    unknown = [name for name in _names(conf) if name not in WEIGHERS]
     if unknown:
         raise exceptions.ConfigError(
             option="scheduler.weighers",
             reason=f"unknown weigher(s) {', '.join(unknown)}; "
             f"known weighers: all, {', '.join(sorted(WEIGHERS))}",
         )
-    return [WEIGHERS[name](conf) for name in names]
 
 
-__all__ = ["WEIGHERS", "BaseWeigher", "build_weighers", "normalize"]
+register_check(check_weigher_names)
+
+
+def build_weighers(conf: Config) -> list[BaseWeigher]:
+    """The configured weighers."""
+    check_weigher_names(conf)
+    return [WEIGHERS[name](conf) for name in _names(conf)]
+
+
+__all__ = ["WEIGHERS", "BaseWeigher", "build_weighers", "check_weigher_names", "normalize"]

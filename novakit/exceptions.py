@@ -9,6 +9,8 @@ sees the text)::
     │   ├── ValidationError ......... a field broke a rule: names field and rule
     │   │   └── VolumeNotReserved ... a volume action asked of a volume not reserved for it
     │   ├── InstanceInvalidState (409)  the action is not allowed in this state
+    │   │   ├── InstanceNeverLaunched . its launch never finished (Nova's must_have_launched)
+    │   │   └── InstanceHostDown ...... its host is down and the action needs it up
     │   ├── InvalidImage ............ bad image data (format, checksum, path)
     │   └── ConfigError ............. a configuration value is wrong
     ├── Forbidden (403)
@@ -136,6 +138,24 @@ class InstanceInvalidState(Invalid):
         "vm_state %(vm_state)s, task_state %(task_state)s"
     )
     code = 409
+
+
+class InstanceNeverLaunched(InstanceInvalidState):
+    """Nova's ``must_have_launched``: a server whose launch never finished has nothing to act on."""
+
+    msg_fmt = (
+        "Cannot '%(action)s' instance %(instance_uuid)s: it was never launched (no launch finished "
+        "on its host); delete it, or rebuild it once it has been built"
+    )
+
+
+class InstanceHostDown(InstanceInvalidState):
+    """Nova's ``check_instance_host(check_is_up=True)``: the move needs its host's compute service."""
+
+    msg_fmt = (
+        "Cannot '%(action)s' instance %(instance_uuid)s: its host %(host)s is down (%(reason)s); "
+        "bring the host back, or evacuate the server if the host is gone"
+    )
 
 
 class InvalidImage(Invalid):

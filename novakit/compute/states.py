@@ -17,7 +17,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -265,6 +265,8 @@ class Transition:
     keeps_stopped: bool = False
     checks_lock: bool = True
     needs_host: bool = False
+    host_up: bool = False
+    must_have_launched: bool = True
     idempotent: bool = False
     flow: str | None = None
     notes: str = ""
@@ -308,6 +310,11 @@ _LIVE = frozenset(set(VmState) - {V.DELETED, V.SOFT_DELETED})
 
 _ON = frozenset({V.ACTIVE})
 
+# Nova attaches and detaches volumes in active, paused, stopped, resized, shelved and
+# shelved_offloaded. Not offloaded here: a volume lives in one host's storage pool, and an
+# offloaded server has no host (its unshelve may choose another), so there is nowhere to attach it.
+_VOLUME_STATES = frozenset({V.ACTIVE, V.PAUSED, V.STOPPED, V.RESIZED, V.SHELVED})
+
 ACTIONS: dict[str, Transition] = {
     t.action: t
     for t in (
@@ -333,11 +340,12 @@ ACTIONS: dict[str, Transition] = {
             on_failure=V.ERROR,
             in_effect=_deleting,
             options=schemas.NoOptions,
+            must_have_launched=False,
             notes="allowed in any state, as Nova's delete; a failed delete leaves error",
         ),
         Transition(
             "stop",
-            vm_states=frozenset({V.ACTIVE, V.ERROR, V.RESCUED}),
+            vm_states=frozenset({V.ACTIVE, V.ERROR}),
             task_states=_IDLE,
             passes=(T.POWERING_OFF,),
             end_vm_state=V.STOPPED,
@@ -463,6 +471,7 @@ ACTIONS: dict[str, Transition] = {
             passes=(T.RESIZE_PREP, T.RESIZE_MIGRATING, T.RESIZE_MIGRATED, T.RESIZE_FINISH),
             end_vm_state=V.RESIZED,
             needs_host=True,
+            host_up=True,
             flow="resize",
             options=schemas.Resize,
             notes="scheduled like a boot with the new flavor, away from its host; ends in resized "
@@ -476,6 +485,7 @@ ACTIONS: dict[str, Transition] = {
             passes=(T.RESIZE_PREP, T.RESIZE_MIGRATING, T.RESIZE_MIGRATED, T.RESIZE_FINISH),
             end_vm_state=V.RESIZED,
             needs_host=True,
+            host_up=True,
             flow="resize",
             notify_as="resize",
             options=schemas.Migrate,
@@ -523,15 +533,16 @@ ACTIONS: dict[str, Transition] = {
         Transition(
             "evacuate",
             vm_states=frozenset({V.ACTIVE, V.STOPPED, V.ERROR}),
-            task_states=_IDLE,
+            task_states=_ANY_TASK,
             passes=(T.REBUILDING, T.REBUILD_SPAWNING),
             end_vm_state=V.ACTIVE,
             needs_host=True,
             keeps_stopped=True,
             flow="evacuate",
             options=schemas.Migrate,
-            notes="only when its host is down: rebuilt on another host from its image, ports kept "
-            "(admin only); the old guest goes when heal finds its host back",
+            notes="only when its host is down, whatever task was running there (Nova checks no task "
+            "state): rebuilt on another host from its image, ports kept (admin only); the old guest "
+            "goes when heal finds its host back",
         ),
         Transition(
             "create_image",
@@ -540,11 +551,13 @@ ACTIONS: dict[str, Transition] = {
             passes=(T.IMAGE_SNAPSHOT_PENDING, T.IMAGE_PENDING_UPLOAD, T.IMAGE_UPLOADING),
             needs_host=True,
             flow="create_image",
+            checks_lock=False,
             record_as="createImage",
             notify_as="snapshot",
             options=schemas.CreateImage,
             notes="the root disk written into the host's image store and registered with its sha256; "
-            "a running guest is paused for the copy; the server ends as it was",
+            "a running guest is paused for the copy; the server ends as it was; a locked server "
+            "may be snapshotted (Nova's snapshot checks no lock)",
         ),
         Transition(
             "shelve",
@@ -615,7 +628,7 @@ ACTIONS: dict[str, Transition] = {
         ),
         Transition(
             "attach_volume",
-            vm_states=frozenset({V.ACTIVE, V.PAUSED, V.STOPPED}),
+            vm_states=_VOLUME_STATES,
             task_states=_IDLE,
             operation="attach_volume",
             needs_host=True,
@@ -626,7 +639,7 @@ ACTIONS: dict[str, Transition] = {
         ),
         Transition(
             "detach_volume",
-            vm_states=frozenset({V.ACTIVE, V.PAUSED, V.STOPPED}),
+            vm_states=_VOLUME_STATES,
             task_states=_IDLE,
             operation="detach_volume",
             needs_host=True,
@@ -642,6 +655,7 @@ ACTIONS: dict[str, Transition] = {
             idempotent=True,
             checks_lock=False,
             options=schemas.Lock,
+            must_have_launched=False,
             notes="any state; records locked_by owner/admin",
         ),
         Transition(
@@ -651,6 +665,7 @@ ACTIONS: dict[str, Transition] = {
             in_effect=_unlocked,
             checks_lock=False,
             options=schemas.NoOptions,
+            must_have_launched=False,
             notes="an admin's lock is lifted only by an admin",
         ),
         Transition(
@@ -660,6 +675,7 @@ ACTIONS: dict[str, Transition] = {
             in_effect=_named,
             checks_lock=False,
             options=schemas.Rename,
+            must_have_launched=False,
             notes="any live state",
         ),
     )
@@ -692,6 +708,38 @@ def resolve(action: str, options: Mapping[str, Any] | None = None) -> tuple[Tran
     if t.action == "reboot" and values.get("reboot_type") == "HARD":
         t = ACTIONS["reboot_hard"]
     return t, values
+
+
+class Liveness(Protocol):
+    """A host's liveness as ``novakit.compute.hosts.is_up`` answers it."""
+
+    @property
+    def up(self) -> bool: ...
+    @property
+    def reason(self) -> str: ...
+
+
+def check(t: Transition, inst: Any, liveness: Callable[[str], Liveness]) -> None:
+    """Whether ``inst`` may start ``t`` now, by its row: the decision the API makes (its lock
+    aside) and every dry run repeats. Raises, in Nova's order: the vm_state and task_state
+    (``InstanceInvalidState``), a host (``InstanceNotReady``; told after the state, so an
+    offloaded server hears about its state), a launch (``InstanceNeverLaunched``), and the
+    host's compute service up (``InstanceHostDown``; ``liveness(host)`` is asked only then).
+    """
+    if not t.allows(inst.vm_state, inst.task_state):
+        raise exceptions.InstanceInvalidState(
+            action=t.action, instance_uuid=inst.uuid, vm_state=inst.vm_state, task_state=inst.task_state
+        )
+    if t.needs_host and not inst.host:
+        raise exceptions.InstanceNotReady(instance_uuid=inst.uuid, action=t.action)
+    if t.must_have_launched and inst.host and inst.launched_at is None:
+        raise exceptions.InstanceNeverLaunched(action=t.action, instance_uuid=inst.uuid)
+    if t.host_up and inst.host:
+        state = liveness(inst.host)
+        if not state.up:
+            raise exceptions.InstanceHostDown(
+                action=t.action, instance_uuid=inst.uuid, host=inst.host, reason=state.reason
+            )
 
 
 def path(vm_state: str, wanted: VmState) -> list[str] | None:
@@ -738,7 +786,14 @@ def state_table_markdown() -> str:
         failure = t.on_failure.value if t.on_failure else ("where it was" if t.compute else "-")
         options = ", ".join(t.options.model_fields) if t.options is not None else "-"
         checks = ", ".join(
-            c for c, on in (("lock", t.checks_lock and t.action != "create"), ("host", t.needs_host)) if on
+            c
+            for c, on in (
+                ("lock", t.checks_lock and t.action != "create"),
+                ("host", t.needs_host),
+                ("host up", t.host_up),
+                ("launched", t.must_have_launched and t.action != "create"),
+            )
+            if on
         )
         lines.append(
             f"| {t.action} | {fmt(t.vm_states)} | {fmt(t.task_states)} | {passes} | {end} | {power} "

@@ -35,7 +35,7 @@ ALLOW_REBOOT = {
 NOVA = {
     # action: (vm_states it may start from, task_states it may start from, vm_state it ends in)
     "delete": (ANY, ANY, "deleted"),
-    "stop": ({"active", "error", "rescued"}, {None}, "stopped"),
+    "stop": ({"active", "error"}, {None}, "stopped"),
     "start": ({"stopped"}, {None}, "active"),
     "reboot": ({"active"}, {None}, "active"),
     "reboot_hard": ({"active", "stopped", "paused", "suspended", "error"}, ALLOW_REBOOT, "active"),
@@ -47,9 +47,10 @@ NOVA = {
     "lock": (ANY, ANY, None),
     "unlock": (ANY, ANY, None),
     "rename": ({s.value for s in VmState} - {"deleted", "soft-delete"}, ANY, None),
-    # Nova's attach/detach states where novakit has them (no soft delete here).
-    "attach_volume": ({"active", "paused", "stopped"}, {None}, None),
-    "detach_volume": ({"active", "paused", "stopped"}, {None}, None),
+    # Nova's attach/detach states where novakit has them: no soft delete here, and not
+    # shelved_offloaded (a volume lives in one host's pool; an offloaded server has no host).
+    "attach_volume": ({"active", "paused", "stopped", "resized", "shelved"}, {None}, None),
+    "detach_volume": ({"active", "paused", "stopped", "resized", "shelved"}, {None}, None),
     # Moves: nova/compute/api.py's check_instance_state of resize, migrate, confirm_resize,
     # revert_resize, live_migrate, evacuate, shelve, shelve_offload, unshelve, snapshot, rescue.
     "resize": ({"active", "stopped"}, {None}, "resized"),
@@ -57,7 +58,7 @@ NOVA = {
     "confirm_resize": ({"resized"}, {None}, "active"),
     "revert_resize": ({"resized"}, {None}, "active"),
     "live_migrate": ({"active", "paused"}, {None}, None),
-    "evacuate": ({"active", "stopped", "error"}, {None}, "active"),
+    "evacuate": ({"active", "stopped", "error"}, ANY, "active"),
     # shelved_offload_time is 0 by default, as Nova's: a shelve offloads at once
     "shelve": ({"active", "stopped", "paused", "suspended"}, {None}, "shelved_offloaded"),
     "shelve_offload": ({"shelved"}, {None}, "shelved_offloaded"),

@@ -182,6 +182,8 @@ from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import ComputeNode, utcnow
 from novakit.heal.base import (
+    LOG,
+    LOST_RACE,
     RECOVER_EVENT,
     Correction,
     HealReport,
@@ -254,6 +256,7 @@ class Healer(PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, Mov
             reported_at = reported_at or started
         report.hosts = sorted(reports)
         booted, booted_elsewhere = self._take_boots(boot_ids, dry_run)
+        step = self._tolerant
         for host, guests in sorted(reports.items()):
             guests = {u: int(p) for u, p in guests.items()}
             mine = [s for s in seen.values() if s.host == host]
@@ -272,11 +275,15 @@ class Healer(PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, Mov
                     c = self._in_cell(s.cell, self._sync_one, s, guests.get(s.uuid), host, dry_run)
                 if c is not None:
                     report.corrections.append(c)
-            moved, handled = self._moved_away(host, guests, dry_run)
+            try:
+                moved, handled = self._moved_away(host, guests, dry_run)
+            except LOST_RACE as exc:  # a racing heal moved a migration on: its guests are left
+                LOG.warning("heal of moves away from %s cut short: %s", host, exc.format_message())
+                moved, handled = [], set(guests)
             report.corrections.extend(moved)
             others = {u: p for u, p in guests.items() if u not in handled}
             report.corrections.extend(
-                self._orphan_guests(host, others, reported_at, dry_run, destroy_orphans)
+                step(self._orphan_guests, host, others, reported_at, dry_run, destroy_orphans)
             )
         if booted and not dry_run:
             self._end_boots(booted)
@@ -287,16 +294,20 @@ class Healer(PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, Mov
                     c = self._in_cell(s.cell, self._recover, s, None, None, dry_run)
                     if c is not None:
                         report.corrections.append(c)
-        report.corrections.extend(self._reap_stuck_builds(wanted, dry_run, reports))
+        # Each step tolerates a racing heal (``HealerBase._tolerant``): one cut short by a lost
+        # race leaves the rest of the run to be done.
+        report.corrections.extend(step(self._reap_stuck_builds, wanted, dry_run, reports))
         if not wanted:
-            report.corrections.extend(self._abandoned_actions(dry_run))
-            report.corrections.extend(self._stray_copies(dry_run))
-            report.corrections.extend(self._orphan_attachments(dry_run))
-            report.corrections.extend(self._orphan_ports(dry_run))
-            report.corrections.extend(self._due_moves(dry_run))
+            report.corrections.extend(step(self._abandoned_actions, dry_run))
+            report.corrections.extend(step(self._stray_copies, dry_run))
+            report.corrections.extend(step(self._orphan_attachments, dry_run))
+            report.corrections.extend(step(self._orphan_ports, dry_run))
+            report.corrections.extend(step(self._due_moves, dry_run))
+            # A move of a server that is gone ends as its delete would have ended it.
+            report.corrections.extend(step(self._moves_of_gone_servers, reports, dry_run))
         # After the orphan attachments: a volume whose server is gone is released there.
-        report.corrections.extend(self._interrupted_volumes(wanted, seen, report, dry_run))
-        report.corrections.extend(self._orphan_allocations(wanted, dry_run))
+        report.corrections.extend(step(self._interrupted_volumes, wanted, seen, report, dry_run))
+        report.corrections.extend(step(self._orphan_allocations, wanted, dry_run))
         if import_unmanaged:
             report.corrections.extend(self._import_unmanaged(report, dry_run, import_project))
         report.down_cells = {cell.name: why for cell, why in self.down.items()}

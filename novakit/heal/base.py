@@ -55,6 +55,20 @@ Kind = Literal[
 
 _OFF = (PowerState.SHUTDOWN, PowerState.CRASHED)
 
+#: What a guarded write raises when another writer got there first: a racing heal (two heals
+#: at once find the same things to correct) or a user's request. The loser of such a write
+#: records the correction as skipped and goes on with the rest of its run.
+LOST_RACE: tuple[type[exceptions.NovakitError], ...] = (
+    exceptions.Conflict,
+    exceptions.NotFound,
+    exceptions.InvalidVolume,
+)
+
+
+def skipped(c: Correction, exc: exceptions.NovakitError) -> None:
+    """Record on ``c`` that its write lost a race (nothing changed by it)."""
+    c.error = f"skipped: it changed meanwhile ({exc.format_message()})"
+
 
 class Correction(BaseModel):
     """One thing heal found, and whether it changed it."""
@@ -174,6 +188,11 @@ class HealerBase:
             except exceptions.CellDown as exc:
                 self.down[cell] = str(exc.kwargs.get("reason") or exc.format_message())
                 return None
+            except LOST_RACE as exc:
+                # Another writer (a racing heal) changed it between heal's read and its write,
+                # outside the guarded write that would have said so: left to that writer.
+                LOG.warning("heal skipped %s: %s", getattr(fn, "__name__", fn), exc.format_message())
+                return None
 
     def _host_down(self, host: str | None) -> bool:
         """Whether ``host`` is mapped to a cell found down: heal changes nothing of its servers,
@@ -225,4 +244,18 @@ class HealerBase:
         except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
             c.error = f"skipped: the instance changed meanwhile ({exc.format_message()})"
             return False
+        except LOST_RACE as exc:
+            skipped(c, exc)
+            return False
         return True
+
+    def _tolerant(self, step: Callable[..., list[Correction]], *args: Any) -> list[Correction]:
+        """Run one of heal's steps; one that lost a race outside a correction's own guarded write
+        (a racing heal changed what it read) is logged and the run goes on with the next step.
+        Each step's corrections catch their own lost races (``_write``, ``skipped``): this is the
+        net under them, so that a second heal never ends a run half done."""
+        try:
+            return step(*args)
+        except LOST_RACE as exc:
+            LOG.warning("heal step %s lost a race and was cut short: %s", step.__name__, exc.format_message())
+            return []

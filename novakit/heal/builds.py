@@ -17,7 +17,7 @@ from novakit.compute.messages import (
 )
 from novakit.compute.states import PowerState, VmState
 from novakit.db import api as db_api
-from novakit.db.models import InstanceAction, utcnow
+from novakit.db.models import InstanceAction, InstanceMapping, utcnow
 from novakit.heal.base import (
     BUILD_ADOPTED_EVENT,
     BUILD_TIMEOUT_EVENT,
@@ -151,11 +151,29 @@ class StuckBuilds(HealerBase):
 
         c.applied = self._write(c, write)
         if c.applied:
+            if s.host is None:
+                self._bury_in_cell0(s.uuid)
             if free_claim:
                 placement.remove_allocations(self.db, s.uuid)
             self.notifier.state_update(s.uuid, ("building", s.task_state), ("error", None), host=s.host)
             self.notifier.emit("instance.create.error", s.uuid, fault=fault.message)
         return c
+
+    def _bury_in_cell0(self, uuid: str) -> None:
+        """A build that never reached a host lives in cell0 with its fault, as one the scheduler
+        could not place (Nova's super conductor buries both there): it left the API database's
+        waiting rows, and its mapping names cell0, so that it is listed, shown and deleted as
+        any server in error. A server already mapped to a cell (scheduled, then let go) stays."""
+        from novakit.cells.moves import move_to_cell
+
+        with self.db.reader() as session:
+            cell_id = session.execute(
+                select(InstanceMapping.cell_id).where(
+                    InstanceMapping.instance_uuid == uuid, InstanceMapping.deleted == 0
+                )
+            ).scalar_one_or_none()
+        if cell_id is None:
+            move_to_cell(self.db, [uuid], self.db.cells.cell0())
 
     def _adopt_build(
         self, s: _Seen, power: int, create_requests: dict[str, str], dry_run: bool

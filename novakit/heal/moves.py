@@ -34,6 +34,7 @@ _KEPT_FOR_REVERT = ("finished", "confirming", "reverting")
 
 class Moves:
     db: Any
+    _holders: Any
     conf: Any
     ctx: Any
     rpc: Any
@@ -88,10 +89,78 @@ class Moves:
                         remove_allocations_in_session(session, mig)
                         migrations.set_status(session, mig, "done", "completed")
 
-                    self.db.run_in_transaction(write)
+                    try:
+                        self.db.run_in_transaction(write)
+                    except exceptions.Conflict as exc:  # a racing heal completed it first
+                        ok = False
+                        c.error = f"skipped: the migration changed meanwhile ({exc.format_message()})"
                 c.applied = ok
             out.append(c)
         return out, handled
+
+    def _moves_of_gone_servers(self, reports: dict[str, dict[str, int]], dry_run: bool) -> list[Correction]:
+        """Moves whose server no longer exists (a delete killed after the record went, before it
+        released the server's moves): each ends as the delete would have ended it
+        (``release_moves``): its guests on its hosts destroyed (the server is gone, so no copy
+        of it is anyone's), its claims freed, the migration ``error`` (``confirmed`` once it had
+        finished). Only once every host of the move has answered: a host that did not may still
+        run a copy, and its claim stays until it can be asked."""
+        with self.db.reader() as session:
+            rows = list(
+                session.execute(
+                    select(Migration).where(
+                        Migration.status.in_([st for st in migrations.IN_PROGRESS if st != "done"])
+                    )
+                ).scalars()
+            )
+        if not rows:
+            return []
+        gone = self._holders(sorted({m.instance_uuid for m in rows}), None).gone
+        out: list[Correction] = []
+        for m in rows:
+            if m.instance_uuid not in gone:
+                continue
+            hosts = sorted({h for h in (m.source_compute, m.dest_compute) if h})
+            c = Correction(
+                kind="orphan_allocation",
+                instance=m.uuid,
+                host=m.source_compute,
+                before=f"{m.migration_type} {m.status}",
+                after="freed",
+                detail=f"the {m.migration_type} of server {m.instance_uuid}, which no longer exists: "
+                "its guests and claims go",
+            )
+            out.append(c)
+            silent = [h for h in hosts if h not in reports]
+            if silent:
+                c.error = f"left until {', '.join(silent)} answers (it may run a copy)"
+                continue
+            if dry_run:
+                continue
+            failed = [
+                f"{h}: {why}"
+                for h in hosts
+                if m.instance_uuid in reports[h]
+                for ok, why in [self._destroy_on(h, m.instance_uuid)]
+                if not ok
+            ]
+            if failed:
+                c.error = "a guest could not be destroyed: " + "; ".join(failed)
+                continue
+            end = "confirmed" if m.status in ("finished", "confirming") else "error"
+
+            def write(session: Any, m: Migration = m, end: str = end) -> None:
+                migrations.set_status(session, m.uuid, m.status, end)
+                remove_allocations_in_session(session, m.uuid)
+                remove_allocations_in_session(session, m.instance_uuid)
+
+            try:
+                self.db.run_in_transaction(write)
+            except exceptions.Conflict as exc:
+                c.error = f"skipped: the migration changed meanwhile ({exc.format_message()})"
+                continue
+            c.applied = True
+        return out
 
     def _destroy_on(self, host: str, uuid: str) -> tuple[bool, str | None]:
         spec = InstanceSpec(
@@ -197,9 +266,15 @@ class MoveRecovery:
       On neither: the server is in error.
     * an evacuation (``rebuilding`` with an evacuation under way): the new host's guest decides,
       as for a build: there, the server is active there; not there, in error on its old host.
-    * a snapshot or shelve: the task is cleared and an image never written goes; an offload is
-      left to be asked again; an unshelve whose guest is not up is offloaded again, its new claim
-      gone; rescue and unrescue: the task is cleared, the power state recorded.
+    * a snapshot or shelve: the task is cleared and an image never written goes; rescue and
+      unrescue: the task is cleared, the power state recorded.
+    * an offload (``shelving_offloading``): its host's guest list tells whether it happened. No
+      guest there: the host offloaded it and only the record was lost, so the server ends
+      ``shelved_offloaded`` with no host, no claim, its ports unbound (what the offload writes).
+      The guest still there: the task is cleared and the server stays ``shelved`` on its host
+      with its claim, for an offload asked again (``compute.shelved_offload_time``, or the user).
+    * an unshelve (``unshelving``, or ``spawning`` of a shelved server), see ``_settle_unshelve``:
+      the guest on the chosen host finishes it, no guest there rolls it back to offloaded.
     """
 
     db: Any
@@ -256,8 +331,10 @@ class MoveRecovery:
             on_dest = bool(mig.dest_compute) and self._has_guest(str(mig.dest_compute), s.uuid)
         forward = mig is not None and on_dest and not on_source
 
+        finished = False
+
         def write(session: Any) -> None:
-            nonlocal where
+            nonlocal where, finished
             if mig is not None and mig.migration_type == "evacuation":
                 if on_dest:
                     values.update(host=mig.dest_compute, node=mig.dest_compute, vm_state=VmState.ACTIVE)
@@ -294,11 +371,16 @@ class MoveRecovery:
                     values["vm_state"] = VmState.ERROR
                 ports.bind_host(session, [s.uuid], mig.source_compute)
                 where = "rolled back" if on_source else "error"
-            elif task == "unshelving" and inst.vm_state == VmState.SHELVED_OFFLOADED.value and power is None:
+            elif is_unshelve(task, inst.vm_state):
+                where = self._settle_unshelve(session, s, inst.vm_state, power, values)
+                finished = where.startswith("unshelved")
+            elif task == "shelving_offloading" and power is None:
+                # The host offloaded the guest; only the offload's own write was lost.
                 remove_allocations_in_session(session, s.uuid)
                 ports.bind_host(session, [s.uuid], None)
-                values.update(host=None, node=None)
-                where = "offloaded again"
+                values.update(vm_state=VmState.SHELVED_OFFLOADED, host=None, node=None)
+                where = "offloaded"
+                finished = True
             for image in queued:
                 _drop_queued(session, image)
             if power is not None:
@@ -316,7 +398,7 @@ class MoveRecovery:
                 event=RECOVER_EVENT,
                 start_time=now,
                 finish_time=now,
-                result="Error",
+                result="Success" if finished else "Error",
                 details=f"interrupted {task}: {where}",
             )
             row = _task_action(session, s.uuid, task)
@@ -328,6 +410,8 @@ class MoveRecovery:
             )
 
         self.db.run_in_transaction(write)
+        if finished and is_unshelve(task, inst.vm_state):
+            self._unshelved(s.uuid)
         # The host side of a roll back: the destination's copy goes, the source's guest comes back.
         if mig is not None and mig.migration_type != "evacuation" and not forward:
             if on_dest and mig.dest_compute != mig.source_compute:
@@ -335,6 +419,57 @@ class MoveRecovery:
             if on_source and mig.migration_type in ("resize", "migration"):
                 self._revert_on_source(str(mig.source_compute), s.uuid, mig.old_vm_state)
         return where
+
+    def _settle_unshelve(
+        self, session: Any, s: Any, vm_state: str, power: int | None, values: dict[str, Any]
+    ) -> str:
+        """An unshelve whose owner is gone, by the guest on the server's (new) host.
+
+        Nova's ``_init_instance`` puts an instance interrupted in ``spawning`` in error: the
+        compute service that starts again cannot tell a guest half made from one that runs.
+        Heal can: a driver's spawn leaves nothing behind when it fails, so a guest listed on
+        the host is the unshelved one. Heal therefore ends it as Nova's ``unshelve_instance``
+        itself ends once its spawn returned or raised (and as heal's build rule adopts a build
+        whose guest exists), never in error:
+
+        * the guest is on the host: the unshelve happened. ``active`` there (``stopped`` if the
+          guest is not running), the claim the unshelve took kept, its ports active, and the
+          shelved image deleted, as at the end of an unshelve.
+        * no guest: Nova's failed spawn (``_unshelve_instance``): the claim goes, the host is
+          let go and its ports unbound, the server ``shelved_offloaded`` again with its shelved
+          image, to be unshelved again.
+
+        A ``shelved`` server (not offloaded) is started where it is: a running guest finishes it
+        (``active``); otherwise the task is cleared and it stays ``shelved``.
+        """
+        from novakit.compute.states import PowerState
+        from novakit.network import ports
+
+        running = power == PowerState.RUNNING
+        if vm_state == VmState.SHELVED_OFFLOADED.value:
+            if power is not None:
+                values.update(vm_state=VmState.ACTIVE if running else VmState.STOPPED)
+                ports.set_status(session, [s.uuid], "ACTIVE")
+                return f"unshelved on {s.host}"
+            remove_allocations_in_session(session, s.uuid)
+            ports.bind_host(session, [s.uuid], None)
+            values.update(host=None, node=None)
+            return "offloaded again"
+        if running:
+            values.update(vm_state=VmState.ACTIVE)
+            ports.set_status(session, [s.uuid], "ACTIVE")
+            return f"unshelved on {s.host}"
+        return "shelved"
+
+    def _unshelved(self, uuid: str) -> None:
+        """The shelved image of a server whose unshelve heal finished goes, as the unshelve's own
+        end deletes it (``novakit.moves.images``)."""
+        from novakit.compute import images
+
+        with self.db.reader() as session:
+            shelved = images.shelved_image_of(session, uuid)
+        if shelved is not None:
+            self.conductor._delete_image(self.ctx, shelved)
 
     def _has_guest(self, host: str, uuid: str) -> bool:
         spec = _bare_spec(uuid)
@@ -355,6 +490,13 @@ class MoveRecovery:
                 options={"power_on": old_vm_state != VmState.STOPPED.value},
             )
         )
+
+
+def is_unshelve(task: str | None, vm_state: str | None) -> bool:
+    """Whether an instance's task is its unshelve's: ``unshelving``, then ``spawning`` (a build's
+    task state too; a shelved server's is its unshelve's)."""
+    shelved = vm_state in (VmState.SHELVED.value, VmState.SHELVED_OFFLOADED.value)
+    return shelved and task in ("unshelving", "spawning")
 
 
 def _task_action(session: Any, uuid: str, task: str) -> Any:

@@ -27,11 +27,13 @@ from novakit.compute.messages import (
 from novakit.context import RequestContext
 from novakit.db.models import Allocation, Instance, InstanceMapping, ResourceProvider
 from novakit.heal.base import (
+    LOST_RACE,
     Correction,
     HealerBase,
     HealReport,
     _power,
     _Seen,
+    skipped,
 )
 
 #: uuids per IN list: well under every backend's limit on bound parameters
@@ -148,8 +150,11 @@ class Orphans(HealerBase):
                 detail=f"resources on {provider} held by no live instance",
             )
             if not dry_run:
-                placement.remove_allocations(self.db, consumer)
-                c.applied = True
+                try:
+                    placement.remove_allocations(self.db, consumer)
+                    c.applied = True
+                except LOST_RACE as exc:
+                    skipped(c, exc)
             out.append(c)
         return out
 
@@ -169,8 +174,11 @@ class Orphans(HealerBase):
                 detail=f"volume {volume} attached to a server that no longer exists",
             )
             if not dry_run:
-                attachments.release_server(self, self.ctx, server)
-                c.applied = True
+                try:
+                    attachments.release_server(self, self.ctx, server)
+                    c.applied = True
+                except LOST_RACE as exc:  # a racing heal released it first
+                    skipped(c, exc)
             out.append(c)
         return out
 
@@ -208,8 +216,11 @@ class Orphans(HealerBase):
                 def free(session: Any, uuid: str = uuid) -> None:
                     ports.free_for_instance(session, uuid)
 
-                self.db.run_in_transaction(free)
-                c.applied = True
+                try:
+                    self.db.run_in_transaction(free)
+                    c.applied = True
+                except LOST_RACE as exc:
+                    skipped(c, exc)
             out.append(c)
         return out
 
@@ -305,7 +316,12 @@ class Orphans(HealerBase):
                 f"not point at (a move cut off between its copy and its swap); the server is in {home.name}",
             )
             if not dry_run:
-                done = self._in_cell(s.cell, self._remove_copy, s)
+                try:
+                    done = self._in_cell(s.cell, self._remove_copy, s)
+                except LOST_RACE as exc:
+                    skipped(c, exc)
+                    out.append(c)
+                    continue
                 if done is None:
                     continue  # its cell stopped answering: left as it is, the cell reported
                 c.applied = done

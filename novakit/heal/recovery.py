@@ -22,14 +22,16 @@ from novakit.db import api as db_api
 from novakit.db.models import Instance, InstanceAction, utcnow
 from novakit.heal.base import (
     LOG,
+    LOST_RACE,
     RECOVER_EVENT,
     Correction,
     HealerBase,
     _power,
     _power_state,
     _Seen,
+    skipped,
 )
-from novakit.heal.moves import MOVE_TASKS
+from novakit.heal.moves import MOVE_TASKS, is_unshelve
 
 # What heal does with an interrupted task (module docstring):
 #   finish     the action happened: record where it ends, with the guest's power state
@@ -86,7 +88,8 @@ class TaskRecovery(HealerBase):
         """
         task = str(s.task_state)
         power = None if reported is None else _power_state(reported)
-        if task in MOVE_TASKS or (task == TaskState.REBUILDING.value and self._evacuating(s.uuid)):
+        moving = task in MOVE_TASKS or is_unshelve(task, s.vm_state)
+        if moving or (task == TaskState.REBUILDING.value and self._evacuating(s.uuid)):
             return self._recover_move(s, power, host, dry_run)  # novakit.heal.moves
         rule = TASK_RULES.get(TaskState(task)) if task in TaskState._value2member_map_ else None
         action: str | None = None
@@ -306,8 +309,11 @@ class TaskRecovery(HealerBase):
                         )
                         return True
 
-                    if not self._in_cell(cell, self.db.run_in_transaction, write):
-                        continue  # its cell stopped answering: left as it is, the cell reported
-                    c.applied = True
+                    try:
+                        if not self._in_cell(cell, self.db.run_in_transaction, write):
+                            continue  # its cell stopped answering: left as it is, the cell reported
+                        c.applied = True
+                    except LOST_RACE as exc:
+                        skipped(c, exc)
                 out.append(c)
         return out

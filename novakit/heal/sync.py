@@ -41,6 +41,8 @@ class PowerSync(HealerBase):
                 if s.power_state == PowerState.NOSTATE:
                     return None
                 return self._set_power(s, int(PowerState.NOSTATE), host, dry_run)
+            if s.vm_state == VmState.SHELVED.value and self._shelved_image(s.uuid):
+                return self._offloaded(s, host, dry_run)
             return self._vanished(s, host, dry_run)
         power = PowerState(reported) if reported in PowerState._value2member_map_ else PowerState.NOSTATE
         vm = s.vm_state
@@ -129,6 +131,51 @@ class PowerSync(HealerBase):
             options={"timeout": self.conf.compute.shutdown_timeout},
         )
         return self.rpc.send(req)
+
+    def _shelved_image(self, uuid: str) -> bool:
+        from novakit.compute import images
+
+        with self.db.reader() as session:
+            return images.shelved_image_of(session, uuid) is not None
+
+    def _offloaded(self, s: _Seen, host: str, dry_run: bool) -> Correction:
+        """A ``shelved`` server whose guest left its host is offloaded, not broken: its shelved
+        image is all an unshelve needs. Recorded as the offload would have (no host, no claim,
+        ports unbound, a ``shelveOffload`` action), so that the next heal has no guest to call
+        vanished and the user's unshelve schedules it anew."""
+        from novakit.network import ports
+        from novakit.placement.allocations import remove_allocations_in_session
+
+        c = Correction(
+            kind="shelved_offloaded",
+            instance=s.uuid,
+            host=host,
+            before=s.state,
+            after="shelved_offloaded",
+            detail=f"shelved, and its guest is no longer on {host}: offloaded (its shelved image is kept)",
+        )
+        if dry_run:
+            return c
+        now = utcnow()
+        event = Event(
+            event=SYNC_EVENT, start_time=now, finish_time=now, result="Success", host=host, details=c.detail
+        )
+
+        def write(session: Session) -> None:
+            values = {"vm_state": VmState.SHELVED_OFFLOADED, "host": None, "node": None}
+            self._guarded(s, {**values, "power_state": int(PowerState.SHUTDOWN)}, session)
+            remove_allocations_in_session(session, s.uuid)
+            ports.bind_host(session, [s.uuid], None)
+            actions.record_outcome(
+                session, self.ctx, s.uuid, start="shelveOffload", events=[event], finish="shelveOffload"
+            )
+
+        c.applied = self._write(c, write)
+        if c.applied:
+            self.notifier.state_update(
+                s.uuid, (s.vm_state, None), (VmState.SHELVED_OFFLOADED.value, None), host=host
+            )
+        return c
 
     def _vanished(self, s: _Seen, host: str, dry_run: bool) -> Correction:
         c = Correction(

@@ -36,6 +36,7 @@ def group_create(
     from novakit.compute import server_groups
 
     rules = {"max_server_per_host": max_server_per_host} if max_server_per_host is not None else {}
+    guard(lambda: output.validated(GROUP_COLUMNS, fmt, out, column))
     group = guard(lambda: server_groups.create(db(), ctx(), name, policy, rules))
     guard(lambda: output.emit_show(group, GROUP_COLUMNS, fmt, out, column, f"server group {name}"))
 

@@ -71,6 +71,7 @@ def network_create(
     from novakit.network import networks
 
     data = {"name": name, "provider": provider, "source": source, "is_default": default}
+    guard(lambda: output.validated(NETWORK_COLUMNS, fmt, out, column))
     net = guard(lambda: networks.create(db(), ctx(), data))
     assert net is not None
     guard(lambda: output.emit_show(net, NETWORK_COLUMNS, fmt, out, column, f"network {name}"))
@@ -142,6 +143,7 @@ def subnet_create(
         "dns_nameservers": list(dns_nameserver or []),
         "allocation_pools": pools,
     }
+    guard(lambda: output.validated(SUBNET_COLUMNS, fmt, out, column))
     sub = guard(lambda: subnets.create(db(), ctx(), data))
     assert sub is not None
     guard(lambda: output.emit_show(sub, SUBNET_COLUMNS, fmt, out, column, f"subnet {name}"))
@@ -207,6 +209,7 @@ def port_create(
         "fixed_ips": [{"ip_address": ip} for ip in ips],
         "mac_address": mac_address,
     }
+    guard(lambda: output.validated(PORT_COLUMNS, fmt, out, column))
     port = guard(lambda: ports.create(db(), ctx(), data))
     assert port is not None
     guard(lambda: output.emit_show(port, PORT_COLUMNS, fmt, out, column, f"port {name}"))

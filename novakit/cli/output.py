@@ -1,7 +1,8 @@
 """How every list and show command prints: ``-f table|json|yaml|value|csv`` and ``-c COLUMN``.
 
 As python-openstackclient's formatters do: a table for people; ``value`` (the
-values, space-separated, one row per line, no heading) and ``csv`` for the shell;
+values, space-separated, one row per line, no heading) and ``csv`` for the shell,
+and ``shell`` (one record's fields as ``name="value"`` lines to ``eval``);
 ``json`` and ``yaml`` for programs. ``-c`` (repeatable) keeps the named columns,
 by the name the table heads them with (case does not matter) or their key.
 
@@ -37,13 +38,14 @@ class Format(StrEnum):
     yaml = "yaml"
     value = "value"
     csv = "csv"
+    shell = "shell"
 
 
 FORMAT = typer.Option(
     None,
     "--format",
     "-f",
-    help="output format: table (default), json, yaml, value or csv",
+    help="output format: table (default), json, yaml, value, csv or shell (one record)",
     show_default=False,
 )
 OUTPUT = typer.Option(None, "--output", "-o", help="the same as --format (e.g. -o json)", show_default=False)
@@ -77,6 +79,15 @@ def chosen(fmt: Format | None, output: Format | None) -> Format:
     if fmt is not None and output is not None and fmt != output:
         raise exceptions.ValidationError("format", f"--format {fmt} and --output {output} disagree; give one")
     return fmt or output or Format.table
+
+
+def validated(
+    columns: Sequence[Col], fmt: Format | None, output: Format | None, wanted: Sequence[str] | None
+) -> Format:
+    """The output options checked before a command acts: a command that creates something must
+    not do its work and then fail on a misspelt ``-c`` (the work would be done, the exit 1)."""
+    select(columns, wanted)
+    return chosen(fmt, output)
 
 
 def select(columns: Sequence[Col], wanted: Sequence[str] | None) -> list[Col]:
@@ -160,6 +171,8 @@ def emit_list(
             sys.stdout.write(" ".join(text(c.value(r)) for c in cols) + "\n")
     elif form == Format.csv:
         _csv(cols, rows)
+    elif form == Format.shell:
+        raise exceptions.ValidationError("format", "shell prints one record: use it with a show command")
     else:
         table = Table(title=title)
         for c in cols:
@@ -189,6 +202,9 @@ def emit_show(
             sys.stdout.write(text(c.value(record)) + "\n")
     elif form == Format.csv:
         _csv(cols, [record])
+    elif form == Format.shell:
+        for c in cols:
+            sys.stdout.write(f"{_shell_name(c.header)}={_shell_quote(text(c.value(record)))}\n")
     else:
         table = Table(title=title)
         table.add_column("Field")
@@ -196,3 +212,15 @@ def emit_show(
         for c in cols:
             table.add_row(c.header, Text(text(c.value(record))))
         console.print(table)
+
+
+def _shell_name(header: str) -> str:
+    """A heading as a shell variable name, as openstack's shell format makes it (``OS-EXT-STS:vm_state``
+    -> ``os_ext_sts_vm_state``)."""
+    return "".join(ch if ch.isalnum() else "_" for ch in header.lower())
+
+
+def _shell_quote(value: str) -> str:
+    """A value in double quotes that ``eval`` gives back unchanged."""
+    escaped = "".join("\\" + ch if ch in '"\\$`' else ch for ch in value)
+    return f'"{escaped}"'

@@ -205,7 +205,8 @@ def server_create(
 
         data["networks"] = [guard(functools.partial(nic_request, n, "--nic")) for n in nic]
     caller = ctx()
-    form = guard(lambda: output.chosen(fmt, out))
+    columns = [*LIST_COLUMNS[:3], Col("Host", "host"), LIST_COLUMNS[3]] if caller.is_admin else LIST_COLUMNS
+    form = guard(lambda: output.validated(columns, fmt, out, column))
     started = time.monotonic()
     if not wait:
         from novakit import worker
@@ -244,7 +245,6 @@ def server_create(
         active = sum(1 for s in servers if s["status"] == "ACTIVE")
         took = time.monotonic() - started
         err_console.print(f"{active} of {len(servers)} server(s) active in {took:.1f} s", highlight=False)
-    columns = [*LIST_COLUMNS[:3], Col("Host", "host"), LIST_COLUMNS[3]] if caller.is_admin else LIST_COLUMNS
     guard(lambda: output.emit_list(servers, columns, form, None, column, f"request {caller.request_id}"))
     if form == Format.table:
         for s in servers:

@@ -53,6 +53,7 @@ def volume_create(
     """Create a volume in a host's storage pool; it ends available, or error with the reason."""
     from novakit.volume import volumes
 
+    guard(lambda: output.validated(VOLUME_COLUMNS, fmt, out, column))
     svc = api().conductor
     vol = guard(
         lambda: volumes.create(svc, ctx(), name, size, image=image, host=host, description=description)
@@ -112,9 +113,9 @@ def server_add_volume(
     ),
 ) -> None:
     """Attach a volume to a server on its host (hot on a running server, cold on a stopped one)."""
-    from novakit.volume import attachments
+    from novakit.compute import volume_attach
 
-    vol = guard(lambda: attachments.attach(api(), ctx(), server, volume, device))
+    vol = guard(lambda: volume_attach.attach(api(), ctx(), server, volume, device))
     [att] = [a for a in vol["attachments"]]
     console.print(f"volume {vol['name']} attached to server {server} as {att['device']}")
 
@@ -122,7 +123,7 @@ def server_add_volume(
 @server_remove_app.command("volume")
 def server_remove_volume(server: str = SERVER, volume: str = VOLUME) -> None:
     """Detach a volume from a server; its data stays."""
-    from novakit.volume import attachments
+    from novakit.compute import volume_attach
 
-    vol = guard(lambda: attachments.detach(api(), ctx(), server, volume))
+    vol = guard(lambda: volume_attach.detach(api(), ctx(), server, volume))
     console.print(f"volume {vol['name']} detached from server {server}")

@@ -1,0 +1,48 @@
+"""Output options are checked before a command acts (issue 25 item 14), and ``-f shell``
+(issue 25 item 19) prints one record for ``eval``, as openstack's shell format does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from tests.functional.test_cli import Run, _one_line_error, cloud, env, nk  # noqa: F401
+
+
+def test_a_misspelt_column_refuses_a_create_before_anything_is_made(cloud: Run) -> None:  # noqa: F811
+    refused = cloud(
+        "server", "create", "web", "--flavor", "m1.small", "--image", "tiny", "-c", "bogus", code=1
+    )
+    _one_line_error(refused, "'bogus' is not a column here")
+    assert json.loads(cloud("server", "list", "-f", "json").stdout) == []
+    assert json.loads(cloud("server", "list", "--deleted", "-f", "json").stdout) == []
+
+    cloud("network", "create", "lan")
+    refused = cloud("network", "create", "lan2", "-c", "bogus", code=1)
+    _one_line_error(refused, "'bogus' is not a column here")
+    cloud("subnet", "create", "lan-v4", "--network", "lan", "--subnet-range", "10.20.0.0/24")
+    refused = cloud("port", "create", "p1", "--network", "lan", "-c", "nope", code=1)
+    _one_line_error(refused, "'nope' is not a column here")
+    names = {n["name"] for n in json.loads(cloud("network", "list", "-f", "json").stdout)}
+    assert "lan2" not in names and "lan" in names
+    assert json.loads(cloud("port", "list", "-f", "json").stdout) == []
+    # The same options, spelt right, act.
+    made = cloud(
+        "server", "create", "web", "--flavor", "m1.small", "--image", "tiny", "-c", "Name", "-f", "value"
+    )
+    assert made.stdout.strip() == "web"
+
+
+def test_shell_format_prints_one_record_to_eval(cloud: Run) -> None:  # noqa: F811
+    cloud("server", "create", "web", "--flavor", "m1.small", "--image", "tiny")
+    shown = cloud("server", "show", "web", "-f", "shell", "-c", "Name", "-c", "Status").stdout
+    assert shown.splitlines() == ['name="web"', 'status="ACTIVE"']
+    out = subprocess.run(
+        ["bash", "-c", 'eval "$1"; printf "%s/%s" "$name" "$status"', "-", shown],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out == "web/ACTIVE"
+    refused = cloud("server", "list", "-f", "shell", code=1)
+    _one_line_error(refused, "shell prints one record")

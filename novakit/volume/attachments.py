@@ -1,30 +1,29 @@
-"""Attaching volumes to servers and detaching them: instance actions with a volume's guarded steps.
+"""A volume's side of attaching it to a server and detaching it: the guarded steps and checks.
 
-An attach runs, in this order (Nova's ``reserve_block_device_name`` + Cinder's attachment):
+The server's side (its checks, its instance action, the host's ``attach_volume``) is the compute
+front door's, ``novakit.compute.volume_attach``, which calls the steps here in this order
+(Nova's ``reserve_block_device_name`` + Cinder's attachment); this module never calls back up:
 
-1. the server's checks, as every action's: ``API.act(..., dry_run=True)`` (it exists in the
-   caller's project, its lock, the state table's ``attach_volume`` row, it has a host);
-2. the volume's checks and its reservation, in one transaction: it is the caller's, on the
-   server's host, ``available``; the device is valid and free (the next free ``vdX`` after the
-   server's own disks when none is given); ``available -> reserved`` compare-and-swap and the
-   attachment row (unique per volume and per device of a server, so a racing attach loses here);
-3. the action itself, ``API.act(..., defer=True)``: its instance action is recorded, and a
-   server that changed meanwhile refuses it (the reservation is then undone);
-4. ``reserved -> attaching``, the host's ``attach_volume``, its events recorded by the conductor as
-   every action's; ``attaching -> in-use`` or, when the host failed, ``available`` again with the
-   attachment removed, and the host's fault raised.
+1. ``reserve``: in one transaction, the volume is the caller's, on the server's host,
+   ``available`` (``check_attach``); the device is valid and free (``choose_device``: the next
+   free ``vdX`` after the server's own disks when none is given); ``available -> reserved``
+   compare-and-swap and the attachment row (unique per volume and per device of a server, so a
+   racing attach loses here); ``unreserve`` undoes it when the action is refused;
+2. ``start_attach``: ``reserved -> attaching`` once the action is recorded; ``end_attach``:
+   ``in-use``, or ``available`` again with the attachment removed when the host failed.
 
-A detach is the mirror (``in-use -> detaching -> available``); a root volume (boot index 0) is never
-detached. A server's delete releases its attachments in the records (``release_server``), and heal
-does the same for servers that vanished, and settles the volumes whose caller is gone
-(``novakit.heal.volumes``, with ``unreserve``, ``end_attach`` and ``end_detach``).
+A detach is the mirror (``begin_detach``: ``in-use -> detaching``; ``end_detach``); a root
+volume (boot index 0) is never detached. A server's delete releases its attachments in the
+records (``release_server``), and heal does the same for servers that vanished, and settles the
+volumes whose caller is gone (``novakit.heal.volumes``, with ``unreserve``, ``end_attach`` and
+``end_detach``).
 
 The actions themselves start only on what the reservation leaves (``check_reserved``, their step
-in ``novakit.compute.prepare``): ``API.act(server, "attach_volume", ...)`` called around this
-module is refused (VolumeNotReserved, naming ``options.volume_id``) with nothing changed. Step 1
-runs before the reservation exists, so that step is what its dry run refuses: being the last of
-``act``'s checks, that refusal alone says the server passed all of its own. A dry run of this
-module (check mode) is steps 1 and 2's checks, the same code, with nothing written.
+in ``novakit.compute.prepare``): ``API.act(server, "attach_volume", ...)`` called around the front
+door's attach is refused (VolumeNotReserved, naming ``options.volume_id``) with nothing changed.
+
+A server is given to this module as the dict the front door reads (``id``, ``name``, ``host``,
+``flavor``, ``config_drive``): what the volume's checks need, and nothing to call.
 """
 
 from __future__ import annotations
@@ -32,10 +31,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 import uuid as uuidlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
@@ -43,9 +41,6 @@ from novakit.context import RequestContext
 from novakit.db.models import Volume, VolumeAttachment, utcnow
 from novakit.volume import volumes
 from novakit.volume.states import VolumeStatus, set_status
-
-if TYPE_CHECKING:
-    from novakit.compute.api import API
 
 _DEVICE = re.compile(r"^(/dev/)?(vd[a-z])$")
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -63,7 +58,7 @@ def local_disk_count(server: dict[str, Any]) -> int:
     )
 
 
-def _device(session: Session, server: dict[str, Any], given: str | None) -> str:
+def choose_device(session: Session, server: dict[str, Any], given: str | None) -> str:
     """The device the volume gets: ``given`` if valid and free, else the next free one."""
     taken = set(
         session.execute(
@@ -103,8 +98,8 @@ RESERVED_FOR = {
 }
 _HOW = {
     "attach_volume": "reserved for it (reserved or attaching, with its attachment) by an attach "
-    "(novakit.volume.attachments.attach, `novakit server add volume`), which checks and reserves it",
-    "detach_volume": "marked detaching from it by a detach (novakit.volume.attachments.detach, "
+    "(novakit.compute.volume_attach.attach, `novakit server add volume`), which checks and reserves it",
+    "detach_volume": "marked detaching from it by a detach (novakit.compute.volume_attach.detach, "
     "`novakit server remove volume`)",
 }
 
@@ -134,36 +129,8 @@ def check_reserved(session: Session, instance_uuid: str, volume_uuid: str, actio
     )
 
 
-def _server(api: API, ctx: RequestContext, ref: str, action: str, volume_id: str) -> dict[str, Any]:
-    """The server's checks of ``action`` (a dry run of ``act``), and the server with its host.
-
-    The volume is not reserved yet, so the dry run ends in the action's step refusing it for
-    that (VolumeNotReserved): the step is ``act``'s last check, so every check of the server
-    passed. (A volume already reserved for this server passes it; the reservation then
-    refuses it as not ``available``.)
-    """
-    from novakit.cells import instances as cell_instances
-
-    try:
-        outcome = api.act(ctx, ref, action, {"volume_id": volume_id}, dry_run=True)
-        assert outcome.server is not None
-        uuid = outcome.server["id"]
-    except exceptions.VolumeNotReserved as exc:
-        uuid = exc.instance_uuid
-    found = cell_instances.get_many(api.db, RequestContext.admin(ctx.request_id), [uuid])
-    if not found:
-        raise exceptions.InstanceNotFound(instance_id=ref)
-    inst = found[0]
-    return {
-        "id": inst.uuid,
-        "name": inst.display_name,
-        "host": inst.host,
-        "flavor": dict(inst.flavor or {}),
-        "config_drive": bool(inst.config_drive),
-    }
-
-
-def _check_attach(session: Session, ctx: RequestContext, server: dict[str, Any], ref: str) -> Volume:
+def check_attach(session: Session, ctx: RequestContext, server: dict[str, Any], ref: str) -> Volume:
+    """The volume can be attached to ``server``: the caller's, on the server's host, ``available``."""
     v = volumes.get(session, ctx, ref)
     if v.host != server["host"]:
         raise exceptions.InvalidVolume(
@@ -179,132 +146,57 @@ def _check_attach(session: Session, ctx: RequestContext, server: dict[str, Any],
     return v
 
 
-def attach(
-    api: API,
-    ctx: RequestContext,
-    server_ref: str,
-    volume_ref: str,
-    device: str | None = None,
-    *,
-    dry_run: bool = False,
-) -> dict[str, Any]:
-    """Attach a volume to a server (``server add volume``); returns the volume as ``show`` does."""
-    db = api.db
-    with db.reader() as session:
-        volume_id = volumes.get(session, ctx, volume_ref).uuid
-    server = _server(api, ctx, server_ref, "attach_volume", volume_id)
-    if dry_run:
-        with db.reader() as session:
-            _check_attach(session, ctx, server, volume_ref)
-            _device(session, server, device)
-        return volumes.show(api.conductor, ctx, volume_id)
-
-    def reserve(session: Session) -> tuple[int, str]:
-        v = _check_attach(session, ctx, server, volume_ref)
-        chosen = _device(session, server, device)
-        set_status(session, v.id, "reserve", name=v.name)
-        session.add(
-            VolumeAttachment(
-                uuid=str(uuidlib.uuid4()),
-                volume_id=v.id,
-                instance_uuid=server["id"],
-                device_name=chosen,
-                boot_index=None,
-                delete_on_termination=False,
-                attach_status="attaching",
-            )
+def reserve(
+    session: Session, ctx: RequestContext, server: dict[str, Any], volume_ref: str, device: str | None
+) -> tuple[int, str]:
+    """Step 1 of an attach: the volume ``reserved`` for ``server`` with its attachment row on the
+    device chosen; returns (the volume's row id, the device). Racing attaches: IntegrityError."""
+    v = check_attach(session, ctx, server, volume_ref)
+    chosen = choose_device(session, server, device)
+    set_status(session, v.id, "reserve", name=v.name)
+    session.add(
+        VolumeAttachment(
+            uuid=str(uuidlib.uuid4()),
+            volume_id=v.id,
+            instance_uuid=server["id"],
+            device_name=chosen,
+            boot_index=None,
+            delete_on_termination=False,
+            attach_status="attaching",
         )
-        session.flush()
-        return v.id, chosen
+    )
+    session.flush()
+    return v.id, chosen
 
-    try:
-        row_id, chosen = db.run_in_transaction(reserve)
-    except IntegrityError:
+
+def start_attach(session: Session, volume_row_id: int) -> None:
+    """Step 2 of an attach, once its action is recorded: ``reserved -> attaching``."""
+    set_status(session, volume_row_id, "attach")
+
+
+def check_detach(session: Session, ctx: RequestContext, server: dict[str, Any], ref: str) -> Volume:
+    """The volume can be detached from ``server``: attached to it, and not its root disk."""
+    v = volumes.get(session, ctx, ref)
+    att = next(
+        (a for a in volumes.attachments_of(session, [v.id]).get(v.id, []) if a.instance_uuid == server["id"]),
+        None,
+    )
+    if att is None:
+        raise exceptions.InvalidVolume(reason=f"volume {v.name} is not attached to server {server['name']}")
+    if att.boot_index == 0:
         raise exceptions.InvalidVolume(
-            reason=f"volume {volume_ref} or device {device or '(next free)'} of server {server['name']} "
-            "was taken by another attach meanwhile; try again"
-        ) from None
-
-    try:
-        outcome = api.act(ctx, server["id"], "attach_volume", {"volume_id": volume_id}, defer=True)
-    except Exception:
-        db.run_in_transaction(lambda s: unreserve(s, row_id))
-        raise
-    db.run_in_transaction(lambda s: set_status(s, row_id, "attach"))
-    ok, fault = _run(api, ctx, outcome.request)
-    db.run_in_transaction(lambda s: end_attach(s, row_id, ok))
-    if not ok:
-        raise exceptions.VolumeBackendError(
-            volume=volume_ref, reason=f"attaching as {chosen} failed: {fault}"
+            reason=f"volume {v.name} is the root disk of server {server['name']} (boot index 0); "
+            "a root volume cannot be detached"
         )
-    return volumes.show(api.conductor, ctx, volume_id)
+    return v
 
 
-def detach(
-    api: API, ctx: RequestContext, server_ref: str, volume_ref: str, *, dry_run: bool = False
-) -> dict[str, Any]:
-    """Detach a volume from a server (``server remove volume``); returns the volume."""
-    db = api.db
-    with db.reader() as session:
-        volume_id = volumes.get(session, ctx, volume_ref).uuid
-    server = _server(api, ctx, server_ref, "detach_volume", volume_id)
-
-    def check(session: Session) -> Volume:
-        v = volumes.get(session, ctx, volume_ref)
-        att = next(
-            (
-                a
-                for a in volumes.attachments_of(session, [v.id]).get(v.id, [])
-                if a.instance_uuid == server["id"]
-            ),
-            None,
-        )
-        if att is None:
-            raise exceptions.InvalidVolume(
-                reason=f"volume {v.name} is not attached to server {server['name']}"
-            )
-        if att.boot_index == 0:
-            raise exceptions.InvalidVolume(
-                reason=f"volume {v.name} is the root disk of server {server['name']} (boot index 0); "
-                "a root volume cannot be detached"
-            )
-        return v
-
-    if dry_run:
-        with db.reader() as session:
-            check(session)
-        return volumes.show(api.conductor, ctx, volume_id)
-
-    def begin(session: Session) -> int:
-        v = check(session)
-        set_status(session, v.id, "detach", name=v.name)
-        _set_attach_status(session, v.id, "detaching")
-        return v.id
-
-    row_id = db.run_in_transaction(begin)
-    try:
-        outcome = api.act(ctx, server["id"], "detach_volume", {"volume_id": volume_id}, defer=True)
-    except Exception:
-        db.run_in_transaction(lambda s: end_detach(s, row_id, still_attached=True))
-        raise
-    ok, fault = _run(api, ctx, outcome.request)
-    db.run_in_transaction(lambda s: end_detach(s, row_id, still_attached=not ok))
-    if not ok:
-        raise exceptions.VolumeBackendError(volume=volume_ref, reason=f"detaching failed: {fault}")
-    return volumes.show(api.conductor, ctx, volume_id)
-
-
-def _run(api: API, ctx: RequestContext, request: Any) -> tuple[bool, str]:
-    """Send the action's request to its host and record the result as every action's is."""
-    if request is None:
-        return False, "no host holds the server"
-    result = api.conductor.rpc.send(request)
-    api.conductor.record_action_result(ctx, request, result)
-    res = next((r for r in result.results if r.uuid == request.instances[0].uuid), None)
-    if res is not None and res.ok:
-        return True, ""
-    fault = (res.fault if res is not None else None) or result.error
-    return False, fault.message if fault else "the host returned no result"
+def begin_detach(session: Session, ctx: RequestContext, server: dict[str, Any], volume_ref: str) -> int:
+    """Step 1 of a detach: ``in-use -> detaching``; returns the volume's row id."""
+    v = check_detach(session, ctx, server, volume_ref)
+    set_status(session, v.id, "detach", name=v.name)
+    _set_attach_status(session, v.id, "detaching")
+    return v.id
 
 
 # --- where an attach or a detach ends (its caller's, or heal's once its caller is gone) ---------

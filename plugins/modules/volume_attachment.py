@@ -64,7 +64,8 @@ class VolumeAttachmentModule(NovakitModule):
     module_kwargs = {"supports_check_mode": True}
 
     def run(self):
-        from novakit.volume import attachments, volumes
+        from novakit.compute import volume_attach
+        from novakit.volume import volumes
 
         api, ctx, p = self.api(), self.context(), self.params
         server = api.get(ctx, p["server"])
@@ -73,13 +74,13 @@ class VolumeAttachmentModule(NovakitModule):
         if p["state"] == "absent":
             if not attached:
                 return {"changed": False, "volume": vol}
-            vol = attachments.detach(api, ctx, server["id"], vol["id"], dry_run=self.check_mode)
+            vol = volume_attach.detach(api, ctx, server["id"], vol["id"], dry_run=self.check_mode)
             return {"changed": True, "volume": vol}
         if attached:
             if p["device"] and attached[0]["device"].rsplit("/", 1)[-1] != p["device"].rsplit("/", 1)[-1]:
                 self.fail(f"volume {p['volume']} is attached to {p['server']} as {attached[0]['device']}")
             return {"changed": False, "volume": vol}
-        vol = attachments.attach(api, ctx, server["id"], vol["id"], p["device"], dry_run=self.check_mode)
+        vol = volume_attach.attach(api, ctx, server["id"], vol["id"], p["device"], dry_run=self.check_mode)
         return {"changed": True, "volume": vol}
 
 

@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy import text
 
 from novakit import exceptions
-from novakit.compute import images
+from novakit.compute import images, volume_attach
 from novakit.context import RequestContext
 from novakit.virt.fake import failure_env_var
-from novakit.volume import attachments, volumes
+from novakit.volume import volumes
 from tests.functional.cloud import Cloud, boot
 
 
@@ -80,7 +80,7 @@ def test_kept_root_volume_survives_delete_and_boots_a_new_server_on_its_host(
     first = boot(cloud, ctx, "keeper", boot_from_volume=5, delete_on_termination=False)
     root = _root(cloud, ctx, first["id"])
     with pytest.raises(exceptions.InvalidVolume, match="root disk"):
-        attachments.detach(cloud.api, ctx, first["id"], root["id"])
+        volume_attach.detach(cloud.api, ctx, first["id"], root["id"])
 
     cloud.api.delete(ctx, first["id"])
     kept = volumes.show(svc, ctx, root["id"])

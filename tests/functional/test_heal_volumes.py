@@ -18,11 +18,12 @@ import pytest
 from sqlalchemy import select, text, update
 
 from novakit import placement
+from novakit.compute import volume_attach
 from novakit.compute.messages import ComputeRequest, ComputeResult
 from novakit.context import RequestContext
 from novakit.db.models import ComputeNode, utcnow
 from novakit.heal import HealReport, heal
-from novakit.volume import attachments, volumes
+from novakit.volume import volumes
 from novakit.volume.states import set_status
 from tests.functional.cloud import Cloud, boot
 
@@ -122,7 +123,7 @@ def test_a_reservation_whose_attach_never_started_is_undone(cloud: Cloud, ctx: R
 
     cloud.api.act = dies_at_the_action  # type: ignore[method-assign]
     with pytest.raises(Killed):
-        attachments.attach(cloud.api, ctx, "web", "data")
+        volume_attach.attach(cloud.api, ctx, "web", "data")
     cloud.api.act = real_act  # type: ignore[method-assign]
     vol = _show(cloud, ctx, "data")
     assert vol["status"] == "reserved" and vol["attachments"][0]["server_id"] == server["id"]
@@ -135,7 +136,7 @@ def test_a_reservation_whose_attach_never_started_is_undone(cloud: Cloud, ctx: R
     assert _guest_volumes(cloud, server) == ()
     assert _recovered(heal(cloud.db, cloud.conf, clock=later)) == []
     # The volume is free for the attach that was cut off.
-    assert attachments.attach(cloud.api, ctx, "web", "data")["status"] == "in-use"
+    assert volume_attach.attach(cloud.api, ctx, "web", "data")["status"] == "in-use"
 
 
 @pytest.mark.parametrize(
@@ -148,7 +149,7 @@ def test_an_interrupted_attach_ends_as_the_guest_definition_says(
     volumes.create(cloud.api.conductor, ctx, "data", 1, host=server["host"])
     _kill_at(cloud, "attach_volume", host_acts=host_acts)
     with pytest.raises(Killed):
-        attachments.attach(cloud.api, ctx, "web", "data")
+        volume_attach.attach(cloud.api, ctx, "web", "data")
     vol = _show(cloud, ctx, "data")
     assert vol["status"] == "attaching"
     assert _recovered(heal(cloud.db, cloud.conf)) == []
@@ -174,9 +175,9 @@ def test_an_interrupted_attach_ends_as_the_guest_definition_says(
     assert _recovered(heal(cloud.db, cloud.conf, clock=later)) == []
     # Either way the volume takes its next step as usual.
     if host_acts:
-        assert attachments.detach(cloud.api, ctx, "web", "data")["status"] == "available"
+        assert volume_attach.detach(cloud.api, ctx, "web", "data")["status"] == "available"
     else:
-        assert attachments.attach(cloud.api, ctx, "web", "data")["status"] == "in-use"
+        assert volume_attach.attach(cloud.api, ctx, "web", "data")["status"] == "in-use"
 
 
 @pytest.mark.parametrize(
@@ -187,10 +188,10 @@ def test_an_interrupted_detach_ends_as_the_guest_definition_says(
 ) -> None:
     server = boot(cloud, ctx, "web")
     volumes.create(cloud.api.conductor, ctx, "data", 1, host=server["host"])
-    attachments.attach(cloud.api, ctx, "web", "data")
+    volume_attach.attach(cloud.api, ctx, "web", "data")
     _kill_at(cloud, "detach_volume", host_acts=host_acts)
     with pytest.raises(Killed):
-        attachments.detach(cloud.api, ctx, "web", "data")
+        volume_attach.detach(cloud.api, ctx, "web", "data")
     vol = _show(cloud, ctx, "data")
     assert vol["status"] == "detaching"
     assert _recovered(heal(cloud.db, cloud.conf)) == []
@@ -246,7 +247,7 @@ def test_a_host_that_does_not_answer_leaves_the_volume_as_it_is(cloud: Cloud, ct
     vol = volumes.create(cloud.api.conductor, ctx, "data", 1, host=server["host"])
     _kill_at(cloud, "attach_volume", host_acts=True)
     with pytest.raises(Killed):
-        attachments.attach(cloud.api, ctx, "web", "data")
+        volume_attach.attach(cloud.api, ctx, "web", "data")
     with cloud.db.writer() as session:
         driver = session.execute(
             select(ComputeNode.driver).where(ComputeNode.host == server["host"])

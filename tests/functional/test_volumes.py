@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from novakit import exceptions, placement, quota
+from novakit.compute import volume_attach
 from novakit.context import RequestContext
 from novakit.virt.fake import failure_env_var
 from novakit.volume import attachments, volumes
@@ -166,7 +167,7 @@ def test_attach_and_detach_are_instance_actions_with_events_and_the_volume_steps
     svc = cloud.api.conductor
     server = boot(cloud, ctx, "web")
     vol = volumes.create(svc, ctx, "data", 2, host=server["host"])
-    attached = attachments.attach(cloud.api, ctx, "web", "data")
+    attached = volume_attach.attach(cloud.api, ctx, "web", "data")
     assert attached["status"] == "in-use"
     [att] = attached["attachments"]
     # vda is the root disk, vdb the config drive: the first free device is vdc.
@@ -189,15 +190,15 @@ def test_attach_and_detach_are_instance_actions_with_events_and_the_volume_steps
     with pytest.raises(exceptions.InvalidVolume, match="detach it before deleting"):
         volumes.delete(svc, ctx, "data")
     with pytest.raises(exceptions.InvalidVolume, match="only an available volume"):
-        attachments.attach(cloud.api, ctx, "web", "data")
+        volume_attach.attach(cloud.api, ctx, "web", "data")
     assert cloud.snapshot() == before
 
-    detached = attachments.detach(cloud.api, ctx, "web", "data")
+    detached = volume_attach.detach(cloud.api, ctx, "web", "data")
     assert detached["status"] == "available" and detached["attachments"] == []
     assert cloud.fake(server["host"]).volumes()[vol["id"]]["attached_to"] is None
     assert _actions(cloud, "web")[-1] == "detach_volume"
     with pytest.raises(exceptions.InvalidVolume, match="is not attached"):
-        attachments.detach(cloud.api, ctx, "web", "data")
+        volume_attach.detach(cloud.api, ctx, "web", "data")
 
 
 def test_a_volume_attaches_only_on_its_host_and_a_device_must_be_valid_and_free(
@@ -209,14 +210,14 @@ def test_a_volume_attaches_only_on_its_host_and_a_device_must_be_valid_and_free(
     volumes.create(svc, ctx, "far", 1, host=elsewhere)
     volumes.create(svc, ctx, "near", 1, host=server["host"])
     volumes.create(svc, ctx, "near2", 1, host=server["host"])
-    attachments.attach(cloud.api, ctx, "web", "near", device="/dev/vdf")
+    volume_attach.attach(cloud.api, ctx, "web", "near", device="/dev/vdf")
     before = cloud.snapshot()
     with pytest.raises(exceptions.InvalidVolume) as err:
-        attachments.attach(cloud.api, ctx, "web", "far")
+        volume_attach.attach(cloud.api, ctx, "web", "far")
     assert elsewhere in str(err.value) and server["host"] in str(err.value)
     for device, rule in (("vdf", "holds another volume"), ("vda", "own disks"), ("sdb", "must be vdb")):
         with pytest.raises(exceptions.ValidationError, match=rule) as verr:
-            attachments.attach(cloud.api, ctx, "web", "near2", device=device)
+            volume_attach.attach(cloud.api, ctx, "web", "near2", device=device)
         assert verr.value.field == "device"
     assert cloud.snapshot() == before
 
@@ -228,7 +229,7 @@ def test_a_failed_host_attach_leaves_the_volume_available_and_a_fault_on_the_act
     volumes.create(cloud.api.conductor, ctx, "data", 1, host=server["host"])
     monkeypatch.setenv(failure_env_var(server["host"]), "fail_volume_attach")
     with pytest.raises(exceptions.VolumeBackendError, match="attaches on host"):
-        attachments.attach(cloud.api, ctx, "web", "data")
+        volume_attach.attach(cloud.api, ctx, "web", "data")
     vol = volumes.show(cloud.api.conductor, ctx, "data")
     assert vol["status"] == "available" and vol["attachments"] == []
     events = cloud.api.list_actions(cloud.admin, "web")[-1]["events"]
@@ -242,12 +243,12 @@ def test_a_stopped_server_takes_a_volume_and_a_locked_one_refuses_it(
     server = boot(cloud, ctx, "web")
     volumes.create(cloud.api.conductor, ctx, "data", 1, host=server["host"])
     cloud.api.stop(ctx, "web")
-    assert attachments.attach(cloud.api, ctx, "web", "data")["status"] == "in-use"
-    assert attachments.detach(cloud.api, ctx, "web", "data")["status"] == "available"
+    assert volume_attach.attach(cloud.api, ctx, "web", "data")["status"] == "in-use"
+    assert volume_attach.detach(cloud.api, ctx, "web", "data")["status"] == "available"
     cloud.api.lock(cloud.admin, "web")
     before = cloud.snapshot()
     with pytest.raises(exceptions.InstanceIsLocked):
-        attachments.attach(cloud.api, ctx, "web", "data")
+        volume_attach.attach(cloud.api, ctx, "web", "data")
     assert cloud.snapshot() == before
 
 
@@ -256,7 +257,7 @@ def test_deleting_a_server_detaches_its_volumes_and_deletes_those_marked_so(
 ) -> None:
     server = boot(cloud, ctx, "web")
     volumes.create(cloud.api.conductor, ctx, "keep", 1, host=server["host"])
-    attachments.attach(cloud.api, ctx, "web", "keep")
+    volume_attach.attach(cloud.api, ctx, "web", "keep")
     cloud.api.delete(ctx, "web")
     vol = volumes.show(cloud.api.conductor, ctx, "keep")
     assert vol["status"] == "available" and vol["attachments"] == []
@@ -270,7 +271,7 @@ def test_heal_detaches_volumes_of_servers_that_vanished_and_keeps_volume_claims(
 
     server = boot(cloud, ctx, "web")
     vol = volumes.create(cloud.api.conductor, ctx, "data", 1, host=server["host"])
-    attachments.attach(cloud.api, ctx, "web", "data")
+    volume_attach.attach(cloud.api, ctx, "web", "data")
     with cloud.db.writer() as session:  # the server's record is gone behind novakit's back
         session.execute(text("DELETE FROM instance_actions_events"))
         session.execute(text("DELETE FROM instance_actions"))
@@ -294,7 +295,7 @@ def test_the_volume_actions_start_only_on_what_their_reservation_leaves(
     other = boot(cloud, ctx, "db")
     free = volumes.create(cloud.api.conductor, ctx, "free", 1, host=server["host"])
     used = volumes.create(cloud.api.conductor, ctx, "used", 1, host=other["host"])
-    attachments.attach(cloud.api, ctx, "db", "used")
+    volume_attach.attach(cloud.api, ctx, "db", "used")
     before = cloud.snapshot()
     for server_ref, action, vol, found in (
         ("web", "attach_volume", free, "is available"),
@@ -312,11 +313,11 @@ def test_the_volume_actions_start_only_on_what_their_reservation_leaves(
     assert cloud.fake(server["host"]).volumes()[free["id"]]["attached_to"] is None
 
     # Through the library both go, check mode first, which changes nothing either.
-    assert attachments.attach(cloud.api, ctx, "web", "free", dry_run=True)["status"] == "available"
-    assert attachments.detach(cloud.api, ctx, "db", "used", dry_run=True)["status"] == "in-use"
+    assert volume_attach.attach(cloud.api, ctx, "web", "free", dry_run=True)["status"] == "available"
+    assert volume_attach.detach(cloud.api, ctx, "db", "used", dry_run=True)["status"] == "in-use"
     assert cloud.snapshot() == before
-    assert attachments.attach(cloud.api, ctx, "web", "free")["status"] == "in-use"
-    assert attachments.detach(cloud.api, ctx, "db", "used")["status"] == "available"
+    assert volume_attach.attach(cloud.api, ctx, "web", "free")["status"] == "in-use"
+    assert volume_attach.detach(cloud.api, ctx, "db", "used")["status"] == "available"
 
 
 def test_check_mode_refuses_what_the_real_attach_refuses(cloud: Cloud, ctx: RequestContext) -> None:
@@ -329,11 +330,11 @@ def test_check_mode_refuses_what_the_real_attach_refuses(cloud: Cloud, ctx: Requ
     for dry_run in (True, False):
         # The server's checks come first, as every action's; then the volume's.
         with pytest.raises(exceptions.InstanceIsLocked):
-            attachments.attach(cloud.api, ctx, "web", "near", dry_run=dry_run)
+            volume_attach.attach(cloud.api, ctx, "web", "near", dry_run=dry_run)
     assert cloud.snapshot() == before
     cloud.api.unlock(cloud.admin, "web")
     before = cloud.snapshot()
     for dry_run in (True, False):
         with pytest.raises(exceptions.InvalidVolume, match="attaches only to servers on its host"):
-            attachments.attach(cloud.api, ctx, "web", "far", dry_run=dry_run)
+            volume_attach.attach(cloud.api, ctx, "web", "far", dry_run=dry_run)
     assert cloud.snapshot() == before

@@ -9,14 +9,28 @@ function that does it calls ``authorize`` with that name, whichever entry point
 (the CLI, a module, a playbook step, the Python API) reached it.
 
 Everything not named here is a project-scoped operation: any caller may do it on
-its own project's servers (``novakit.db.api`` scopes every read), and another
-project's server looks like one that does not exist.
+its own project's records, and another project's looks like one that does not exist.
+Every look-up says so the same way, with ``scope`` ("a member sees only its own
+project"; ``project:any`` lets an admin see them all). Nothing outside this module
+reads ``RequestContext.is_admin``: a decision about who may do or see something is a
+rule of this table, asked through ``authorize``, ``allowed`` or ``scope``.
 """
 
 from __future__ import annotations
 
+from typing import Any, Protocol, Self, TypeVar
+
 from novakit import exceptions
 from novakit.context import RequestContext
+
+
+class _Filterable(Protocol):
+    """A statement rows can be filtered out of (SQLAlchemy's ``Select``, ``Update``, ...)."""
+
+    def where(self, *whereclause: Any) -> Self: ...
+
+
+_Stmt = TypeVar("_Stmt", bound=_Filterable)
 
 #: operation -> what it is (shown in ``novakit states``-style docs and in the refusal)
 ADMIN_ONLY: dict[str, str] = {
@@ -44,6 +58,13 @@ ADMIN_ONLY: dict[str, str] = {
     "servers:all_projects": "list the servers of every project",
     "server:migrate": "move a server to another host (cold migrate, live migrate, evacuate)",
     "migration:list": "list the migrations of servers between hosts",
+    # Records of every project and what only the operator may read or override.
+    "project:any": "find, show and act on any project's servers, volumes, ports and server groups "
+    "(anyone else finds its own project's only: ``scope``)",
+    "server:lock_override": "act on a server its owner locked, and unlock one an admin locked "
+    "(Nova's unlock_override)",
+    "server:fault_details": "see a fault's host, details and traceback, the scheduler's reasons "
+    "behind 'No valid host was found.', and a host's words when a console log fails",
 }
 
 
@@ -60,3 +81,27 @@ def allowed(ctx: RequestContext, operation: str) -> bool:
     if operation not in ADMIN_ONLY:
         raise KeyError(f"{operation!r} is not a policy rule (see novakit.policy.ADMIN_ONLY)")
     return ctx.is_admin
+
+
+def scope(ctx: RequestContext, stmt: _Stmt, project_column: Any, project_id: str | None = None) -> _Stmt:
+    """``stmt`` limited to the rows ``ctx`` may see: "a member sees only its own project".
+
+    ``project_column`` is the project id column of the rows (``Instance.project_id``, ...).
+    A caller allowed ``project:any`` (an admin) sees every project's rows; anyone else its
+    own project's only, so that another project's row looks like one that does not exist.
+    ``project_id``, when given, narrows to that project for anyone (a filter the caller asked
+    for, or the caller's own project first).
+    """
+    if project_id is not None:
+        return stmt.where(project_column == project_id)
+    if allowed(ctx, "project:any"):
+        return stmt
+    return stmt.where(project_column == ctx.project_id)
+
+
+def project_filter(ctx: RequestContext, asked: str | None = None) -> str | None:
+    """The project a listing is limited to: the one asked for, else none for a caller allowed
+    ``project:any``, else the caller's own (``scope`` for callers that build no statement)."""
+    if asked is not None:
+        return asked
+    return None if allowed(ctx, "project:any") else ctx.project_id

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.cells.registry import Cell, grouped
 from novakit.cells.scatter import scatter
 from novakit.context import RequestContext
@@ -172,9 +172,7 @@ def unknown_records(
         stmt = stmt.where(InstanceMapping.deleted != 0)
     elif not filters.get("include_deleted"):
         stmt = stmt.where(InstanceMapping.deleted == 0)
-    project = filters.get("project_id") or (None if ctx.is_admin else ctx.project_id)
-    if project is not None:
-        stmt = stmt.where(InstanceMapping.project_id == project)
+    stmt = policy.scope(ctx, stmt, InstanceMapping.project_id, filters.get("project_id") or None)
     if filters.get("uuids") is not None:
         stmt = stmt.where(InstanceMapping.instance_uuid.in_(list(filters["uuids"])))
     names: dict[int | None, str] = {c.id: c.name for c in cells}

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.context import RequestContext
 from novakit.db.models import HostMapping, InstanceMapping, utcnow
 
@@ -78,8 +78,7 @@ def find(
         stmt = stmt.where(InstanceMapping.deleted != 0)
     elif not include_deleted:
         stmt = stmt.where(InstanceMapping.deleted == 0)
-    if not ctx.is_admin:
-        stmt = stmt.where(InstanceMapping.project_id == ctx.project_id)
+    stmt = policy.scope(ctx, stmt, InstanceMapping.project_id)
     rows = list(session.execute(stmt.order_by(InstanceMapping.id.desc())).scalars())
     by_uuid = [r for r in rows if r.instance_uuid == ref]
     if by_uuid:

@@ -20,6 +20,7 @@ from typing import Any
 import typer
 from rich.markup import escape
 
+from novakit import policy
 from novakit.cli import output
 from novakit.cli.base import api, conf, console, ctx, err_console, guard, server_app
 from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
@@ -205,7 +206,11 @@ def server_create(
 
         data["networks"] = [guard(functools.partial(nic_request, n, "--nic")) for n in nic]
     caller = ctx()
-    columns = [*LIST_COLUMNS[:3], Col("Host", "host"), LIST_COLUMNS[3]] if caller.is_admin else LIST_COLUMNS
+    columns = (
+        [*LIST_COLUMNS[:3], Col("Host", "host"), LIST_COLUMNS[3]]
+        if policy.allowed(caller, "host:show")
+        else LIST_COLUMNS
+    )
     form = guard(lambda: output.validated(columns, fmt, out, column))
     started = time.monotonic()
     if not wait:
@@ -296,11 +301,14 @@ def server_list(
             f"Warning: cell {escape(cell)} did not answer: its servers are listed with status UNKNOWN",
             highlight=False,
         )
-    columns = long_columns(caller.is_admin) if long else LIST_COLUMNS
+    columns = long_columns(policy.allowed(caller, "host:show")) if long else LIST_COLUMNS
     if column:
         # -c chooses from every column, those of --long too.
         shown = {c.header for c in columns}
-        columns = [*columns, *(c for c in long_columns(caller.is_admin) if c.header not in shown)]
+        columns = [
+            *columns,
+            *(c for c in long_columns(policy.allowed(caller, "host:show")) if c.header not in shown),
+        ]
     guard(lambda: output.emit_list(servers, columns, fmt, out, column, "servers"))
 
 
@@ -315,7 +323,11 @@ def server_show(
     """Show one server: its states, host, addresses, flavor, image, metadata and last fault."""
     caller = ctx()
     s = guard(lambda: api().get(caller, server, deleted=deleted))
-    guard(lambda: output.emit_show(s, show_fields(caller.is_admin), fmt, out, column, s["name"]))
+    guard(
+        lambda: output.emit_show(
+            s, show_fields(policy.allowed(caller, "host:show")), fmt, out, column, s["name"]
+        )
+    )
 
 
 EVENT_COLUMNS = [

@@ -28,7 +28,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, func, select, text, update
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.cells.registry import in_cell_of, targeting
 from novakit.compute.faults import _truncate, fault_from_exception, fault_is_internal
 from novakit.compute.messages import Event, Fault
@@ -57,7 +57,7 @@ NO_VALID_HOST = "No valid host was found."
 
 def shown_text(text: str | None, ctx: RequestContext) -> str | None:
     """A fault message or event detail as ``ctx`` may see it (see ``fault_view``)."""
-    if text and not ctx.is_admin and text.startswith(NO_VALID_HOST):
+    if text and not policy.allowed(ctx, "server:fault_details") and text.startswith(NO_VALID_HOST):
         return NO_VALID_HOST
     return text
 
@@ -70,7 +70,7 @@ def fault_view(fault: InstanceFault, ctx: RequestContext) -> dict[str, Any]:
         "message": shown_text(fault.message, ctx),
         "created": fault.created_at,
     }
-    if ctx.is_admin:
+    if policy.allowed(ctx, "server:fault_details"):
         if fault.host:
             view["host"] = fault.host
         if fault.details:

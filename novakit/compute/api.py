@@ -133,7 +133,11 @@ class API(CreateAPI):
                                 "result": e.result,
                                 "host": e.host if policy.allowed(ctx, "host:show") else None,
                                 "details": actions.shown_text(e.details, ctx),
-                                **({"traceback": e.traceback} if ctx.is_admin and e.traceback else {}),
+                                **(
+                                    {"traceback": e.traceback}
+                                    if e.traceback and policy.allowed(ctx, "server:fault_details")
+                                    else {}
+                                ),
                             }
                             for e in a.events
                         ],
@@ -369,8 +373,8 @@ def _check_lock(ctx: RequestContext, inst: Instance, t: Transition) -> None:
     it) only by an admin.
     """
     if t.action == "unlock":
-        if inst.locked_by == "admin" and not ctx.is_admin:
+        if inst.locked_by == "admin" and not policy.allowed(ctx, "server:lock_override"):
             raise exceptions.InstanceIsLocked(inst.uuid, "locked by an admin")
         return
-    if t.checks_lock and inst.locked and not ctx.is_admin:
+    if t.checks_lock and inst.locked and not policy.allowed(ctx, "server:lock_override"):
         raise exceptions.InstanceIsLocked(inst.uuid, inst.locked_reason)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.cells.registry import locate
 from novakit.compute.messages import ComputeRequest
 from novakit.compute.rpc import ComputeRPC, instance_spec
@@ -49,7 +49,7 @@ def console_output(db: Any, rpc: ComputeRPC, ctx: RequestContext, ref: str, line
     answer = result.results[0] if result.results else None
     if answer is None or not answer.ok or answer.console is None:
         fault = (answer.fault if answer is not None else None) or result.error
-        if ctx.is_admin and fault is not None:
+        if fault is not None and policy.allowed(ctx, "server:fault_details"):
             raise exceptions.ComputeError(reason=f"console of {name} on {request.host}: {fault.message}")
         raise exceptions.ComputeError(reason=f"the host of server {name} did not give its console log")
     text = answer.console

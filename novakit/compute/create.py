@@ -436,8 +436,7 @@ class CreateAPI:
             return None
         stmt = select(InstanceGroup).where(InstanceGroup.deleted == 0)
         stmt = stmt.where((InstanceGroup.uuid == ref) | (InstanceGroup.name == ref))
-        if not ctx.is_admin:
-            stmt = stmt.where(InstanceGroup.project_id == ctx.project_id)
+        stmt = policy.scope(ctx, stmt, InstanceGroup.project_id)
         group = session.execute(stmt).scalars().first()
         if group is None:
             raise exceptions.ServerGroupNotFound(group_id=ref)

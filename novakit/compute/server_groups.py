@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.compute import schemas
 from novakit.context import RequestContext
 from novakit.db.engine import Database
@@ -81,9 +81,7 @@ def _find(
 ) -> InstanceGroup | None:
     stmt = select(InstanceGroup).where(InstanceGroup.deleted == 0)
     stmt = stmt.where((InstanceGroup.uuid == ref) | (InstanceGroup.name == ref))
-    if not ctx.is_admin or project_id is not None:
-        # Another project's group looks like one that does not exist.
-        stmt = stmt.where(InstanceGroup.project_id == (project_id or ctx.project_id))
+    stmt = policy.scope(ctx, stmt, InstanceGroup.project_id, project_id)
     return session.execute(stmt.order_by(InstanceGroup.id)).scalars().first()
 
 
@@ -106,8 +104,7 @@ def find(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any] | None:
 def list_groups(db: Database, ctx: RequestContext, all_projects: bool = False) -> list[dict[str, Any]]:
     with db.reader() as session:
         stmt = select(InstanceGroup).where(InstanceGroup.deleted == 0).order_by(InstanceGroup.name)
-        if not (all_projects and ctx.is_admin):
-            stmt = stmt.where(InstanceGroup.project_id == ctx.project_id)
+        stmt = policy.scope(ctx, stmt, InstanceGroup.project_id, None if all_projects else ctx.project_id)
         return [view(g, _members(session, g)) for g in session.execute(stmt).scalars()]
 
 

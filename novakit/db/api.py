@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy import Select, and_, bindparam, false, or_, select, text, update
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.cells import mappings
 from novakit.compute.states import TaskState, VmState
 from novakit.context import RequestContext
@@ -43,9 +43,7 @@ def scoped(ctx: RequestContext, stmt: Select[Any], include_deleted: bool = False
     for anyone but an admin, its own project's."""
     if not include_deleted:
         stmt = stmt.where(Instance.deleted == 0)
-    if not ctx.is_admin:
-        stmt = stmt.where(Instance.project_id == ctx.project_id)
-    return stmt
+    return policy.scope(ctx, stmt, Instance.project_id)
 
 
 def instance_get(
@@ -76,8 +74,7 @@ def instance_get_by_name_or_uuid(
     if deleted:
         by_ref = or_(Instance.uuid == ref, Instance.display_name == ref)
         stmt = select(Instance).where(Instance.deleted != 0, by_ref)
-        if not ctx.is_admin:
-            stmt = stmt.where(Instance.project_id == ctx.project_id)
+        stmt = policy.scope(ctx, stmt, Instance.project_id)
         # A uuid match first; then the most recently deleted of the name.
         stmt = stmt.order_by((Instance.uuid == ref).desc(), Instance.deleted_at.desc(), Instance.id.desc())
         found_deleted = session.execute(stmt.limit(1)).scalar_one_or_none()

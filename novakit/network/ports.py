@@ -19,7 +19,7 @@ from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.compute import schemas
 from novakit.compute.messages import FixedIp
 from novakit.context import RequestContext
@@ -71,8 +71,7 @@ def random_mac() -> str:
 def get(session: Session, ctx: RequestContext, ref: str) -> Port:
     """A port by uuid or name, of the caller's project (an admin's: any)."""
     stmt = select(Port).where(or_(Port.uuid == ref, Port.name == ref))
-    if not ctx.is_admin:
-        stmt = stmt.where(Port.project_id == ctx.project_id)
+    stmt = policy.scope(ctx, stmt, Port.project_id)
     row = session.execute(stmt.order_by(Port.id)).scalars().first()
     if row is None:
         raise exceptions.PortNotFound(port=ref)
@@ -193,8 +192,7 @@ def list_ports(
 ) -> list[dict[str, Any]]:
     with db.reader() as session:
         stmt = select(Port, Network).join(Network, Network.id == Port.network_id).order_by(Port.id)
-        if not ctx.is_admin:
-            stmt = stmt.where(Port.project_id == ctx.project_id)
+        stmt = policy.scope(ctx, stmt, Port.project_id)
         if network is not None:
             stmt = stmt.where(Port.network_id == networks.get(session, network).id)
         if device_id is not None:

@@ -57,8 +57,7 @@ FORMATS = ("qcow2", "raw")
 def get(session: Session, ctx: RequestContext, ref: str) -> Volume:
     """A live volume of the caller's project (any project for an admin) by uuid or name."""
     stmt = select(Volume).where(Volume.deleted == 0, or_(Volume.uuid == ref, Volume.name == ref))
-    if not ctx.is_admin:
-        stmt = stmt.where(Volume.project_id == ctx.project_id)
+    stmt = policy.scope(ctx, stmt, Volume.project_id)
     rows = list(session.execute(stmt.order_by((Volume.uuid == ref).desc()).limit(2)).scalars())
     if not rows:
         raise exceptions.VolumeNotFound(volume=ref)

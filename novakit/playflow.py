@@ -9,7 +9,11 @@ come back as the ``compute`` module returns them.
 The lifecycle playbooks (``delete.yml``, ``server_action.yml``) take the same
 round trip: ``start_actions`` makes the API's guarded write and returns one
 compute request per server (``API.<action>(..., defer=True)``); the hosts run
-them; ``record_actions`` hands each result to ``Conductor.record_action_result``.
+them; ``record_actions`` records what they did.
+
+What the hosts' compute tasks registered is paired with the requests and
+recorded by ``novakit.compute.rounds``, as every other way of reaching hosts
+is; this module only reads it out of Ansible's shape (``parse_results``).
 
 ``run_step`` is the one entry of the ``novakit.cloud.conductor`` task, whichever
 way it runs: its action plugin calls it inside Ansible's worker process on the
@@ -23,17 +27,15 @@ import contextlib
 from collections import defaultdict
 from typing import Any
 
-from sqlalchemy import select
-
 from novakit import exceptions, policy
 from novakit.cells import instances as cell_instances
 from novakit.cells.registry import grouped
+from novakit.compute import rounds
 from novakit.compute.api import API, server_view
 from novakit.compute.messages import ComputeRequest, ComputeResult, split_secrets
 from novakit.compute.states import VmState
 from novakit.context import RequestContext
 from novakit.db import api as db_api
-from novakit.db.models import InstanceAction, RequestSpec
 
 
 def _wire(requests: list[ComputeRequest]) -> list[dict[str, Any]]:
@@ -142,15 +144,7 @@ def _schedule_unbuilt(
     owners: dict[str, str] = {}
     for _cell, group in grouped(api.db, uuids):
         with api.db.reader() as session:
-            owners.update(
-                session.execute(  # type: ignore[arg-type]
-                    select(InstanceAction.instance_uuid, InstanceAction.request_id)
-                    .where(
-                        db_api.one_of(InstanceAction.instance_uuid, group), InstanceAction.action == "create"
-                    )
-                    .order_by(InstanceAction.id)
-                ).all()
-            )
+            owners.update(db_api.create_request_ids(session, group))
     by_request: dict[str, list[str]] = defaultdict(list)
     for uuid in uuids:
         by_request[owners.get(uuid, ctx.request_id)].append(uuid)
@@ -167,22 +161,14 @@ def _round_hosts(api: API, requests: list[ComputeRequest]) -> list[str]:
     uuids = [i.uuid for r in requests for i in r.instances]
     if uuids:
         with api.db.reader() as session:
-            for alternates in session.scalars(
-                select(RequestSpec.alternates).where(db_api.one_of(RequestSpec.instance_uuid, uuids))
-            ):
-                hosts.update(a["host"] for a in alternates or [])
+            hosts |= db_api.alternate_hosts(session, uuids)
     return sorted(hosts)
 
 
 def record_round(
-    api: API,
-    ctx: RequestContext,
-    requests: list[ComputeRequest],
-    results: dict[str, list[ComputeResult]],
-    unreachable: set[str] | dict[str, str],
-    instances: list[str] | None = None,
+    api: API, ctx: RequestContext, pairs: list[rounds.Pair], instances: list[str] | None = None
 ) -> dict[str, Any]:
-    """One round's record: each host's results; unreachable or silent hosts fail there.
+    """One round's record: each request with what its host answered (``rounds.collect``).
 
     Returns the follow-ups for the next round (``requests``, ``hosts``:
     reschedules to alternates, clean-ups), none once every build has settled
@@ -190,42 +176,15 @@ def record_round(
     loops until there are none. ``servers``/``report`` describe ``instances``
     (every server of the boot; default: those of this round's requests), so
     that the last round's answer describes the whole boot.
-
-    ``unreachable`` may map a host to what Ansible said about it (the callback
-    plugin's record of the run), which then becomes the fault's message.
     """
-    reasons = unreachable if isinstance(unreachable, dict) else dict.fromkeys(unreachable, "unreachable")
-    follow_up: list[ComputeRequest] = []
-    per_host_index: dict[str, int] = {}
-    for request in requests:
-        host_results = results.get(request.host)
-        index = per_host_index.get(request.host, 0)
-        per_host_index[request.host] = index + 1
-        if request.action is not None:
-            # A delete of a scale-down (``schedule``): recorded as the delete playbook records it.
-            if request.host in reasons or not host_results or index >= len(host_results):
-                reason = reasons.get(request.host) or f"host {request.host} returned no result"
-                api.conductor.record_unreachable(ctx, request, f"Ansible: {reason}")
-            else:
-                api.conductor.record_action_result(ctx, request, host_results[index])
-            continue
-        if request.operation != "build":
-            continue  # clean-ups (a guest built for a server deleted meanwhile) need no record
-        # A build is recorded in its request's create action: a server picked up by this run
-        # keeps the request that recorded it (see _schedule_unbuilt).
-        owner = ctx if request.request_id == ctx.request_id else ctx.with_request_id(request.request_id)
-        if request.host in reasons or not host_results or index >= len(host_results):
-            reason = reasons.get(request.host) or "returned no result"
-            follow_up.extend(api.conductor.record_unreachable(owner, request, f"Ansible: {reason}"))
-            continue
-        follow_up.extend(api.conductor.record_build_result(owner, request, host_results[index]))
-    uuids = instances or [i.uuid for r in requests for i in r.instances]
+    follow_ups = rounds.record_all(api.conductor, ctx, pairs).follow_ups
+    uuids = instances or [i.uuid for r, _ in pairs for i in r.instances]
     return {
         "changed": True,
         "request_id": ctx.request_id,
         "instances": uuids,
-        "requests": _wire(follow_up),
-        "hosts": sorted({r.host for r in follow_up}),
+        "requests": _wire(follow_ups),
+        "hosts": sorted({r.host for r in follow_ups}),
         **{k: v for k, v in summary(api, ctx, uuids).items() if k in ("servers", "report", "failed_servers")},
     }
 
@@ -340,41 +299,16 @@ def start_actions(
     }
 
 
-def record_actions(
-    api: API,
-    ctx: RequestContext,
-    requests: list[ComputeRequest],
-    results: dict[str, list[ComputeResult]],
-    unreachable: dict[str, str] | None = None,
-) -> dict[str, Any]:
+def record_actions(api: API, ctx: RequestContext, pairs: list[rounds.Pair]) -> dict[str, Any]:
     """Controller play 3 of a lifecycle playbook: record what each host did.
 
     A host that did not answer fails its actions with a fault naming the reason;
     the instance goes back to where it was (or to error, as Nova does for a failed
-    delete or hard reboot).
+    delete or hard reboot). ``failed_servers`` carries each failed server's fault.
     """
-    reasons = unreachable or {}
-    per_host_index: dict[str, int] = {}
-    failed: dict[str, str] = {}
-    for request in requests:
-        host_results = results.get(request.host) or []
-        index = per_host_index.get(request.host, 0)
-        per_host_index[request.host] = index + 1
-        if request.host in reasons or index >= len(host_results):
-            reason = reasons.get(request.host) or f"host {request.host} returned no result"
-            api.conductor.record_unreachable(ctx, request, f"Ansible: {reason}")
-            failed.update({i.uuid: f"Ansible: {reason}" for i in request.instances})
-        else:
-            result = host_results[index]
-            api.conductor.record_action_result(ctx, request, result)
-            for spec in request.instances:
-                res = next((r for r in result.results if r.uuid == spec.uuid), None)
-                if res is None or not res.ok:
-                    fault = (res.fault if res else None) or result.error
-                    failed[spec.uuid] = fault.message if fault else "no result"
-    uuids = [i.uuid for r in requests for i in r.instances]
-    out = summary(api, ctx, uuids)
-    out["changed"] = bool(requests)
+    failed = rounds.record_all(api.conductor, ctx, pairs).failed
+    out = summary(api, ctx, [i.uuid for r, _ in pairs for i in r.instances])
+    out["changed"] = bool(pairs)
     # Not "failed": Ansible takes a result with a true "failed" for a failed task.
     out["failed_servers"] = [
         {"id": s["id"], "name": s["name"], "message": failed[s["id"]]}
@@ -415,18 +349,15 @@ def heartbeat(
     from novakit.compute import hosts
 
     policy.authorize(ctx, "host:heartbeat")
-    failures = host_failures or {}
+    results, failures = parse_results(raw)
     answers: list[ComputeResult] = []
     down: dict[str, str] = {}
-    for host, value in (raw or {}).items():
-        value = value if isinstance(value, dict) else {}
-        if value.get("unreachable") or value.get("failed"):
-            what = "unreachable" if value.get("unreachable") else "compute task failed"
-            down[host] = f"Ansible: {value.get('msg') or f'host {host} {what}'}"
-        elif value.get("results"):
-            answers.append(ComputeResult.model_validate(value["results"][0]))
-        elif host in failures:
-            down[host] = f"Ansible: {failures[host]}"
+    for host in raw or {}:
+        why = failures.get(host) or (None if results.get(host) else (host_failures or {}).get(host))
+        if why:
+            down[host] = f"Ansible: {why}"
+        elif results.get(host):
+            answers.append(results[host][0])
     if not check_mode:
         hosts.record_contacts(api.db, answers, down)
     down.update({r.host: r.error.message for r in answers if r.error is not None})
@@ -443,25 +374,22 @@ def heartbeat(
 STEPS = ("schedule", "record", "summary", "action", "record_action", "images", "heartbeat")
 
 
-#: the fields of a compute request's instances that are secret (``InstanceSpec.to_wire``)
-
-
 def parse_results(
     raw: dict[str, Any] | None,
 ) -> tuple[dict[str, list[ComputeResult]], dict[str, str]]:
     """Each host's compute results, from what its ``compute`` task registered (or just its results).
 
     Returns the results by host, and the hosts whose task says it failed or was
-    unreachable, with a reason.
+    unreachable, with a reason worded as ``novakit.compute.rounds`` words it.
     """
     results: dict[str, list[ComputeResult]] = {}
     failures: dict[str, str] = {}
     for host, value in (raw or {}).items():
         if isinstance(value, dict):  # a registered task result
-            if value.get("unreachable") or value.get("failed"):
-                what = "unreachable" if value.get("unreachable") else "compute task failed"
-                why = value.get("msg")
-                failures[host] = f"host {host}: {what}" + (f": {why}" if why else "")
+            if value.get("unreachable"):
+                failures[host] = rounds.unreachable(host, value.get("msg"))
+            elif value.get("failed"):
+                failures[host] = rounds.task_failed(host, value.get("msg"))
             value = value.get("results")
         if isinstance(value, list) and value:
             results[host] = [ComputeResult.model_validate(v) for v in value if isinstance(v, dict)]
@@ -562,16 +490,15 @@ def _run_step(
         return {**out, "published": published(out["servers"])}
     requests = [ComputeRequest.model_validate(r) for r in params["requests"]]
     _check_visible(api, ctx, requests)
-    results, failures = parse_results(params.get("results"))
     if check_mode:  # the record steps record what a real round returned: nothing here
         out = {"changed": False, "request_id": ctx.request_id, "requests": [], "hosts": [], "servers": []}
         return {**out, "published": []} if step == "record" else out
-    failures.update({h: f"host {h} unreachable" for h in params.get("unreachable") or []})
+    results, failures = parse_results(params.get("results"))
+    failures.update({h: rounds.unreachable(h) for h in params.get("unreachable") or []})
     failures.update(host_failures or {})
-    # What Ansible said about a host explains a missing result; a host that answered speaks for itself.
-    round_hosts = {r.host for r in requests}
-    failures = {h: why for h, why in failures.items() if h in round_hosts and h not in results}
+    # What Ansible said about a host explains a result it did not return.
+    pairs = rounds.collect(requests, results, failures, carrier="Ansible")
     if step == "record":
-        out = record_round(api, ctx, requests, results, failures, params.get("instances"))
+        out = record_round(api, ctx, pairs, params.get("instances"))
         return {**out, "published": published(out["servers"])}
-    return record_actions(api, ctx, requests, results, failures)
+    return record_actions(api, ctx, pairs)

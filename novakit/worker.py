@@ -109,23 +109,26 @@ def start(conf: Config, job: Job) -> tuple[subprocess.Popen[bytes], Path]:
 
 def run(job: Job) -> None:
     """The job, in this process: what the worker does (and what a test may call directly)."""
+    from novakit.compute import rounds
     from novakit.compute.api import API
     from novakit.compute.messages import ComputeRequest
     from novakit.db.engine import Database
 
     conf = load_config(Path(job.config) if job.config else None, db_url=job.db_url)
     api = API(Database.from_config(conf), conf)
+    conductor = api.conductor
     ctx = job.context()
     if job.build:
         # The request's lease is renewed first: work heal has taken over (the worker started
         # too late) or that was deleted meanwhile is not this worker's any more.
-        build = api.conductor.renew_leases(ctx, job.build)
+        build = conductor.renew_leases(ctx, job.build)
         LOG.info("building %s (request %s)", ", ".join(build) or "nothing", ctx.request_id)
         if build:
-            api.conductor.build_instances(ctx, build)
+            # Scheduled here, then delivered and recorded round after round as every build is.
+            rounds.run(conductor.rpc, conductor, ctx, conductor.schedule_instances(ctx, build))
     if job.request is not None:
         request = ComputeRequest.model_validate(job.request)
-        owned = api.conductor.renew_leases(
+        owned = conductor.renew_leases(
             ctx, [i.uuid for i in request.instances], request.options.get("timeout") or 0
         )
         if not owned:
@@ -137,7 +140,7 @@ def run(job: Job) -> None:
             return
         LOG.info("%s of %s on host %s", request.operation, job.server, request.host)
         # Sent through the conductor's rpc and recorded by it; no scheduler is built for this.
-        api.conductor.run_action(ctx, request)
+        rounds.run(conductor.rpc, conductor, ctx, [request])
     for step in job.then:
         server = api.get(ctx, job.server)
         if server["vm_state"] == "error":

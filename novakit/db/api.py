@@ -29,7 +29,7 @@ from novakit import exceptions, policy
 from novakit.cells import mappings
 from novakit.compute.states import TaskState, VmState
 from novakit.context import RequestContext
-from novakit.db.models import Instance, utcnow
+from novakit.db.models import Instance, InstanceAction, RequestSpec, utcnow
 
 #: For a text statement on the instance tables: bound to the targeted cell as they are.
 ON_INSTANCES: dict[str, Any] = {"mapper": Instance.__mapper__}
@@ -460,3 +460,24 @@ def renew_leases(session: Session, uuids: Sequence[str], owner: str, until: dt.d
         bind_arguments=ON_INSTANCES,
     ).all()
     return [r[0] for r in rows]
+
+
+def create_request_ids(session: Session, uuids: Sequence[str]) -> dict[str, str]:
+    """The request that recorded each instance (its ``create`` action's), by uuid; in the
+    targeted cell. An instance without a ``create`` action is not in the answer."""
+    if not uuids:
+        return {}
+    rows = session.execute(
+        select(InstanceAction.instance_uuid, InstanceAction.request_id)
+        .where(one_of(InstanceAction.instance_uuid, uuids), InstanceAction.action == "create")
+        .order_by(InstanceAction.id)
+    ).all()
+    return {uuid: request_id for uuid, request_id in rows}
+
+
+def alternate_hosts(session: Session, uuids: Sequence[str]) -> set[str]:
+    """The hosts the scheduler kept as alternates for a reschedule of ``uuids`` (their request specs)."""
+    if not uuids:
+        return set()
+    found = session.scalars(select(RequestSpec.alternates).where(one_of(RequestSpec.instance_uuid, uuids)))
+    return {a["host"] for alternates in found for a in alternates or []}

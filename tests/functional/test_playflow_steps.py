@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import select
 
 from novakit import playflow
-from novakit.cells.registry import UNSCHEDULED
+from novakit.cells.registry import UNSCHEDULED, targeting
 from novakit.compute.manager import ComputeManager
 from novakit.compute.messages import ComputeRequest
 from novakit.context import RequestContext
@@ -134,3 +134,70 @@ def test_a_count_below_one_is_refused_naming_count(cloud: Cloud, ctx: RequestCon
         playflow.run_step(cloud.api, ctx, {"step": "schedule", "server": server})
     assert err.value.field == "count", err.value.errors
     assert cloud.snapshot() == before
+
+
+def _faults(cloud: Cloud, uuid: str) -> list[str]:
+    """The fault messages recorded for ``uuid``, oldest first, wherever its cell is."""
+    with targeting(cloud.db, uuid), cloud.db.reader() as session:
+        return list(
+            session.scalars(
+                select(InstanceFault.message)
+                .where(InstanceFault.instance_uuid == uuid)
+                .order_by(InstanceFault.id)
+            )
+        )
+
+
+def test_a_host_that_returned_no_result_is_worded_alike_for_a_build_and_an_action(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    server = {"name": "quiet", "flavor": "m1.small", "image": "tiny"}
+    scheduled = playflow.run_step(cloud.api, ctx, {"step": "schedule", "server": server})
+    (uuid,) = scheduled["instances"]
+    (first,) = scheduled["hosts"]
+    # The build play ran, but the host registered nothing for it and nobody said why.
+    params = {"step": "record", "requests": scheduled["requests"], "results": {}}
+    rescheduled = playflow.run_step(cloud.api, ctx, params)
+    assert rescheduled["requests"] and first not in rescheduled["hosts"]
+    built = _round(cloud, ctx, {**rescheduled, "instances": scheduled["instances"]})
+    assert [s["status"] for s in built["servers"]] == ["ACTIVE"]
+    second = cloud.api.get(cloud.admin, uuid)["host"]
+    assert second not in (first, None)
+
+    stop = playflow.run_step(cloud.api, ctx, {"step": "action", "action": "stop", "servers": [uuid]})
+    params = {"step": "record_action", "requests": stop["requests"], "results": {}}
+    recorded = playflow.run_step(cloud.api, ctx, params)
+
+    build_fault, stop_fault = _faults(cloud, uuid)
+    assert (
+        build_fault
+        == f"Connection to the hypervisor on {first} is broken: Ansible: host {first} returned no result"
+    )
+    assert stop_fault == build_fault.replace(first, second)
+    # What the playbook prints for the failed stop is what the server's record says.
+    assert recorded["failed_servers"] == [{"id": uuid, "name": "quiet", "message": stop_fault}]
+
+
+def test_an_unreachable_host_is_worded_alike_whoever_said_so(cloud: Cloud, ctx: RequestContext) -> None:
+    said: dict[str, str] = {}
+    for name, how in (("told", "registered"), ("listed", "listed")):
+        server = {"name": name, "flavor": "m1.small", "image": "tiny"}
+        scheduled = playflow.run_step(cloud.api, ctx, {"step": "schedule", "server": server})
+        (host,) = scheduled["hosts"]
+        params: dict[str, Any] = {"step": "record", "requests": scheduled["requests"]}
+        if how == "registered":  # what the compute task registered for a host Ansible could not reach
+            params["results"] = {host: {"unreachable": True, "msg": "Failed to connect", "changed": False}}
+        else:
+            params["unreachable"] = [host]
+        playflow.run_step(cloud.api, ctx, params)
+        (fault,) = _faults(cloud, scheduled["instances"][0])
+        said[how] = fault.replace(host, "<host>")
+    broken = "Connection to the hypervisor on <host> is broken: Ansible: host <host> unreachable"
+    assert said == {"registered": f"{broken}: Failed to connect", "listed": broken}
+    # A heartbeat says the same of the same host.
+    beat = playflow.run_step(
+        cloud.api,
+        cloud.admin,
+        {"step": "heartbeat", "results": {"compute-1": {"unreachable": True, "msg": "Failed to connect"}}},
+    )
+    assert beat["down"] == {"compute-1": "Ansible: host compute-1 unreachable: Failed to connect"}

@@ -77,7 +77,8 @@ options:
     description:
       - What each host's C(compute) task returned (its registered result, or just its RV(novakit.cloud.compute#module:results)),
         by host, for O(step=record) and O(step=record_action). A host of O(requests) without
-        results here failed there (unreachable, or its task failed) and its builds are rescheduled.
+        results here failed there (unreachable, its task failed, or it returned no result) and its builds
+        are rescheduled.
       - For O(step=heartbeat), each host's registered C(compute) task result.
     type: dict
   unreachable:
@@ -320,7 +321,7 @@ failed_servers:
     message:
       description: Why the action failed there.
       type: str
-  sample: [{id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4, name: web-1, message: "Ansible: host compute-large unreachable"}]
+  sample: [{id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4, name: web-1, message: "Connection to the hypervisor on compute-large is broken: Ansible: host compute-large unreachable"}]
 up:
   description: For O(step=heartbeat), the hosts that answered.
   returned: when step is heartbeat
@@ -331,7 +332,7 @@ down:
   description: For O(step=heartbeat), each host that did not answer, with why.
   returned: when step is heartbeat
   type: dict
-  sample: {compute-dead: "Ansible: Failed to connect to the host via ssh"}
+  sample: {compute-dead: "Ansible: host compute-dead unreachable: Failed to connect to the host via ssh"}
 image_specs:
   description: For O(step=images), one image description per image, for the C(compute) module's O(novakit.cloud.compute#module:images).
   returned: when step is images

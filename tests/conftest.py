@@ -5,12 +5,24 @@
 it). Without it the PostgreSQL variant is skipped, unless
 ``NOVAKIT_REQUIRE_REAL=1`` says the real services must be there, in which case
 it fails: CI never passes by skipping.
+
+Under pytest-xdist (``-n``) each worker gets databases of its own on both servers: the URLs name
+``<database>_<worker>`` (made empty when the worker starts, dropped when it ends), so the per-test
+truncation of one worker never empties another's tables; and a state directory of its own
+(``XDG_STATE_HOME``, novakit's default when nothing names one). Everything the worker starts
+(playbooks, workers, commands) inherits both.
+
+Markers given here by path (README, "Run the tests"): ``slow`` for what needs real guests,
+playbooks, the testbed or many processes (``-m "not slow"`` is the fast lane); ``serial`` for what
+uses something machine-wide, which ``tests/run.sh`` runs after the parallel part, alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +33,7 @@ from novakit.config import Config, load_config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import CELL_TABLES, Base
+from tests.pgdatabases import recreate, worker_url
 
 # The test run is the operator: its identity is the admin's, given as an operator gives it (the
 # environment, which every playbook, worker and command the tests start inherits). Tests of the
@@ -29,8 +42,73 @@ OPERATOR_ENV = {"NOVAKIT_PROJECT": "admin", "NOVAKIT_USER": "admin", "NOVAKIT_RO
 for _name, _value in OPERATOR_ENV.items():
     os.environ.setdefault(_name, _value)
 
+# pytest-xdist names its workers gw0, gw1...; empty when the run is not distributed.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+PG_URL_VARS = ("NOVAKIT_TEST_PG_URL", "NOVAKIT_TEST_PG2_URL")
+if WORKER:
+    # Before any test module reads them (they do, at import).
+    for _var in PG_URL_VARS:
+        if os.environ.get(_var):
+            os.environ[_var] = worker_url(os.environ[_var], WORKER)
+
 REQUIRE_REAL = os.environ.get("NOVAKIT_REQUIRE_REAL") == "1"
 PG_URL = os.environ.get("NOVAKIT_TEST_PG_URL", "")
+
+# What is slow (left out by the fast lane, ``-m "not slow"``), by path.
+SLOW = ("tests/e2e/", "tests/integration/", "tests/concurrency/")
+# What uses something machine-wide, by path or node id prefix: run alone, after the parallel part.
+SERIAL = (
+    "tests/integration/",  # the system libvirtd's domains, networks and pools; an sshd
+    "tests/concurrency/",  # process storms with time bounds: not starved by a neighbour
+    "tests/e2e/testbed/",  # the multi-host testbed: /opt/novakit-testbed, users nk-h*, their sshd
+    "tests/e2e/test_multihost_",
+    "tests/e2e/test_compute_node_install.py",  # the system libvirtd, its pid files
+    "tests/e2e/test_execution_environment.py",  # /usr/share/ansible/collections
+    "tests/e2e/test_awx_credential.py",  # reads every /tmp/novakit-runner-* and ~/.ansible/tmp
+    # Stops and starts the second PostgreSQL server every worker's cell tests use.
+    "tests/functional/test_cells.py::test_a_down_cell_leaves_the_rest_working",
+)
+# Tests that share a named thing among themselves only: one worker runs each group (--dist loadgroup).
+GROUPS = {
+    "tests/functional/test_cells_upgrade.py": "novakit_upgrade",  # a database of a fixed name
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not WORKER:
+        return
+    for var in PG_URL_VARS:
+        if os.environ.get(var):
+            recreate(os.environ[var])
+    if "XDG_STATE_HOME" not in os.environ:
+        state = tempfile.mkdtemp(prefix=f"novakit-state-{WORKER}-")
+        os.environ["XDG_STATE_HOME"] = state
+        config.add_cleanup(lambda: shutil.rmtree(state, ignore_errors=True))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not WORKER:
+        return
+    for var in PG_URL_VARS:
+        if os.environ.get(var):
+            # A server a failed test left stopped keeps it: the next run drops it first.
+            with contextlib.suppress(Exception):
+                recreate(os.environ[var], drop_only=True)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects and --dist loadgroup reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        nodeid = item.nodeid
+        if nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+        if nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
+            # Kept together on one worker if a run distributes them anyway (--dist loadgroup).
+            item.add_marker(pytest.mark.xdist_group("serial"))
+        group = GROUPS.get(nodeid.split("::", 1)[0])
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def need_real(reason: str) -> None:

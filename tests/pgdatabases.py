@@ -26,22 +26,35 @@ def base_url() -> str:
     return base
 
 
-@contextlib.contextmanager
-def own_database(name: str) -> Iterator[str]:
-    """Database ``name`` on the tests' server, created empty, dropped afterwards with its cell0."""
-    base = make_url(base_url())
-    admin = create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT")
+def worker_url(url: str, worker: str) -> str:
+    """``url`` with the database named for a pytest-xdist worker (``novakit`` -> ``novakit_gw0``)."""
+    if not url or not worker:
+        return url
+    parsed = make_url(url)
+    return parsed.set(database=f"{parsed.database}_{worker}").render_as_string(hide_password=False)
 
-    def drop() -> None:
+
+def recreate(url: str, *, drop_only: bool = False) -> None:
+    """Drop the database ``url`` names (and its cell0) on its server, then create it empty."""
+    parsed = make_url(url)
+    name = parsed.database
+    admin = create_engine(parsed.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
         with admin.connect() as conn:
             for db in (name, f"{name}_cell0"):
                 conn.execute(text(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
-
-    drop()
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
+            if not drop_only:
+                conn.execute(text(f'CREATE DATABASE "{name}"'))
     finally:
-        drop()
         admin.dispose()
+
+
+@contextlib.contextmanager
+def own_database(name: str) -> Iterator[str]:
+    """Database ``name`` on the tests' server, created empty, dropped afterwards with its cell0."""
+    url = make_url(base_url()).set(database=name).render_as_string(hide_password=False)
+    recreate(url)
+    try:
+        yield url
+    finally:
+        recreate(url, drop_only=True)

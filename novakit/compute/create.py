@@ -39,6 +39,7 @@ from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import Instance, InstanceGroup, InstanceGroupMember, RequestSpec
+from novakit.placement import aggregates as placement_aggregates
 
 
 class CreateAPI:
@@ -443,23 +444,8 @@ class CreateAPI:
         return group
 
     def _check_az(self, session: Session, zone: str) -> None:
-        from novakit.db.models import PlacementAggregate
-
-        known = (
-            session.execute(
-                select(PlacementAggregate.availability_zone).where(
-                    PlacementAggregate.availability_zone.isnot(None)
-                )
-            )
-            .scalars()
-            .all()
-        )
-        zones = {z for z in known if z}
-        if zone not in zones | {"nova"}:
-            raise exceptions.ValidationError(
-                "availability_zone",
-                f"unknown availability zone {zone!r}; known: {', '.join(sorted(zones)) or 'none'}",
-            )
+        """The zone is known, by the scheduler's own answer (``resolve_zone``)."""
+        placement_aggregates.resolve_zone(session, zone, self.conf.scheduler.default_availability_zone)
 
     def _family(self, ctx: RequestContext, name: str) -> dict[str, Instance]:
         """The caller's live servers named ``name`` or ``name-<anything>``, by name, in every cell

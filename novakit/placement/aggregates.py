@@ -173,6 +173,31 @@ def availability_zones(session: Session) -> dict[str, list[int]]:
     return zones
 
 
+class ZoneRequest(BaseModel):
+    """Where a server that asked for a zone may go: on a provider of one of ``member_of``'s
+    aggregates (a zone aggregate's), or, for the default zone, of none of ``not_member_of``."""
+
+    zone: str
+    member_of: list[int] = []
+    not_member_of: list[int] = []
+
+
+def resolve_zone(session: Session, zone: str, default_zone: str) -> ZoneRequest:
+    """The one answer to "which hosts are in availability zone ``zone``", for create's check and
+    for the scheduler alike: a zone aggregate's hosts, or, for the configured default zone
+    (``scheduler.default_availability_zone``), the hosts in no zone aggregate. Any other name
+    is a ValidationError naming ``availability_zone`` and the known zones."""
+    zones = availability_zones(session)
+    if zone in zones:
+        return ZoneRequest(zone=zone, member_of=zones[zone])
+    if zone == default_zone:
+        return ZoneRequest(zone=zone, not_member_of=[i for ids in zones.values() for i in ids])
+    known = sorted({*zones, default_zone})
+    raise exceptions.ValidationError(
+        "availability_zone", f"unknown zone {zone!r}; known zones: {', '.join(known)}"
+    )
+
+
 def list_availability_zones(db: Database) -> list[str]:
     with db.reader() as session:
         return sorted(availability_zones(session))

@@ -251,17 +251,13 @@ class SchedulerManager:
                 agg_ids.append(agg.id)
             query.member_of.append(agg_ids)
         if spec.availability_zone:
-            zones = placement_aggregates.availability_zones(session)
-            if spec.availability_zone in zones:
-                query.member_of.append(zones[spec.availability_zone])
-            elif spec.availability_zone == conf.default_availability_zone:
-                query.not_member_of = [i for ids_ in zones.values() for i in ids_]
+            zone = placement_aggregates.resolve_zone(
+                session, spec.availability_zone, conf.default_availability_zone
+            )
+            if zone.member_of:
+                query.member_of.append(zone.member_of)
             else:
-                known = sorted({*zones, conf.default_availability_zone})
-                raise exceptions.ValidationError(
-                    "availability_zone",
-                    f"unknown zone {spec.availability_zone!r}; known zones: {', '.join(known)}",
-                )
+                query.not_member_of = zone.not_member_of
         if spec.requested_host:
             if find_provider(session, spec.requested_host) is None:
                 raise exceptions.ComputeHostNotFound(host=spec.requested_host)

@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from novakit import policy
 from novakit.cli import output
-from novakit.cli.base import api, conf, console, ctx, err_console, guard, server_app
+from novakit.cli.base import api, conf, console, ctx, err_console, group, guard, server_app
 from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
 
 
@@ -368,6 +368,22 @@ def server_events(
     guard(lambda: output.emit_list(rows, EVENT_COLUMNS, form, None, column, f"actions of {server}"))
 
 
+server_event_app = group("A server's actions and their events, as openstack server event list/show.")
+server_app.add_typer(server_event_app, name="event")
+
+
+@server_event_app.command("list")
+def server_event_list(
+    server: str = SERVER,
+    deleted: bool = typer.Option(False, "--deleted", help="a deleted server (of a name: the last deleted)"),
+    fmt: Format | None = FORMAT,
+    out: Format | None = OUTPUT,
+    column: list[str] | None = COLUMN,
+) -> None:
+    """The server's actions and their events (openstack server event list; as server events)."""
+    server_events(server, deleted, fmt, out, column)
+
+
 @server_app.command("console")
 def server_console(
     server: str = SERVER,
@@ -382,31 +398,65 @@ def server_console(
 
 def _action(action: str, server: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
     s: dict[str, Any] = guard(lambda: api().act(ctx(), server, action, options).server)
-    console.print(f"{s['name']}: {s['status']} (vm_state {s['vm_state']}, power {s['power_state_name']})")
-    if s.get("fault") and s["status"] == "ERROR":
-        err_console.print(f"fault: {escape(s['fault']['message'])}", highlight=False)
+    _report(s)
     return s
 
 
+def _report(s: dict[str, Any]) -> None:
+    console.print(f"{s['name']}: {s['status']} (vm_state {s['vm_state']}, power {s['power_state_name']})")
+    if s.get("fault") and s["status"] == "ERROR":
+        err_console.print(f"fault: {escape(s['fault']['message'])}", highlight=False)
+
+
+def _each(action: str, servers: list[str], options: dict[str, Any] | None = None) -> None:
+    """``action`` on each of ``servers`` in turn, as openstack's commands that take several do:
+    one refused is said and the others still go; the command then exits 1, naming how many."""
+    from novakit import exceptions
+
+    compute = api()
+    failed = 0
+    for server in servers:
+        try:
+            outcome = compute.act(ctx(), server, action, options)
+        except exceptions.NovakitError as exc:
+            failed += 1
+            message = f"{server}: {exc.format_message()}"
+            err_console.print(f"[red]Error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+            continue
+        if outcome.server is not None:
+            _report(outcome.server)
+    if failed:
+        if len(servers) > 1:
+            err_console.print(f"{failed} of {len(servers)} servers failed to {action}", highlight=False)
+        raise typer.Exit(1)
+
+
+SERVERS = typer.Argument(..., help="server names or ids (one or more)", autocompletion=complete_server)
+# openstack's --wait: novakit carries an action out in this process, so every command returns
+# once its action has finished; the flag is taken so that openstack's command lines work as typed.
+WAIT = typer.Option(False, "--wait", help="return when the action has finished (novakit always does)")
+
+
 @server_app.command("delete")
-def server_delete(server: str = SERVER) -> None:
-    """Delete a server: its guest and disks on its host, and its claim."""
-    _action("delete", server)
+def server_delete(servers: list[str] = SERVERS, wait: bool = WAIT) -> None:
+    """Delete servers: their guests and disks on their hosts, and their claims."""
+    _each("delete", servers)
 
 
 @server_app.command("stop")
 def server_stop(
-    server: str = SERVER,
+    servers: list[str] = SERVERS,
     timeout: int | None = typer.Option(None, help="seconds of graceful shutdown before forcing it off"),
+    wait: bool = WAIT,
 ) -> None:
-    """Shut a server down (SHUTOFF)."""
-    _action("stop", server, {"timeout": timeout})
+    """Shut servers down (SHUTOFF)."""
+    _each("stop", servers, {"timeout": timeout})
 
 
 @server_app.command("start")
-def server_start(server: str = SERVER) -> None:
-    """Start a stopped server."""
-    _action("start", server)
+def server_start(servers: list[str] = SERVERS, wait: bool = WAIT) -> None:
+    """Start stopped servers."""
+    _each("start", servers)
 
 
 @server_app.command("reboot")
@@ -419,41 +469,41 @@ def server_reboot(
 
 
 @server_app.command("pause")
-def server_pause(server: str = SERVER) -> None:
-    """Pause a server: its vCPUs stop, its memory stays."""
-    _action("pause", server)
+def server_pause(servers: list[str] = SERVERS) -> None:
+    """Pause servers: their vCPUs stop, their memory stays."""
+    _each("pause", servers)
 
 
 @server_app.command("unpause")
-def server_unpause(server: str = SERVER) -> None:
-    """Unpause a paused server."""
-    _action("unpause", server)
+def server_unpause(servers: list[str] = SERVERS) -> None:
+    """Unpause paused servers."""
+    _each("unpause", servers)
 
 
 @server_app.command("suspend")
-def server_suspend(server: str = SERVER) -> None:
-    """Suspend a server: its memory is saved to disk."""
-    _action("suspend", server)
+def server_suspend(servers: list[str] = SERVERS) -> None:
+    """Suspend servers: their memory is saved to disk."""
+    _each("suspend", servers)
 
 
 @server_app.command("resume")
-def server_resume(server: str = SERVER) -> None:
-    """Resume a suspended server from its saved memory."""
-    _action("resume", server)
+def server_resume(servers: list[str] = SERVERS) -> None:
+    """Resume suspended servers from their saved memory."""
+    _each("resume", servers)
 
 
 @server_app.command("lock")
 def server_lock(
-    server: str = SERVER, reason: str | None = typer.Option(None, help="why (shown by server show)")
+    servers: list[str] = SERVERS, reason: str | None = typer.Option(None, help="why (shown by server show)")
 ) -> None:
-    """Lock a server: actions on it are refused to non-admins until it is unlocked."""
-    _action("lock", server, {"reason": reason})
+    """Lock servers: actions on them are refused to non-admins until they are unlocked."""
+    _each("lock", servers, {"reason": reason})
 
 
 @server_app.command("unlock")
-def server_unlock(server: str = SERVER) -> None:
-    """Unlock a locked server."""
-    _action("unlock", server)
+def server_unlock(servers: list[str] = SERVERS) -> None:
+    """Unlock locked servers."""
+    _each("unlock", servers)
 
 
 @server_app.command("rename")

@@ -46,3 +46,20 @@ def test_shell_format_prints_one_record_to_eval(cloud: Run) -> None:  # noqa: F8
     assert out == "web/ACTIVE"
     refused = cloud("server", "list", "-f", "shell", code=1)
     _one_line_error(refused, "shell prints one record")
+
+
+def test_power_commands_take_several_servers_and_wait_as_openstack_does(cloud: Run) -> None:  # noqa: F811
+    cloud("server", "create", "web", "--flavor", "m1.small", "--image", "tiny", "--count", "3")
+    cloud("server", "stop", "web-1", "web-2", "--wait")
+    status = {s["name"]: s["status"] for s in json.loads(cloud("server", "list", "-f", "json").stdout)}
+    assert status == {"web-1": "SHUTOFF", "web-2": "SHUTOFF", "web-3": "ACTIVE"}
+    # One refused (web-3 is not stopped; nope does not exist) is said, the others still start.
+    refused = cloud("server", "start", "web-1", "nope", "web-3", "web-2", code=1)
+    assert "nope" in refused.stderr and "web-3" in refused.stderr
+    assert "2 of 4 servers failed to start" in refused.stderr
+    status = {s["name"]: s["status"] for s in json.loads(cloud("server", "list", "-f", "json").stdout)}
+    assert set(status.values()) == {"ACTIVE"}
+    rows = cloud("server", "event", "list", "web-1", "-f", "value", "-c", "Action").stdout.split()
+    assert [a for a in rows if a != "-"] == ["create", "stop", "start"]  # "-": the rows of events
+    cloud("server", "delete", "web-1", "web-2", "web-3", "--wait")
+    assert json.loads(cloud("server", "list", "-f", "json").stdout) == []

@@ -206,8 +206,9 @@ def server_create(
 
         data["networks"] = [guard(functools.partial(nic_request, n, "--nic")) for n in nic]
     caller = ctx()
+    # The listing's columns, and the host for those who may see it (openstack's create shows them all).
     columns = (
-        [*LIST_COLUMNS[:3], Col("Host", "host"), LIST_COLUMNS[3]]
+        [*LIST_COLUMNS[:3], Col("Host", "host"), *LIST_COLUMNS[3:]]
         if policy.allowed(caller, "host:show")
         else LIST_COLUMNS
     )

@@ -63,3 +63,28 @@ def test_power_commands_take_several_servers_and_wait_as_openstack_does(cloud: R
     assert [a for a in rows if a != "-"] == ["create", "stop", "start"]  # "-": the rows of events
     cloud("server", "delete", "web-1", "web-2", "web-3", "--wait")
     assert json.loads(cloud("server", "list", "-f", "json").stdout) == []
+
+
+def test_server_create_shows_the_listings_columns_with_names(cloud: Run) -> None:  # noqa: F811
+    """Issue 25 item 19: a member's create table showed the image's uuid, an admin's had no
+    Image or Flavor."""
+    member = {"NOVAKIT_PROJECT": "team-b", "NOVAKIT_USER": "bob", "NOVAKIT_ROLES": "member"}
+    made = cloud(
+        "server", "create", "web", "--flavor", "m1.small", "--image", "tiny", "-f", "json", "-c", "Image"
+    )
+    assert json.loads(made.stdout) == [{"Image": "tiny"}]
+    made = cloud("server", "create", "app", "--flavor", "m1.small", "--image", "tiny", **member)
+    heading = next(ln for ln in made.stdout.splitlines() if "ID" in ln and "┃" in ln)
+    assert [c.strip() for c in heading.strip("┃ ").split("┃")] == [
+        "ID",
+        "Name",
+        "Status",
+        "Networks",
+        "Image",
+        "Flavor",
+    ]
+    row = next(ln for ln in made.stdout.splitlines() if " app " in ln)
+    assert "tiny" in row and "m1.small" in row
+    made = cloud("server", "create", "db", "--flavor", "m1.small", "--image", "tiny", "-f", "csv")
+    assert made.stdout.splitlines()[0] == '"ID","Name","Status","Host","Networks","Image","Flavor"'
+    assert ',"tiny","m1.small"' in made.stdout.splitlines()[1]

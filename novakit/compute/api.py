@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from novakit import exceptions, policy
+from novakit import exceptions, policy, scheduler
 from novakit.cells import instances as cell_instances
 from novakit.cells import mappings
 from novakit.cells.registry import locate, targeting
@@ -40,6 +40,8 @@ class API(CreateAPI):
         self, db: Database | None = None, conf: Config | None = None, conductor: Any | None = None
     ) -> None:
         self.conf = conf or load_config()
+        # Unknown filter or weigher names fail here, before any request is recorded.
+        scheduler.check_config(self.conf)
         self.db = db or Database.from_config(self.conf)
         self._conductor = conductor
 

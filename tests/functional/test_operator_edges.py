@@ -68,3 +68,13 @@ def test_db_upgrade_is_refused_to_a_member(db_url: str) -> None:
     assert "db:upgrade" in refused.output
     done = runner.invoke(app, ["db", "upgrade"], env={**env, "NOVAKIT_ROLES": "admin"})
     assert done.exit_code == 0, done.output
+
+
+def test_the_cli_refuses_an_unknown_filter_at_start(tmp_path: Path) -> None:
+    # The registries check the names (config.py imports no scheduler code): still at start-up.
+    path = tmp_path / "novakit.toml"
+    path.write_text('[scheduler]\nweighers = ["RAMWeigher", "TypoWeigher"]\n')
+    env = {"NOVAKIT_CONFIG": str(path), "NOVAKIT_DB_URL": None, "NOVAKIT_STATE_DIR": str(tmp_path)}
+    result = CliRunner().invoke(app, ["server", "list"], env=env)
+    assert result.exit_code != 0
+    assert "scheduler.weighers" in result.output and "TypoWeigher" in result.output

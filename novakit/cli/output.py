@@ -57,6 +57,16 @@ COLUMN = typer.Option(
     show_default=False,
 )
 
+SORT_COLUMN = typer.Option(
+    None,
+    "--sort-column",
+    help="order the rows by this column (repeat for more), named as the table heads it",
+    show_default=False,
+)
+SORT_DESCENDING = typer.Option(
+    False, "--sort-descending/--sort-ascending", help="the order of --sort-column (default ascending)"
+)
+
 
 @dataclass(frozen=True)
 class Col:
@@ -104,6 +114,25 @@ def select(columns: Sequence[Col], wanted: Sequence[str] | None) -> list[Col]:
             raise exceptions.ValidationError("column", f"{name!r} is not a column here; columns: {known}")
         out.append(match)
     return out
+
+
+def refuse(field: str, rule: str) -> None:
+    raise exceptions.ValidationError(field, rule)
+
+
+def sorted_rows(
+    rows: list[dict[str, Any]], columns: Sequence[Col], by: Sequence[str] | None, descending: bool = False
+) -> list[dict[str, Any]]:
+    """``rows`` ordered by the columns ``--sort-column`` names, as openstack's lists order what they
+    print (empty values first); the listing's own order breaks ties."""
+    if not by:
+        return rows
+    keys = select(columns, by)
+
+    def key(row: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple((v is not None, text(v)) for v in (c.value(row) for c in keys))
+
+    return sorted(rows, key=key, reverse=descending)
 
 
 def text(v: Any) -> str:

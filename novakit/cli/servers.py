@@ -273,15 +273,24 @@ def server_list(
         False, "--deleted", help="deleted servers only (your project's; every project's with --all-projects)"
     ),
     long: bool = typer.Option(False, "--long", help="more columns: task and power state, host, zone, ..."),
-    limit: int | None = typer.Option(None, help="at most this many servers (a page)", min=1),
+    limit: int | None = typer.Option(None, help="at most this many servers (a page); -1: all", min=-1),
     marker: str | None = typer.Option(None, help="start after this server id (the previous page's last)"),
     sort_key: str = typer.Option("created_at", help="order by created_at, name, vm_state or uuid"),
     sort_dir: str = typer.Option("asc", help="asc or desc"),
+    project: str | None = typer.Option(None, help="only this project's servers (another's: admin only)"),
+    user: str | None = typer.Option(None, help="only the servers this user created"),
+    changes_since: str | None = typer.Option(
+        None, help="only servers changed at or after this ISO 8601 time (deleted ones too)"
+    ),
+    sort_column: list[str] | None = output.SORT_COLUMN,
+    sort_descending: bool = output.SORT_DESCENDING,
     fmt: Format | None = FORMAT,
     out: Format | None = OUTPUT,
     column: list[str] | None = COLUMN,
 ) -> None:
     """List servers (your project's; an admin's --all-projects: every project's)."""
+    if limit == 0:
+        guard(lambda: output.refuse("limit", "must be -1 (all) or at least 1"))
     query = {
         "status": status,
         "name": name,
@@ -290,10 +299,13 @@ def server_list(
         "host": host,
         "all_projects": all_projects,
         "deleted": deleted,
-        "limit": limit,
+        "limit": None if limit == -1 else limit,
         "marker": marker,
         "sort_key": sort_key,
         "sort_dir": sort_dir,
+        "project": project,
+        "user": user,
+        "changes_since": changes_since,
     }
     caller = ctx()
     servers, down = guard(lambda: api().list_servers_and_down(caller, query))
@@ -310,6 +322,7 @@ def server_list(
             *columns,
             *(c for c in long_columns(policy.allowed(caller, "host:show")) if c.header not in shown),
         ]
+    servers = guard(lambda: output.sorted_rows(servers, columns, sort_column, sort_descending))
     guard(lambda: output.emit_list(servers, columns, fmt, out, column, "servers"))
 
 

@@ -9,7 +9,9 @@ never afterwards in a caller.
 Scope, as in Nova: everyone lists their own project's servers; an admin lists
 every project's only when asking (``all_projects``, policy
 ``servers:all_projects``). Filtering by host is an admin's (policy
-``host:show``: members never learn host names). ``deleted`` lists deleted
+``host:show``: members never learn host names). ``project`` names one project (another's is
+an admin's, as ``all_projects``), ``user`` one user, ``changes_since`` a time (the servers
+changed since, deleted ones too, as Nova's ``changes-since``). ``deleted`` lists deleted
 servers only; novakit lets a member list its own project's deleted servers
 (Nova keeps that filter for admins; here a project's history is its own and
 shows nothing of others), an admin any project's with ``all_projects``.
@@ -17,6 +19,7 @@ shows nothing of others), an admin any project's with ``all_projects``.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any, Literal
 
@@ -47,6 +50,17 @@ class ServerQuery(schemas._Request):
     marker: str | None = None
     sort_key: Literal["created_at", "name", "vm_state", "uuid"] = "created_at"
     sort_dir: Literal["asc", "desc"] = "asc"
+    project: str | None = None  # another project's servers (an admin's), Nova's project_id filter
+    user: str | None = None  # servers its user created, Nova's user_id filter
+    changes_since: dt.datetime | None = None  # changed at or after it, deleted ones too
+
+    @field_validator("changes_since")
+    @classmethod
+    def _utc(cls, value: dt.datetime | None) -> dt.datetime | None:
+        """As the database keeps times: naive UTC (a time without a zone is taken as UTC)."""
+        if value is not None and value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return value
 
     @field_validator("status")
     @classmethod
@@ -85,14 +99,23 @@ def filters_of(
         "sort_dir": q.sort_dir,
         "only_deleted": q.deleted,
     }
-    if not q.all_projects:
+    if q.project is not None and q.project != ctx.project_id:
+        policy.authorize(ctx, "servers:all_projects")
+    if q.project is not None:
+        filters["project_id"] = q.project
+    elif not q.all_projects:
         filters["project_id"] = ctx.project_id
+    if q.user is not None:
+        filters["user_id"] = q.user
+    if q.changes_since is not None:
+        filters["changes_since"] = q.changes_since
+        filters["include_deleted"] = True
     if q.status is not None:
         filters["states"] = states.states_for_status(q.status)
     if q.flavor is not None:
         filters["instance_type_id"] = flavors.get(session, q.flavor).id
     if q.image is not None:
-        filters["image_ref"] = images.get(session, q.image).uuid
+        filters["image_ref"] = images.usable(session, ctx, q.image).uuid
     return filters
 
 

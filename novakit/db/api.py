@@ -22,7 +22,7 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Select, and_, bindparam, false, or_, select, text, update
+from sqlalchemy import Select, and_, bindparam, false, func, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
@@ -131,6 +131,8 @@ def _listing(
     name_regex: str | None = None,
     instance_type_id: int | None = None,
     image_ref: str | None = None,
+    user_id: str | None = None,
+    changes_since: dt.datetime | None = None,
     **_order: Any,
 ) -> Select[Any]:
     stmt = scoped(ctx, select(Instance), include_deleted or only_deleted)
@@ -161,6 +163,12 @@ def _listing(
         stmt = stmt.where(Instance.instance_type_id == instance_type_id)
     if image_ref is not None:
         stmt = stmt.where(Instance.image_ref == image_ref)
+    if user_id is not None:
+        stmt = stmt.where(Instance.user_id == user_id)
+    if changes_since is not None:
+        # Nova's changes-since: changed at or after it, the deleted among them (a deletion is a change).
+        changed = func.coalesce(Instance.updated_at, Instance.created_at)
+        stmt = stmt.where(changed >= changes_since)
     return stmt
 
 
@@ -194,7 +202,8 @@ def instance_get_all(
     Filters (``_listing``): ``host``, ``vm_states``, ``uuids``, ``include_deleted``,
     ``project_id``, ``only_deleted``, ``states``: (vm_state, task_state, other task states)
     triples as ``states.states_for_status`` gives them, ``name_regex``: a regular expression
-    searched in the name (Nova's ``name`` filter), ``instance_type_id``, ``image_ref``.
+    searched in the name (Nova's ``name`` filter), ``instance_type_id``, ``image_ref``,
+    ``user_id``, ``changes_since`` (changed at or after it: Nova's ``changes-since``).
     ``marker``: the uuid of the last instance of the previous page (MarkerNotFound if it is
     not one of this listing's); ``after``: a position instead, (sort value, row id) to start
     after, row id None for rows past the value only, -1 for rows at the value too (another

@@ -1,5 +1,7 @@
-"""Output options are checked before a command acts (issue 25 item 14), and ``-f shell``
-(issue 25 item 19) prints one record for ``eval``, as openstack's shell format does."""
+"""The command line as ``openstack`` users type it (issue 25 items 14 and 19): output options
+checked before a command acts, ``-f shell``, several servers per power command, ``server event
+list``, create's columns, and server list's ``--limit -1``, ``--sort-column``, ``--project``,
+``--user`` and ``--changes-since``."""
 
 from __future__ import annotations
 
@@ -88,3 +90,39 @@ def test_server_create_shows_the_listings_columns_with_names(cloud: Run) -> None
     made = cloud("server", "create", "db", "--flavor", "m1.small", "--image", "tiny", "-f", "csv")
     assert made.stdout.splitlines()[0] == '"ID","Name","Status","Host","Networks","Image","Flavor"'
     assert ',"tiny","m1.small"' in made.stdout.splitlines()[1]
+
+
+def test_server_list_takes_openstacks_paging_sorting_and_scope_options(cloud: Run) -> None:  # noqa: F811
+    member = {"NOVAKIT_PROJECT": "team-b", "NOVAKIT_USER": "bob", "NOVAKIT_ROLES": "member"}
+    other = {"NOVAKIT_PROJECT": "team-b", "NOVAKIT_USER": "carol", "NOVAKIT_ROLES": "member"}
+    cloud("server", "create", "a", "--flavor", "m1.small", "--image", "tiny", "--count", "2")
+    names = cloud("server", "list", "--limit", "-1", "-f", "value", "-c", "Name").stdout.split()
+    assert sorted(names) == ["a-1", "a-2"]
+    _one_line_error(cloud("server", "list", "--limit", "0", code=1), "limit")
+    ordered = cloud(
+        "server", "list", "--sort-column", "Name", "--sort-descending", "-f", "value", "-c", "Name"
+    )
+    assert ordered.stdout.split() == ["a-2", "a-1"]
+    _one_line_error(cloud("server", "list", "--sort-column", "bogus", code=1), "'bogus' is not a column")
+
+    cloud("server", "create", "b", "--flavor", "m1.small", "--image", "tiny", **member)
+    cloud("server", "create", "c", "--flavor", "m1.small", "--image", "tiny", **other)
+    # An admin names a project; a member may name only its own.
+    names = cloud("server", "list", "--project", "team-b", "-f", "value", "-c", "Name").stdout.split()
+    assert sorted(names) == ["b", "c"]
+    names = cloud("server", "list", "--project", "team-b", "--user", "bob", "-f", "value", "-c", "Name")
+    assert names.stdout.split() == ["b"]
+    refused = cloud("server", "list", "--project", "admin", code=1, **member)
+    assert "servers:all_projects" in refused.stderr
+    mine = cloud("server", "list", "--user", "carol", "-f", "value", "-c", "Name", **member).stdout.split()
+    assert mine == ["c"]
+
+    # Changed since a time: the servers changed at or after it, a deletion being a change.
+    shown = json.loads(cloud("server", "show", "c", "-f", "json", **other).stdout)
+    since = shown["updated"] or shown["created"]
+    cloud("server", "delete", "a-1")
+    names = cloud(
+        "server", "list", "--all-projects", "--changes-since", since, "-f", "value", "-c", "Name"
+    ).stdout.split()
+    assert sorted(names) == ["a-1", "c"]
+    _one_line_error(cloud("server", "list", "--changes-since", "yesterday", code=1), "changes_since")

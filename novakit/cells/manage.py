@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
 from novakit.cells import mappings
-from novakit.cells.registry import Cell, default_cell, kind_of, new_cell_uuid
+from novakit.cells.registry import Cell, cell0_problem, default_cell, kind_of, new_cell_uuid
 from novakit.context import RequestContext
 from novakit.db.models import CellMapping, ComputeNode, HostMapping, InstanceMapping, utcnow
 
@@ -239,9 +239,19 @@ def set_disabled(db: Database, ctx: RequestContext, ref: str, disabled: bool) ->
 def upgrade_all(db: Database) -> dict[str, str]:
     """``novakit db upgrade``: the API database (both trees), then every cell's database;
     cell name -> its revision afterwards, or why it could not be upgraded (a down cell is
-    named, the others are upgraded all the same)."""
+    named, the others are upgraded all the same).
+
+    cell0 is needed by every create (a server that fits no host goes there): when its database
+    cannot be made (a PostgreSQL user without CREATEDB) or opened, the upgrade fails
+    (``InvalidCell`` saying what the database user needs), before anything is changed when that
+    can be told up front (``registry.cell0_problem``).
+    """
+    problem = cell0_problem(db)
+    if problem:
+        raise exceptions.InvalidCell(cell="cell0", reason=problem)
     db.upgrade_if_needed()
     out: dict[str, str] = {"(api)": db.current_revision() or "none"}
+    cell0_failed = ""
     for cell in db.cells.all():
         try:
             cell_db = db.cells.database(cell)
@@ -251,5 +261,10 @@ def upgrade_all(db: Database) -> dict[str, str]:
                 cell_db.current_revision() or "none" if cell_db is not db else "(the API database)"
             )
         except (DBAPIError, exceptions.NovakitError) as exc:
-            out[cell.name] = f"not upgraded: {getattr(exc, 'orig', exc)}"
+            said = exc.kwargs.get("reason", exc) if isinstance(exc, exceptions.NovakitError) else exc.orig
+            out[cell.name] = f"not upgraded: {said}"
+            if cell.is_cell0:
+                cell0_failed = str(said)
+    if cell0_failed:
+        raise exceptions.InvalidCell(cell="cell0", reason=cell0_failed)
     return out

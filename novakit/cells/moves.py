@@ -17,17 +17,21 @@ goes through it) and heal removes such copies. Where the cell is the API databas
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, delete, insert, select
 
+from novakit import exceptions
 from novakit.cells import mappings
 from novakit.cells.registry import UNSCHEDULED, Cell
 from novakit.db.models import Instance, InstanceAction, InstanceActionEvent, InstanceFault
 
 if TYPE_CHECKING:
     from novakit.db.engine import Database
+
+log = logging.getLogger(__name__)
 
 _GUARD = ("vm_state", "task_state", "task_owner", "updated_at", "deleted")
 
@@ -37,9 +41,27 @@ def _row(obj: Any) -> dict[str, Any]:
 
 
 def move_to_cell(db: Database, uuids: Sequence[str], cell: Cell) -> list[str]:
-    """Move the waiting servers ``uuids`` into ``cell``; the uuids that moved."""
+    """Move the waiting servers ``uuids`` into ``cell``; the uuids that moved.
+
+    cell0 that cannot be made or written (``CellDown``: a PostgreSQL user without CREATEDB, a
+    file that cannot be opened) moves nothing: the servers that could not be scheduled stay in
+    the API database, where their ERROR and fault are already recorded, and are listed and
+    deleted from there. The failure the user sees stays the scheduler's (NoValidHost).
+    """
     if not uuids:
         return []
+    if cell.is_cell0:
+        try:
+            return _move(db, uuids, cell)
+        except exceptions.CellDown as exc:
+            log.warning(
+                "cell0 cannot be written (%s): %d server(s) stay in the API database", exc, len(uuids)
+            )
+            return []
+    return _move(db, uuids, cell)
+
+
+def _move(db: Database, uuids: Sequence[str], cell: Cell) -> list[str]:
     if db.cells.database(cell) is db:
         db.run_in_transaction(lambda s: mappings.set_cell(s, uuids, cell.id))
         return list(uuids)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy import make_url, select, text
+from sqlalchemy.exc import DBAPIError
 
 from novakit import exceptions
 from novakit.db.models import CellMapping, HostMapping, InstanceMapping
@@ -112,14 +113,14 @@ class CellRegistry:
         """What a listing reads: every cell, and the servers not scheduled yet unless the API
         database is a cell itself (then they are among that cell's rows)."""
         cells = self.all()
-        if not any(self.database(c) is self.api for c in cells):
+        if not any(self.is_api(c) for c in cells):
             cells.append(UNSCHEDULED)
         return cells
 
     def single_database(self) -> bool:
         """Whether every cell that holds hosts' servers is the API database (cell0 holds none):
         then one query of the API database sees every server on a host, as before cells."""
-        return all(self.database(c) is self.api for c in self.all() if not c.is_cell0)
+        return all(self.is_api(c) for c in self.all() if not c.is_cell0)
 
     def unusable_hosts(self) -> dict[str, str]:
         """Hosts no new server may go to because of their cell: disabled, or its database down
@@ -130,7 +131,7 @@ class CellRegistry:
         for cell in cells:
             if cell.disabled:
                 why[cell.id] = f"its cell {cell.name} is disabled"  # type: ignore[index]
-            elif self.database(cell) is not self.api:
+            elif not self.is_api(cell):
                 down = self.probe(cell)
                 if down:
                     why[cell.id] = f"its cell {cell.name} is down ({down})"  # type: ignore[index]
@@ -174,9 +175,14 @@ class CellRegistry:
             return derived_url(self.api.url, "cell0")
         return self.api.url
 
+    def is_api(self, cell: Cell) -> bool:
+        """Whether ``cell``'s database is the API database itself (told without opening it)."""
+        return cell.id is None or self.url_of(cell) == self.api.url
+
     def database(self, cell: Cell) -> Database:
         """The cell's database: the API database itself where it is that cell (or for a server
-        not scheduled yet); cell0's beside it is created, empty, on first use."""
+        not scheduled yet); cell0's beside it is created, empty, on first use. cell0's that
+        cannot be created or opened is ``CellDown``, as a cell that does not answer."""
         if cell.id is None:
             return self.api
         url = self.url_of(cell)
@@ -187,16 +193,26 @@ class CellRegistry:
             if db is None:
                 from novakit.db.engine import Database
 
+                # Only cell0's database beside the API database is made on first use; a mapped
+                # cell's SQLite file that is missing stays missing: the cell is down.
                 derived = cell.is_cell0 and not cell.database_url
+                if derived:
+                    _create_database(url)
                 try:
-                    db = Database(url, kind="cell", auto_upgrade=False, create_dir=False)
+                    db = Database(url, kind="cell", auto_upgrade=False, create_dir=False, create_file=derived)
                 except exceptions.ConfigError as exc:  # a SQLite file whose directory is gone
                     raise exceptions.CellDown(
                         cell=cell.name, reason=str(exc.kwargs.get("reason", exc))
                     ) from None
                 if derived:
-                    _create_database(url)
-                    db.upgrade_if_needed()
+                    try:
+                        db.upgrade_if_needed()
+                    except DBAPIError as exc:
+                        db.dispose()
+                        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+                        raise exceptions.CellDown(
+                            cell=cell.name, reason=f"its database {_shown(url)} cannot be opened ({reason})"
+                        ) from None
                 self._dbs[url] = db
         return db
 
@@ -246,8 +262,13 @@ class CellRegistry:
         return {host: self.by_id(cell_id) for host, cell_id in rows}
 
 
+def _shown(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def _create_database(url: str) -> None:
-    """Create a derived PostgreSQL database if it is missing (a SQLite file is made by ``Database``)."""
+    """Create a derived PostgreSQL database if it is missing (a SQLite file is made by ``Database``).
+    ``CellDown`` saying what the database user needs when it may not."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "postgresql":
         return
@@ -263,13 +284,66 @@ def _create_database(url: str) -> None:
                 conn.execute(text(f'CREATE DATABASE "{name}"'))
             except Exception as exc:  # a concurrent creator, or no right to create
                 if "already exists" not in str(exc):
-                    raise exceptions.InvalidCell(
-                        cell="cell0",
-                        reason=f"its database {name} could not be created ({exc.__class__.__name__}); "
-                        "create it, or map cell0 to a database of your own with novakit cell create",
-                    ) from None
+                    raise exceptions.CellDown(cell="cell0", reason=_cannot_create(parsed, exc)) from None
+    except DBAPIError as exc:  # the server does not answer, or refuses the user
+        raise exceptions.CellDown(
+            cell="cell0", reason=f"its database {parsed.database} cannot be reached ({str(exc.orig).strip()})"
+        ) from None
     finally:
         admin.dispose()
+
+
+def _cannot_create(parsed: Any, exc: BaseException) -> str:
+    said = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+    user, name = parsed.username or "(the database user)", parsed.database
+    return (
+        f"its database {name} does not exist and the database user {user} may not create it ({said}): "
+        f"give {user} the CREATEDB privilege (ALTER ROLE {user} CREATEDB), or create the database by hand "
+        f"(CREATE DATABASE {name} OWNER {user}); then run novakit db upgrade again"
+    )
+
+
+def cell0_problem(api: Database) -> str:
+    """Why cell0's database, made beside the API database on first use, could not be made or
+    opened, told without making it; "" when nothing stands in the way (or cell0 is mapped to a
+    database of its own, checked as any cell's). ``novakit db upgrade`` asks this first."""
+    try:
+        with api.engine.connect() as conn:
+            own = conn.execute(
+                select(CellMapping.database_url).where(CellMapping.uuid == CELL0_UUID)
+            ).scalar_one_or_none()
+    except DBAPIError:  # no cell_mappings yet: a new or pre-cells database; cell0 will be derived
+        own = None
+    if own:
+        return ""
+    url = derived_url(api.url, "cell0")
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        import os
+
+        path = parsed.database or ""
+        if path and os.path.exists(path) and not os.path.isfile(path):
+            return f"its database file {path} is not a file: remove what stands at that path"
+        return ""
+    from sqlalchemy import create_engine
+
+    admin = create_engine(parsed.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            if conn.execute(
+                text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": parsed.database}
+            ).first():
+                return ""
+            may = conn.execute(
+                text("SELECT rolcreatedb OR rolsuper FROM pg_roles WHERE rolname = current_user")
+            ).scalar()
+    except DBAPIError as exc:
+        return f"its database {parsed.database} cannot be reached ({str(exc.orig).strip()})"
+    finally:
+        admin.dispose()
+    if may:
+        return ""
+    return _cannot_create(parsed, PermissionError("the user has no CREATEDB privilege"))
 
 
 def new_cell_uuid() -> str:

@@ -44,10 +44,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import quote
 
 from sqlalchemy import create_engine, event, make_url
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from novakit import exceptions, files
@@ -166,8 +167,9 @@ def _sqlite_file(url: str) -> str:
     return str(parsed.database)
 
 
-def _prepare_sqlite_file(path: str, *, create_dir: bool) -> None:
-    """The directory of a database file (made only if ``create_dir``) and the file itself, 0600.
+def _prepare_sqlite_file(path: str, *, create_dir: bool, create_file: bool = True) -> None:
+    """The directory of a database file (made only if ``create_dir``) and the file itself, 0600
+    (made only if ``create_file``).
 
     The file is created here, before SQLite opens it, because SQLite creates it with
     the umask's mode (0644) and then gives the ``-wal`` and ``-shm`` files the same.
@@ -181,8 +183,42 @@ def _prepare_sqlite_file(path: str, *, create_dir: bool) -> None:
             reason=f"the directory {directory} of the SQLite database {path} does not exist; create it, "
             "or leave db_url (NOVAKIT_DB_URL) unset for the default database in the state directory",
         )
-    if not os.path.exists(path):
+    if create_file and not os.path.exists(path):
         os.close(files.create_private(path))
+
+
+def _keep_to_existing_file(engine: Engine, path: str) -> None:
+    """Open ``path`` only if it exists, and drop a pooled connection whose file is gone.
+
+    SQLite creates a missing file when it opens one; a cell's database made that way is empty,
+    so its cell would answer and fail every query ("no such table"). Opened read-write without
+    create, a missing file fails as a stopped server does ("unable to open database file"). A
+    connection opened before the file was removed (or replaced) would go on reading the removed
+    one: each checkout compares the file's inode with the one it was opened on.
+    """
+    uri = f"file:{quote(path)}?mode=rw"
+
+    @event.listens_for(engine, "do_connect")
+    def _open_existing(_dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
+        cargs[:1] = [uri]
+        cparams["uri"] = True
+
+    @event.listens_for(engine, "connect")
+    def _remember_file(_dbapi_conn: Any, record: Any) -> None:
+        record.info["novakit_inode"] = _inode(path)
+
+    @event.listens_for(engine, "checkout")
+    def _still_there(_dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        if _inode(path) != record.info.get("novakit_inode"):
+            raise DisconnectionError(f"the database file {path} is gone")
+
+
+def _inode(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def is_unreachable(exc: BaseException) -> bool:
@@ -242,6 +278,8 @@ class Database:
     embedded default's is (``from_config``); the directory of a URL someone gave must exist.
     ``kind``: "api" (the API database, which may be a cell too) or "cell" (a cell's own
     database: instance tables only, migrated by the cell tree).
+    ``create_file``: a SQLite file that does not exist is created (empty, 0600); without it,
+    it stays missing and the database does not answer (a mapped cell's: a down cell).
     """
 
     def __init__(
@@ -252,6 +290,7 @@ class Database:
         echo: bool = False,
         create_dir: bool = False,
         kind: str = "api",
+        create_file: bool = True,
     ) -> None:
         self.url = url
         self.kind = kind
@@ -259,10 +298,12 @@ class Database:
         self.sqlite_path = _sqlite_file(url) if self.is_sqlite else ""
         if self.is_sqlite:
             if self.sqlite_path:
-                _prepare_sqlite_file(self.sqlite_path, create_dir=create_dir)
+                _prepare_sqlite_file(self.sqlite_path, create_dir=create_dir, create_file=create_file)
             self.engine = create_engine(
                 url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
             )
+            if self.sqlite_path and not create_file:
+                _keep_to_existing_file(self.engine, self.sqlite_path)
             _setup_sqlite(self.engine)
         else:
             self.engine = create_engine(

@@ -12,6 +12,10 @@ description:
     does. Run it once against a new shared PostgreSQL database before the other playbooks, and
     again after upgrading novakit; a database that is already there is left unchanged.
   - The embedded SQLite default migrates itself on first use and needs no such step.
+  - Every cell's database is upgraded too, and cell0's is made beside the API database
+    (PostgreSQL C(<name>_cell0)). The module fails, saying so, when cell0's database cannot be
+    made: the database user needs CREATEDB, or the database created by hand and owned by it.
+    Check mode fails the same way.
   - Needs the C(admin) role (a schema change is the operator's).
 version_added: 0.1.0
 author: novakit developers (@novakit)
@@ -39,6 +43,11 @@ revision:
   returned: always
   type: str
   sample: "0005"
+cells:
+  description: Each cell's database revision afterwards (not in check mode).
+  returned: success
+  type: dict
+  sample: {"cell0": "c0001", "cell1": "(the API database)"}
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
@@ -49,7 +58,9 @@ class DbModule(NovakitModule):
     module_kwargs = {"supports_check_mode": True}
 
     def run(self):
-        from novakit import policy
+        from novakit import exceptions, policy
+        from novakit.cells.manage import upgrade_all
+        from novakit.cells.registry import cell0_problem
         from novakit.db import migration
         from novakit.db.engine import Database
 
@@ -59,13 +70,18 @@ class DbModule(NovakitModule):
         db = Database(conf.database_url, auto_upgrade=False, create_dir=not conf.db_url)
         try:
             before, head = db.current_revision(), migration.head_revision()
-            if before != head and not self.check_mode:
-                db.upgrade_if_needed()
+            cells = {}
+            if self.check_mode:
+                problem = cell0_problem(db)
+                if problem:
+                    raise exceptions.InvalidCell(cell="cell0", reason=problem)
+            else:
+                cells = {k: v for k, v in upgrade_all(db).items() if k != "(api)"}
             after = head if self.check_mode else db.current_revision()
         finally:
             db.dispose()
         return self.with_diff(
-            {"changed": before != head, "revision_before": before, "revision": after},
+            {"changed": before != head, "revision_before": before, "revision": after, "cells": cells},
             {"revision": before},
             {"revision": after},
         )

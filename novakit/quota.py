@@ -205,14 +205,35 @@ def recheck(session: Session, conf: Config, project_id: str, deltas: dict[str, i
             )
 
 
-def set_quota(db: Database, project_id: str, resource: str, limit: int) -> None:
-    """Set a project's hard limit for one resource (-1: unlimited); idempotent."""
+#: Nova's bound for a quota limit (its database's integer column)
+MAX_LIMIT = 2147483647
+
+
+def check_project_id(project_id: str) -> None:
+    """A project named by a caller: 1 to 255 printable characters, nothing around them (an empty
+    or multi-line name would make a quota, or a record, that no caller can ever name again)."""
+    if not isinstance(project_id, str) or not 1 <= len(project_id) <= 255:
+        raise exceptions.ValidationError("project", "must be 1 to 255 characters long")
+    if project_id != project_id.strip() or not project_id.isprintable():
+        raise exceptions.ValidationError(
+            "project", "must be printable, with no control characters and no surrounding whitespace"
+        )
+
+
+def set_quota(db: Database, project_id: str, resource: str, limit: int, *, dry_run: bool = False) -> None:
+    """Set a project's hard limit for one resource (-1: unlimited); idempotent. ``dry_run``: the
+    same checks, nothing written (check mode)."""
     if resource not in RESOURCES:
         raise exceptions.ValidationError(
             "quota resource", f"{resource!r} is not one of {', '.join(RESOURCES)}"
         )
-    if limit < UNLIMITED:
-        raise exceptions.ValidationError(f"quota {resource}", f"must be -1 (unlimited) or >= 0, got {limit}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not UNLIMITED <= limit <= MAX_LIMIT:
+        raise exceptions.ValidationError(
+            f"quota {resource}", f"must be -1 (unlimited) or 0 to {MAX_LIMIT}, got {limit!r}"
+        )
+    check_project_id(project_id)
+    if dry_run:
+        return
 
     def _write(session: Session) -> None:
         from novakit.db.models import utcnow

@@ -198,7 +198,7 @@ def server_create(
     if count is not None:
         data["max_count"] = count
     if min_count is not None or count is not None:
-        data["min_count"] = min_count or count
+        data["min_count"] = min_count if min_count is not None else count
     if user_data is not None:
         data["user_data"] = base64.b64encode(user_data.read_bytes()).decode()
     if nic:

@@ -126,3 +126,11 @@ def test_server_list_takes_openstacks_paging_sorting_and_scope_options(cloud: Ru
     ).stdout.split()
     assert sorted(names) == ["a-1", "c"]
     _one_line_error(cloud("server", "list", "--changes-since", "yesterday", code=1), "changes_since")
+
+
+def test_a_min_count_of_zero_is_refused_by_its_rule(cloud: Run) -> None:  # noqa: F811
+    refused = cloud(
+        "server", "create", "x", "--flavor", "m1.small", "--image", "tiny", "--min-count", "0", code=1
+    )
+    _one_line_error(refused, "min_count: Input should be greater than or equal to 1")
+    assert json.loads(cloud("server", "list", "-f", "json").stdout) == []

@@ -97,7 +97,10 @@ What it corrects, and why each rule is what it is:
   loses the old guests of servers evacuated from it; resizes past
   ``compute.resize_confirm_window`` are confirmed and servers shelved longer than
   ``compute.shelved_offload_time`` are offloaded; a guest a move keeps on its source, or
-  brings to its destination, is no orphan.
+  brings to its destination, is no orphan. An interrupted offload or unshelve ends where its
+  guest says (``MoveRecovery._settle_unshelve``); a ``shelved`` server whose guest left its
+  host is offloaded, not in error; a move whose server no longer exists (a delete cut off
+  after the record went) ends as the delete would have ended it: guests and claims gone.
 
 * **Orphan attachments**: a volume attached (in the records) to a server that no longer exists
   is detached in the records and ``available`` again (``novakit.volume.attachments``).
@@ -152,6 +155,11 @@ or claim is called an orphan while the cell that may hold its server is down.
 Whether a guest or a claim has a live server is decided by its instance mapping
 and the mapped cell's record, never by one database's rows: a server may be
 moving between databases.
+
+**Heals at once** (a timer and a playbook, two operators): every write is guarded, so of two
+heals that found the same thing one wins each write; the loser records that correction as
+skipped (``HealerBase._write``, ``base.LOST_RACE``) and goes on, and a step cut short by a lost
+race outside its own writes ends there without ending the run (``HealerBase._tolerant``).
 
 An instance whose row changed after the hosts were asked is skipped: its
 guest list is older than its record. Every write is guarded by the states it

@@ -165,7 +165,7 @@ def check_unchanged(api: API, ctx: RequestContext, server: View, create: Mapping
         )
     if image:
         with api.db.reader() as session:
-            wanted = images.get(session, image)
+            wanted = images.usable(session, ctx, image)
         if wanted.uuid != server["image"]:
             raise exceptions.ServerDiffers(
                 name=server["name"],

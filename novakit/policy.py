@@ -46,6 +46,7 @@ ADMIN_ONLY: dict[str, str] = {
     "flavor:delete": "delete a flavor",
     "image:create": "register an image",
     "image:delete": "delete an image",
+    "image:publicize": "make an image public (Glance's publicize_image)",
     # A network is a libvirt network or bridge on the hosts: the fleet's, as Neutron's provider networks.
     "network:create": "create a network or a subnet (a libvirt network or bridge of the hosts)",
     "network:delete": "delete a network or a subnet",

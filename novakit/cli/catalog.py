@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from novakit import exceptions
 from novakit.cli import output
-from novakit.cli.base import console, ctx, db, flavor_app, guard, image_app
+from novakit.cli.base import console, ctx, db, flavor_app, group, guard, image_app
 from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
 
 FLAVOR_COLUMNS = [
@@ -21,9 +22,22 @@ IMAGE_COLUMNS = [
     Col("ID", "id"),
     Col("Name", "name"),
     Col("Disk Format", "disk_format"),
+    Col("Visibility", "visibility"),
     Col("Checksum", "checksum"),
-    Col("Location", "location"),
+    Col("Location", "location"),  # empty for a member: where the file is is the operator's
 ]
+IMAGE_FIELDS = [
+    *IMAGE_COLUMNS[:4],
+    Col("Owner", "owner"),
+    Col("Status", "status"),
+    Col("Container Format", "container_format"),
+    Col("Size", "size"),
+    Col("Min Disk", "min_disk"),
+    Col("Min RAM", "min_ram"),
+    *IMAGE_COLUMNS[4:],
+    Col("Properties", "properties"),
+]
+MEMBER_COLUMNS = [Col("Image ID", "image_id"), Col("Member ID", "member_id"), Col("Status", "status")]
 
 
 @flavor_app.command("create")
@@ -75,38 +89,193 @@ def flavor_delete(name: str = typer.Argument(..., help="flavor name or id")) -> 
     console.print(f"flavor {name} deleted")
 
 
+# --- images (openstack image ...) -----------------------------------------------------------
+
+image_add_app = group("Add a project to an image (share it).")
+image_remove_app = group("Remove a project from an image (stop sharing it).")
+image_member_app = group("The projects an image is shared with.")
+image_app.add_typer(image_add_app, name="add")
+image_app.add_typer(image_remove_app, name="remove")
+image_app.add_typer(image_member_app, name="member")
+
+PUBLIC = typer.Option(False, "--public", help="visible to every project")
+PRIVATE = typer.Option(False, "--private", help="visible to its owner project only")
+SHARED = typer.Option(False, "--shared", help="its owner and the projects it is shared with")
+COMMUNITY = typer.Option(False, "--community", help="anyone who names it; listed only on request")
+VISIBILITY = typer.Option(None, "--visibility", help="public, private, shared or community")
+
+
+def _visibility(public: bool, private: bool, shared: bool, community: bool, given: str | None) -> str | None:
+    """The one visibility the flags and ``--visibility`` name (None: none named)."""
+    named = [
+        v
+        for v, on in (("public", public), ("private", private), ("shared", shared), ("community", community))
+        if on
+    ]
+    if given is not None:
+        named.append(given)
+    if len(set(named)) > 1:
+        raise exceptions.ValidationError(
+            "visibility", f"give one of --public, --private, --shared, --community (got {', '.join(named)})"
+        )
+    return named[0] if named else None
+
+
+def _image_properties(given: list[str] | None) -> dict[str, str]:
+    """``--property KEY=VALUE`` items; one without ``=`` or a key is refused, never dropped."""
+    props: dict[str, str] = {}
+    for item in given or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise exceptions.ValidationError("--property", f"{item!r} must be KEY=VALUE")
+        props[key] = value
+    return props
+
+
 @image_app.command("create")
 def image_create(
     name: str = typer.Argument(..., help="the image's name"),
-    location: str = typer.Option("", help="path or file:// URL on the compute hosts"),
+    location: str | None = typer.Option(
+        None, help="required: the file on the compute hosts, an absolute path or a file:/// URL"
+    ),
     disk_format: str = typer.Option("qcow2", help="qcow2, raw, aki, ari, ami"),
     checksum: str | None = typer.Option(None, help="sha256 of the file"),
     prop: list[str] | None = typer.Option(None, "--property", help="image property key=value (repeat)"),
+    public: bool = PUBLIC,
+    private: bool = PRIVATE,
+    shared: bool = SHARED,
+    community: bool = COMMUNITY,
+    visibility: str | None = VISIBILITY,
 ) -> None:
-    """Register an image (admin only): a file the compute hosts can read."""
+    """Register an image (admin only): a file the compute hosts can read; public unless told."""
     from novakit.compute import images
 
-    props = dict(p.split("=", 1) for p in (prop or []) if "=" in p)
-    data = {
-        "name": name,
-        "location": location,
-        "disk_format": disk_format,
-        "checksum": checksum,
-        "properties": props,
-    }
-    i = guard(lambda: images.create(db(), ctx(), data))
-    console.print(f"image {i['name']} created ({i['id']})")
+    def data() -> dict[str, object]:
+        if not location:
+            raise exceptions.ValidationError("location", "is required: the image's file on the compute hosts")
+        wanted = _visibility(public, private, shared, community, visibility)
+        return {
+            "name": name,
+            "location": location,
+            "disk_format": disk_format,
+            "checksum": checksum,
+            "properties": _image_properties(prop),
+            **({"visibility": wanted} if wanted is not None else {}),
+        }
+
+    request = guard(data)
+    i = guard(lambda: images.create(db(), ctx(), request))
+    console.print(f"image {i['name']} created ({i['id']}, {i['visibility']})")
 
 
 @image_app.command("list")
 def image_list(
-    fmt: Format | None = FORMAT, out: Format | None = OUTPUT, column: list[str] | None = COLUMN
+    fmt: Format | None = FORMAT,
+    out: Format | None = OUTPUT,
+    column: list[str] | None = COLUMN,
+    public: bool = PUBLIC,
+    private: bool = PRIVATE,
+    shared: bool = SHARED,
+    community: bool = COMMUNITY,
+    visibility: str | None = VISIBILITY,
 ) -> None:
-    """The images servers can be built from."""
+    """The images you may boot from (community images only with --community)."""
     from novakit.compute import images
 
-    rows = guard(lambda: images.list_images(db()))
+    wanted = guard(lambda: _visibility(public, private, shared, community, visibility))
+    rows = guard(lambda: images.list_images(db(), ctx(), visibility=wanted))
     guard(lambda: output.emit_list(rows, IMAGE_COLUMNS, fmt, out, column, "images"))
+
+
+@image_app.command("show")
+def image_show(
+    name: str = typer.Argument(..., help="image name or id"),
+    fmt: Format | None = FORMAT,
+    out: Format | None = OUTPUT,
+    column: list[str] | None = COLUMN,
+) -> None:
+    """One image."""
+    from novakit.compute import images
+
+    image = guard(lambda: images.show(db(), ctx(), name))
+    guard(lambda: output.emit_show(image, IMAGE_FIELDS, fmt, out, column))
+
+
+@image_app.command("set")
+def image_set(
+    name: str = typer.Argument(..., help="image name or id"),
+    public: bool = PUBLIC,
+    private: bool = PRIVATE,
+    shared: bool = SHARED,
+    community: bool = COMMUNITY,
+    visibility: str | None = VISIBILITY,
+    accept: bool = typer.Option(False, "--accept", help="accept the image shared with your project"),
+    reject: bool = typer.Option(False, "--reject", help="reject the image shared with your project"),
+    pending: bool = typer.Option(False, "--pending", help="set your membership back to pending"),
+    project: str | None = typer.Option(
+        None, "--project", help="with --accept/--reject/--pending: the member project (admin only)"
+    ),
+) -> None:
+    """Change an image's visibility (its owner), or accept or reject one shared with you."""
+    from novakit.compute import image_members, images
+
+    statuses = [s for s, on in (("accepted", accept), ("rejected", reject), ("pending", pending)) if on]
+
+    def checked() -> str | None:
+        wanted = _visibility(public, private, shared, community, visibility)
+        if len(statuses) > 1:
+            raise exceptions.ValidationError("--accept/--reject/--pending", "give one of them")
+        if wanted is None and not statuses:
+            raise exceptions.ValidationError(
+                "image set", "nothing to set: give a visibility, or --accept, --reject or --pending"
+            )
+        return wanted
+
+    wanted = guard(checked)
+    if wanted is not None:
+        i = guard(lambda: images.set_visibility(db(), ctx(), name, wanted))
+        console.print(f"image {i['name']} is {i['visibility']}")
+    if statuses:
+        m = guard(lambda: image_members.set_member_status(db(), ctx(), name, statuses[0], project))
+        console.print(f"image {m['image_id']}: project {m['member_id']} {m['status']}")
+
+
+@image_add_app.command("project")
+def image_add_project(
+    image: str = typer.Argument(..., help="image name or id (a shared image of your project)"),
+    project: str = typer.Argument(..., help="the project to share it with"),
+) -> None:
+    """Share an image with a project; it sees the image once it accepts (image set --accept)."""
+    from novakit.compute import image_members
+
+    m = guard(lambda: image_members.add_member(db(), ctx(), image, project))
+    console.print(f"image {m['image_id']}: project {m['member_id']} {m['status']}")
+
+
+@image_remove_app.command("project")
+def image_remove_project(
+    image: str = typer.Argument(..., help="image name or id"),
+    project: str = typer.Argument(..., help="the project to stop sharing it with"),
+) -> None:
+    """Stop sharing an image with a project."""
+    from novakit.compute import image_members
+
+    guard(lambda: image_members.remove_member(db(), ctx(), image, project))
+    console.print(f"image {image}: project {project} removed")
+
+
+@image_member_app.command("list")
+def image_member_list(
+    image: str = typer.Argument(..., help="image name or id"),
+    fmt: Format | None = FORMAT,
+    out: Format | None = OUTPUT,
+    column: list[str] | None = COLUMN,
+) -> None:
+    """The projects an image is shared with (a member sees its own membership only)."""
+    from novakit.compute import image_members
+
+    rows = guard(lambda: image_members.list_members(db(), ctx(), image))
+    guard(lambda: output.emit_list(rows, MEMBER_COLUMNS, fmt, out, column, "members"))
 
 
 @image_app.command("delete")

@@ -57,6 +57,8 @@ def host_add(
         # Where the compute module keeps fake hosts too, so a playbook and the CLI see the same guests.
         opts["state_dir"] = str(conf().state_dir / "fake")
     info = {"driver": driver, "options": opts, "transport": "local"}
+    # Refused before the driver starts: starting it makes the host's state (a fake host's file).
+    guard(lambda: hosts.check_register(ctx(), name))
 
     def run() -> dict[str, Any]:
         drv = load_driver(driver, name, opts)

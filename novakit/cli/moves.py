@@ -188,7 +188,7 @@ def server_image_create(
 
     def made() -> dict[str, Any]:
         with db().reader() as session:
-            return images.view(images.get(session, name))
+            return images.view(images.usable(session, ctx(), name), ctx())
 
     image = guard(made)
     console.print(f"image {image['name']} created ({image['id']}, {image['size']} bytes)", highlight=False)

@@ -245,7 +245,7 @@ class CreateAPI:
             raise exceptions.ValidationError(
                 "image", "is required unless the server boots from an existing volume (boot_volume)"
             )
-        image = images.get(session, req.image) if req.image is not None else None
+        image = images.usable(session, ctx, req.image) if req.image is not None else None
         # The root disk as a volume (Nova's block_device_mapping_v2, boot index 0), checked.
         root_volume, boot_volume = boot.request_fields(session, ctx, req, image)
         if boot_volume is not None:

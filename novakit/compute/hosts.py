@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -73,6 +74,36 @@ RATIO_KEYS = (
 )
 
 
+# RFC 1123 host names: dot-separated labels of letters, digits and hyphens, 1 to 63 characters
+# each, that neither begin nor end with a hyphen; 253 characters at most in all.
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+MAX_HOST_NAME = 253
+
+
+def check_host_name(host: Any, field: str = "host") -> str:
+    """Refuse a host name that breaks the hostname rules (RFC 1123): a host's name is its
+    inventory hostname, its resource provider's name and a file name on the controller."""
+    if not isinstance(host, str) or not host:
+        raise exceptions.ValidationError(field, "must be a host name (RFC 1123), got nothing")
+    rule = (
+        "must be a host name (RFC 1123): dot-separated labels of letters, digits and hyphens, "
+        f"1 to 63 characters each, not beginning or ending with a hyphen, {MAX_HOST_NAME} characters "
+        f"at most; got {host!r}"
+    )
+    if len(host) > MAX_HOST_NAME or not all(_HOST_LABEL.match(label) for label in host.split(".")):
+        raise exceptions.ValidationError(field, rule)
+    return host
+
+
+def check_register(ctx: RequestContext | None, host: str) -> None:
+    """What ``register_host`` refuses before anything is done: a caller that may not register
+    hosts, a bad host name. Entry points that start the host's driver first (which makes its
+    state) call it before they do."""
+    if ctx is not None:
+        policy.authorize(ctx, "host:register")
+    check_host_name(host)
+
+
 def register_host(
     db: Database,
     conf: Config,
@@ -94,8 +125,7 @@ def register_host(
     goes to the default cell (``novakit.cells.registry.default_cell``). A host lives in
     one cell: naming another than its own is refused (``HostMappedElsewhere``).
     """
-    if ctx is not None:
-        policy.authorize(ctx, "host:register")
+    check_register(ctx, host)
     from novakit import placement
     from novakit.placement import traits as placement_traits
 

@@ -19,7 +19,7 @@ from novakit.compute import flavors, hosts, images, passwords
 from novakit.compute import names as naming
 from novakit.compute.states import VmState
 from novakit.context import RequestContext
-from novakit.db.models import Instance
+from novakit.db.models import Image, Instance
 from novakit.moves import migrations
 from novakit.volume import attachments, boot, volumes
 
@@ -55,7 +55,7 @@ def _prepare_reboot(
 def _prepare_rebuild(
     api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    image = images.get(session, opts["image"])
+    image = images.usable(session, ctx, opts["image"])
     boot.check_rebuild_image(session, inst, image)
     values: dict[str, Any] = {"image_ref": image.uuid}
     if opts.get("name") is not None:
@@ -191,8 +191,12 @@ def _prepare_resize_answer(
 def _prepare_rescue(
     api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    ref = opts.get("image") or inst.image_ref
-    image = images.get(session, ref) if ref else None
+    # A rescue image the caller names must be one it may use; the server's own is its own.
+    image: Image | None
+    if opts.get("image"):
+        image = images.usable(session, ctx, opts["image"])
+    else:
+        image = images.get(session, inst.image_ref) if inst.image_ref else None
     if image is None:
         raise exceptions.ValidationError("options.image", "the server has no image of its own: name one")
     return {}, {"rescue_image": images.spec(image).model_dump(mode="json")}
@@ -201,7 +205,7 @@ def _prepare_rescue(
 def _prepare_create_image(
     api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    images.check_name_free(session, opts["name"])
+    images.check_name_free(session, opts["name"], ctx=ctx)
     return {}, {"name": opts["name"], "metadata": opts.get("metadata") or {}}
 
 

@@ -54,7 +54,11 @@ def parse(model: type[M], data: dict[str, Any], prefix: str = "") -> M:
         raise exceptions.ValidationError(errors[0][0], errors[0][1], errors) from None
 
 
-def _check_name(value: str) -> str:
+def check_name(value: str) -> str:
+    """The rule of every name a caller gives (servers, flavors, images, volumes, networks, ...):
+    1 to 255 characters, no surrounding whitespace, none of Nova's forbidden characters."""
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
     if not 1 <= len(value) <= MAX_NAME:
         raise ValueError(f"must be 1 to {MAX_NAME} characters long")
     if value != value.strip():
@@ -65,6 +69,18 @@ def _check_name(value: str) -> str:
                 f"must not contain control, format, unassigned or separator characters (U+{ord(c):04X})"
             )
     return value
+
+
+_check_name = check_name  # the name the request models below (and the network ones) use
+
+
+def name_error(value: Any) -> str | None:
+    """``check_name``'s rule as words, None when ``value`` keeps it (for checks that collect errors)."""
+    try:
+        check_name(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def _check_uuid(value: str) -> str:
@@ -350,9 +366,50 @@ class FlavorCreate(_Request):
     _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
 
 
+#: Glance's image visibilities (``novakit.compute.images`` enforces them)
+VISIBILITIES = ("public", "private", "shared", "community")
+Visibility = Literal["public", "private", "shared", "community"]
+
+
+def _check_location(value: str) -> str:
+    """Where compute hosts read an image: an absolute path, or a ``file://`` URL of one on the
+    host itself (``file:///...``, ``file://localhost/...``). Empty: no file (fake hosts only)."""
+    if value == "":
+        return value
+    for c in value:
+        if unicodedata.category(c).startswith(_BAD_NAME_CATEGORIES):
+            raise ValueError(f"must not contain control or separator characters (U+{ord(c):04X})")
+    if "://" in value or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", value):
+        scheme, _, rest = value.partition("://")
+        if scheme.lower() != "file" or not rest:
+            raise ValueError(
+                f"must be an absolute path or a file:// URL on the compute hosts, got scheme {scheme!r}"
+            )
+        host, slash, path = rest.partition("/")
+        if host not in ("", "localhost"):
+            raise ValueError(
+                f"a file:// URL names a file on the compute host itself (file:///...), not on {host!r}"
+            )
+        if not slash or not path:
+            raise ValueError("a file:// URL must name a file (file:///path/to/image)")
+        return value
+    if not value.startswith("/"):
+        raise ValueError(f"must be an absolute path (starting with /) or a file:// URL, got {value!r}")
+    return value
+
+
+def _check_property_keys(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        if not METADATA_KEY.match(key):
+            raise ValueError(f"key {key!r} must be 1 to 255 letters, digits, spaces or -_:.")
+    return value
+
+
 class ImageCreate(_Request):
     name: str
     location: str = ""
+    # None: public when an admin registers it (Glance's default for an admin), private otherwise.
+    visibility: Visibility | None = None
     disk_format: Literal["qcow2", "raw", "aki", "ari", "ami"] = "qcow2"
     container_format: Literal["bare", "aki", "ari", "ami"] = "bare"
     checksum: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
@@ -364,3 +421,14 @@ class ImageCreate(_Request):
 
     _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
     _check_uuid = field_validator("uuid")(classmethod(lambda cls, v: _check_uuid(v) if v else v))
+    _check_location = field_validator("location")(classmethod(lambda cls, v: _check_location(v)))
+    _check_properties = field_validator("properties")(classmethod(lambda cls, v: _check_property_keys(v)))
+
+
+class ImageMemberRequest(_Request):
+    """A project an image is shared with (Glance's member), and the status it gives."""
+
+    member: str = Field(min_length=1, max_length=255)
+    status: Literal["pending", "accepted", "rejected"] = "pending"
+
+    _check_member = field_validator("member")(classmethod(lambda cls, v: _check_name(v)))

@@ -14,7 +14,10 @@ from novakit import policy
 from novakit.compute import actions
 from novakit.compute.states import POWER_STATE_NAMES, PowerState, status_from_state
 from novakit.context import RequestContext
-from novakit.db.models import Instance
+from novakit.db.models import Image, Instance
+
+#: Image properties that name where an image's file is (a host): the operator's, as hosts are.
+IMAGE_HOST_PROPERTIES = frozenset({"image_host"})
 
 
 def host_id(project_id: str, host: str | None) -> str:
@@ -95,4 +98,34 @@ def server_view(inst: Instance, ctx: RequestContext, image_name: str | None = No
     }
     if fault is not None:
         view["fault"] = actions.fault_view(fault, ctx)
+    return view
+
+
+def image_view(image: Image, ctx: RequestContext | None) -> dict[str, Any]:
+    """An image as the caller may see it (Glance's image show, trimmed).
+
+    Where the file is on the compute hosts (``location``) and which host wrote a snapshot
+    (``properties.image_host``) are the operator's, as hosts are: shown only to a caller
+    allowed ``host:show`` (``ctx`` None: the library's own caller, an operator).
+    """
+    operator = ctx is None or policy.allowed(ctx, "host:show")
+    properties = dict(image.properties or {})
+    view: dict[str, Any] = {
+        "id": image.uuid,
+        "name": image.name,
+        "disk_format": image.disk_format,
+        "container_format": image.container_format,
+        "checksum": image.checksum,
+        "size": image.size,
+        "min_disk": image.min_disk,
+        "min_ram": image.min_ram,
+        "status": image.status,
+        "visibility": image.visibility,
+        "owner": image.project_id,
+    }
+    if operator:
+        view["location"] = image.location
+    else:
+        properties = {k: v for k, v in properties.items() if k not in IMAGE_HOST_PROPERTIES}
+    view["properties"] = properties
     return view

@@ -177,8 +177,25 @@ class Image(TimestampMixin, Base):
     min_ram: Mapped[int] = mapped_column(Integer, default=0)
     properties: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     status: Mapped[str] = mapped_column(String(32), default="active")
-    project_id: Mapped[str | None] = mapped_column(String(255))
+    project_id: Mapped[str | None] = mapped_column(String(255))  # its owner (Glance's ``owner``)
+    # Glance's: public, private, shared (with ImageMember rows), community (novakit.compute.images)
     visibility: Mapped[str] = mapped_column(String(32), default="public")
+
+
+class ImageMember(TimestampMixin, Base):
+    """A project a shared image is shared with (Glance's image members): the owner adds it
+    (``pending``), the member project accepts or rejects it; only ``accepted`` lets it use it."""
+
+    __tablename__ = "image_members"
+    __table_args__ = (
+        UniqueConstraint("image_id", "member"),
+        Index("ix_image_members_member_status", "member", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    image_id: Mapped[str] = mapped_column(String(36), ForeignKey("images.uuid", ondelete="CASCADE"))
+    member: Mapped[str] = mapped_column(String(255))  # a project id
+    status: Mapped[str] = mapped_column(String(20), default="pending")
 
 
 class Service(TimestampMixin, SoftDeleteMixin, Base):

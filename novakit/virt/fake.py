@@ -681,7 +681,9 @@ class FakeDriver(ComputeDriver):
             {"snapshot_of": instance.uuid, "image_id": guest.get("image_id"), "console": guest["console"]},
             sort_keys=True,
         ).encode()
-        path.write_bytes(data)
+        # A server's disk is its project's: the image file is private (0600) as the state's files.
+        with files.open_private(path, "wb") as f:
+            f.write(data)
         return {
             "location": str(path),
             "checksum": hashlib.sha256(data).hexdigest(),

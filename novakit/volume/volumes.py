@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy, quota
-from novakit.compute import hosts, images
+from novakit.compute import hosts, images, schemas
 from novakit.compute.messages import ComputeRequest, ComputeResult, Fault, VolumeSpec
 from novakit.context import RequestContext
 from novakit.db.models import (
@@ -145,8 +145,8 @@ def _check_request(
     session: Session, name: Any, size: Any, fmt: Any, description: Any
 ) -> list[tuple[str, str]]:
     errors: list[tuple[str, str]] = []
-    if not isinstance(name, str) or not name.strip() or len(name) > 255:
-        errors.append(("name", "must be a non-empty string of at most 255 characters"))
+    if (name_rule := schemas.name_error(name)) is not None:  # every name's rule
+        errors.append(("name", name_rule))
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         errors.append(("size", f"must be a whole number of GiB, at least 1, got {size!r}"))
     if fmt not in FORMATS:
@@ -216,7 +216,7 @@ def create(
         errors = _check_request(session, name, size, fmt, description)
         if errors:
             raise exceptions.ValidationError(errors[0][0], errors[0][1], errors)
-        image_row = images.get(session, image) if image else None
+        image_row = images.usable(session, ctx, image) if image else None
         if image_row is not None:
             needed = image_min_gb(image_row)
             if size < needed:

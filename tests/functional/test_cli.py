@@ -67,7 +67,10 @@ def cloud(nk: Run) -> Run:
         "flavor m1.small created"
         in nk("flavor", "create", "m1.small", "--vcpus", "1", "--ram", "1024", "--disk", "10").stdout
     )
-    assert "image tiny created" in nk("image", "create", "tiny").stdout
+    assert (
+        "image tiny created"
+        in nk("image", "create", "tiny", "--location", "/var/lib/novakit/images/tiny.qcow2").stdout
+    )
     return nk
 
 
@@ -99,7 +102,15 @@ def test_hosts_flavors_and_images(cloud: Run) -> None:
     cloud("flavor", "delete", "m1.big")
     assert "m1.big" not in cloud("flavor", "list").stdout
 
-    cloud("image", "create", "other", "--property", "os_distro=debian")
+    cloud(
+        "image",
+        "create",
+        "other",
+        "--location",
+        "file:///images/other.qcow2",
+        "--property",
+        "os_distro=debian",
+    )
     assert {"tiny", "other"} == {i["name"] for i in _json(cloud("image", "list", "-o", "json"))}
     cloud("image", "delete", "other")
     assert "other" not in cloud("image", "list").stdout

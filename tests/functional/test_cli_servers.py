@@ -37,7 +37,7 @@ def _header(table: str) -> list[str]:
 def fleet(cloud: Run) -> Run:  # noqa: F811
     """web-1..3 (m1.small, tiny), db (m1.big, other), all ACTIVE, in project admin."""
     cloud("flavor", "create", "m1.big", "--vcpus", "2", "--ram", "2048", "--disk", "20")
-    cloud("image", "create", "other")
+    cloud("image", "create", "other", "--location", "/var/lib/novakit/images/other.qcow2")
     cloud("server", "create", "web", "--flavor", "m1.small", "--image", "tiny", "--count", "3")
     cloud("server", "create", "db", "--flavor", "m1.big", "--image", "other", "--meta", "tier=data")
     return cloud

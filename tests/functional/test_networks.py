@@ -341,7 +341,7 @@ def test_the_command_line_as_openstack_users_type_it(nk: Any) -> None:  # noqa: 
     nk("db", "upgrade")
     nk("host", "add", "compute-1", "--vcpus", "8", "--memory-mb", "16384", "--disk-gb", "200")
     nk("flavor", "create", "m1.small", "--vcpus", "1", "--ram", "1024", "--disk", "10")
-    nk("image", "create", "tiny")
+    nk("image", "create", "tiny", "--location", "/var/lib/novakit/images/tiny.qcow2")
     nk("network", "create", "lan", "--source", "default", "--default")
     nk(
         "subnet",

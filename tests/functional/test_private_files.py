@@ -93,7 +93,7 @@ def test_every_file_a_fleet_leaves_behind_is_private(home: Path) -> None:
     env = {"NOVAKIT_STATE_DIR": str(state), "NOVAKIT_NOTIFICATIONS_FILE": str(state / "notifications.jsonl")}
     nk("host", "add", "compute-1", "--vcpus", "8", "--memory-mb", "16384", "--disk-gb", "200", **env)
     nk("flavor", "create", "m1.small", "--vcpus", "1", "--ram", "1024", "--disk", "10", **env)
-    nk("image", "create", "tiny", **env)
+    nk("image", "create", "tiny", "--location", "/var/lib/novakit/images/tiny.qcow2", **env)
     nk("server", "create", "built", "--flavor", "m1.small", "--image", "tiny", **env)
     nk("server", "create", "later", "--flavor", "m1.small", "--image", "tiny", "--no-wait", **env)
     deadline = time.monotonic() + 60

@@ -91,7 +91,8 @@ def _write_image(overlay: Path, store: Path, final: Path) -> dict[str, Any]:
             while chunk := f.read(_CHUNK):
                 digest.update(chunk)
             os.fsync(f.fileno())
-        tmp.chmod(0o644)  # read by every host's image cache, as the store's other images
+        # Kept 0600 as mkstemp made it: a server's disk is its project's, and only novakit's
+        # image cache reads the store (its cached copy is the one QEMU opens).
         size = tmp.stat().st_size
         os.replace(tmp, final)
     except BaseException:

@@ -93,6 +93,9 @@ def test_a_cell_whose_file_is_gone_is_down_and_the_fleet_goes_on(
     assert {s["name"]: s["status"] for s in json.loads(out.stdout)}[far[0]["name"]] == "UNKNOWN"
     out = runner.invoke(app, ["server", "show", far[0]["name"], "-f", "json"], env=env)
     assert out.exit_code == 0 and json.loads(out.stdout)["status"] == "UNKNOWN", out.stderr
+    out = runner.invoke(app, ["server", "stop", far[0]["name"]], env=env)
+    assert out.exit_code == 1 and "Cell cell2 is unreachable" in out.stderr, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
     out = runner.invoke(
         app,
         ["server", "create", "cli", "--flavor", "m1.small", "--image", "tiny", "-f", "json"],

@@ -8,13 +8,18 @@ file is (``location``) or which host wrote it (``properties.image_host``).
 
 from __future__ import annotations
 
+import datetime as dt
+from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, insert, select
 
 from novakit import exceptions
 from novakit.compute import image_members, images
 from novakit.context import RequestContext
+from novakit.db import migration
+from novakit.db.models import Image
 from novakit.volume import volumes
 from tests.functional.cloud import Cloud, boot
 
@@ -233,3 +238,46 @@ def test_a_shelved_image_is_private_and_its_server_unshelves(
     )
     cloud.api.act(alice, "web", "unshelve")
     assert cloud.api.get(alice, "web")["status"] == "ACTIVE"
+
+
+def test_the_upgrade_makes_the_snapshots_written_before_it_private(tmp_path: Path) -> None:
+    """Before 0009 every image was written public, snapshots too: they become their project's."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    migration.upgrade(engine, "0008")
+    row = {
+        "disk_format": "raw",
+        "container_format": "bare",
+        "size": 1,
+        "location": "/x",
+        "min_disk": 0,
+        "min_ram": 0,
+        "status": "active",
+        "visibility": "public",
+        "created_at": dt.datetime(2026, 1, 1),
+    }
+    with engine.begin() as conn:
+        conn.execute(
+            insert(Image.__table__),
+            [
+                {**row, "uuid": "u-base", "name": "base", "project_id": "admin", "properties": {}},
+                {
+                    **row,
+                    "uuid": "u-snap",
+                    "name": "snap",
+                    "project_id": "p1",
+                    "properties": {"image_type": "snapshot"},
+                },
+                {
+                    **row,
+                    "uuid": "u-shelved",
+                    "name": "sh",
+                    "project_id": "p1",
+                    "properties": {"image_type": "shelved"},
+                },
+            ],
+        )
+    migration.upgrade(engine)
+    with engine.connect() as conn:
+        got = dict(conn.execute(select(Image.__table__.c.uuid, Image.__table__.c.visibility)).all())
+    engine.dispose()
+    assert got == {"u-base": "public", "u-snap": "private", "u-shelved": "private"}

@@ -147,3 +147,24 @@ def test_a_refused_host_add_leaves_no_fake_host_behind(cloud: Run, env: dict[str
     assert "host:register" in refused.stderr
     assert sorted(p.relative_to(state) for p in state.rglob("*")) == files_before
     assert "compute-9.example.com" in cloud("host", "add", "compute-9.example.com").stdout
+
+
+@pytest.mark.parametrize("host", ["../x", "x_y", "", "a." * 127 + "a"])
+def test_the_library_refuses_a_bad_host_name_before_writing_anything(
+    db: Any, tmp_path: Path, host: str
+) -> None:
+    """Every face registers through ``register_host`` (the compute_node module, heartbeats)."""
+    from novakit import exceptions
+    from novakit.compute import hosts
+    from novakit.compute.messages import HostResources
+    from tests.functional.cloud import make_cloud
+
+    fleet = make_cloud(db, tmp_path)
+    before = fleet.snapshot()
+    resources = HostResources(
+        hypervisor_hostname="h", hypervisor_type="fake", vcpus=1, memory_mb=512, local_gb=1
+    )
+    with pytest.raises(exceptions.ValidationError, match="RFC 1123") as refused:
+        hosts.register_host(fleet.db, fleet.conf, host, resources, ctx=fleet.admin)
+    assert refused.value.field == "host"
+    assert fleet.snapshot() == before

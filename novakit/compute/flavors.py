@@ -44,7 +44,11 @@ def get(session: Session, ref: str) -> Flavor:
     return row
 
 
-def create(db: Database, ctx: RequestContext, data: dict[str, Any]) -> dict[str, Any]:
+def create(
+    db: Database, ctx: RequestContext, data: dict[str, Any], *, dry_run: bool = False
+) -> dict[str, Any]:
+    """Create a flavor. ``dry_run`` (check mode): every check, in a read, nothing written; the
+    flavor is returned as it would be made (its id, when not given, is only an example)."""
     policy.authorize(ctx, "flavor:create")
     req = schemas.parse(schemas.FlavorCreate, data)
 
@@ -56,10 +60,15 @@ def create(db: Database, ctx: RequestContext, data: dict[str, Any]) -> dict[str,
         if clash is not None:
             raise exceptions.Conflict(reason=f"a flavor named {req.name!r} or with id {flavorid!r} exists")
         row = Flavor(flavorid=flavorid, **req.model_dump(exclude={"flavorid"}))
+        if dry_run:
+            return view(row)
         session.add(row)
         session.flush()
         return view(row)
 
+    if dry_run:
+        with db.reader() as session:
+            return write(session)
     return db.run_in_transaction(write)
 
 
@@ -69,13 +78,19 @@ def list_flavors(db: Database) -> list[dict[str, Any]]:
         return [view(f) for f in rows.scalars()]
 
 
-def delete(db: Database, ctx: RequestContext, ref: str) -> None:
-    """Delete a flavor; servers keep their own copy of it, as in Nova."""
+def delete(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = False) -> None:
+    """Delete a flavor; servers keep their own copy of it, as in Nova. ``dry_run``: the checks only."""
     policy.authorize(ctx, "flavor:delete")
 
     def write(session: Session) -> None:
-        session.delete(get(session, ref))
+        row = get(session, ref)
+        if not dry_run:
+            session.delete(row)
 
+    if dry_run:
+        with db.reader() as session:
+            write(session)
+        return
     db.run_in_transaction(write)
 
 

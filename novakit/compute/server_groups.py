@@ -109,9 +109,16 @@ def list_groups(db: Database, ctx: RequestContext, all_projects: bool = False) -
 
 
 def create(
-    db: Database, ctx: RequestContext, name: str, policy: str, rules: dict[str, Any] | None = None
+    db: Database,
+    ctx: RequestContext,
+    name: str,
+    policy: str,
+    rules: dict[str, Any] | None = None,
+    *,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
-    """Create a group in the caller's project; DuplicateName if a live group has that name."""
+    """Create a group in the caller's project; DuplicateName if a live group has that name.
+    ``dry_run`` (check mode): the same checks, in a read; the group as it would be, nothing written."""
     req = schemas.parse(schemas.Rename, {"name": name})  # the same name rules as servers
     clean_rules = validate(policy, rules)
 
@@ -129,10 +136,15 @@ def create(
             policy=policy,
             rules=clean_rules,
         )
+        if dry_run:
+            return view(group, [])
         session.add(group)
         session.flush()
         return view(group, [])
 
+    if dry_run:
+        with db.reader() as session:
+            return write(session)
     return db.run_in_transaction(write)
 
 

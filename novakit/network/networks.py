@@ -136,8 +136,9 @@ def show(db: Database, ref: str) -> dict[str, Any]:
         return view(net, _subnet_names(session, net.id))
 
 
-def delete(db: Database, ctx: RequestContext, ref: str) -> None:
-    """Delete a network and its subnets; refused while any port is on it (Neutron's NetworkInUse)."""
+def delete(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = False) -> None:
+    """Delete a network and its subnets; refused while any port is on it (Neutron's NetworkInUse).
+    ``dry_run``: the checks, in a read, and nothing deleted (check mode)."""
     policy.authorize(ctx, "network:delete")
 
     def write(session: Session) -> None:
@@ -147,8 +148,14 @@ def delete(db: Database, ctx: RequestContext, ref: str) -> None:
             raise exceptions.NetworkInUse(
                 network=net.name, reason=f"{ports} port(s) are on it; delete them (or their servers) first"
             )
+        if dry_run:
+            return
         for subnet in session.execute(select(Subnet).where(Subnet.network_id == net.id)).scalars():
             session.delete(subnet)
         session.delete(net)
 
+    if dry_run:
+        with db.reader() as session:
+            write(session)
+        return
     db.run_in_transaction(write)

@@ -210,18 +210,25 @@ def show(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
         return view(port, network, fixed_ips(session, [port.id])[port.id])
 
 
-def delete_port(db: Database, ctx: RequestContext, ref: str) -> None:
-    """Delete a port and free its addresses; refused while a server uses it (delete the server)."""
+def delete_port(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = False) -> None:
+    """Delete a port and free its addresses; refused while a server uses it (delete the server).
+    ``dry_run``: the checks, in a read, and nothing deleted (check mode)."""
 
     def write(session: Session) -> None:
         port = get(session, ctx, ref)
         if port.device_id:
             raise exceptions.PortInUse(port=port.name or port.uuid, device_id=port.device_id)
+        if dry_run:
+            return
         # Guarded: a boot that took the port meanwhile keeps it.
         gone = session.execute(delete(Port).where(Port.id == port.id, Port.device_id.is_(None)))
         if gone.rowcount != 1:  # type: ignore[attr-defined]
             raise exceptions.PortInUse(port=port.name or port.uuid, device_id="(another server)")
 
+    if dry_run:
+        with db.reader() as session:
+            write(session)
+        return
     db.run_in_transaction(write)
 
 

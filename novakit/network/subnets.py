@@ -232,8 +232,9 @@ def show(db: Database, ref: str) -> dict[str, Any]:
         return _full_view(session, get(session, ref))
 
 
-def delete(db: Database, ctx: RequestContext, ref: str) -> None:
-    """Delete a subnet; refused while any of its addresses is allocated (Neutron's SubnetInUse)."""
+def delete(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = False) -> None:
+    """Delete a subnet; refused while any of its addresses is allocated (Neutron's SubnetInUse).
+    ``dry_run``: the checks, in a read, and nothing deleted (check mode)."""
     policy.authorize(ctx, "network:delete")
 
     def write(session: Session) -> None:
@@ -246,6 +247,12 @@ def delete(db: Database, ctx: RequestContext, ref: str) -> None:
                 subnet=subnet.name,
                 reason=f"{used} address(es) of it are allocated to ports; delete those ports first",
             )
-        session.delete(subnet)
+        if not dry_run:
+            session.delete(subnet)
+
+    if dry_run:
+        with db.reader() as session:
+            write(session)
+        return
 
     db.run_in_transaction(write)

@@ -203,8 +203,12 @@ def create(
     host: str | None = None,
     description: str | None = None,
     fmt: str = "qcow2",
+    dry_run: bool = False,
 ) -> dict[str, Any]:
     """Create a volume and have its host make it; returns it as ``show`` does.
+
+    ``dry_run`` (check mode): the same checks and the same transaction (row, quota recheck, claim),
+    rolled back, and no host asked; returns the volume as it would be once made.
 
     Every refusal (a bad field, a taken name, an image bigger than the size, a host that is down
     or has too little free disk, the quota) happens before or inside the one transaction that
@@ -260,10 +264,14 @@ def create(
             raise exceptions.ValidationError(
                 "size", f"{size} GiB does not fit host {chosen}: {outcome.reason}"
             )
+        if dry_run:
+            raise _Rehearsed({**view(row), "status": VolumeStatus.AVAILABLE.value})
         return row, chosen
 
     try:
         row, chosen = db.run_in_transaction(write)
+    except _Rehearsed as rehearsal:
+        return rehearsal.made
     except IntegrityError:
         raise exceptions.ValidationError(
             "name",
@@ -285,6 +293,14 @@ def create(
 
         db.run_in_transaction(failed)
     return show(svc, ctx, volume_uuid)
+
+
+class _Rehearsed(Exception):  # noqa: N818 - not an error: it ends a dry run's transaction
+    """Rolls a dry run's transaction back, carrying the volume it would have made."""
+
+    def __init__(self, made: dict[str, Any]) -> None:
+        super().__init__("dry run")
+        self.made = made
 
 
 def outcome(result: ComputeResult, volume_uuid: str) -> Fault | None:
@@ -321,10 +337,10 @@ def list_volumes(svc: Services, ctx: RequestContext, *, all_projects: bool = Fal
 # --- delete --------------------------------------------------------------------------------
 
 
-def delete(svc: Services, ctx: RequestContext, ref: str) -> dict[str, Any]:
+def delete(svc: Services, ctx: RequestContext, ref: str, *, dry_run: bool = False) -> dict[str, Any]:
     """Delete a volume: refused while it is attached or reserved (Cinder's rule); its host removes
     it, then the row is soft-deleted and its claim freed. A host that fails leaves error_deleting
-    with the reason, and a second delete tries again."""
+    with the reason, and a second delete tries again. ``dry_run``: the checks, nothing changed."""
     db = svc.db
 
     def start(session: Session) -> Volume:
@@ -335,9 +351,14 @@ def delete(svc: Services, ctx: RequestContext, ref: str) -> dict[str, Any]:
                 reason=f"volume {v.name} is {v.status} (attached to server {', '.join(servers) or '-'}); "
                 "detach it before deleting it"
             )
-        set_status(session, v.id, "delete", name=v.name)
+        if not dry_run:
+            set_status(session, v.id, "delete", name=v.name)
         return v
 
+    if dry_run:
+        with db.reader() as session:
+            gone = view(start(session))
+        return {**gone, "status": "deleted"}
     v = db.run_in_transaction(start)
     fault = None
     if v.host:

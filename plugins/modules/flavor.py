@@ -18,7 +18,7 @@ extends_documentation_fragment:
   - novakit.cloud.common
 attributes:
   diff_mode:
-    support: none
+    support: full
 options:
   name:
     description: Flavor name.
@@ -101,13 +101,15 @@ flavor:
   sample: {id: 6f1e..., name: m1.small, vcpus: 1, ram: 2048, disk: 20, ephemeral: 0, swap: 0, extra_specs: {}, is_public: true, description: null}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule  # noqa: E402
 
 
-class FlavorModule(NovakitModule):
+class FlavorModule(CatalogModule):
+    resource = "flavor"
+    cannot_change = "flavors cannot change: create one with a new name"
     argument_spec = {
         "name": {"type": "str", "required": True},
-        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "state": STATE_ARG,
         "vcpus": {"type": "int"},
         "ram": {"type": "int"},
         "disk": {"type": "int", "default": 0},
@@ -117,47 +119,36 @@ class FlavorModule(NovakitModule):
     }
     module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["vcpus", "ram"])]}
 
-    def run(self):
+    def find(self):
         from novakit.compute import flavors
 
-        db, ctx, p = self.database(), self.context(), self.params
-        existing = next((f for f in flavors.list_flavors(db) if f["name"] == p["name"]), None)
-        if p["state"] == "absent":
-            if existing and not self.check_mode:
-                flavors.delete(db, ctx, p["name"])
-            return {"changed": existing is not None}
-        wanted = {
-            "vcpus": p["vcpus"],
-            "ram": p["ram"],
-            "disk": p["disk"],
-            "ephemeral": p["ephemeral"],
-            "swap": p["swap"],
-            "extra_specs": {k: str(v) for k, v in p["extra_specs"].items()},
+        name = self.params["name"]
+        return next((f for f in flavors.list_flavors(self.database()) if name in (f["name"], f["id"])), None)
+
+    def wanted(self):
+        p = self.params
+        specs = {k: str(v) for k, v in p["extra_specs"].items()}
+        return {**{k: p[k] for k in ("vcpus", "ram", "disk", "ephemeral", "swap")}, "extra_specs": specs}
+
+    def create(self, dry_run):
+        from novakit.compute import flavors
+
+        w = self.wanted()
+        data = {
+            "name": self.params["name"],
+            "vcpus": w["vcpus"],
+            "memory_mb": w["ram"],
+            "root_gb": w["disk"],
+            "ephemeral_gb": w["ephemeral"],
+            "swap": w["swap"],
+            "extra_specs": w["extra_specs"],
         }
-        if existing:
-            diff = {k: (existing[k], v) for k, v in wanted.items() if existing[k] != v}
-            if diff:
-                self.ansible.fail_json(
-                    msg=f"flavor {p['name']} exists with other values {diff}; "
-                    "flavors cannot change: create one with a new name"
-                )
-            return {"changed": False, "flavor": existing}
-        if self.check_mode:
-            return {"changed": True}
-        flavor = flavors.create(
-            db,
-            ctx,
-            {
-                "name": p["name"],
-                "vcpus": p["vcpus"],
-                "memory_mb": p["ram"],
-                "root_gb": p["disk"],
-                "ephemeral_gb": p["ephemeral"],
-                "swap": p["swap"],
-                "extra_specs": wanted["extra_specs"],
-            },
-        )
-        return {"changed": True, "flavor": flavor}
+        return flavors.create(self.database(), self.context(), data, dry_run=dry_run)
+
+    def delete(self, current, dry_run):
+        from novakit.compute import flavors
+
+        flavors.delete(self.database(), self.context(), current["id"], dry_run=dry_run)
 
 
 def main():

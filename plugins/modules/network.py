@@ -20,7 +20,7 @@ extends_documentation_fragment:
   - novakit.cloud.common
 attributes:
   diff_mode:
-    support: none
+    support: full
 options:
   name:
     description: Network name.
@@ -64,45 +64,47 @@ network:
   sample: {id: 2b7c..., name: lan, provider: network, source: default, is_default: true, mtu: null, shared: true, subnets: [lan-v4]}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule, lookup  # noqa: E402
 
 
-class NetworkModule(NovakitModule):
+class NetworkModule(CatalogModule):
+    resource = "network"
+    unset_is_wanted = True
     argument_spec = {
         "name": {"type": "str", "required": True},
-        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "state": STATE_ARG,
         "provider": {"type": "str", "choices": ["network", "bridge"], "default": "network"},
         "source": {"type": "str"},
         "is_default": {"type": "bool", "default": False},
         "mtu": {"type": "int"},
     }
-    module_kwargs = {"supports_check_mode": True}
 
-    def run(self):
+    def find(self):
         from novakit.network import networks
 
-        db, ctx, p = self.database(), self.context(), self.params
-        existing = next((n for n in networks.list_networks(db) if n["name"] == p["name"]), None)
-        if p["state"] == "absent":
-            if existing and not self.check_mode:
-                networks.delete(db, ctx, p["name"])
-            return {"changed": existing is not None}
-        wanted = {
+        return lookup(networks.show, self.database(), self.params["name"])
+
+    def wanted(self):
+        p = self.params
+        return {
             "provider": p["provider"],
             "source": p["source"] or p["name"],
             "is_default": p["is_default"],
             "mtu": p["mtu"],
         }
-        if existing:
-            diff = {k: (existing[k], v) for k, v in wanted.items() if existing[k] != v}
-            if diff:
-                self.ansible.fail_json(
-                    msg=f"network {p['name']} exists with other values {diff}; delete it first to change them"
-                )
-            return {"changed": False, "network": existing}
-        # Check mode asks the real create's checks (policy, the one default), writing nothing.
-        made = networks.create(db, ctx, {"name": p["name"], **wanted}, dry_run=self.check_mode)
-        return {"changed": True, **({"network": made} if made else {})}
+
+    def create(self, dry_run):
+        from novakit.network import networks
+
+        # Dry run: the real create's checks (policy, the one default), nothing written.
+        return networks.create(
+            self.database(), self.context(), {"name": self.params["name"], **self.wanted()}, dry_run=dry_run
+        )
+
+    def delete(self, current, dry_run):
+        from novakit.network import networks
+
+        networks.delete(self.database(), self.context(), current["id"], dry_run=dry_run)
 
 
 def main():

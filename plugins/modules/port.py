@@ -20,7 +20,7 @@ extends_documentation_fragment:
   - novakit.cloud.common
 attributes:
   diff_mode:
-    support: none
+    support: full
 options:
   name:
     description: Port name.
@@ -69,39 +69,40 @@ port:
     status: DOWN
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule, lookup  # noqa: E402
 
 
-class PortModule(NovakitModule):
+class PortModule(CatalogModule):
+    resource = "port"
     argument_spec = {
         "name": {"type": "str", "required": True},
-        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "state": STATE_ARG,
         "network": {"type": "str"},
         "fixed_ips": {"type": "list", "elements": "dict", "default": []},
         "mac_address": {"type": "str"},
     }
     module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["network"])]}
 
-    def run(self):
+    def find(self):
         from novakit.network import ports
 
-        db, ctx, p = self.database(), self.context(), self.params
-        existing = next((x for x in ports.list_ports(db, ctx) if x["name"] == p["name"]), None)
-        if p["state"] == "absent":
-            if existing and not self.check_mode:
-                ports.delete_port(db, ctx, existing["id"])
-            return {"changed": existing is not None}
-        if existing:
-            return {"changed": False, "port": existing}
-        data = {
-            "name": p["name"],
-            "network": p["network"],
-            "fixed_ips": p["fixed_ips"],
-            "mac_address": p["mac_address"],
-        }
-        # Check mode asks the real create's checks (address inside and free, MAC free), writing nothing.
-        made = ports.create(db, ctx, data, dry_run=self.check_mode)
-        return {"changed": True, **({"port": made} if made else {})}
+        return lookup(ports.show, self.database(), self.context(), self.params["name"])
+
+    def compare(self, current, wanted):
+        return {}  # an existing port is left as it is
+
+    def create(self, dry_run):
+        from novakit.network import ports
+
+        p = self.params
+        data = {k: p[k] for k in ("name", "network", "fixed_ips", "mac_address")}
+        # Dry run: the real create's checks (address inside and free, MAC free), nothing written.
+        return ports.create(self.database(), self.context(), data, dry_run=dry_run)
+
+    def delete(self, current, dry_run):
+        from novakit.network import ports
+
+        ports.delete_port(self.database(), self.context(), current["id"], dry_run=dry_run)
 
 
 def main():

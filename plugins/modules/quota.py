@@ -81,44 +81,53 @@ quota:
   sample: {instances: {limit: 20, in_use: 3}, cores: {limit: 40, in_use: 3}, ram: {limit: 81920, in_use: 6144}}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule  # noqa: E402
 
 RESOURCES = ("instances", "cores", "ram", "volumes", "gigabytes")
 
 
-class QuotaModule(NovakitModule):
+class QuotaModule(CatalogModule):
+    """A project's limits always exist (the defaults): only ``update`` applies."""
+
+    resource = "quota"
     argument_spec = {
         "name": {"type": "str"},
-        "instances": {"type": "int"},
-        "cores": {"type": "int"},
-        "ram": {"type": "int"},
-        "volumes": {"type": "int"},
-        "gigabytes": {"type": "int"},
+        **{resource: {"type": "int"} for resource in RESOURCES},
     }
-    module_kwargs = {"supports_check_mode": True}
 
-    def run(self):
+    def project(self):
+        return self.params["name"] or self.context().project_id
+
+    def find(self):
         from novakit import policy, quota
 
-        db, conf, ctx = self.database(), self.config(), self.context()
-        project = self.params["name"] or ctx.project_id
-        policy.authorize(ctx, "quota:update")
+        policy.authorize(self.context(), "quota:update")
+        self.usage = quota.get_quota_usage(self.database(), self.config(), self.project())
+        return {r: self.usage[r]["limit"] for r in RESOURCES}
+
+    def wanted(self):
         for resource in RESOURCES:
             value = self.params[resource]
             if value is not None and value < -1:
                 self.fail(f"{resource} must be -1 (unlimited) or at least 0, got {value}")
-        usage = quota.get_quota_usage(db, conf, project)
-        before = {r: usage[r]["limit"] for r in RESOURCES}
-        after = {r: before[r] if self.params[r] is None else self.params[r] for r in RESOURCES}
-        changed = before != after
-        if changed and not self.check_mode:
-            for resource in RESOURCES:
-                if after[resource] != before[resource]:
-                    quota.set_quota(db, project, resource, after[resource])
-            usage = quota.get_quota_usage(db, conf, project)
-        elif changed:
-            usage = {r: {"limit": after[r], "in_use": usage[r]["in_use"]} for r in RESOURCES}
-        return self.with_diff({"changed": changed, "project": project, "quota": usage}, before, after)
+        return {r: self.params[r] for r in RESOURCES}
+
+    def update(self, current, changes, dry_run):
+        from novakit import quota
+
+        if dry_run:
+            self.usage = {
+                r: {**self.usage[r], "limit": changes.get(r, (None, current[r]))[1]} for r in RESOURCES
+            }
+        else:
+            for resource, (_, limit) in changes.items():
+                quota.set_quota(self.database(), self.project(), resource, limit)
+            self.usage = quota.get_quota_usage(self.database(), self.config(), self.project())
+        return {r: self.usage[r]["limit"] for r in RESOURCES}
+
+    def result(self, changed, before, after, shown=None):
+        out = super().result(changed, before, after)
+        return {**out, "project": self.project(), "quota": self.usage}
 
 
 def main():

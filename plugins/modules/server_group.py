@@ -81,13 +81,17 @@ server_group:
   sample: {id: 5a2d..., name: db, policy: anti-affinity, rules: {max_server_per_host: 2}, members: [], project_id: team-a, user_id: alice}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule  # noqa: E402
 
 
-class ServerGroupModule(NovakitModule):
+class ServerGroupModule(CatalogModule):
+    resource = "server_group"
+    unset_is_wanted = True
+    cannot_change = "a group's policy cannot change: delete it or use another name"
+    plan_in_result = True
     argument_spec = {
         "name": {"type": "str", "required": True},
-        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "state": STATE_ARG,
         "policy": {
             "type": "str",
             "choices": ["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"],
@@ -96,27 +100,32 @@ class ServerGroupModule(NovakitModule):
     }
     module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["policy"])]}
 
-    def run(self):
+    def find(self):
         from novakit.compute import server_groups
 
-        db, ctx, p = self.database(), self.context(), self.params
-        group = server_groups.find(db, ctx, p["name"])
-        if p["state"] == "absent":
-            if group and not self.check_mode:
-                server_groups.delete_group(db, ctx, group["id"])
-            return self.with_diff({"changed": group is not None}, group, None)
-        rules = server_groups.validate(p["policy"], p["rules"])
-        if group:
-            if (group["policy"], group["rules"]) != (p["policy"], rules):
-                self.fail(
-                    f"server group {p['name']} exists with policy {group['policy']} and rules "
-                    f"{group['rules']}; a group's policy cannot change: delete it or use another name"
-                )
-            return {"changed": False, "server_group": group}
-        wanted = {"name": p["name"], "policy": p["policy"], "rules": rules}
-        if not self.check_mode:
-            wanted = server_groups.create(db, ctx, p["name"], p["policy"], rules)
-        return self.with_diff({"changed": True, "server_group": wanted}, None, wanted)
+        return server_groups.find(self.database(), self.context(), self.params["name"])
+
+    def wanted(self):
+        from novakit.compute import server_groups
+
+        return {
+            "policy": self.params["policy"],
+            "rules": server_groups.validate(self.params["policy"], self.params["rules"]),
+        }
+
+    def create(self, dry_run):
+        from novakit.compute import server_groups
+
+        p = self.params
+        return server_groups.create(
+            self.database(), self.context(), p["name"], p["policy"], p["rules"], dry_run=dry_run
+        )
+
+    def delete(self, current, dry_run):
+        from novakit.compute import server_groups
+
+        if not dry_run:  # found in the caller's project is all a delete checks
+            server_groups.delete_group(self.database(), self.context(), current["id"])
 
 
 def main():

@@ -22,7 +22,7 @@ extends_documentation_fragment:
   - novakit.cloud.common
 attributes:
   diff_mode:
-    support: none
+    support: full
 options:
   name:
     description: Subnet name.
@@ -82,13 +82,14 @@ subnet:
     allocation_pools: [{start: 192.168.122.100, end: 192.168.122.199}]
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule, lookup  # noqa: E402
 
 
-class SubnetModule(NovakitModule):
+class SubnetModule(CatalogModule):
+    resource = "subnet"
     argument_spec = {
         "name": {"type": "str", "required": True},
-        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "state": STATE_ARG,
         "network_name": {"type": "str", "aliases": ["network"]},
         "cidr": {"type": "str"},
         "gateway_ip": {"type": "str"},
@@ -101,39 +102,45 @@ class SubnetModule(NovakitModule):
         "required_if": [("state", "present", ["network_name", "cidr"])],
         "required_together": [("allocation_pool_start", "allocation_pool_end")],
     }
+    cannot_change = "delete it first to change them"
 
-    def run(self):
+    def find(self):
         from novakit.network import subnets
 
-        db, ctx, p = self.database(), self.context(), self.params
-        existing = next((s for s in subnets.list_subnets(db) if s["name"] == p["name"]), None)
-        if p["state"] == "absent":
-            if existing and not self.check_mode:
-                subnets.delete(db, ctx, p["name"])
-            return {"changed": existing is not None}
+        return lookup(subnets.show, self.database(), self.params["name"])
+
+    def wanted(self):
+        p = self.params
         start, end = p["allocation_pool_start"], p["allocation_pool_end"]
-        data = {
-            "name": p["name"],
+        return {
             "network": p["network_name"],
             "cidr": p["cidr"],
             "gateway_ip": p["gateway_ip"],
             "dns_nameservers": p["dns_nameservers"],
             "allocation_pools": [{"start": start, "end": end}] if start else [],
         }
-        if existing:
-            same = existing["cidr"] == p["cidr"] and p["network_name"] in (
-                existing["network"],
-                existing["network_id"],
-            )
-            if not same:
-                self.ansible.fail_json(
-                    msg=f"subnet {p['name']} exists with range {existing['cidr']} on network "
-                    f"{existing['network']}; delete it first to change them"
-                )
-            return {"changed": False, "subnet": existing}
-        # Check mode asks the real create's checks (range, pools, overlap), writing nothing.
-        made = subnets.create(db, ctx, data, dry_run=self.check_mode)
-        return {"changed": True, **({"subnet": made} if made else {})}
+
+    def compare(self, current, wanted):
+        # The range and the network (by name or id) make a subnet; the rest is left as it is.
+        changes = {}
+        if current["cidr"] != wanted["cidr"]:
+            changes["cidr"] = (current["cidr"], wanted["cidr"])
+        if wanted["network"] not in (current["network"], current["network_id"]):
+            changes["network"] = (current["network"], wanted["network"])
+        return changes
+
+    def create(self, dry_run):
+        from novakit.network import subnets
+
+        # Dry run: the real create's checks (range, pools, overlap), nothing written.
+        return subnets.create(
+            self.database(), self.context(), {"name": self.params["name"], **self.wanted()}, dry_run=dry_run
+        )
+
+    def delete(self, current, dry_run):
+        from novakit.network import subnets
+
+        subnets.delete(self.database(), self.context(), current["id"], dry_run=dry_run)
 
 
 def main():

@@ -69,13 +69,16 @@ volume:
       elements: dict
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule, lookup  # noqa: E402
 
 
-class VolumeModule(NovakitModule):
+class VolumeModule(CatalogModule):
+    resource = "volume"
+    cannot_change = "a volume's size and host do not change here: delete it or use another name"
+    plan_in_result = True
     argument_spec = {
         "name": {"type": "str", "required": True},
-        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "state": STATE_ARG,
         "size": {"type": "int"},
         "image": {"type": "str"},
         "host": {"type": "str"},
@@ -83,36 +86,41 @@ class VolumeModule(NovakitModule):
     }
     module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["size"])]}
 
-    def run(self):
-        from novakit import exceptions
+    def services(self):
+        return self.api().conductor
+
+    def find(self):
         from novakit.volume import volumes
 
-        svc, ctx, p = self.api().conductor, self.context(), self.params
-        try:
-            found = volumes.show(svc, ctx, p["name"])
-        except exceptions.VolumeNotFound:
-            found = None
-        if p["state"] == "absent":
-            if found and not self.check_mode:
-                gone = volumes.delete(svc, ctx, found["id"])
-                if gone["status"] != "deleted":
-                    self.fail(f"volume {p['name']} not deleted: {gone['status']}: {gone['status_reason']}")
-            return self.with_diff({"changed": found is not None}, found, None)
-        if found:
-            if found["size"] != p["size"] or (p["host"] and found["host"] != p["host"]):
-                self.fail(
-                    f"volume {p['name']} exists with size {found['size']} on host {found['host']}; "
-                    "a volume's size and host do not change here: delete it or use another name"
-                )
-            return {"changed": False, "volume": found}
-        wanted = {"name": p["name"], "size": p["size"], "host": p["host"], "status": "available"}
-        if not self.check_mode:
-            wanted = volumes.create(
-                svc, ctx, p["name"], p["size"], image=p["image"], host=p["host"], description=p["description"]
-            )
-            if wanted["status"] == "error":
-                self.fail(f"volume {p['name']} ended in error: {wanted['status_reason']}", volume=wanted)
-        return self.with_diff({"changed": True, "volume": wanted}, None, wanted)
+        return lookup(volumes.show, self.services(), self.context(), self.params["name"])
+
+    def wanted(self):
+        return {"size": self.params["size"], "host": self.params["host"]}  # no host: any host will do
+
+    def create(self, dry_run):
+        from novakit.volume import volumes
+
+        p = self.params
+        made = volumes.create(
+            self.services(),
+            self.context(),
+            p["name"],
+            p["size"],
+            image=p["image"],
+            host=p["host"],
+            description=p["description"],
+            dry_run=dry_run,
+        )
+        if made["status"] == "error":
+            self.fail(f"volume {p['name']} ended in error: {made['status_reason']}", volume=made)
+        return made
+
+    def delete(self, current, dry_run):
+        from novakit.volume import volumes
+
+        gone = volumes.delete(self.services(), self.context(), current["id"], dry_run=dry_run)
+        if gone["status"] != "deleted":
+            self.fail(f"volume {self.params['name']} not deleted: {gone['status']}: {gone['status_reason']}")
 
 
 def main():

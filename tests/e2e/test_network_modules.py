@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from novakit.context import RequestContext
+from novakit.db.engine import Database
 from novakit.network import networks, ports, subnets
 from tests.e2e.prepared import api_for, fleet_env
 from tests.e2e.test_flows import play, results_of
@@ -67,3 +69,44 @@ def test_boot_yml_takes_networks_and_publishes_the_fixed_ip(prepared_fleet: Path
     assert again.ok, again.runner.stdout.read()
     [same] = api.list(ADMIN)
     assert same["nics"] == server["nics"]
+
+
+def test_module_defaults_of_the_action_group_reach_the_network_modules(
+    prepared_fleet: Path, tmp_path: Path
+) -> None:
+    """``module_defaults: {group/novakit.cloud.novakit: {db_url: ...}}`` sets the database of
+    network, subnet and port too (meta/runtime.yml's action group), not only of the others."""
+    env = fleet_env(prepared_fleet, tmp_path)
+    elsewhere = Database(f"sqlite:///{tmp_path / 'elsewhere.db'}")
+    playbook = tmp_path / "defaults.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "One database for the whole play",
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "module_defaults": {"group/novakit.cloud.novakit": {"db_url": elsewhere.url}},
+                    "tasks": [
+                        {"name": "A network", "novakit.cloud.network": {"name": "far"}},
+                        {
+                            "name": "A subnet",
+                            "novakit.cloud.subnet": {
+                                "name": "far-v4",
+                                "network": "far",
+                                "cidr": "10.50.0.0/24",
+                            },
+                        },
+                        {"name": "A port", "novakit.cloud.port": {"name": "far-port", "network": "far"}},
+                    ],
+                }
+            ]
+        )
+    )
+    result = play(playbook, tmp_path, env)
+    assert result.ok, result.runner.stdout.read()
+    assert [n["name"] for n in networks.list_networks(elsewhere)] == ["far"]
+    assert [s["name"] for s in subnets.list_subnets(elsewhere)] == ["far-v4"]
+    assert [p["name"] for p in ports.list_ports(elsewhere, ADMIN)] == ["far-port"]
+    fleet = api_for(env).db  # the database the play would use without the defaults
+    assert networks.list_networks(fleet) == [] and ports.list_ports(fleet, ADMIN) == []

@@ -33,7 +33,7 @@ from novakit.cells.registry import grouped
 from novakit.compute import rounds
 from novakit.compute.api import API, server_view
 from novakit.compute.messages import ComputeRequest, ComputeResult, split_secrets
-from novakit.compute.states import VmState
+from novakit.compute.states import POWER_STATE_NAMES, VmState, resolve, status_from_state
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 
@@ -284,7 +284,7 @@ def start_actions(
         if out.would_move_to is not None:
             planned[out.server["id"]] = out.would_move_to
         views.append(out.server)
-    return {
+    result: dict[str, Any] = {
         "changed": bool(changed),
         "request_id": ctx.request_id,
         "action": action,
@@ -297,6 +297,31 @@ def start_actions(
         # Not "failed": Ansible takes a result with a true "failed" for a failed task.
         "failed_servers": failed,
     }
+    if check_mode:  # what --diff shows against "before": the servers as the real run would leave them
+        result["after"] = planned_states(action, options, result)
+    return result
+
+
+def planned_states(action: str, options: dict[str, Any] | None, out: dict[str, Any]) -> dict[str, Any]:
+    """Each server's state by name (as ``states_of``) as a real run of ``action`` would leave it:
+    the state table's row says where it ends and its power state, a move's dry run its host."""
+    row, values = resolve(action, options)
+    after = dict(out["before"])
+    for server in out["servers"]:
+        now = after.pop(server["name"], None) if server["id"] in out["instances"] else None
+        if now is None or row.action == "delete":
+            continue
+        vm_state = row.end_vm_state.value if row.end_vm_state is not None else server["vm_state"]
+        power = now["power_state"] if row.end_power_state is None else POWER_STATE_NAMES[row.end_power_state]
+        if row.keeps_stopped and server["vm_state"] == VmState.STOPPED.value:
+            vm_state, power = VmState.STOPPED.value, now["power_state"]
+        name = values.get("name") if row.action in ("rename", "rebuild") else None
+        after[name or server["name"]] = {
+            "status": status_from_state(vm_state),
+            "host": out["would_move_to"].get(server["id"], server["host"]),
+            "power_state": power,
+        }
+    return after
 
 
 def record_actions(api: API, ctx: RequestContext, pairs: list[rounds.Pair]) -> dict[str, Any]:

@@ -286,8 +286,8 @@ before:
   type: dict
   sample: {web-1: {status: ACTIVE, host: compute-large, power_state: Running}}
 after:
-  description: In check mode, for O(step=schedule), each server's state as the run would leave it, by name.
-  returned: in check mode, step schedule
+  description: In check mode, for O(step=schedule) and O(step=action), each server's state as the run would leave it, by name.
+  returned: in check mode, step schedule or action
   type: dict
   sample: {web-1: {status: ACTIVE, host: compute-large, power_state: Running}, web-2: {status: ACTIVE, host: compute-small}}
 would_create:

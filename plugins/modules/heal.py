@@ -25,11 +25,12 @@ extends_documentation_fragment:
   - novakit.cloud.common
 attributes:
   check_mode:
-    support: partial
+    support: full
     details:
       - Check mode is O(dry_run) - RV(report) lists every correction a real run would make, with
         C(applied) false (with O(import_unmanaged), each guest it would import, its flavor and whether
-        its claim fits); C(changed) stays false, as nothing was changed.
+        its claim fits); C(changed) is what the real run would report (true if it would correct
+        something). O(dry_run) outside check mode changes nothing and reports C(changed) false.
   diff_mode:
     support: none
 options:
@@ -190,8 +191,18 @@ class HealModule(NovakitModule):
             import_unmanaged=self.params["import_unmanaged"],
             import_project=self.params["import_project"],
         )
-        changed = any(c.applied for c in report.corrections)
+        if self.check_mode:
+            # Check mode answers what the real run would do: each correction it would make.
+            changed = any(would_change(c) for c in report.corrections)
+        else:
+            changed = any(c.applied for c in report.corrections)
         return {"changed": changed, "report": report.model_dump(mode="json")}
+
+
+def would_change(correction):
+    """Whether a dry run's correction is one a real run would apply: a refused one says why in
+    ``error``, and one only reported (an orphan guest left alone) ends as it began."""
+    return correction.error is None and correction.before != correction.after
 
 
 def main():

@@ -3,6 +3,7 @@ nothing moves, the output says what a real run would do, and a refusal is the re
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from sqlalchemy import text
 from novakit.compute import flavors, images
 from novakit.context import RequestContext
 from tests.e2e.prepared import api_for, fleet_env
+from tests.e2e.runner import run_playbook
 from tests.e2e.test_flows import fake_guests, play
 
 pytestmark = pytest.mark.e2e
@@ -148,3 +150,72 @@ def test_the_server_modules_refuse_in_check_mode_as_the_real_run_does(
     assert dry["failed"] and real["failed"] and dry["msg"] == real["msg"], (dry, real)
     assert "is locked (hers)" in real["msg"] and real["error"] == "InstanceIsLocked"
     assert [s["name"] for s in api.list(ADMIN)] == ["mine"]
+
+
+def test_server_action_and_delete_with_check_and_diff_show_what_would_change(
+    prepared_fleet: Path, tmp_path: Path
+) -> None:
+    """README: ``--diff`` shows each server's state before and after, on server_action.yml and
+    delete.yml; in check mode the after is what the real run would leave."""
+    env = fleet_env(prepared_fleet, tmp_path)
+    boot = play("boot", tmp_path, env, {"server_name": "df", "count": 2})
+    assert boot.ok, boot.runner.stdout.read()
+    before = snapshot(env)
+
+    stop = run_playbook(
+        "server_action.yml",
+        tmp_path,
+        env,
+        {"server_action": "stop", "servers": "df-1"},
+        cmdline="--check --diff",
+    )
+    out = stop.stdout.read()
+    assert stop.rc == 0 and "[WARNING]" not in out, out
+    assert '-        "status": "ACTIVE"' in out and '+        "status": "SHUTOFF"' in out, out
+    assert '+        "power_state": "Shutdown"' in out, out
+
+    gone = run_playbook("delete.yml", tmp_path, env, {"servers": "df-2"}, cmdline="--check --diff")
+    out = gone.stdout.read()
+    assert gone.rc == 0 and "[WARNING]" not in out, out
+    assert '-    "df-2": {' in out and '-    "df-1": {' not in out, out
+    assert snapshot(env) == before
+
+    # Nothing to do: no diff, no change.
+    stop = run_playbook(
+        "server_action.yml",
+        tmp_path,
+        env,
+        {"server_action": "start", "servers": "df-1"},
+        cmdline="--check --diff",
+    )
+    out = stop.stdout.read()
+    assert stop.rc == 0 and "start would run on: nothing" in out and "changed=0" in out, out
+    assert snapshot(env) == before
+
+
+def test_heal_in_check_mode_reports_the_change_the_real_run_makes(
+    prepared_fleet: Path, tmp_path: Path
+) -> None:
+    env = fleet_env(prepared_fleet, tmp_path)
+    api = api_for(env)
+    boot = play("boot", tmp_path, env, {"server_name": "hl"})
+    assert boot.ok, boot.runner.stdout.read()
+    (server,) = api.list(ADMIN)
+    # The guest stops behind novakit's back.
+    state_file = Path(env["NOVAKIT_FAKE_STATE_DIR"]) / f"{server['host']}.json"
+    state = json.loads(state_file.read_text())
+    state["instances"][server["id"]]["power_state"] = 4  # shut down
+    state_file.write_text(json.dumps(state))
+    before = snapshot(env)
+
+    dry = play("heal", tmp_path, env, check=True)
+    assert dry.ok, dry.runner.stdout.read()
+    assert snapshot(env) == before and api.get(ADMIN, "hl")["status"] == "ACTIVE"
+    real = play("heal", tmp_path, env)
+    assert real.ok, real.runner.stdout.read()
+    assert api.get(ADMIN, "hl")["status"] == "SHUTOFF"
+    # The check run said what the real run then did.
+    assert dry.stats["changed"] == real.stats["changed"] == {"localhost": 1}, (dry.stats, real.stats)
+
+    again = play("heal", tmp_path, env, check=True)
+    assert again.ok and again.stats["changed"] == {}, again.stats

@@ -116,7 +116,7 @@ class ComputeNodeModule(NovakitModule):
     module_kwargs = {"supports_check_mode": True}
 
     def run(self):
-        from novakit import exceptions, policy
+        from novakit import exceptions
         from novakit.compute import hosts
         from novakit.compute.messages import HostResources
 
@@ -148,7 +148,7 @@ class ComputeNodeModule(NovakitModule):
         }
         changed = before != after
         if self.check_mode:
-            policy.authorize(ctx, "host:register")  # as register_host does for the real run
+            hosts.check_register(ctx, p["host"])  # as register_host does for the real run: policy, name
             return self.with_diff({"changed": changed, "host": p["host"]}, before, after)
         # Registering also beats the host's heartbeat, so it runs even when nothing changed.
         out = hosts.register_host(

@@ -199,7 +199,7 @@ from novakit.heal.base import (
 )
 from novakit.heal.builds import StuckBuilds
 from novakit.heal.host_boot import HostBoot
-from novakit.heal.moves import MoveRecovery, Moves
+from novakit.heal.moves import MoveRecovery, Moves, is_unshelve
 from novakit.heal.orphans import Orphans
 from novakit.heal.recovery import TASK_RULES, TaskRecovery
 from novakit.heal.sync import PowerSync
@@ -296,9 +296,11 @@ class Healer(PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, Mov
         if booted and not dry_run:
             self._end_boots(booted)
         if not wanted:
-            # A delete of a server no host holds needs no host's answer.
+            # A delete of a server no host holds needs no host's answer; nor does an unshelve cut
+            # off before a host was chosen for it (offloaded again).
             for s in seen.values():
-                if s.host is None and s.task_state == TaskState.DELETING.value and self._owner_gone(s):
+                hostless = s.task_state == TaskState.DELETING.value or is_unshelve(s.task_state, s.vm_state)
+                if s.host is None and hostless and self._owner_gone(s):
                     c = self._in_cell(s.cell, self._recover, s, None, None, dry_run)
                     if c is not None:
                         report.corrections.append(c)

@@ -140,6 +140,31 @@ def test_an_unshelve_killed_before_the_host_spawned_is_offloaded_again(
     assert shown["status"] == "ACTIVE" and _guests(cloud, server["id"]) == {shown["host"]: 1}
 
 
+def test_an_unshelve_killed_before_a_host_was_chosen_is_offloaded_again(
+    cloud: Cloud, ctx: RequestContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = boot(cloud, ctx, "web")
+    cloud.api.act(ctx, "web", "shelve")
+
+    def killed(*args: Any, **kwargs: Any) -> None:
+        raise _Killed("while scheduling")
+
+    monkeypatch.setattr(cloud.api.conductor.scheduler, "select_destinations", killed)
+    with pytest.raises(_Killed):
+        cloud.api.act(ctx, "web", "unshelve")
+    monkeypatch.undo()
+    assert cloud.api.get(cloud.admin, "web")["task_state"] == "unshelving"
+
+    report = heal(cloud.db, cloud.conf, ctx=cloud.admin, clock=_later(cloud))
+
+    assert _kinds(report) == [("task_recovered", True)]
+    shown = cloud.api.get(cloud.admin, "web")
+    assert (shown["status"], shown.get("host"), shown["task_state"]) == ("SHELVED_OFFLOADED", None, None)
+    assert _held(cloud, server["id"]) == {}
+    cloud.api.act(ctx, "web", "unshelve")
+    assert cloud.api.get(ctx, "web")["status"] == "ACTIVE"
+
+
 # --- item 2: a resize, then a delete, each killed half way ---------------------------------------
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -34,10 +34,13 @@ from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import Instance
 
+if TYPE_CHECKING:
+    from novakit.conductor import Conductor
+
 
 class API(CreateAPI):
     def __init__(
-        self, db: Database | None = None, conf: Config | None = None, conductor: Any | None = None
+        self, db: Database | None = None, conf: Config | None = None, conductor: Conductor | None = None
     ) -> None:
         self.conf = conf or load_config()
         # Unknown filter or weigher names fail here, before any request is recorded.
@@ -46,7 +49,7 @@ class API(CreateAPI):
         self._conductor = conductor
 
     @property
-    def conductor(self) -> Any:
+    def conductor(self) -> Conductor:
         if self._conductor is None:
             from novakit.conductor import Conductor
 
@@ -269,23 +272,8 @@ class API(CreateAPI):
             raise exceptions.DuplicateName(name=opts.get("name") or ref, project_id=ctx.project_id) from None
         if uuid is None:
             return ActOutcome(server=None, changed=False, action=t.action)
-        request = None
-        if changed:
-            # Announced once the guarded write is committed, whichever way the action goes on.
-            self.conductor.notifier.emit(f"instance.{t.notify_as}.start", uuid)
-            if not t.compute:
-                self._finish_local(ctx, uuid, t)
-                self.conductor.notifier.emit(f"instance.{t.notify_as}.end", uuid)
-            elif t.flow is not None:
-                # A move takes more than one host: the conductor carries it on in this process.
-                self.conductor.run_move(ctx, uuid, t.action, host_options)
-            else:
-                request = self.conductor.prepare_action(ctx, uuid, t.action, host_options)
-                if request is None:  # no host holds it (never scheduled): nothing to do there
-                    self.conductor.finish_action(ctx, uuid, t.action, None)
-                elif not defer:
-                    self.conductor.run_action(ctx, request)
-                    request = None
+        # The guarded write is committed: the rest of the action is the conductor's.
+        request = self.conductor.carry_on(ctx, uuid, t, host_options, defer=defer) if changed else None
         # Read where the server is now: its mapping, not the cell it was in when the action began.
         with targeting(self.db, uuid), self.db.reader() as session:
             view = server_view(db_api.instance_get(session, ctx, uuid, include_deleted=True), ctx)
@@ -297,16 +285,6 @@ class API(CreateAPI):
         now = self.conductor.clock()
         older = now - timedelta(seconds=self.conf.compute.build_timeout)
         return db_api.owner_gone(inst, now, older)
-
-    def _finish_local(self, ctx: RequestContext, uuid: str, t: Transition) -> None:
-        with actions.instance_event(self.db, ctx, uuid, f"api_{t.action}", fault_on_error=False):
-            pass
-
-        def write(session: Session) -> None:
-            actions.action_finish(session, ctx, uuid, t.record_as)
-
-        with targeting(self.db, uuid):
-            self.db.run_in_transaction(write)
 
     # The Python API's short forms: each is ``act`` with the action's options.
 

@@ -307,11 +307,11 @@ class MoveRecovery:
     def _settle_move(self, s: Any, task: str, power: int | None) -> str:
         from novakit.compute import actions
         from novakit.compute.messages import Event
+        from novakit.conductor.core import ctx_admin
+        from novakit.conductor.flows.snapshot import drop_queued as _drop_queued
         from novakit.db import api as db_api
         from novakit.db.models import Image, utcnow
         from novakit.heal.base import RECOVER_EVENT
-        from novakit.lifecycle import ctx_admin
-        from novakit.moves.images import _drop_queued
         from novakit.network import ports
         from novakit.placement.allocations import move_allocations_in_session
 
@@ -352,7 +352,7 @@ class MoveRecovery:
                     remove_allocations_in_session(session, mig.uuid)
                     migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "completed")
                 else:
-                    from novakit.moves.resize import flavor_values
+                    from novakit.conductor.flows.resize import flavor_values
 
                     values.update(vm_state=VmState.RESIZED, **flavor_values(dict(mig.new_flavor)))
                     migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "finished")
@@ -364,7 +364,7 @@ class MoveRecovery:
                 migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "error")
                 values.update(host=mig.source_compute, node=mig.source_compute)
                 if mig.migration_type in ("resize", "migration"):
-                    from novakit.moves.resize import flavor_values
+                    from novakit.conductor.flows.resize import flavor_values
 
                     values.update(vm_state=mig.old_vm_state, **flavor_values(dict(mig.old_flavor)))
                 if not on_source:

@@ -246,7 +246,7 @@ def test_heal_rolls_back_a_resize_whose_owner_died(
                 raise _Killed("before the last write")
             return real_update(session, uuid, values, **kw)
 
-        monkeypatch.setattr("novakit.moves.resize.db_api.instance_update", update)
+        monkeypatch.setattr("novakit.conductor.flows.resize.db_api.instance_update", update)
     else:
         _kill_before(cloud, monkeypatch, killed_before)
     with pytest.raises(_Killed):

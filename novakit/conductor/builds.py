@@ -1,34 +1,20 @@
-"""The conductor: schedules, hands work to compute hosts, and records what came back.
+"""Builds: schedule, hand each host its builds, record what came back, reschedule.
 
-It is the only writer of compute results into the database. Every step of the
-boot flow is one method, so the same code serves both ways of running:
+Every step of the boot flow is one method, so the same code serves both ways of running:
 
-* orchestrated by Ansible (``playbooks/boot.yml``): play 1 calls
-  ``schedule_instances`` and carries the returned ``ComputeRequest`` per host
-  to play 2, where the hosts build; play 3 hands each ``ComputeResult`` to
-  ``record_build_result``, which returns the reschedules for the next round;
-* direct (Python API, CLI): ``build_instances`` runs those same steps in one
-  process, reaching hosts through ``self.rpc`` (``novakit.compute.rpc``).
+* orchestrated by Ansible (``playbooks/boot.yml``): play 1 calls ``schedule_instances`` and
+  carries the returned ``ComputeRequest`` per host to play 2, where the hosts build; play 3
+  hands each ``ComputeResult`` to ``record_build_result``, which returns the reschedules for
+  the next round;
+* direct (Python API, CLI): ``build_instances`` runs those same steps in one process, reaching
+  hosts through the services' ``rpc`` (``novakit.compute.rpc``).
 
-Lifecycle actions are the same round trip, written in ``novakit.lifecycle``
-(``prepare_action`` builds the request, ``record_action_result`` finishes it),
-which this class extends; what a lost race leaves is ``actions.fate``'s to say.
-
-Ownership: the request that starts a build or an action owns it
-(``task_owner`` = its request id) and holds a lease (``task_lease_until``)
-of ``compute.build_timeout`` seconds (a stop's own timeout on top), taken in
-the write that starts the task and renewed before every host call: the
-claims' write (``_claimed``) before a build round, a reschedule's write before
-the next, ``renew_leases`` when a worker carries a request on. Heal takes
-over only tasks whose lease has run out (``novakit.heal``).
-
-An owner whose final state write loses a race tells the two cases apart by
-what it then finds: a deleted instance (clean up: the guest it built goes, the
-claim is freed) or one someone else recorded (heal adopted the build, a hard
-reboot or a delete took the action over: nothing destructive happens, and the
-host's events still go to the owner's action, finished, with the lost race as
-its message). The caller gets the server as it now is, not an error for work
-that was done.
+Ownership: the request that starts a build owns it (``task_owner`` = its request id) and holds
+a lease (``task_lease_until``) of ``compute.build_timeout`` seconds, taken in the write that
+starts the task and renewed before every host call: the claims' write (``_claimed``) before a
+build round, a reschedule's write before the next. Heal takes over only builds whose lease has
+run out (``novakit.heal``). An owner whose final write loses a race tells a deleted instance
+(its guest goes, its claim is freed) from one someone else recorded (``actions.fate``).
 """
 
 from __future__ import annotations
@@ -36,27 +22,23 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import JSON, bindparam, select, text
 from sqlalchemy.orm import Session
 
-from novakit import exceptions, notifications
+from novakit import exceptions
 from novakit.cells.moves import move_to_cell
 from novakit.cells.registry import UNSCHEDULED, grouped, in_cell_of
 from novakit.compute import actions, hosts
 from novakit.compute.faults import fault_from_exception
 from novakit.compute.messages import ComputeRequest, ComputeResult, Event, InstanceResult, InstanceSpec
-from novakit.compute.rpc import ComputeRPC, TransportFactory, instance_spec, unusable
+from novakit.compute.rpc import instance_spec
 from novakit.compute.states import PowerState, TaskState, VmState
-from novakit.config import Config
+from novakit.conductor.core import Services
 from novakit.context import RequestContext
 from novakit.db import api as db_api
-from novakit.db.engine import Database
 from novakit.db.models import HostMapping, Instance, RequestSpec, utcnow
-from novakit.lifecycle import LifecycleConductor
-from novakit.moves import MoveConductor
 from novakit.network import ports
 from novakit.volume import boot
 from novakit.volume.volumes import specs_of_server
@@ -73,53 +55,12 @@ SCHEDULE_EVENT = "conductor_schedule_and_build_instances"
 BUILD_EVENT = "compute__do_build_and_run_instance"
 
 
-class Conductor(MoveConductor, LifecycleConductor):
-    def __init__(
-        self,
-        db: Database,
-        conf: Config,
-        *,
-        scheduler: Any | None = None,
-        transport_factory: TransportFactory | None = None,
-        clock: Callable[[], dt.datetime] | None = None,
-    ) -> None:
-        self.db = db
-        self.conf = conf
-        self._scheduler = scheduler
-        self.rpc = ComputeRPC(db, conf, transport_factory)
-        self.notifier = notifications.Notifier(conf)
-        # "Now" for leases (naive UTC, as the database stores it); tests move it instead of sleeping.
-        self.clock = clock or utcnow
+class Builds:
+    """The boot flow's part of the conductor."""
 
-    def lease_until(self, extra_seconds: float = 0) -> dt.datetime:
-        """Until when a task started or renewed now is its owner's: ``compute.build_timeout``
-        seconds (the longest a build may take, Nova's ``instance_build_timeout``) plus what the
-        host call may take on top (a stop's graceful shutdown timeout)."""
-        return self.clock() + dt.timedelta(seconds=self.conf.compute.build_timeout + extra_seconds)
-
-    def renew_leases(self, ctx: RequestContext, uuids: Sequence[str], extra_seconds: float = 0) -> list[str]:
-        """Renew ``ctx``'s request's leases on ``uuids`` before a host call; the uuids it still owns
-        (heal may have taken the others over, or they were deleted)."""
-        until = self.lease_until(extra_seconds)
-        owned: list[str] = []
-        for _cell, group in grouped(self.db, uuids):
-
-            def renew(session: Session, group: list[str] = group) -> list[str]:
-                return db_api.renew_leases(session, group, ctx.request_id, until)
-
-            owned.extend(self.db.run_in_transaction(renew))
-        return owned
-
-    @property
-    def scheduler(self) -> Any:
-        """Built when first used: recording a result needs no scheduler."""
-        if self._scheduler is None:
-            from novakit.scheduler.manager import SchedulerManager
-
-            self._scheduler = SchedulerManager(self.db, self.conf)
-        return self._scheduler
-
-    # ------------------------------------------------------------------ boot
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.db = services.db
 
     def schedule_instances(self, ctx: RequestContext, instance_uuids: list[str]) -> list[ComputeRequest]:
         """Select and claim a host for each instance; one build request per host.
@@ -184,7 +125,7 @@ class Conductor(MoveConductor, LifecycleConductor):
         if not uuids:
             return [], {}
         for uuid in uuids:
-            self.notifier.emit("instance.create.start", uuid)
+            self.services.notifier.emit("instance.create.start", uuid)
         spec = SchedSpec.model_validate(found[uuids[0]][1].spec)
         spec.num_instances = len(uuids)
         if spec.min_count is not None:
@@ -194,7 +135,7 @@ class Conductor(MoveConductor, LifecycleConductor):
         infos: dict[str, dict[str, Any]] = {}
         over_quota: dict[str, exceptions.OverQuota] = {}
         # The lease of the round that starts now: renewed in the claims' write, before the host call.
-        lease = self.lease_until()
+        lease = self.services.lease_until()
 
         def on_claimed(session: Session, claimed: dict[str, list[Any]]) -> None:
             # In the claims' own transaction: an instance never holds a claim without its host.
@@ -202,13 +143,13 @@ class Conductor(MoveConductor, LifecycleConductor):
                 session, found, [(u, claimed[u]) for u in uuids if claimed.get(u)], gone, lease
             )
             infos.clear()
-            infos.update(self.rpc.driver_infos({host for host, _ in recorded}, session))
+            infos.update(self.services.rpc.driver_infos({host for host, _ in recorded}, session))
             over_quota.clear()
             if len(claimed) < len(uuids):
                 over_quota.update(self._trimmed_by_quota(session, spec, uuids))
 
         try:
-            selections = self.scheduler.select_destinations(spec, uuids, on_claimed=on_claimed)
+            selections = self.services.scheduler.select_destinations(spec, uuids, on_claimed=on_claimed)
         except (exceptions.NoValidHost, exceptions.OverQuota) as exc:
             # OverQuota: the recheck in the claim transaction lost to a concurrent request
             # (Nova's recheck losers go to error too); nothing was claimed.
@@ -251,7 +192,7 @@ class Conductor(MoveConductor, LifecycleConductor):
 
         per_instance = quota.per_instance(spec.resources())
         allowed, error = quota.allowed_instances(
-            session, self.conf, spec.project_id, per_instance, len(uuids), exclude_consumers=uuids
+            session, self.services.conf, spec.project_id, per_instance, len(uuids), exclude_consumers=uuids
         )
         return dict.fromkeys(uuids[allowed:], error) if error is not None else {}
 
@@ -312,7 +253,7 @@ class Conductor(MoveConductor, LifecycleConductor):
             # Its ports are bound to the host with its claim (Neutron's binding:host_id).
             ports.bind_host(session, [uuid], chosen.host, "BUILD")
             # A new root volume is made for the host with the claim, and holds its DISK_GB.
-            boot.create_root_volume(session, inst, rs.spec or {}, chosen.host, conf=self.conf)
+            boot.create_root_volume(session, inst, rs.spec or {}, chosen.host, conf=self.services.conf)
             session.execute(
                 _RS_SCHEDULED,
                 {
@@ -375,17 +316,6 @@ class Conductor(MoveConductor, LifecycleConductor):
             ComputeRequest(request_id=ctx.request_id, host=host, operation=op, instances=specs)  # type: ignore[arg-type]
             for (host, op), specs in follow_up.items()
         ]
-
-    def record_unreachable(
-        self, ctx: RequestContext, request: ComputeRequest, reason: str
-    ) -> list[ComputeRequest]:
-        """Ansible could not reach ``request.host``: its builds fail there and are rescheduled."""
-        exc = exceptions.HypervisorUnavailable(host=request.host, reason=reason)
-        result = unusable(request, exc, request.host)
-        if request.operation == "build":
-            return self.record_build_result(ctx, request, result)
-        self.record_action_result(ctx, request, result)
-        return []
 
     def _build_succeeded(
         self,
@@ -464,8 +394,8 @@ class Conductor(MoveConductor, LifecycleConductor):
         # Notifications go out once the change is committed, never from inside a retried transaction.
         timings = {res.uuid: res.timings for _, res in built}
         for uuid, old_state in changed:
-            self.notifier.state_update(uuid, old_state, (VmState.ACTIVE.value, None), host=host)
-            self.notifier.emit("instance.create.end", uuid, host=host, timings=timings[uuid])
+            self.services.notifier.state_update(uuid, old_state, (VmState.ACTIVE.value, None), host=host)
+            self.services.notifier.emit("instance.create.end", uuid, host=host, timings=timings[uuid])
         return gone
 
     def _build_failed(
@@ -523,7 +453,7 @@ class Conductor(MoveConductor, LifecycleConductor):
             # the next host's is written with the server's move there (``_rescheduled``).
             self.db.run_in_transaction(lambda s: boot.release_failed_build(s, spec.uuid))
         if fault.reschedule:
-            while alternates and (rs is not None) and len(tried) < self.conf.scheduler.max_attempts:
+            while alternates and (rs is not None) and len(tried) < self.services.conf.scheduler.max_attempts:
                 alt = alternates.pop(0)
                 tried.append(alt["host"])
                 if not placement.claim_resources(
@@ -565,7 +495,7 @@ class Conductor(MoveConductor, LifecycleConductor):
                     "host": alt["host"],
                     "node": alt.get("nodename", alt["host"]),
                     "task_state": TaskState.SCHEDULING,
-                    "task_lease_until": self.lease_until(),  # the next round's host call
+                    "task_lease_until": self.services.lease_until(),  # the next round's host call
                 },
                 expected_task_state=BUILD_TASK_STATES,
                 expected_vm_state=[VmState.BUILDING],
@@ -633,7 +563,7 @@ class Conductor(MoveConductor, LifecycleConductor):
             if not actions.record_lost_race(self.db, ctx, uuid, "create", events, fault, exc):
                 return  # someone else recorded it and holds its claim
         placement.remove_allocations(self.db, uuid)
-        self.notifier.emit("instance.create.error", uuid, fault=fault.message)
+        self.services.notifier.emit("instance.create.error", uuid, fault=fault.message)
 
     def _release(self, uuid: str) -> None:
         from novakit import placement
@@ -652,7 +582,7 @@ class Conductor(MoveConductor, LifecycleConductor):
         """
         pending, infos = self._schedule(ctx, instance_uuids, records)
         while pending:
-            results = self.rpc.send_all(pending, infos)
+            results = self.services.rpc.send_all(pending, infos)
             infos = {}
             nxt: list[ComputeRequest] = []
             for req, res in zip(pending, results, strict=True):

@@ -1,11 +1,11 @@
-"""The conductor's half of a lifecycle action: the request a host runs, and where it ends.
+"""Actions: the conductor's half of a lifecycle action, the request a host runs and where it ends.
 
-The API has already made the guarded write that starts the action (its task
-state, its owner); ``prepare_action`` builds the request for the instance's
-host, ``record_action_result`` (the playbooks) or ``run_action`` (direct mode)
-hands the host's answer to ``finish_action``, which writes the end the state
-table gives for the action (``novakit.compute.states.ACTIONS``) and its audit
-trail. ``novakit.conductor.Conductor`` is this plus the boot.
+The API has already made the guarded write that starts the action (its task state, its owner);
+``prepare_action`` builds the request for the instance's host, ``record_action_result`` (the
+playbooks) or ``run_action`` (direct mode) hands the host's answer to ``finish_action``, which
+writes the end the state table gives for the action (``novakit.compute.states.ACTIONS``) and its
+audit trail. An owner whose final write loses a race records the host's events on their own, with
+the lost race as its message (what the race leaves is ``actions.fate``'s to say).
 """
 
 from __future__ import annotations
@@ -16,32 +16,28 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from novakit import exceptions, notifications
-from novakit.cells.registry import in_cell_of
+from novakit import exceptions
+from novakit.cells.registry import in_cell_of, targeting
 from novakit.compute import actions, hosts, images
 from novakit.compute.messages import ComputeRequest, ComputeResult, InstanceResult
-from novakit.compute.rpc import ComputeRPC, instance_spec, volume_spec
-from novakit.compute.states import ACTIONS, VmState
-from novakit.config import Config
+from novakit.compute.rpc import instance_spec, volume_spec
+from novakit.compute.states import ACTIONS, Transition, VmState
+from novakit.conductor.core import Services, ctx_admin
+from novakit.conductor.flows.release import release_moves
 from novakit.context import RequestContext
 from novakit.db import api as db_api
-from novakit.db.engine import Database
 from novakit.db.models import InstanceAction, InstanceGroupMember
 from novakit.network import ports
 
 LOG = logging.getLogger(__name__)
 
 
-def ctx_admin(ctx: RequestContext) -> RequestContext:
-    """The conductor acts for the system once the API has checked the caller."""
-    return RequestContext("admin", "admin", ["admin"], ctx.request_id)
+class Actions:
+    """Lifecycle actions one host runs (stop, reboot, rebuild, delete, attach a volume...)."""
 
-
-class LifecycleConductor:
-    db: Database
-    conf: Config
-    rpc: ComputeRPC
-    notifier: notifications.Notifier
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.db = services.db
 
     @in_cell_of("uuid")
     def prepare_action(
@@ -189,14 +185,14 @@ class LifecycleConductor:
             if deletes and ok and free:
                 placement.remove_allocations(self.db, uuid)
                 self._release_volumes(ctx, uuid)
-                self.release_moves(ctx, uuid)
+                release_moves(self.services, ctx, uuid)
             return
-        self.notifier.state_update(uuid, old_state, new_state, host=host)
+        self.services.notifier.state_update(uuid, old_state, new_state, host=host)
         if deletes and ok:
             placement.remove_allocations(self.db, uuid)
             self._release_volumes(ctx, uuid)
-            self.release_moves(ctx, uuid)
-        self.notifier.emit(f"instance.{t.notify_as}.{'end' if ok else 'error'}", uuid, host=host)
+            release_moves(self.services, ctx, uuid)
+        self.services.notifier.emit(f"instance.{t.notify_as}.{'end' if ok else 'error'}", uuid, host=host)
 
     def _release_volumes(self, ctx: RequestContext, uuid: str) -> None:
         """A deleted server's volumes are detached in the records (Nova's _cleanup_volumes);
@@ -205,13 +201,21 @@ class LifecycleConductor:
         from novakit.volume import attachments
 
         try:
-            attachments.release_server(self, ctx, uuid)
+            attachments.release_server(self.services, ctx, uuid)
         except exceptions.NovakitError as exc:
             LOG.warning("volumes of deleted server %s not all released: %s", uuid, exc.format_message())
 
-    def release_moves(self, ctx: RequestContext, uuid: str) -> None:
-        """A deleted server's moves end with it (``novakit.moves.MoveConductor``)."""
-
     def run_action(self, ctx: RequestContext, request: ComputeRequest) -> None:
         """Direct mode: send an action's request to its host and record what it did."""
-        self.record_action_result(ctx, request, self.rpc.send(request))
+        self.record_action_result(ctx, request, self.services.rpc.send(request))
+
+    def finish_local(self, ctx: RequestContext, uuid: str, t: Transition) -> None:
+        """An action no host acts on (lock, rename...): its event and its finish recorded."""
+        with actions.instance_event(self.db, ctx, uuid, f"api_{t.action}", fault_on_error=False):
+            pass
+
+        def write(session: Session) -> None:
+            actions.action_finish(session, ctx, uuid, t.record_as)
+
+        with targeting(self.db, uuid):
+            self.db.run_in_transaction(write)

@@ -1,0 +1,211 @@
+"""The conductor: schedules, hands work to compute hosts, and records what came back.
+
+It is the only writer of compute results into the database, and it is made of parts, each a
+small class holding the ``Services`` it works with (``core``: the database, the configuration,
+the way to the hosts, the notifier, the scheduler, the clock of leases):
+
+* ``builds.Builds``: the boot flow (schedule, record each host's answer, reschedule);
+* ``actions.Actions``: a lifecycle action one host runs (prepare its request, record its end);
+* ``flows``: one flow object per move type, found in ``flows.FLOWS`` by the name the state
+  table's row gives it (resize, live migration, evacuation, snapshot, shelve...).
+
+``Conductor`` holds them and is what callers know: the API hands every action over to it after
+its guarded write (``carry_on``); the playbooks, the worker and heal call its steps.
+
+Ownership: the request that starts a build or an action owns it (``task_owner`` = its request
+id) and holds a lease (``task_lease_until``) of ``compute.build_timeout`` seconds (a stop's own
+timeout on top), taken in the write that starts the task and renewed before every host call
+(``renew_leases`` when a worker carries a request on). Heal takes over only tasks whose lease
+has run out (``novakit.heal``). An owner whose final state write loses a race tells a deleted
+instance (its guest goes, its claim is freed) from one someone else recorded (nothing
+destructive happens; the host's events still go to the owner's action, with the lost race as
+its message). The caller gets the server as it now is, not an error for work that was done.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from novakit import exceptions, notifications
+from novakit.compute.faults import unusable
+from novakit.compute.messages import ComputeRequest, ComputeResult, InstanceResult
+from novakit.compute.rpc import ComputeRPC, TransportFactory
+from novakit.compute.states import ACTIONS, Transition
+from novakit.conductor.actions import Actions
+from novakit.conductor.builds import Builds
+from novakit.conductor.core import Clock, Services
+from novakit.conductor.flows import FLOWS, Flow
+from novakit.conductor.flows.release import release_moves
+from novakit.config import Config
+from novakit.context import RequestContext
+from novakit.db.engine import Database
+from novakit.db.models import Instance, RequestSpec
+
+if TYPE_CHECKING:
+    from novakit.scheduler.manager import SchedulerManager
+
+__all__ = ["Conductor", "Services"]
+
+
+class Conductor:
+    """The builds, the actions and the flows, over one ``Services``."""
+
+    def __init__(
+        self,
+        db: Database,
+        conf: Config,
+        *,
+        scheduler: SchedulerManager | None = None,
+        transport_factory: TransportFactory | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.services = Services(
+            db, conf, scheduler=scheduler, transport_factory=transport_factory, clock=clock
+        )
+        self.db = db
+        self.builds = Builds(self.services)
+        self.actions = Actions(self.services)
+        self.flows: dict[str, Flow] = {name: flow(self.services) for name, flow in FLOWS.items()}
+
+    # --- the services, as callers and tests reach them -------------------------------------
+
+    @property
+    def conf(self) -> Config:
+        return self.services.conf
+
+    @conf.setter
+    def conf(self, conf: Config) -> None:
+        self.services.conf = conf
+
+    @property
+    def rpc(self) -> ComputeRPC:
+        return self.services.rpc
+
+    @rpc.setter
+    def rpc(self, rpc: ComputeRPC) -> None:
+        self.services.rpc = rpc
+
+    @property
+    def clock(self) -> Clock:
+        return self.services.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self.services.clock = clock
+
+    @property
+    def notifier(self) -> notifications.Notifier:
+        return self.services.notifier
+
+    @property
+    def scheduler(self) -> SchedulerManager:
+        return self.services.scheduler
+
+    def lease_until(self, extra_seconds: float = 0) -> dt.datetime:
+        return self.services.lease_until(extra_seconds)
+
+    def renew_leases(self, ctx: RequestContext, uuids: Sequence[str], extra_seconds: float = 0) -> list[str]:
+        return self.services.renew_leases(ctx, uuids, extra_seconds)
+
+    # --- after the API's guarded write ------------------------------------------------------
+
+    def carry_on(
+        self, ctx: RequestContext, uuid: str, t: Transition, options: dict[str, Any], *, defer: bool = False
+    ) -> ComputeRequest | None:
+        """Carry on the action the API has just started (its guarded write committed): announced,
+        then finished here (no host acts), carried on by its flow (a move), or sent to its host.
+        With ``defer`` a host's request is returned for the caller to send instead."""
+        self.notifier.emit(f"instance.{t.notify_as}.start", uuid)
+        if not t.compute:
+            self.actions.finish_local(ctx, uuid, t)
+            self.notifier.emit(f"instance.{t.notify_as}.end", uuid)
+            return None
+        if t.flow is not None:
+            self.run_move(ctx, uuid, t.action, options)
+            return None
+        request = self.actions.prepare_action(ctx, uuid, t.action, options)
+        if request is None:  # no host holds it (never scheduled): nothing to do there
+            self.actions.finish_action(ctx, uuid, t.action, None)
+        elif not defer:
+            self.actions.run_action(ctx, request)
+            return None
+        return request
+
+    # --- moves ------------------------------------------------------------------------------
+
+    def flow_of(self, action: str) -> Flow:
+        name = ACTIONS[action].flow
+        if name is None:
+            raise ValueError(f"{action} is no move")
+        return self.flows[name]
+
+    def run_move(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
+        """Carry on the move the API has started: the flow its table row names."""
+        self.flow_of(action).run(ctx, uuid, action, options)
+
+    def plan_move(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> str | None:
+        """Where a move would go, as its dry run (check mode) answers: the scheduler's choice with
+        nothing claimed, or NoValidHost with its explanation. None: the move needs no new host."""
+        return self.flow_of(action).dry_run(ctx, uuid, action, options)
+
+    def release_moves(self, ctx: RequestContext, uuid: str) -> None:
+        """A deleted server's moves end with it (``flows.release``)."""
+        release_moves(self.services, ctx, uuid)
+
+    # --- builds -----------------------------------------------------------------------------
+
+    def schedule_instances(self, ctx: RequestContext, instance_uuids: list[str]) -> list[ComputeRequest]:
+        return self.builds.schedule_instances(ctx, instance_uuids)
+
+    def record_build_result(
+        self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
+    ) -> list[ComputeRequest]:
+        return self.builds.record_build_result(ctx, request, result)
+
+    def build_instances(
+        self,
+        ctx: RequestContext,
+        instance_uuids: list[str],
+        records: dict[str, tuple[Instance, RequestSpec]] | None = None,
+    ) -> None:
+        self.builds.build_instances(ctx, instance_uuids, records)
+
+    def record_unreachable(
+        self, ctx: RequestContext, request: ComputeRequest, reason: str
+    ) -> list[ComputeRequest]:
+        """Ansible could not reach ``request.host``: its builds fail there and are rescheduled."""
+        exc = exceptions.HypervisorUnavailable(host=request.host, reason=reason)
+        result = unusable(request, exc, request.host)
+        if request.operation == "build":
+            return self.builds.record_build_result(ctx, request, result)
+        self.actions.record_action_result(ctx, request, result)
+        return []
+
+    # --- actions ----------------------------------------------------------------------------
+
+    def prepare_action(
+        self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any] | None = None
+    ) -> ComputeRequest | None:
+        return self.actions.prepare_action(ctx, uuid, action, options)
+
+    def run_action(self, ctx: RequestContext, request: ComputeRequest) -> None:
+        self.actions.run_action(ctx, request)
+
+    def record_action_result(
+        self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
+    ) -> None:
+        self.actions.record_action_result(ctx, request, result)
+
+    def finish_action(
+        self,
+        ctx: RequestContext,
+        uuid: str,
+        action: str,
+        res: InstanceResult | None,
+        host: str | None = None,
+        *,
+        owner: str | None = None,
+    ) -> None:
+        self.actions.finish_action(ctx, uuid, action, res, host, owner=owner)

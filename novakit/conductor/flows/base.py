@@ -1,0 +1,176 @@
+"""What every flow is (``Flow``: ``run``, ``dry_run``), and the steps the moves share.
+
+A flow is one move type: the API has started its action (the first task state of the table's
+row, its owner and lease, the instance action); ``run`` carries it on, host step by host step,
+each one a ``ComputeRequest`` as every host call; ``dry_run`` says where it would go, as check
+mode answers (the scheduler's choice with nothing claimed, or NoValidHost with its
+explanation; None: the move needs no new host). The claims: during a move the migration holds
+the source host's allocations and the instance the destination's, so both hosts' capacity is
+right until the move is confirmed or reverted (Nova's migration-based allocations).
+
+Recovering an interrupted move is heal's (``novakit.heal.moves``), read from the same records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from novakit.cells.registry import locate
+from novakit.compute import actions, flavors
+from novakit.compute.states import TaskState, Transition, VmState
+from novakit.conductor.core import Services, ctx_admin
+from novakit.context import RequestContext
+from novakit.db import api as db_api
+from novakit.db.models import RequestSpec
+from novakit.moves import migrations
+from novakit.placement.allocations import move_allocations_in_session, remove_allocations_in_session
+from novakit.scheduler.request_spec import RequestSpec as SchedSpec
+
+T = TaskState
+
+
+class Flow:
+    """One move type, found by the name the state table's row gives it (``flows.FLOWS``)."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.db = services.db
+
+    def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def dry_run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> str | None:
+        """Where the move would go; None: it needs no new host."""
+        return None
+
+    # --- the steps the moves share ------------------------------------------------------
+
+    def move_spec(
+        self,
+        ctx: RequestContext,
+        uuid: str,
+        *,
+        flavor: dict[str, Any] | None = None,
+        image: Any = None,
+        host: str | None = None,
+        source: str | None = None,
+    ) -> SchedSpec:
+        """What the scheduler is asked for a server that moves (or comes back from shelved): its
+        boot's request (server group, networks, hints) with the flavor or image it moves with,
+        for one server, never back onto ``source`` and never into another cell (a move keeps its
+        records in their cell)."""
+        with self.db.reader() as session:
+            row = session.execute(select(RequestSpec).where(RequestSpec.instance_uuid == uuid)).scalar_one()
+        spec = SchedSpec.model_validate(row.spec)
+        spec.request_id = ctx.request_id
+        if flavor is not None:
+            spec.flavor = flavors.spec(flavor)
+        if image is not None:
+            spec.image = image
+        spec.num_instances, spec.min_count = 1, None
+        spec.new_root_volume_gb, spec.boot_volume = None, None
+        spec.requested_host = host
+        cell = locate(self.db.cells, ctx_admin(ctx), uuid)
+        spec.ignore_hosts = sorted(
+            {*([source] if source else []), *migrations.hosts_outside_cell(self.db, cell.id)}
+        )
+        return spec
+
+    def plan(self, uuid: str, spec: SchedSpec) -> str:
+        """The scheduler's choice for ``spec``, nothing claimed (a dry run)."""
+        choice = self.services.scheduler.select_destinations(spec, [uuid], dry_run=True, recheck_quota=False)
+        return str(choice[0][0].host)
+
+    def plan_elsewhere(self, ctx: RequestContext, uuid: str, options: dict[str, Any]) -> str:
+        """The dry run of a move to another host, with the flavor it asks for or its own."""
+        with self.db.reader() as session:
+            inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
+            source, flavor = inst.host, dict(inst.flavor or {})
+        spec = self.move_spec(
+            ctx, uuid, flavor=options.get("flavor") or flavor, host=options.get("host"), source=source
+        )
+        return self.plan(uuid, spec)
+
+    def select_destination(
+        self,
+        ctx: RequestContext,
+        uuid: str,
+        mig: str,
+        new_flavor: dict[str, Any],
+        host: str | None,
+        source: str,
+        task: TaskState = T.RESIZE_PREP,
+        statuses: tuple[str, str] = ("pre-migrating", "migrating"),
+    ) -> str:
+        """Scheduled as a boot is, with the new flavor, away from ``source`` and in the server's
+        cell; the claim is the instance's, and the migration learns its destination with it
+        (its status goes ``statuses[0]`` -> ``statuses[1]``; the task ``task`` is expected)."""
+        spec = self.move_spec(ctx, uuid, flavor=new_flavor, host=host, source=source)
+
+        def on_claimed(session: Session, claimed: dict[str, list[Any]]) -> None:
+            chosen = claimed[uuid][0].host
+            migrations.set_status(session, mig, statuses[0], statuses[1], dest_compute=chosen)
+            db_api.instance_update(
+                session,
+                uuid,
+                {"task_lease_until": self.services.lease_until()},
+                expected_task_state=[task],
+                expected_owner=ctx.request_id,
+                fetch=False,
+            )
+
+        selections = self.services.scheduler.select_destinations(
+            spec, [uuid], recheck_quota=False, on_claimed=on_claimed
+        )
+        return str(selections[0][0].host)
+
+    def take_source_claim(
+        self, ctx: RequestContext, uuid: str, kind: str, status: str
+    ) -> tuple[str, str, dict[str, Any]]:
+        """Record the move and hand the instance's claim on its host to it, in one transaction."""
+
+        def write(session: Session) -> tuple[str, str, dict[str, Any]]:
+            inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
+            m = migrations.create(session, ctx, inst, kind, dict(inst.flavor or {}), status=status)
+            move_allocations_in_session(session, uuid, m.uuid)
+            return m.uuid, str(inst.host), dict(inst.flavor or {})
+
+        out: tuple[str, str, dict[str, Any]] = self.db.run_in_transaction(write)
+        return out
+
+    def roll_back(
+        self,
+        ctx: RequestContext,
+        uuid: str,
+        t: Transition,
+        mig: str,
+        *,
+        events: list[Any],
+        fault: Any,
+        error: bool = False,
+    ) -> None:
+        """The move undone: the destination's claim (if any) goes, the source's returns to the
+        instance, the migration is error, the server where it was (``error``: in error)."""
+
+        def write(session: Session) -> None:
+            remove_allocations_in_session(session, uuid)
+            move_allocations_in_session(session, mig, uuid)
+            migrations.set_status(session, mig, migrations.IN_PROGRESS, "error")
+            values: dict[str, Any] = {"task_state": None}
+            if error:
+                values["vm_state"] = VmState.ERROR
+            db_api.instance_update(
+                session,
+                uuid,
+                values,
+                expected_task_state=list(t.passes),
+                expected_owner=ctx.request_id,
+                fetch=False,
+            )
+            actions.record_outcome(session, ctx, uuid, events=events, fault=fault, finish=t.record_as)
+
+        self.db.run_in_transaction(write)
+        self.services.notifier.emit(f"instance.{t.notify_as}.error", uuid)

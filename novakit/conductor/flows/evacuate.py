@@ -1,0 +1,127 @@
+"""Evacuation: a server rebuilt on another host because its own is down.
+
+**Evacuation** (``evacuate``, task ``rebuilding`` -> ``rebuild_spawning``; the migration
+``accepted`` -> ``pre-migrating`` -> ``done``): only for a server whose host is down by the
+liveness rules. The server is rebuilt on another host from its image, with its ports; the
+down source's old guest and claim stay with the migration until heal finds the host back
+and removes them (``completed``: Nova's clean-up of evacuated instances at start-up). A
+rebuild that fails leaves the server in error on its old host, the new claim gone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.cells.registry import in_cell_of
+from novakit.compute import actions
+from novakit.compute.messages import ComputeRequest, InstanceResult
+from novakit.compute.rpc import instance_spec
+from novakit.compute.states import ACTIONS, TaskState, VmState
+from novakit.conductor.core import ctx_admin
+from novakit.conductor.flows.base import Flow
+from novakit.context import RequestContext
+from novakit.db import api as db_api
+from novakit.moves import migrations
+from novakit.network import ports
+from novakit.placement.allocations import move_allocations_in_session, remove_allocations_in_session
+
+T = TaskState
+
+
+class Evacuate(Flow):
+    """Nova's evacuate (the ``evacuate`` row): rebuilt elsewhere from its image."""
+
+    @in_cell_of("uuid")
+    def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
+        t = ACTIONS[action]
+        mig, source, flavor = self.take_source_claim(ctx, uuid, "evacuation", "accepted")
+        try:
+            with actions.instance_event(self.db, ctx, uuid, "conductor_rebuild_server"):
+                dest = self.select_destination(
+                    ctx,
+                    uuid,
+                    mig,
+                    flavor,
+                    options.get("host"),
+                    source,
+                    T.REBUILDING,
+                    ("accepted", "pre-migrating"),
+                )
+        except exceptions.NovakitError:
+            self.roll_back(ctx, uuid, t, mig, events=[], fault=None)
+            raise
+
+        def spawning(session: Session) -> tuple[Any, str]:
+            db_api.instance_update(
+                session,
+                uuid,
+                {
+                    "task_state": T.REBUILD_SPAWNING,
+                    "task_lease_until": self.services.lease_until(),
+                    "host": dest,
+                    "node": dest,
+                },
+                expected_task_state=[T.REBUILDING],
+                expected_owner=ctx.request_id,
+                fetch=False,
+            )
+            ports.bind_host(session, [uuid], dest, "BUILD")
+            inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
+            return instance_spec(session, inst), inst.vm_state
+
+        spec, old_vm_state = self.db.run_in_transaction(spawning)
+        stopped = old_vm_state == VmState.STOPPED.value
+        request = ComputeRequest(
+            request_id=ctx.request_id,
+            host=dest,
+            operation="build",
+            action=action,
+            instances=[spec],
+        )
+        result = self.services.rpc.send(request)
+        built = next((r for r in result.results if r.uuid == uuid), None) or InstanceResult(
+            uuid=uuid, ok=False, fault=result.error
+        )
+        if built.ok and stopped:  # a stopped server is evacuated stopped, as Nova does
+            off = self.services.call(ctx, dest, "stop", action, spec, {"timeout": 0})
+            built.events += off.events
+            built.power_state = off.power_state
+
+        def done(session: Session) -> None:
+            values: dict[str, Any] = {"task_state": None}
+            if built.ok:
+                migrations.set_status(session, mig, "pre-migrating", "done")
+                ports.set_status(session, [uuid], "ACTIVE")
+                values["vm_state"] = VmState.STOPPED if stopped else VmState.ACTIVE
+                values["power_state"] = built.power_state if built.power_state is not None else 1
+            else:  # nothing runs anywhere: in error, on its old host, with its old claim
+                remove_allocations_in_session(session, uuid)
+                move_allocations_in_session(session, mig, uuid)
+                migrations.set_status(session, mig, "pre-migrating", "error")
+                ports.bind_host(session, [uuid], source)
+                values.update(vm_state=VmState.ERROR, host=source, node=source)
+            db_api.instance_update(
+                session,
+                uuid,
+                values,
+                expected_task_state=[T.REBUILD_SPAWNING],
+                expected_owner=ctx.request_id,
+                fetch=False,
+            )
+            actions.record_outcome(
+                session,
+                ctx,
+                uuid,
+                events=built.events,
+                fault=None if built.ok else built.fault,
+                finish=t.record_as,
+            )
+
+        self.db.run_in_transaction(done)
+        self.services.notifier.emit(f"instance.evacuate.{'end' if built.ok else 'error'}", uuid, host=dest)
+
+    def dry_run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> str | None:
+        return self.plan_elsewhere(ctx, uuid, options)

@@ -1,0 +1,117 @@
+"""Live migration: a running server moved without a stop.
+
+**Live migration** (``live_migrate``, task ``migrating``; the migration ``queued`` ->
+``preparing`` -> ``running`` -> ``completed``): the migration takes the source's claim and the
+scheduler claims the destination for the instance, as a resize does; the destination gets
+ready (``pre_live_migration``), the source moves the guest while it runs
+(``live_migration``), the destination makes it its own
+(``post_live_migration_at_destination``). Then the server is the destination's, its ports
+bound there, and the migration's claim on the source goes. A failure rolls back as Nova's
+``_rollback_live_migration``: the destination cleans up, the claims go back, the guest still
+runs on the source, the server is where it was with the action's error, the migration error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from novakit import exceptions
+from novakit.cells.registry import in_cell_of
+from novakit.compute import actions
+from novakit.compute.messages import InstanceResult
+from novakit.compute.rpc import instance_spec
+from novakit.compute.states import ACTIONS, TaskState
+from novakit.conductor.core import ctx_admin
+from novakit.conductor.flows.base import Flow
+from novakit.context import RequestContext
+from novakit.db import api as db_api
+from novakit.moves import migrations
+from novakit.network import ports
+from novakit.placement.allocations import remove_allocations_in_session
+
+T = TaskState
+
+
+class LiveMigrate(Flow):
+    """Nova's live migration (the ``live_migrate`` row)."""
+
+    @in_cell_of("uuid")
+    def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
+        t = ACTIONS[action]
+        mig, source, flavor = self.take_source_claim(ctx, uuid, "live-migration", "queued")
+        try:
+            with actions.instance_event(self.db, ctx, uuid, "conductor_live_migrate_instance"):
+                dest = self.select_destination(
+                    ctx, uuid, mig, flavor, options.get("host"), source, T.MIGRATING, ("queued", "preparing")
+                )
+        except exceptions.NovakitError:
+            self.roll_back(ctx, uuid, t, mig, events=[], fault=None)
+            raise
+        with self.db.reader() as session:
+            spec = instance_spec(session, db_api.instance_get(session, ctx_admin(ctx), uuid))
+        events: list[Any] = []
+        ready = self.services.call(ctx, dest, "pre_live_migration", action, spec, {})
+        events += ready.events
+        moved: InstanceResult | None = None
+        if ready.ok:
+            self.db.run_in_transaction(lambda s: migrations.set_status(s, mig, "preparing", "running"))
+            moved = self.services.call(
+                ctx,
+                source,
+                "live_migration",
+                action,
+                spec,
+                {"dest_host": dest, "dest_info": ready.disk_info or {}},
+            )
+            events += moved.events
+        if moved is None or not moved.ok:  # the guest still runs on the source
+            cleanup = self.services.call(
+                ctx, dest, "rollback_live_migration_at_destination", action, spec, {}
+            )
+            failed = moved if moved is not None else ready
+            self.roll_back(ctx, uuid, t, mig, events=[*events, *cleanup.events], fault=failed.fault)
+            return
+        landed = self.services.call(
+            ctx,
+            dest,
+            "post_live_migration_at_destination",
+            action,
+            spec,
+            {"disk_info": moved.disk_info or {}},
+        )
+        # Past this point the guest runs on the destination whatever the last step said: the
+        # records follow the guest; a failed last step is recorded as the action's error.
+
+        def done(session: Session) -> None:
+            remove_allocations_in_session(session, mig)
+            migrations.set_status(session, mig, "running", "completed" if landed.ok else "error")
+            ports.bind_host(session, [uuid], dest)
+            values: dict[str, Any] = {"host": dest, "node": dest, "task_state": None}
+            if landed.power_state is not None:
+                values["power_state"] = landed.power_state
+            db_api.instance_update(
+                session,
+                uuid,
+                values,
+                expected_task_state=[T.MIGRATING],
+                expected_owner=ctx.request_id,
+                fetch=False,
+            )
+            actions.record_outcome(
+                session,
+                ctx,
+                uuid,
+                events=[*events, *landed.events],
+                fault=None if landed.ok else landed.fault,
+                finish=t.record_as,
+            )
+
+        self.db.run_in_transaction(done)
+        self.services.notifier.emit(
+            f"instance.live_migration._post.{'end' if landed.ok else 'error'}", uuid, host=dest
+        )
+
+    def dry_run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> str | None:
+        return self.plan_elsewhere(ctx, uuid, options)

@@ -10,6 +10,7 @@ The work itself is the conductor's.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,17 @@ from novakit.db.models import Instance
 
 if TYPE_CHECKING:
     from novakit.conductor import Conductor
+
+
+#: the actions that start whatever task is under way (Nova's delete, lock, unlock and rename look
+#: at no task state): a concurrent change of the server between their read and their guarded
+#: write is read again, up to ``RACE_RETRIES`` times, instead of refusing them
+RETRIED_ON_RACE = frozenset({"delete", "lock", "unlock", "rename"})
+RACE_RETRIES = 3
+
+#: what the guarded write of ``act`` says: the server's uuid (None: none), whether it changed
+#: anything, and the options for the host
+_Started = tuple[str | None, bool, dict[str, Any]]
 
 
 class API(CreateAPI):
@@ -249,7 +261,7 @@ class API(CreateAPI):
                 server=view, changed=values is not None, action=t.action, would_move_to=destination
             )
 
-        def write(session: Session) -> tuple[str | None, bool, dict[str, Any]]:
+        def write(session: Session) -> _Started:
             inst, values, host_options = check(session)
             if inst is None or values is None:
                 return (inst.uuid if inst is not None else None), False, {}
@@ -267,7 +279,7 @@ class API(CreateAPI):
             return inst.uuid, True, host_options
 
         try:
-            uuid, changed, host_options = self.db.run_in_transaction(write)
+            uuid, changed, host_options = self._guarded(t, write)
         except IntegrityError:  # the rename's name was taken meanwhile
             raise exceptions.DuplicateName(name=opts.get("name") or ref, project_id=ctx.project_id) from None
         if uuid is None:
@@ -279,6 +291,19 @@ class API(CreateAPI):
             view = server_view(db_api.instance_get(session, ctx, uuid, include_deleted=True), ctx)
             failed = actions.failure_of(session, ctx, uuid, t.record_as) if changed and t.flow else None
         return ActOutcome(server=view, changed=changed, action=t.action, request=request, error=failed)
+
+    def _guarded(self, t: Transition, write: Callable[[Session], _Started]) -> _Started:
+        """The guarded write that starts ``t``. The actions Nova runs whatever task is under way
+        (``RETRIED_ON_RACE``) are read and checked again when another writer changed the server
+        between their read and their write (on PostgreSQL a concurrent commit lands there); the
+        checks then decide on what is now recorded. Bounded: a server that keeps changing wins."""
+        for attempt in range(RACE_RETRIES + 1):
+            try:
+                return self.db.run_in_transaction(write)
+            except exceptions.UnexpectedTaskStateError:
+                if t.action not in RETRIED_ON_RACE or attempt == RACE_RETRIES:
+                    raise
+        raise AssertionError("unreachable")
 
     def _abandoned(self, inst: Instance) -> bool:
         """Whether ``inst``'s running task has lost its owner (its lease ran out)."""

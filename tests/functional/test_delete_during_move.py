@@ -61,3 +61,32 @@ def test_deleting_a_resize_killed_after_the_destination_built_removes_both_guest
     assert _allocations(cloud) == []
     mig = migrations.list_migrations(cloud.db, cloud.admin, server=server["id"])[0]
     assert mig["status"] not in migrations.IN_PROGRESS
+
+
+def test_deleting_a_live_migration_killed_after_the_guest_moved_removes_it_and_every_claim(
+    cloud: Cloud, ctx: RequestContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = boot(cloud, ctx, "web")
+    source = server["host"]
+    real_update = db_api.instance_update
+
+    def update(session: Any, uuid: str, values: dict[str, Any], **kw: Any) -> Any:
+        if "host" in values and kw.get("expected_task_state") == ["migrating"]:  # the guest has landed
+            raise _Killed("before the last write")
+        return real_update(session, uuid, values, **kw)
+
+    monkeypatch.setattr(db_api, "instance_update", update)
+    with pytest.raises(_Killed):
+        cloud.api.act(cloud.admin, server["id"], "live_migrate")
+    monkeypatch.undo()
+    dest = migrations.list_migrations(cloud.db, cloud.admin, server=server["id"])[0]["dest_compute"]
+    assert dest and dest != source
+    assert server["id"] in _guests(cloud, dest)  # the guest runs there now; the records say source
+
+    cloud.api.act(ctx, "web", "delete")
+
+    assert [s["id"] for s in cloud.api.list(cloud.admin)] == []
+    assert server["id"] not in _guests(cloud, source) | _guests(cloud, dest)
+    assert _allocations(cloud) == []
+    mig = migrations.list_migrations(cloud.db, cloud.admin, server=server["id"])[0]
+    assert mig["status"] not in migrations.IN_PROGRESS

@@ -315,6 +315,7 @@ class Healer(PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, Mov
             report.corrections.extend(step(self._due_moves, dry_run))
             # A move of a server that is gone ends as its delete would have ended it.
             report.corrections.extend(step(self._moves_of_gone_servers, reports, dry_run))
+            report.corrections.extend(step(self._interrupted_confirms, seen, reports, dry_run))
         # After the orphan attachments: a volume whose server is gone is released there.
         report.corrections.extend(step(self._interrupted_volumes, wanted, seen, report, dry_run))
         report.corrections.extend(step(self._orphan_allocations, wanted, dry_run))

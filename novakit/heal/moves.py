@@ -35,6 +35,7 @@ _KEPT_FOR_REVERT = ("finished", "confirming", "reverting")
 class Moves:
     db: Any
     _holders: Any
+    _in_cell: Any
     conf: Any
     ctx: Any
     rpc: Any
@@ -158,6 +159,109 @@ class Moves:
                 self.db.run_in_transaction(write)
             except exceptions.Conflict as exc:
                 c.error = f"skipped: the migration changed meanwhile ({exc.format_message()})"
+                continue
+            c.applied = True
+        return out
+
+    def _interrupted_confirms(
+        self, seen: dict[str, Any], reports: dict[str, dict[str, int]], dry_run: bool
+    ) -> list[Correction]:
+        """Confirms cut off half way: a confirm has no task state (Nova's neither), only its
+        migration's ``confirming``, so a migration left ``confirming`` for longer than
+        ``compute.build_timeout`` (its last change counts, as a volume's) was abandoned. The
+        user asked for it and the guard let it start, so heal finishes it as the confirm's owner
+        would: the source's kept copy removed (``confirm_migration``, idempotent), the
+        migration's claim there freed, the migration ``confirmed``, the server ``active`` (or
+        ``stopped`` as it was) on its new host, the ``confirmResize`` action finished. A source
+        that does not answer leaves it for a later heal."""
+        from novakit.compute import actions
+        from novakit.compute.messages import Event
+        from novakit.db import api as db_api
+        from novakit.db.models import utcnow
+        from novakit.heal.base import RECOVER_EVENT
+
+        older = self.clock() - dt.timedelta(seconds=self.conf.compute.build_timeout)
+        with self.db.reader() as session:
+            rows = list(
+                session.execute(
+                    select(Migration).where(Migration.status == "confirming", Migration.updated_at < older)
+                ).scalars()
+            )
+        out: list[Correction] = []
+        for m in rows:
+            s = seen.get(m.instance_uuid)
+            if s is None or s.vm_state != VmState.RESIZED.value:
+                continue  # a server gone is ``_moves_of_gone_servers``'; one changed, its owner's
+            c = Correction(
+                kind="task_recovered",
+                instance=m.instance_uuid,
+                host=m.source_compute,
+                before="resized/confirming",
+                after="confirmed",
+                detail=f"its confirm was cut off (migration {m.uuid} confirming since {m.updated_at}): "
+                "finished",
+            )
+            out.append(c)
+            if m.source_compute not in reports:
+                c.error = f"left until {m.source_compute} answers"
+                continue
+            if dry_run:
+                continue
+            result = self.rpc.send(
+                ComputeRequest(
+                    request_id=self.ctx.request_id,
+                    host=str(m.source_compute),
+                    operation="confirm_migration",
+                    instances=[_bare_spec(m.instance_uuid)],
+                )
+            )
+            res = result.results[0] if result.results else None
+            if res is None or not res.ok:
+                fault = (res.fault if res is not None else None) or result.error
+                c.error = f"the source kept its copy: {fault.message if fault else 'no answer'}"
+                continue
+            end = VmState.STOPPED if m.old_vm_state == VmState.STOPPED.value else VmState.ACTIVE
+            now = utcnow()
+            events = [
+                Event(
+                    event=RECOVER_EVENT,
+                    start_time=now,
+                    finish_time=now,
+                    result="Success",
+                    host=m.source_compute,
+                    details=c.detail,
+                ),
+                *res.events,
+            ]
+
+            def write(
+                session: Any, m: Migration = m, end: VmState = end, events: list[Event] = events
+            ) -> None:
+                migrations.set_status(session, m.uuid, "confirming", "confirmed")
+                remove_allocations_in_session(session, m.uuid)
+                db_api.instance_update(
+                    session,
+                    m.instance_uuid,
+                    {"vm_state": end},
+                    expected_vm_state=[VmState.RESIZED],
+                    expected_task_state=[None],
+                    fetch=False,
+                )
+                row = actions.unfinished_action(session, m.instance_uuid, "confirmResize")
+                ctx = self.ctx.with_request_id(row.request_id) if row is not None else self.ctx
+                actions.record_outcome(
+                    session,
+                    ctx,
+                    m.instance_uuid,
+                    start=None if row is not None else "confirmResize",
+                    events=events,
+                    finish="confirmResize",
+                )
+
+            try:
+                self._in_cell(s.cell, self.db.run_in_transaction, write)
+            except exceptions.NovakitError as exc:
+                c.error = f"skipped: it changed meanwhile ({exc.format_message()})"
                 continue
             c.applied = True
         return out
@@ -345,7 +449,7 @@ class MoveRecovery:
                     move_allocations_in_session(session, mig.uuid, s.uuid)
                     migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "error")
                     values.update(host=mig.source_compute, node=mig.source_compute, vm_state=VmState.ERROR)
-                    where = "error"
+                    where = "error (the new host has no guest: an interrupted rebuild)"
             elif mig is not None and forward:
                 values.update(host=mig.dest_compute, node=mig.dest_compute)
                 if mig.migration_type == "live-migration":
@@ -370,7 +474,7 @@ class MoveRecovery:
                 if not on_source:
                     values["vm_state"] = VmState.ERROR
                 ports.bind_host(session, [s.uuid], mig.source_compute)
-                where = "rolled back" if on_source else "error"
+                where = "rolled back" if on_source else "error (its guest is on neither host)"
             elif is_unshelve(task, inst.vm_state):
                 where = self._settle_unshelve(session, s, inst.vm_state, power, values)
                 finished = where.startswith("unshelved")
@@ -465,11 +569,13 @@ class MoveRecovery:
         """The shelved image of a server whose unshelve heal finished goes, as the unshelve's own
         end deletes it (``novakit.moves.images``)."""
         from novakit.compute import images
+        from novakit.conductor.flows.shelve import Unshelve
 
         with self.db.reader() as session:
             shelved = images.shelved_image_of(session, uuid)
-        if shelved is not None:
-            self.conductor._delete_image(self.ctx, shelved)
+        flow = self.conductor.flow_of("unshelve")
+        if shelved is not None and isinstance(flow, Unshelve):
+            flow.delete_image(self.ctx, shelved)
 
     def _has_guest(self, host: str, uuid: str) -> bool:
         spec = _bare_spec(uuid)

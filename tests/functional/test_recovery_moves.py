@@ -204,6 +204,37 @@ def test_the_claim_of_a_move_whose_server_was_deleted_is_freed_by_heal(
     assert heal(cloud.db, cloud.conf, ctx=cloud.admin, clock=_later(cloud)).corrections == []
 
 
+# --- a confirm killed half way (it has no task state: its migration is ``confirming``) ---------
+
+
+def test_a_confirm_killed_half_way_is_finished_by_heal(
+    cloud: Cloud, ctx: RequestContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = boot(cloud, ctx, "web")
+    source = server["host"]
+    cloud.api.act(ctx, "web", "resize", {"flavor": "m1.large"})
+    dest = cloud.api.get(cloud.admin, "web")["host"]
+    _kill_at(cloud, monkeypatch, "confirm_migration", after=False)
+    with pytest.raises(_Killed):
+        cloud.api.act(ctx, "web", "confirm_resize")
+    monkeypatch.undo()
+    [mig] = migrations.list_migrations(cloud.db, cloud.admin, server=server["id"])
+    assert mig["status"] == "confirming"
+    assert heal(cloud.db, cloud.conf, ctx=cloud.admin).corrections == []  # it may still be running
+
+    report = heal(cloud.db, cloud.conf, ctx=cloud.admin, clock=_later(cloud))
+
+    assert ("task_recovered", True) in _kinds(report)
+    shown = cloud.api.get(cloud.admin, "web")
+    assert (shown["status"], shown["host"], shown["flavor"]["name"]) == ("ACTIVE", dest, "m1.large")
+    [mig] = migrations.list_migrations(cloud.db, cloud.admin, server=server["id"])
+    assert mig["status"] == "confirmed" and _held(cloud, mig["id"]) == {}
+    assert _guests(cloud, server["id"]) == {dest: 1} and source != dest
+    assert heal(cloud.db, cloud.conf, ctx=cloud.admin, clock=_later(cloud)).corrections == []
+    cloud.api.act(ctx, "web", "stop")
+    assert cloud.api.get(ctx, "web")["status"] == "SHUTOFF"
+
+
 # --- item 4: a shelve killed after the host offloaded the guest ----------------------------------
 
 
@@ -269,12 +300,13 @@ def test_two_heals_racing_for_an_orphan_attachment_both_finish(
 ) -> None:
     if cloud.db.engine.dialect.name != "postgresql":
         pytest.skip("SQLite runs one writer at a time: the two heals cannot be inside their writes at once")
+    from novakit.compute import volume_attach
     from novakit.volume import attachments, volumes
 
     server = boot(cloud, ctx, "web")
     svc = cloud.api.conductor
     vol = volumes.create(svc, ctx, "v", 1, host=server["host"])
-    attachments.attach(cloud.api, ctx, server["id"], vol["id"])
+    volume_attach.attach(cloud.api, ctx, server["id"], vol["id"])
     # The server's record went and nothing released its volume (a delete killed in between).
     with cloud.db.writer() as session:
         session.execute(

@@ -14,7 +14,7 @@ description:
   - The embedded SQLite default migrates itself on first use and needs no such step.
   - Every cell's database is upgraded too, and cell0's is made beside the API database
     (PostgreSQL C(<name>_cell0)). The module fails, saying so, when cell0's database cannot be
-    made: the database user needs CREATEDB, or the database created by hand and owned by it.
+    made (the database user needs CREATEDB, or the database created by hand and owned by it).
     Check mode fails the same way.
   - Needs the C(admin) role (a schema change is the operator's).
 version_added: 0.1.0

@@ -308,6 +308,8 @@ class Healer(PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, Mov
         # race leaves the rest of the run to be done.
         report.corrections.extend(step(self._reap_stuck_builds, wanted, dry_run, reports))
         if not wanted:
+            # Before the abandoned actions: a confirm cut off is finished in its own action.
+            report.corrections.extend(step(self._interrupted_confirms, seen, reports, dry_run))
             report.corrections.extend(step(self._abandoned_actions, dry_run))
             report.corrections.extend(step(self._stray_copies, dry_run))
             report.corrections.extend(step(self._orphan_attachments, dry_run))
@@ -315,7 +317,6 @@ class Healer(PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, Mov
             report.corrections.extend(step(self._due_moves, dry_run))
             # A move of a server that is gone ends as its delete would have ended it.
             report.corrections.extend(step(self._moves_of_gone_servers, reports, dry_run))
-            report.corrections.extend(step(self._interrupted_confirms, seen, reports, dry_run))
         # After the orphan attachments: a volume whose server is gone is released there.
         report.corrections.extend(step(self._interrupted_volumes, wanted, seen, report, dry_run))
         report.corrections.extend(step(self._orphan_allocations, wanted, dry_run))

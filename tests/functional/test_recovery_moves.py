@@ -224,9 +224,11 @@ def test_a_confirm_killed_half_way_is_finished_by_heal(
 
     report = heal(cloud.db, cloud.conf, ctx=cloud.admin, clock=_later(cloud))
 
-    assert ("task_recovered", True) in _kinds(report)
+    assert _kinds(report) == [("task_recovered", True)]
     shown = cloud.api.get(cloud.admin, "web")
     assert (shown["status"], shown["host"], shown["flavor"]["name"]) == ("ACTIVE", dest, "m1.large")
+    [confirm] = [a for a in cloud.api.list_actions(ctx, "web") if a["action"] == "confirmResize"]
+    assert confirm["finish_time"] is not None
     [mig] = migrations.list_migrations(cloud.db, cloud.admin, server=server["id"])
     assert mig["status"] == "confirmed" and _held(cloud, mig["id"]) == {}
     assert _guests(cloud, server["id"]) == {dest: 1} and source != dest

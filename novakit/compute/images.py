@@ -125,7 +125,7 @@ def spec(i: Image) -> ImageSpec:
     )
 
 
-def create(db: Database, ctx: RequestContext, data: dict[str, Any]) -> dict[str, Any]:
+def create(db: Database, ctx: RequestContext, data: dict[str, Any], dry_run: bool = False) -> dict[str, Any]:
     """Register an image (admin only); public unless ``data["visibility"]`` says otherwise."""
     policy.authorize(ctx, "image:create")
     req = schemas.parse(schemas.ImageCreate, data)
@@ -154,10 +154,15 @@ def create(db: Database, ctx: RequestContext, data: dict[str, Any]) -> dict[str,
             properties=properties,
             visibility=visibility,
         )
+        if dry_run:  # check mode: every check, nothing written
+            return view(row, ctx)
         session.add(row)
         session.flush()
         return view(row, ctx)
 
+    if dry_run:
+        with db.reader() as session:
+            return write(session)
     return db.run_in_transaction(write)
 
 

@@ -18,7 +18,7 @@ extends_documentation_fragment:
   - novakit.cloud.common
 attributes:
   diff_mode:
-    support: none
+    support: full
 options:
   name:
     description: Image name.
@@ -45,6 +45,15 @@ options:
     description: Image properties (C(architecture), C(hypervisor_type), C(kernel_id), C(ramdisk_id), C(os_command_line), C(hw_*)).
     type: dict
     default: {}
+  visibility:
+    description:
+      - Who sees and boots the image (Glance's visibility). C(public) every project; C(private) its owner
+        project only; C(shared) its owner and the projects it is shared with that accepted; C(community)
+        any project that names it (listed only on request).
+      - Unset, a new image is C(public) and an existing one keeps its visibility. Changing it is done in place;
+        making an image C(public) takes the admin role.
+    type: str
+    choices: [public, private, shared, community]
 """
 
 EXAMPLES = r"""
@@ -94,60 +103,72 @@ image:
     status:
       description: C(active) once registered.
       type: str
+    visibility:
+      description: C(public), C(private), C(shared) or C(community).
+      type: str
+    owner:
+      description: The project that owns it.
+      type: str
   sample: {id: 9d8bbd3c-5a69-4f4e-b6b4-0d2f3a1c9e11, name: tiny, disk_format: qcow2, location: /var/lib/novakit/images/tiny.qcow2, status: active}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule  # noqa: E402
 
 
-class ImageModule(NovakitModule):
+class ImageModule(CatalogModule):
+    resource = "image"
+    unset_is_wanted = True
+    cannot_change = "register the new file under a new name"
     argument_spec = {
         "name": {"type": "str", "required": True},
-        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "state": STATE_ARG,
         "location": {"type": "str", "default": ""},
         "disk_format": {"type": "str", "choices": ["qcow2", "raw", "aki", "ari", "ami"], "default": "qcow2"},
         "checksum": {"type": "str"},
         "properties": {"type": "dict", "default": {}},
+        "visibility": {"type": "str", "choices": ["public", "private", "shared", "community"]},
     }
-    module_kwargs = {"supports_check_mode": True}
 
-    def run(self):
+    def find(self):
         from novakit.compute import images
 
-        db, ctx, p = self.database(), self.context(), self.params
-        existing = next((i for i in images.list_images(db) if i["name"] == p["name"]), None)
-        if p["state"] == "absent":
-            if existing and not self.check_mode:
-                images.delete(db, ctx, p["name"])
-            return {"changed": existing is not None}
+        name = self.params["name"]
+        return next((i for i in images.list_images(self.database()) if name in (i["name"], i["id"])), None)
+
+    def wanted(self):
+        p = self.params
         props = {k: str(v) for k, v in p["properties"].items()}
-        if existing:
-            same = (
-                existing["location"] == p["location"]
-                and existing["disk_format"] == p["disk_format"]
-                and existing["checksum"] == p["checksum"]
-                and existing["properties"] == props
-            )
-            if same:
-                return {"changed": False, "image": existing}
-            self.ansible.fail_json(
-                msg=f"image {p['name']} is registered with other values; "
-                "register the new file under a new name"
-            )
-        if self.check_mode:
-            return {"changed": True}
-        image = images.create(
-            db,
-            ctx,
-            {
-                "name": p["name"],
-                "location": p["location"],
-                "disk_format": p["disk_format"],
-                "checksum": p["checksum"],
-                "properties": props,
-            },
+        return {
+            "location": p["location"],
+            "disk_format": p["disk_format"],
+            "checksum": p["checksum"],
+            "properties": props,
+            **({"visibility": p["visibility"]} if p["visibility"] else {}),
+        }
+
+    def create(self, dry_run):
+        from novakit.compute import images
+
+        return images.create(
+            self.database(), self.context(), {"name": self.params["name"], **self.wanted()}, dry_run=dry_run
         )
-        return {"changed": True, "image": image}
+
+    def update(self, current, changes, dry_run):
+        from novakit.compute import images
+
+        if set(changes) != {"visibility"}:  # only who sees it changes in place
+            return super().update(current, changes, dry_run)
+        if dry_run:
+            return None
+        return images.set_visibility(
+            self.database(), self.context(), current["id"], self.params["visibility"]
+        )
+
+    def delete(self, current, dry_run):
+        from novakit.compute import images
+
+        if not dry_run:  # the images catalog has no dry run of a delete: found is all it checks
+            images.delete(self.database(), self.context(), current["id"])
 
 
 def main():

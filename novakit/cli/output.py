@@ -116,10 +116,6 @@ def select(columns: Sequence[Col], wanted: Sequence[str] | None) -> list[Col]:
     return out
 
 
-def refuse(field: str, rule: str) -> None:
-    raise exceptions.ValidationError(field, rule)
-
-
 def sorted_rows(
     rows: list[dict[str, Any]], columns: Sequence[Col], by: Sequence[str] | None, descending: bool = False
 ) -> list[dict[str, Any]]:

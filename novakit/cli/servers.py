@@ -261,6 +261,13 @@ def server_create(
         raise typer.Exit(1)
 
 
+def _page_size(value: int | None) -> int | None:
+    """openstack's --limit: a page size, or -1 for every server (a usage error otherwise)."""
+    if value is not None and value != -1 and value < 1:
+        raise typer.BadParameter("must be -1 (all) or at least 1")
+    return value
+
+
 @server_app.command("list")
 def server_list(
     status: str | None = typer.Option(None, help="only servers in this status (ACTIVE, SHUTOFF, ERROR, ...)"),
@@ -273,7 +280,9 @@ def server_list(
         False, "--deleted", help="deleted servers only (your project's; every project's with --all-projects)"
     ),
     long: bool = typer.Option(False, "--long", help="more columns: task and power state, host, zone, ..."),
-    limit: int | None = typer.Option(None, help="at most this many servers (a page); -1: all", min=-1),
+    limit: int | None = typer.Option(
+        None, help="at most this many servers (a page); -1: all", callback=_page_size
+    ),
     marker: str | None = typer.Option(None, help="start after this server id (the previous page's last)"),
     sort_key: str = typer.Option("created_at", help="order by created_at, name, vm_state or uuid"),
     sort_dir: str = typer.Option("asc", help="asc or desc"),
@@ -289,8 +298,6 @@ def server_list(
     column: list[str] | None = COLUMN,
 ) -> None:
     """List servers (your project's; an admin's --all-projects: every project's)."""
-    if limit == 0:
-        guard(lambda: output.refuse("limit", "must be -1 (all) or at least 1"))
     query = {
         "status": status,
         "name": name,

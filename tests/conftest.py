@@ -50,6 +50,9 @@ if WORKER:
     for _var in PG_URL_VARS:
         if os.environ.get(_var):
             os.environ[_var] = worker_url(os.environ[_var], WORKER)
+    # A worker finds COLUMNS=80 in its environment, which a run in one process (output piped, as
+    # in CI) does not: novakit's console, made at import, would cut its tables at 80 columns.
+    os.environ.pop("COLUMNS", None)
 
 REQUIRE_REAL = os.environ.get("NOVAKIT_REQUIRE_REAL") == "1"
 PG_URL = os.environ.get("NOVAKIT_TEST_PG_URL", "")

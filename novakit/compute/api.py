@@ -22,7 +22,7 @@ from novakit import exceptions, policy, scheduler
 from novakit.cells import instances as cell_instances
 from novakit.cells import mappings
 from novakit.cells.registry import locate, targeting
-from novakit.compute import actions, listing, prepare, states
+from novakit.compute import actions, hosts, listing, prepare, states
 from novakit.compute.create import CreateAPI
 from novakit.compute.messages import ComputeRequest
 from novakit.compute.states import (
@@ -231,16 +231,7 @@ class API(CreateAPI):
             ):
                 return inst, None, {}
             _check_lock(ctx, inst, t)
-            if not t.allows(inst.vm_state, inst.task_state):
-                raise exceptions.InstanceInvalidState(
-                    action=t.action,
-                    instance_uuid=inst.uuid,
-                    vm_state=inst.vm_state,
-                    task_state=inst.task_state,
-                )
-            # After the state: a state that leaves no host (shelved_offloaded) is told as such.
-            if t.needs_host and not inst.host:
-                raise exceptions.InstanceNotReady(instance_uuid=inst.uuid, action=t.action)
+            states.check(t, inst, lambda host: hosts.is_up(hosts.service_in(session, host), self.conf))
             values, host_options = prepare.step_for(t.action)(self, session, ctx, inst, opts)
             if t.passes:
                 values["task_state"] = t.passes[0]

@@ -26,7 +26,7 @@ from novakit import exceptions, policy
 from novakit.cells import instances as cell_instances
 from novakit.cells import mappings
 from novakit.cells.registry import UNSCHEDULED, grouped
-from novakit.compute import actions, flavors, images, passwords, schemas
+from novakit.compute import actions, flavors, images, listing, passwords, schemas
 from novakit.compute import names as naming
 from novakit.compute.states import (
     PowerState,
@@ -77,7 +77,11 @@ class CreateAPI:
         if build and outcome.unbuilt:
             # The conductor starts from the records just written instead of reading them back.
             self.conductor.build_instances(ctx, outcome.unbuilt, records=outcome.records)
-            return [server_view(i, ctx) for i in cell_instances.get_many(self.db, ctx, outcome.uuids)]
+            built = cell_instances.get_many(self.db, ctx, outcome.uuids)
+            with self.db.reader() as session:
+                names = listing.image_names(session, {i.image_ref for i in built if i.image_ref})
+            # Shown as a listing shows them: the image by its name.
+            return [server_view(i, ctx, names.get(i.image_ref or "")) for i in built]
         return outcome.servers
 
     def create_servers(

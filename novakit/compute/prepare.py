@@ -188,6 +188,15 @@ def _prepare_resize_answer(
     return {}, {}
 
 
+def _prepare_revert_resize(
+    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A revert takes the server back to its old host: a volume attached while it waited in
+    resized lives in the new host's pool and cannot go with it (confirm, or detach first)."""
+    _check_movable(session, inst)
+    return _prepare_resize_answer(api, session, ctx, inst, opts)
+
+
 def _prepare_rescue(
     api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -246,7 +255,7 @@ STEPS: dict[str, Prepare] = {
     "resize": _prepare_resize,
     "migrate": _prepare_migrate,
     "confirm_resize": _prepare_resize_answer,
-    "revert_resize": _prepare_resize_answer,
+    "revert_resize": _prepare_revert_resize,
     "live_migrate": _prepare_live_migrate,
     "evacuate": _prepare_evacuate,
     "rescue": _prepare_rescue,

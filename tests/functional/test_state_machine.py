@@ -129,14 +129,15 @@ def _volume_action(cloud: Cloud, ctx: Any, action: str, uuid: str) -> dict[str, 
     """attach_volume / detach_volume through novakit.volume, with a volume on the server's host
     (attached in the records first for a detach)."""
     from novakit import quota
-    from novakit.volume import attachments, volumes
+    from novakit.compute import volume_attach
+    from novakit.volume import volumes
 
     for resource in ("volumes", "gigabytes"):
         quota.set_quota(cloud.db, ctx.project_id, resource, -1)
     host = cloud.api.get(cloud.admin, uuid)["host"]
     vol = volumes.create(cloud.api.conductor, ctx, f"v-{uuid[:8]}", 1, host=host)
     if action == "attach_volume":
-        attachments.attach(cloud.api, ctx, uuid, vol["id"])
+        volume_attach.attach(cloud.api, ctx, uuid, vol["id"])
     else:
         with cloud.db.writer() as session:
             session.execute(text("UPDATE volumes SET status = 'in-use' WHERE uuid = :v"), {"v": vol["id"]})
@@ -148,7 +149,7 @@ def _volume_action(cloud: Cloud, ctx: Any, action: str, uuid: str) -> dict[str, 
                 ),
                 {"a": str(uuidlib.uuid4()), "i": uuid, "v": vol["id"]},
             )
-        attachments.detach(cloud.api, ctx, uuid, vol["id"])
+        volume_attach.detach(cloud.api, ctx, uuid, vol["id"])
     return cloud.api.get(ctx, uuid)
 
 

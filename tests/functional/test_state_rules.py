@@ -99,7 +99,8 @@ def test_a_volume_attached_in_verify_resize_stays_with_a_confirm_and_blocks_a_re
     """Nova attaches volumes in resized; here a volume lives in one host's pool, so the server
     may confirm (it stays where the volume is) but not revert (its old host lacks it)."""
     from novakit import quota
-    from novakit.volume import attachments, volumes
+    from novakit.compute import volume_attach
+    from novakit.volume import volumes
 
     for resource in ("volumes", "gigabytes"):
         quota.set_quota(cloud.db, ctx.project_id, resource, -1)
@@ -108,7 +109,7 @@ def test_a_volume_attached_in_verify_resize_stays_with_a_confirm_and_blocks_a_re
     resized = cloud.api.get(cloud.admin, server["id"])
     assert resized["status"] == "VERIFY_RESIZE"
     vol = volumes.create(cloud.api.conductor, ctx, "data", 1, host=resized["host"])
-    attachments.attach(cloud.api, ctx, server["id"], vol["id"])
+    volume_attach.attach(cloud.api, ctx, server["id"], vol["id"])
     with cloud.db.engine.connect() as conn:
         status = conn.execute(text("SELECT status FROM volumes WHERE uuid = :v"), {"v": vol["id"]}).scalar()
     assert status == "in-use"

@@ -96,20 +96,26 @@ class QuotaModule(CatalogModule):
     }
 
     def project(self):
-        return self.params["name"] or self.context().project_id
+        # Left out: the caller's own; given empty, it is checked (and refused) as any other name.
+        name = self.params["name"]
+        return name if name is not None else self.context().project_id
 
     def find(self):
         from novakit import policy, quota
 
         policy.authorize(self.context(), "quota:update")
+        quota.check_project_id(self.project())
         self.usage = quota.get_quota_usage(self.database(), self.config(), self.project())
         return {r: self.usage[r]["limit"] for r in RESOURCES}
 
     def wanted(self):
+        from novakit import quota
+
         for resource in RESOURCES:
             value = self.params[resource]
-            if value is not None and value < -1:
-                self.fail(f"{resource} must be -1 (unlimited) or at least 0, got {value}")
+            if value is not None:
+                # The library's own checks of a limit, writing nothing.
+                quota.set_quota(self.database(), self.project(), resource, value, dry_run=True)
         return {r: self.params[r] for r in RESOURCES}
 
     def update(self, current, changes, dry_run):

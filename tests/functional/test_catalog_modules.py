@@ -147,4 +147,27 @@ def test_quota_in_check_mode_and_diff(cloud: Cloud, run: Any) -> None:
     assert real["changed"] and real["quota"] == dry["quota"] and real["project"] == "team-a"
     assert run("quota", {"name": "team-a", "volumes": 4})["changed"] is False
     bad = run("quota", {"name": "team-a", "cores": -2}, check=True)
-    assert bad["failed"] and "cores must be -1 (unlimited) or at least 0, got -2" in bad["msg"]
+    assert bad["failed"] and "quota cores: must be -1 (unlimited) or 0 to 2147483647, got -2" in bad["msg"]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (
+            {"name": "team-a", "instances": 2**63},
+            "quota instances: must be -1 (unlimited) or 0 to 2147483647",
+        ),
+        ({"name": "team\na", "instances": 5}, "project: must be printable"),
+        ({"name": "", "instances": 5}, "project: must be 1 to 255 characters"),
+    ],
+)
+def test_quota_refuses_a_bad_limit_or_project_in_both_modes(
+    cloud: Cloud, run: Any, args: dict[str, Any], words: str
+) -> None:
+    """Issue 25 item 14: SQLite's raw overflow text, a project with a newline, and an empty name
+    that silently meant the caller's own project."""
+    state = cloud.snapshot()
+    for check in (True, False):
+        bad = run("quota", args, check=check)
+        assert bad["failed"] and words in bad["msg"], bad
+    assert cloud.snapshot() == state

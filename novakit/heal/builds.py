@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from typing import Any
 
 from sqlalchemy import select
@@ -26,6 +27,8 @@ from novakit.heal.base import (
     _power,
     _Seen,
 )
+
+LOG = logging.getLogger(__name__)
 
 
 class StuckBuilds(HealerBase):
@@ -173,7 +176,12 @@ class StuckBuilds(HealerBase):
                 )
             ).scalar_one_or_none()
         if cell_id is None:
-            move_to_cell(self.db, [uuid], self.db.cells.cell0())
+            try:
+                move_to_cell(self.db, [uuid], self.db.cells.cell0())
+            except exceptions.NovakitError as exc:
+                # cell0 unusable (down, never made): it stays in the API database with its fault,
+                # as a server the scheduler could not place does then; a later heal cannot tell.
+                LOG.warning("instance %s stays unscheduled, cell0 unusable: %s", uuid, exc.format_message())
 
     def _adopt_build(
         self, s: _Seen, power: int, create_requests: dict[str, str], dry_run: bool

@@ -393,16 +393,8 @@ server_event_app = group("A server's actions and their events, as openstack serv
 server_app.add_typer(server_event_app, name="event")
 
 
-@server_event_app.command("list")
-def server_event_list(
-    server: str = SERVER,
-    deleted: bool = typer.Option(False, "--deleted", help="a deleted server (of a name: the last deleted)"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
-    """The server's actions and their events (openstack server event list; as server events)."""
-    server_events(server, deleted, fmt, out, column)
+# openstack's name for the same command: one function, registered under both names.
+server_event_app.command("list")(server_events)
 
 
 @server_app.command("console")

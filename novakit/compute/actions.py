@@ -34,6 +34,7 @@ from novakit.compute.faults import _truncate, fault_from_exception, fault_is_int
 from novakit.compute.messages import Event, Fault
 from novakit.compute.states import TaskState
 from novakit.context import RequestContext
+from novakit.db import api as db_api
 from novakit.db.api import ON_INSTANCES, one_of
 from novakit.db.engine import Database
 from novakit.db.models import InstanceAction, InstanceActionEvent, InstanceFault, utcnow
@@ -273,6 +274,29 @@ def record_events_many(
             .values(message="Error")
             .execution_options(synchronize_session=False)
         )
+
+
+def end_task(
+    session: Session,
+    ctx: RequestContext,
+    instance_uuid: str,
+    values: dict[str, Any],
+    expected_task_state: Sequence[TaskState | str | None],
+    **outcome: Any,
+) -> None:
+    """The write that ends a task its owner ran: the instance's final ``values``, written only
+    while the task is one of ``expected_task_state`` and still ``ctx``'s request's (a lost race
+    raises ``UnexpectedTaskStateError`` and writes nothing), then what became of its action
+    (``record_outcome``'s ``outcome``), in the caller's transaction."""
+    db_api.instance_update(
+        session,
+        instance_uuid,
+        values,
+        expected_task_state=list(expected_task_state),
+        expected_owner=ctx.request_id,
+        fetch=False,
+    )
+    record_outcome(session, ctx, instance_uuid, **outcome)
 
 
 def record_outcome(

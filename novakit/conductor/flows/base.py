@@ -162,15 +162,9 @@ class Flow:
             values: dict[str, Any] = {"task_state": None}
             if error:
                 values["vm_state"] = VmState.ERROR
-            db_api.instance_update(
-                session,
-                uuid,
-                values,
-                expected_task_state=list(t.passes),
-                expected_owner=ctx.request_id,
-                fetch=False,
+            actions.end_task(
+                session, ctx, uuid, values, list(t.passes), events=events, fault=fault, finish=t.record_as
             )
-            actions.record_outcome(session, ctx, uuid, events=events, fault=fault, finish=t.record_as)
 
         self.db.run_in_transaction(write)
         self.services.notifier.emit(f"instance.{t.notify_as}.error", uuid)

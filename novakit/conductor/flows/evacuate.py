@@ -103,18 +103,12 @@ class Evacuate(Flow):
                 migrations.set_status(session, mig, "pre-migrating", "error")
                 ports.bind_host(session, [uuid], source)
                 values.update(vm_state=VmState.ERROR, host=source, node=source)
-            db_api.instance_update(
-                session,
-                uuid,
-                values,
-                expected_task_state=[T.REBUILD_SPAWNING],
-                expected_owner=ctx.request_id,
-                fetch=False,
-            )
-            actions.record_outcome(
+            actions.end_task(
                 session,
                 ctx,
                 uuid,
+                values,
+                [T.REBUILD_SPAWNING],
                 events=built.events,
                 fault=None if built.ok else built.fault,
                 finish=t.record_as,

@@ -91,18 +91,12 @@ class LiveMigrate(Flow):
             values: dict[str, Any] = {"host": dest, "node": dest, "task_state": None}
             if landed.power_state is not None:
                 values["power_state"] = landed.power_state
-            db_api.instance_update(
-                session,
-                uuid,
-                values,
-                expected_task_state=[T.MIGRATING],
-                expected_owner=ctx.request_id,
-                fetch=False,
-            )
-            actions.record_outcome(
+            actions.end_task(
                 session,
                 ctx,
                 uuid,
+                values,
+                [T.MIGRATING],
                 events=[*events, *landed.events],
                 fault=None if landed.ok else landed.fault,
                 finish=t.record_as,

@@ -77,18 +77,12 @@ class Shelve(Flow):
                 drop_queued(session, image)
                 if res.power_state is not None:
                     values["power_state"] = res.power_state
-            db_api.instance_update(
-                session,
-                uuid,
-                values,
-                expected_task_state=[T.SHELVING_IMAGE_UPLOADING],
-                expected_owner=ctx.request_id,
-                fetch=False,
-            )
-            actions.record_outcome(
+            actions.end_task(
                 session,
                 ctx,
                 uuid,
+                values,
+                [T.SHELVING_IMAGE_UPLOADING],
                 events=res.events,
                 fault=None if res.ok else res.fault,
                 finish=None if offload_now else t.record_as,
@@ -235,16 +229,15 @@ def offload(
             values.update(vm_state=VmState.SHELVED_OFFLOADED, host=None, node=None)
             remove_allocations_in_session(session, uuid)
             ports.bind_host(session, [uuid], None)
-        db_api.instance_update(
+        actions.end_task(
             session,
+            ctx,
             uuid,
             values,
-            expected_task_state=[T.SHELVING_OFFLOADING],
-            expected_owner=ctx.request_id,
-            fetch=False,
-        )
-        actions.record_outcome(
-            session, ctx, uuid, events=res.events, fault=None if res.ok else res.fault, finish=record_as
+            [T.SHELVING_OFFLOADING],
+            events=res.events,
+            fault=None if res.ok else res.fault,
+            finish=record_as,
         )
 
     services.db.run_in_transaction(done)
@@ -271,12 +264,13 @@ def _end_unshelve(
         values.update(host=None, node=None)
         remove_allocations_in_session(session, uuid)
         ports.bind_host(session, [uuid], None)
-    db_api.instance_update(
+    actions.end_task(
         session,
+        ctx,
         uuid,
         values,
-        expected_task_state=[T.UNSHELVING, T.SPAWNING],
-        expected_owner=ctx.request_id,
-        fetch=False,
+        [T.UNSHELVING, T.SPAWNING],
+        events=events or [],
+        fault=fault,
+        finish=record_as,
     )
-    actions.record_outcome(session, ctx, uuid, events=events or [], fault=fault, finish=record_as)

@@ -28,8 +28,8 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from novakit import exceptions, notifications
-from novakit.compute.faults import unusable
+from novakit import notifications
+from novakit.compute import rounds
 from novakit.compute.messages import ComputeRequest, ComputeResult, InstanceResult
 from novakit.compute.rpc import ComputeRPC, TransportFactory
 from novakit.compute.states import ACTIONS, Transition
@@ -129,7 +129,7 @@ class Conductor:
         if request is None:  # no host holds it (never scheduled): nothing to do there
             self.actions.finish_action(ctx, uuid, t.action, None)
         elif not defer:
-            self.actions.run_action(ctx, request)
+            self.run_action(ctx, request)
             return None
         return request
 
@@ -170,18 +170,10 @@ class Conductor:
         instance_uuids: list[str],
         records: dict[str, tuple[Instance, RequestSpec]] | None = None,
     ) -> None:
-        self.builds.build_instances(ctx, instance_uuids, records)
-
-    def record_unreachable(
-        self, ctx: RequestContext, request: ComputeRequest, reason: str
-    ) -> list[ComputeRequest]:
-        """Ansible could not reach ``request.host``: its builds fail there and are rescheduled."""
-        exc = exceptions.HypervisorUnavailable(host=request.host, reason=reason)
-        result = unusable(request, exc, request.host)
-        if request.operation == "build":
-            return self.builds.record_build_result(ctx, request, result)
-        self.actions.record_action_result(ctx, request, result)
-        return []
+        """Direct mode: schedule, then deliver and record round after round (``compute.rounds``,
+        the one round trip every way of reaching hosts shares) until nothing follows."""
+        pending, infos = self.builds.first_round(ctx, instance_uuids, records)
+        rounds.run(self.rpc, self, ctx, pending, infos)
 
     # --- actions ----------------------------------------------------------------------------
 
@@ -191,7 +183,8 @@ class Conductor:
         return self.actions.prepare_action(ctx, uuid, action, options)
 
     def run_action(self, ctx: RequestContext, request: ComputeRequest) -> None:
-        self.actions.run_action(ctx, request)
+        """Direct mode: an action's request delivered and recorded by the one round trip."""
+        rounds.run(self.rpc, self, ctx, [request])
 
     def record_action_result(
         self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult

@@ -205,10 +205,6 @@ class Actions:
         except exceptions.NovakitError as exc:
             LOG.warning("volumes of deleted server %s not all released: %s", uuid, exc.format_message())
 
-    def run_action(self, ctx: RequestContext, request: ComputeRequest) -> None:
-        """Direct mode: send an action's request to its host and record what it did."""
-        self.record_action_result(ctx, request, self.services.rpc.send(request))
-
     def finish_local(self, ctx: RequestContext, uuid: str, t: Transition) -> None:
         """An action no host acts on (lock, rename...): its event and its finish recorded."""
         with actions.instance_event(self.db, ctx, uuid, f"api_{t.action}", fault_on_error=False):

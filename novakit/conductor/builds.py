@@ -6,8 +6,8 @@ Every step of the boot flow is one method, so the same code serves both ways of 
   carries the returned ``ComputeRequest`` per host to play 2, where the hosts build; play 3
   hands each ``ComputeResult`` to ``record_build_result``, which returns the reschedules for
   the next round;
-* direct (Python API, CLI): ``build_instances`` runs those same steps in one process, reaching
-  hosts through the services' ``rpc`` (``novakit.compute.rpc``).
+* direct (Python API, CLI): ``Conductor.build_instances`` runs those same steps in one process,
+  round after round through ``novakit.compute.rounds``.
 
 Ownership: the request that starts a build owns it (``task_owner`` = its request id) and holds
 a lease (``task_lease_until``) of ``compute.build_timeout`` seconds, taken in the write that
@@ -68,9 +68,9 @@ class Builds:
         Instances that cannot be placed go to ``error`` with a fault that
         carries the scheduler's explanation; nothing stays claimed for them.
         """
-        return self._schedule(ctx, instance_uuids)[0]
+        return self.first_round(ctx, instance_uuids)[0]
 
-    def _schedule(
+    def first_round(
         self,
         ctx: RequestContext,
         instance_uuids: list[str],
@@ -106,7 +106,7 @@ class Builds:
         instance_uuids: list[str],
         records: dict[str, tuple[Instance, RequestSpec]] | None = None,
     ) -> tuple[list[ComputeRequest], dict[str, dict[str, Any]]]:
-        """``_schedule`` with the API database's instance tables targeted."""
+        """``first_round`` with the API database's instance tables targeted."""
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
         if records is None:
@@ -569,26 +569,6 @@ class Builds:
         from novakit import placement
 
         placement.remove_allocations(self.db, uuid)
-
-    def build_instances(
-        self,
-        ctx: RequestContext,
-        instance_uuids: list[str],
-        records: dict[str, tuple[Instance, RequestSpec]] | None = None,
-    ) -> None:
-        """Direct mode: schedule, build on each host in parallel, record, reschedule, until done.
-
-        ``records``: the instances and request specs the caller has just written (see _schedule).
-        """
-        pending, infos = self._schedule(ctx, instance_uuids, records)
-        while pending:
-            results = self.services.rpc.send_all(pending, infos)
-            infos = {}
-            nxt: list[ComputeRequest] = []
-            for req, res in zip(pending, results, strict=True):
-                if req.operation == "build":
-                    nxt.extend(self.record_build_result(ctx, req, res))
-            pending = nxt
 
 
 # The statements of the hot path, built once (building a statement costs more than running it).

@@ -44,6 +44,7 @@ ADMIN_ONLY: dict[str, str] = {
     "host:show": "see which host and node a server is on, and the scheduler's per-host explanation",
     "flavor:create": "create a flavor",
     "flavor:delete": "delete a flavor",
+    "flavor:list_private": "list and show private flavors (Nova's flavors without public access)",
     "image:create": "register an image",
     "image:delete": "delete an image",
     "image:publicize": "make an image public (Glance's publicize_image)",

@@ -17,6 +17,12 @@ FLAVOR_COLUMNS = [
     Col("Disk", "disk"),
     Col("Ephemeral", "ephemeral"),
     Col("Swap", "swap"),
+    Col("Is Public", "is_public"),
+]
+FLAVOR_LONG_COLUMNS = [
+    *FLAVOR_COLUMNS,
+    Col("Properties", "extra_specs"),
+    Col("Description", "description"),
 ]
 IMAGE_COLUMNS = [
     Col("ID", "id"),
@@ -71,13 +77,35 @@ def flavor_create(
 
 @flavor_app.command("list")
 def flavor_list(
-    fmt: Format | None = FORMAT, out: Format | None = OUTPUT, column: list[str] | None = COLUMN
+    long: bool = typer.Option(False, "--long", help="more columns: swap, properties, description"),
+    public: bool = typer.Option(False, "--public", help="public flavors only (the default)"),
+    private: bool = typer.Option(False, "--private", help="private flavors only (admin only)"),
+    every: bool = typer.Option(False, "--all", help="public and private flavors (admin only)"),
+    fmt: Format | None = FORMAT,
+    out: Format | None = OUTPUT,
+    column: list[str] | None = COLUMN,
 ) -> None:
-    """The flavors servers can be created with."""
+    """The flavors servers can be created with (openstack flavor list)."""
     from novakit.compute import flavors
 
-    rows = guard(lambda: flavors.list_flavors(db()))
-    guard(lambda: output.emit_list(rows, FLAVOR_COLUMNS, fmt, out, column, "flavors"))
+    which = "all" if every else "private" if private else "public"
+    rows = guard(lambda: flavors.list_flavors(db(), ctx(), which=which))
+    columns = FLAVOR_LONG_COLUMNS if long or column else FLAVOR_COLUMNS
+    guard(lambda: output.emit_list(rows, columns, fmt, out, column, "flavors"))
+
+
+@flavor_app.command("show")
+def flavor_show(
+    name: str = typer.Argument(..., help="flavor name or id"),
+    fmt: Format | None = FORMAT,
+    out: Format | None = OUTPUT,
+    column: list[str] | None = COLUMN,
+) -> None:
+    """One flavor (openstack flavor show)."""
+    from novakit.compute import flavors
+
+    f = guard(lambda: flavors.show(db(), ctx(), name))
+    guard(lambda: output.emit_show(f, FLAVOR_LONG_COLUMNS, fmt, out, column, f"flavor {f['name']}"))
 
 
 @flavor_app.command("delete")

@@ -72,10 +72,32 @@ def create(
     return db.run_in_transaction(write)
 
 
-def list_flavors(db: Database) -> list[dict[str, Any]]:
+def list_flavors(
+    db: Database, ctx: RequestContext | None = None, *, which: str = "all"
+) -> list[dict[str, Any]]:
+    """The flavors, as Nova's ``GET /flavors`` with ``is_public``: ``public``, ``private`` or
+    ``all``. Asked for a caller (``ctx``), private flavors are listed only to those allowed
+    ``flavor:list_private`` (no flavor access lists here: a member sees the public ones); the
+    library's own look-ups (no ``ctx``) see every flavor."""
+    if which not in ("public", "private", "all"):
+        raise exceptions.ValidationError("is_public", f"{which!r} is not one of public, private, all")
+    if which != "public" and ctx is not None:
+        policy.authorize(ctx, "flavor:list_private")
+    stmt = select(Flavor).where(Flavor.disabled.is_(False))
+    if which != "all":
+        stmt = stmt.where(Flavor.is_public.is_(which == "public"))
     with db.reader() as session:
-        rows = session.execute(select(Flavor).where(Flavor.disabled.is_(False)).order_by(Flavor.memory_mb))
-        return [view(f) for f in rows.scalars()]
+        return [view(f) for f in session.execute(stmt.order_by(Flavor.memory_mb)).scalars()]
+
+
+def show(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
+    """One flavor by name or id; a private one looks like no flavor to a caller not allowed
+    ``flavor:list_private``."""
+    with db.reader() as session:
+        row = get(session, ref)
+        if not row.is_public and not policy.allowed(ctx, "flavor:list_private"):
+            raise exceptions.FlavorNotFound(flavor_id=ref)
+        return view(row)
 
 
 def delete(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = False) -> None:

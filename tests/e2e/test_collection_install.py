@@ -3,7 +3,8 @@
 One copy of the checkout with the litter a working tree collects (build/, dist/, .state/, a database,
 caches) is built with ``ansible-galaxy collection build``; the tarball must hold exactly the collection
 and the library. It is installed into an empty collections path, the library is pip-installed (not
-editable) from the installed collection into a fresh venv, and everything after that runs from a
+editable) from the same tarball into a fresh venv (the installed collection stays as it was: verify
+passes), and everything after that runs from a
 directory that is neither the checkout nor the collection, with that venv's Ansible: the playbooks by
 FQCN, then an AWX-style job through ansible-runner, then ``novakit boot`` and ``novakit.runner``.
 """
@@ -138,7 +139,6 @@ def built(base: Path, tracked: list[str]) -> dict[str, Any]:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     installed = collections / "ansible_collections" / "novakit" / "cloud"
-    # Taken before pip runs: pip builds the library in place (build/, novakit.egg-info/).
     installed_files = {str(p.relative_to(installed)) for p in installed.rglob("*") if p.is_file()}
 
     venv = base / "venv"
@@ -157,8 +157,25 @@ def built(base: Path, tracked: list[str]) -> dict[str, Any]:
         "-q",
         "--no-compile",
     ]
-    proc = _run([*pip, str(installed)], env=_clean_env())
+    # From the tarball (README): pip unpacks and builds it in a directory of its own. Built from the
+    # installed collection it wrote build/ and novakit.egg-info/ into it, and verify then failed.
+    proc = _run([*pip, str(tarball)], env=_clean_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert {str(p.relative_to(installed)) for p in installed.rglob("*") if p.is_file()} == installed_files
+    proc = _run(
+        [
+            str(BIN / "ansible-galaxy"),
+            "collection",
+            "verify",
+            "--offline",
+            "-p",
+            str(collections),
+            "novakit.cloud",
+        ],
+        cwd=base,
+        env=_clean_env(ANSIBLE_COLLECTIONS_PATH=str(collections)),
+    )
+    assert proc.returncode == 0 and "Successfully verified" in proc.stdout, proc.stdout + proc.stderr
     elsewhere = base / "elsewhere"
     elsewhere.mkdir()
     return {

@@ -134,3 +134,29 @@ def test_a_min_count_of_zero_is_refused_by_its_rule(cloud: Run) -> None:  # noqa
     )
     _one_line_error(refused, "min_count: Input should be greater than or equal to 1")
     assert json.loads(cloud("server", "list", "-f", "json").stdout) == []
+
+
+def test_flavor_show_and_list_as_openstack(cloud: Run, db_url: str) -> None:  # noqa: F811
+    from novakit.compute import flavors
+    from novakit.context import RequestContext
+    from novakit.db.engine import Database
+
+    db = Database(db_url)
+    flavors.create(
+        db, RequestContext.admin(), {"name": "secret", "vcpus": 2, "memory_mb": 2048, "is_public": False}
+    )
+    db.dispose()
+    member = {"NOVAKIT_PROJECT": "team-b", "NOVAKIT_USER": "bob", "NOVAKIT_ROLES": "member"}
+    shown = json.loads(
+        cloud("flavor", "show", "m1.small", "-f", "json", "-c", "VCPUs", "-c", "Is Public").stdout
+    )
+    assert shown == {"VCPUs": 1, "Is Public": True}
+    names = lambda *a, **e: cloud("flavor", "list", *a, "-f", "value", "-c", "Name", **e).stdout.split()  # noqa: E731
+    assert names() == ["m1.small"]  # public ones, as openstack's default
+    assert sorted(names("--all")) == ["m1.small", "secret"]
+    assert names("--private") == ["secret"]
+    assert names(**member) == ["m1.small"]
+    assert "flavor:list_private" in cloud("flavor", "list", "--all", code=1, **member).stderr
+    _one_line_error(cloud("flavor", "show", "secret", code=1, **member), "secret")
+    long = cloud("flavor", "list", "--long").stdout
+    assert "Properties" in long and "Description" in long and "Is Public" in long

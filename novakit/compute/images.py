@@ -216,7 +216,7 @@ def delete(db: Database, ctx: RequestContext, ref: str) -> None:
     db.run_in_transaction(lambda s: setattr(get(s, ref), "status", "deleted"))
 
 
-# --- images made of servers (novakit.moves.images): snapshots and shelved images -------------
+# --- images made of servers (novakit.conductor.flows): snapshots and shelved images -------------
 
 
 def _named(session: Session, ctx: RequestContext | None, name: str, statuses: list[str]) -> bool:

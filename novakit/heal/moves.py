@@ -567,7 +567,7 @@ class MoveRecovery:
 
     def _unshelved(self, uuid: str) -> None:
         """The shelved image of a server whose unshelve heal finished goes, as the unshelve's own
-        end deletes it (``novakit.moves.images``)."""
+        end deletes it (``novakit.conductor.flows.shelve``)."""
         from novakit.compute import images
         from novakit.conductor.flows.shelve import Unshelve
 

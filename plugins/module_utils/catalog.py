@@ -128,5 +128,5 @@ class CatalogModule(NovakitModule):
         if not changes:
             return self.result(False, current, current, current)
         updated = self.update(current, changes, dry_run=self.check_mode)
-        after = updated if updated is not None else {**current, **{k: v for k, (_, v) in changes.items()}}
+        after = updated if updated is not None else {**current, **{k: pair[1] for k, pair in changes.items()}}
         return self.result(True, current, after, after)

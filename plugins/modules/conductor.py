@@ -321,7 +321,10 @@ failed_servers:
     message:
       description: Why the action failed there.
       type: str
-  sample: [{id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4, name: web-1, message: "Connection to the hypervisor on compute-large is broken: Ansible: host compute-large unreachable"}]
+  sample:
+    - id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4
+      name: web-1
+      message: "Connection to the hypervisor on compute-large is broken: Ansible: host compute-large unreachable"
 up:
   description: For O(step=heartbeat), the hosts that answered.
   returned: when step is heartbeat

@@ -126,7 +126,7 @@ class QuotaModule(CatalogModule):
                 r: {**self.usage[r], "limit": changes.get(r, (None, current[r]))[1]} for r in RESOURCES
             }
         else:
-            for resource, (_, limit) in changes.items():
+            for resource, (_before, limit) in changes.items():
                 quota.set_quota(self.database(), self.project(), resource, limit)
             self.usage = quota.get_quota_usage(self.database(), self.config(), self.project())
         return {r: self.usage[r]["limit"] for r in RESOURCES}

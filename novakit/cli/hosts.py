@@ -92,8 +92,9 @@ def host_list(
         guard(lambda: output.emit_list(rows, HOST_COLUMNS, fmt, out, column))
         return
     table = Table(title="compute hosts")
-    for col in ("host", "status", "state", "last contact", "instances", "vCPU", "RAM (MB)", "disk (GB)"):
-        table.add_column(col)
+    # The headings of every other format (csv, value, -c): one set of column names.
+    for col in HOST_COLUMNS:
+        table.add_column(col.header)
     for r in rows:
         table.add_row(
             r["host"],

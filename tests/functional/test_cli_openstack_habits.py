@@ -160,3 +160,12 @@ def test_flavor_show_and_list_as_openstack(cloud: Run, db_url: str) -> None:  # 
     _one_line_error(cloud("flavor", "show", "secret", code=1, **member), "secret")
     long = cloud("flavor", "list", "--long").stdout
     assert "Properties" in long and "Description" in long and "Is Public" in long
+
+
+def test_host_list_has_the_same_headings_in_every_format(cloud: Run) -> None:  # noqa: F811
+    """Issue 25 item 19: the table said 'last contact', 'disk (GB)' where csv said 'Last Contact'."""
+    csv_heading = cloud("host", "list", "-f", "csv").stdout.splitlines()[0]
+    headings = [h.strip('"') for h in csv_heading.split(",")]
+    table = cloud("host", "list").stdout
+    line = next(ln for ln in table.splitlines() if "Host" in ln and "┃" in ln)
+    assert [c.strip() for c in line.strip("┃ ").split("┃")] == headings

@@ -296,7 +296,7 @@ def test_host_list_down_up_and_heartbeat_from_the_command_line(nk: Any) -> None:
     assert "Policy does not allow host:force_down" in refused.stderr
     assert "forced down" in nk("host", "down", "compute-1", "--reason", "new disks").stdout
     table = nk("host", "list").stdout
-    assert "down (forced down by an admin: new disks)" in table and "last contact" in table
+    assert "down (forced down by an admin: new disks)" in table and "Last Contact" in table
     listed = {h["host"]: h for h in json.loads(nk("host", "list", "-o", "json").stdout)}
     assert (listed["compute-1"]["state"], listed["compute-1"]["forced_down"]) == ("down", True)
     assert listed["compute-1"]["down_reason"] == "forced down by an admin: new disks"

@@ -356,10 +356,13 @@ def _findings(cloud: Any, db: Database) -> list[str]:
         f"allocation of {c}: no live server with a host"
         for c in set(allocations) - {i.uuid for i in with_host} - set(waiting)
     ]
+    # A resize waiting for its answer holds the old flavor on the source too (the migration's
+    # claim), and the project pays for both until confirm or revert, as in Nova.
+    held = [*((i.flavor or {}) for i in with_host), *((m.old_flavor or {}) for m in waiting.values())]
     exact = {
         "instances": len(with_host),
-        "cores": sum(int((i.flavor or {})["vcpus"]) for i in with_host),
-        "ram": sum(int((i.flavor or {})["memory_mb"]) for i in with_host),
+        "cores": sum(int(f["vcpus"]) for f in held),
+        "ram": sum(int(f["memory_mb"]) for f in held),
         # The storm makes no volumes.
         "volumes": 0,
         "gigabytes": 0,

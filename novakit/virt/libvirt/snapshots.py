@@ -91,8 +91,12 @@ def _write_image(overlay: Path, store: Path, final: Path) -> dict[str, Any]:
             while chunk := f.read(_CHUNK):
                 digest.update(chunk)
             os.fsync(f.fileno())
-        # Kept 0600 as mkstemp made it: a server's disk is its project's, and only novakit's
-        # image cache reads the store (its cached copy is the one QEMU opens).
+        # A server's disk is its project's: not world-readable (it was 0644). The hosts that share
+        # the store read it into their image caches (an unshelve or a boot from the snapshot on
+        # another host), so it goes to the store's group, 0640: those hosts, nobody else.
+        with contextlib.suppress(PermissionError):
+            os.chown(tmp, -1, store.stat().st_gid)
+        tmp.chmod(0o640)
         size = tmp.stat().st_size
         os.replace(tmp, final)
     except BaseException:

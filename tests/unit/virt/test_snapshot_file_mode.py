@@ -1,4 +1,6 @@
-"""A snapshot's image file is a server's disk: private to the operator (0600), as the state's files."""
+"""A snapshot's image file is a server's disk: never world-readable. The fake driver's is private to
+the operator (0600, as the state's files); libvirt's is read by the hosts that share the image store,
+so it is the store's group's, 0640."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def test_the_fake_drivers_snapshot_file_is_0600(
 
 
 @pytest.mark.skipif(shutil.which("qemu-img") is None, reason="qemu-img is not installed")
-def test_the_libvirt_snapshot_file_is_0600(tmp_path: Path) -> None:
+def test_the_libvirt_snapshot_file_is_the_stores_groups_only(tmp_path: Path) -> None:
     from novakit.virt.libvirt.snapshots import _write_image
 
     overlay = tmp_path / "disk"
@@ -40,4 +42,5 @@ def test_the_libvirt_snapshot_file_is_0600(tmp_path: Path) -> None:
     store.mkdir(mode=0o755)
     written = _write_image(overlay, store, store / "snap.qcow2")
     assert written["location"] == str(store / "snap.qcow2")
-    assert _mode(written["location"]) == 0o600
+    assert _mode(written["location"]) == 0o640
+    assert Path(written["location"]).stat().st_gid == store.stat().st_gid

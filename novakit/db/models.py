@@ -112,6 +112,9 @@ class Instance(TimestampMixin, SoftDeleteMixin, Base):
     admin_password_hash: Mapped[str | None] = mapped_column(String(255))
     config_drive: Mapped[bool] = mapped_column(Boolean, default=True)
     key_name: Mapped[str | None] = mapped_column(String(255))
+    # The key pair's public key as it was at boot (Nova's key_data): a later delete of the pair
+    # does not change what the server was given (migrations 0010 and c0002).
+    key_data: Mapped[str | None] = mapped_column(Text)
     addresses: Mapped[list[Any]] = mapped_column(JSON, default=list)
     networks: Mapped[list[Any]] = mapped_column(JSON, default=list)
     launched_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
@@ -405,6 +408,24 @@ class InstanceFault(TimestampMixin, SoftDeleteMixin, Base):
     host: Mapped[str | None] = mapped_column(String(255))
 
 
+# --- key pairs ---------------------------------------------------------------------
+
+
+class KeyPair(TimestampMixin, Base):
+    """A user's SSH public key (Nova's os-keypairs, API database): names are unique per user.
+    The private key of a generated pair is never stored (``novakit.keypairs``)."""
+
+    __tablename__ = "key_pairs"
+    __table_args__ = (UniqueConstraint("user_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[str] = mapped_column(String(255))
+    type: Mapped[str] = mapped_column(String(10), default="ssh")
+    fingerprint: Mapped[str] = mapped_column(String(255))
+    public_key: Mapped[str] = mapped_column(Text)
+
+
 # --- quotas and server groups ------------------------------------------------------
 
 
@@ -606,6 +627,61 @@ class IPAllocation(Base):
     subnet_id: Mapped[int] = mapped_column(ForeignKey("subnets.id"))
     network_id: Mapped[int] = mapped_column(ForeignKey("networks.id"))
     ip_address: Mapped[str] = mapped_column(String(64))
+
+
+# --- security groups (Neutron's, API database beside the ports; migration 0011) ----------
+
+
+class SecurityGroup(TimestampMixin, Base):
+    """A project's named set of allow rules; a port carries a list of them.
+    Names are unique per project (Neutron allows twins; novakit finds groups by name)."""
+
+    __tablename__ = "security_groups"
+    __table_args__ = (UniqueConstraint("uuid"), UniqueConstraint("project_id", "name"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    name: Mapped[str] = mapped_column(String(255))
+    description: Mapped[str | None] = mapped_column(String(255))
+    project_id: Mapped[str] = mapped_column(String(255))
+
+
+class SecurityGroupRule(TimestampMixin, Base):
+    """One allow rule of a group. ``fingerprint`` is the rule's fields in one spelling: unique per
+    group, so that two concurrent creates of the same rule cannot both succeed (Neutron's 409)."""
+
+    __tablename__ = "security_group_rules"
+    __table_args__ = (
+        UniqueConstraint("uuid"),
+        UniqueConstraint("security_group_id", "fingerprint"),
+        Index("ix_security_group_rules_remote_group_id", "remote_group_id"),
+        Index("ix_security_group_rules_project_id", "project_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(36))
+    security_group_id: Mapped[int] = mapped_column(ForeignKey("security_groups.id", ondelete="CASCADE"))
+    project_id: Mapped[str] = mapped_column(String(255))
+    direction: Mapped[str] = mapped_column(String(16))  # ingress | egress
+    ethertype: Mapped[str] = mapped_column(String(8))  # IPv4 | IPv6
+    protocol: Mapped[str | None] = mapped_column(String(40))  # a name, a number, None: any
+    port_range_min: Mapped[int | None] = mapped_column(Integer)
+    port_range_max: Mapped[int | None] = mapped_column(Integer)
+    remote_ip_prefix: Mapped[str | None] = mapped_column(String(64))
+    remote_group_id: Mapped[int | None] = mapped_column(ForeignKey("security_groups.id", ondelete="CASCADE"))
+    description: Mapped[str | None] = mapped_column(String(255))
+    fingerprint: Mapped[str] = mapped_column(String(255))
+
+
+class SecurityGroupPortBinding(Base):
+    """A port carries a group (Neutron's securitygroupportbindings). The group's key has no
+    cascade: a group a port carries cannot be deleted (SecurityGroupInUse)."""
+
+    __tablename__ = "security_group_port_bindings"
+    __table_args__ = (Index("ix_security_group_port_bindings_security_group_id", "security_group_id"),)
+
+    port_id: Mapped[int] = mapped_column(ForeignKey("ports.id", ondelete="CASCADE"), primary_key=True)
+    security_group_id: Mapped[int] = mapped_column(ForeignKey("security_groups.id"), primary_key=True)
 
 
 # --- volumes (Cinder-shaped, API database; migration 0007) ----------------------------

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from novakit import exceptions, notifications
 from novakit.cells.registry import Cell
 from novakit.cells.scatter import scatter
+from novakit.compute.messages import Event
 from novakit.compute.rpc import ComputeRPC
 from novakit.compute.states import POWER_STATE_NAMES, PowerState
 from novakit.conductor import Conductor
@@ -63,6 +64,21 @@ LOST_RACE: tuple[type[exceptions.NovakitError], ...] = (
     exceptions.NotFound,
     exceptions.InvalidVolume,
 )
+
+
+def recover_event(
+    details: str | None, ok: bool, host: str | None = None, event: str = RECOVER_EVENT
+) -> Event:
+    """An event heal records for what it ended: it starts and finishes now."""
+    now = utcnow()
+    return Event(
+        event=event,
+        start_time=now,
+        finish_time=now,
+        result="Success" if ok else "Error",
+        host=host,
+        details=details,
+    )
 
 
 def skipped(c: Correction, exc: exceptions.NovakitError) -> None:

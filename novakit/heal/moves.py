@@ -24,7 +24,7 @@ from novakit import exceptions
 from novakit.compute.messages import ComputeRequest, FlavorSpec, ImageSpec, InstanceSpec
 from novakit.compute.states import VmState
 from novakit.db.models import Instance, Migration
-from novakit.heal.base import Correction, _power
+from novakit.heal.base import Correction, _power, recover_event, skipped
 from novakit.moves import migrations
 from novakit.placement.allocations import remove_allocations_in_session
 
@@ -49,15 +49,10 @@ class Moves:
         """The guests on ``host`` that belong to a move: evacuated ones are removed (with their
         migration's claim), ones kept for a revert are left. Returns the corrections and every
         guest handled, which the orphan rule then leaves alone."""
+        rows = self._migrations(
+            Migration.source_compute == host, Migration.status.in_(["done", *_KEPT_FOR_REVERT])
+        )
         with self.db.reader() as session:
-            rows = list(
-                session.execute(
-                    select(Migration).where(
-                        Migration.source_compute == host,
-                        Migration.status.in_(["done", *_KEPT_FOR_REVERT]),
-                    )
-                ).scalars()
-            )
             # A move under way has its guest on its destination before the records say so.
             arriving = set(
                 session.execute(
@@ -90,30 +85,30 @@ class Moves:
                         remove_allocations_in_session(session, mig)
                         migrations.set_status(session, mig, "done", "completed")
 
-                    try:
-                        self.db.run_in_transaction(write)
-                    except exceptions.Conflict as exc:  # a racing heal completed it first
-                        ok = False
-                        c.error = f"skipped: the migration changed meanwhile ({exc.format_message()})"
+                    ok = self._write_migration(c, write)
                 c.applied = ok
             out.append(c)
         return out, handled
 
+    def _migrations(self, *where: Any) -> list[Migration]:
+        with self.db.reader() as session:
+            return list(session.execute(select(Migration).where(*where)).scalars())
+
+    def _write_migration(self, c: Correction, write: Any) -> bool:
+        """Run a migration's guarded write; a racing heal that changed it first leaves ``c``
+        skipped."""
+        try:
+            self.db.run_in_transaction(write)
+        except exceptions.Conflict as exc:
+            c.error = f"skipped: the migration changed meanwhile ({exc.format_message()})"
+            return False
+        return True
+
     def _moves_of_gone_servers(self, reports: dict[str, dict[str, int]], dry_run: bool) -> list[Correction]:
         """Moves whose server no longer exists (a delete killed after the record went, before it
         released the server's moves): each ends as the delete would have ended it
-        (``release_moves``): its guests on its hosts destroyed (the server is gone, so no copy
-        of it is anyone's), its claims freed, the migration ``error`` (``confirmed`` once it had
-        finished). Only once every host of the move has answered: a host that did not may still
-        run a copy, and its claim stays until it can be asked."""
-        with self.db.reader() as session:
-            rows = list(
-                session.execute(
-                    select(Migration).where(
-                        Migration.status.in_([st for st in migrations.IN_PROGRESS if st != "done"])
-                    )
-                ).scalars()
-            )
+        (``release_moves``), see ``_release_gone_move``."""
+        rows = self._migrations(Migration.status.in_([st for st in migrations.IN_PROGRESS if st != "done"]))
         if not rows:
             return []
         gone = self._holders(sorted({m.instance_uuid for m in rows}), None).gone
@@ -121,7 +116,6 @@ class Moves:
         for m in rows:
             if m.instance_uuid not in gone:
                 continue
-            hosts = sorted({h for h in (m.source_compute, m.dest_compute) if h})
             c = Correction(
                 kind="orphan_allocation",
                 instance=m.uuid,
@@ -132,36 +126,41 @@ class Moves:
                 "its guests and claims go",
             )
             out.append(c)
-            silent = [h for h in hosts if h not in reports]
-            if silent:
-                c.error = f"left until {', '.join(silent)} answers (it may run a copy)"
-                continue
-            if dry_run:
-                continue
-            failed = [
-                f"{h}: {why}"
-                for h in hosts
-                if m.instance_uuid in reports[h]
-                for ok, why in [self._destroy_on(h, m.instance_uuid)]
-                if not ok
-            ]
-            if failed:
-                c.error = "a guest could not be destroyed: " + "; ".join(failed)
-                continue
-            end = "confirmed" if m.status in ("finished", "confirming") else "error"
-
-            def write(session: Any, m: Migration = m, end: str = end) -> None:
-                migrations.set_status(session, m.uuid, m.status, end)
-                remove_allocations_in_session(session, m.uuid)
-                remove_allocations_in_session(session, m.instance_uuid)
-
-            try:
-                self.db.run_in_transaction(write)
-            except exceptions.Conflict as exc:
-                c.error = f"skipped: the migration changed meanwhile ({exc.format_message()})"
-                continue
-            c.applied = True
+            self._release_gone_move(c, m, reports, dry_run)
         return out
+
+    def _release_gone_move(
+        self, c: Correction, m: Migration, reports: dict[str, dict[str, int]], dry_run: bool
+    ) -> None:
+        """The move of a server gone ends: its guests on its hosts destroyed (the server is gone,
+        so no copy of it is anyone's), its claims freed, the migration ``error`` (``confirmed``
+        once it had finished). Only once every host of the move has answered: a host that did
+        not may still run a copy, and its claim stays until it can be asked."""
+        hosts = sorted({h for h in (m.source_compute, m.dest_compute) if h})
+        silent = [h for h in hosts if h not in reports]
+        if silent:
+            c.error = f"left until {', '.join(silent)} answers (it may run a copy)"
+            return
+        if dry_run:
+            return
+        failed = [
+            f"{h}: {why}"
+            for h in hosts
+            if m.instance_uuid in reports[h]
+            for ok, why in [self._destroy_on(h, m.instance_uuid)]
+            if not ok
+        ]
+        if failed:
+            c.error = "a guest could not be destroyed: " + "; ".join(failed)
+            return
+        end = "confirmed" if m.status in ("finished", "confirming") else "error"
+
+        def write(session: Any) -> None:
+            migrations.set_status(session, m.uuid, m.status, end)
+            remove_allocations_in_session(session, m.uuid)
+            remove_allocations_in_session(session, m.instance_uuid)
+
+        c.applied = self._write_migration(c, write)
 
     def _interrupted_confirms(
         self, seen: dict[str, Any], reports: dict[str, dict[str, int]], dry_run: bool
@@ -170,25 +169,10 @@ class Moves:
         migration's ``confirming``, so a migration left ``confirming`` for longer than
         ``compute.build_timeout`` (its last change counts, as a volume's) was abandoned. The
         user asked for it and the guard let it start, so heal finishes it as the confirm's owner
-        would: the source's kept copy removed (``confirm_migration``, idempotent), the
-        migration's claim there freed, the migration ``confirmed``, the server ``active`` (or
-        ``stopped`` as it was) on its new host, the ``confirmResize`` action finished. A source
-        that does not answer leaves it for a later heal."""
-        from novakit.compute import actions
-        from novakit.compute.messages import Event
-        from novakit.db import api as db_api
-        from novakit.db.models import utcnow
-        from novakit.heal.base import RECOVER_EVENT
-
+        would (``_finish_confirm``). A source that does not answer leaves it for a later heal."""
         older = self.clock() - dt.timedelta(seconds=self.conf.compute.build_timeout)
-        with self.db.reader() as session:
-            rows = list(
-                session.execute(
-                    select(Migration).where(Migration.status == "confirming", Migration.updated_at < older)
-                ).scalars()
-            )
         out: list[Correction] = []
-        for m in rows:
+        for m in self._migrations(Migration.status == "confirming", Migration.updated_at < older):
             s = seen.get(m.instance_uuid)
             if s is None or s.vm_state != VmState.RESIZED.value:
                 continue  # a server gone is ``_moves_of_gone_servers``'; one changed, its owner's
@@ -204,80 +188,70 @@ class Moves:
             out.append(c)
             if m.source_compute not in reports:
                 c.error = f"left until {m.source_compute} answers"
-                continue
-            if dry_run:
-                continue
-            result = self.rpc.send(
-                ComputeRequest(
-                    request_id=self.ctx.request_id,
-                    host=str(m.source_compute),
-                    operation="confirm_migration",
-                    instances=[_bare_spec(m.instance_uuid)],
-                )
-            )
-            res = result.results[0] if result.results else None
-            if res is None or not res.ok:
-                fault = (res.fault if res is not None else None) or result.error
-                c.error = f"the source kept its copy: {fault.message if fault else 'no answer'}"
-                continue
-            end = VmState.STOPPED if m.old_vm_state == VmState.STOPPED.value else VmState.ACTIVE
-            now = utcnow()
-            events = [
-                Event(
-                    event=RECOVER_EVENT,
-                    start_time=now,
-                    finish_time=now,
-                    result="Success",
-                    host=m.source_compute,
-                    details=c.detail,
-                ),
-                *res.events,
-            ]
-
-            def write(
-                session: Any, m: Migration = m, end: VmState = end, events: list[Event] = events
-            ) -> None:
-                migrations.set_status(session, m.uuid, "confirming", "confirmed")
-                remove_allocations_in_session(session, m.uuid)
-                db_api.instance_update(
-                    session,
-                    m.instance_uuid,
-                    {"vm_state": end},
-                    expected_vm_state=[VmState.RESIZED],
-                    expected_task_state=[None],
-                    fetch=False,
-                )
-                row = actions.unfinished_action(session, m.instance_uuid, "confirmResize")
-                ctx = self.ctx.with_request_id(row.request_id) if row is not None else self.ctx
-                actions.record_outcome(
-                    session,
-                    ctx,
-                    m.instance_uuid,
-                    start=None if row is not None else "confirmResize",
-                    events=events,
-                    finish="confirmResize",
-                )
-
-            try:
-                self._in_cell(s.cell, self.db.run_in_transaction, write)
-            except exceptions.NovakitError as exc:
-                c.error = f"skipped: it changed meanwhile ({exc.format_message()})"
-                continue
-            c.applied = True
+            elif not dry_run:
+                self._finish_confirm(c, m, s)
         return out
 
-    def _destroy_on(self, host: str, uuid: str) -> tuple[bool, str | None]:
-        spec = InstanceSpec(
-            uuid=uuid,
-            name=uuid,
-            hostname=uuid,
-            project_id="",
-            user_id="",
-            flavor=FlavorSpec(name="", vcpus=0, memory_mb=0, root_gb=0),
-            image=ImageSpec(id=""),
-        )
+    def _finish_confirm(self, c: Correction, m: Migration, s: Any) -> None:
+        """The source's kept copy removed (``confirm_migration``, idempotent), then the records
+        as the confirm would have left them (``_record_confirmed``)."""
         result = self.rpc.send(
-            ComputeRequest(request_id=self.ctx.request_id, host=host, operation="destroy", instances=[spec])
+            ComputeRequest(
+                request_id=self.ctx.request_id,
+                host=str(m.source_compute),
+                operation="confirm_migration",
+                instances=[_bare_spec(m.instance_uuid)],
+            )
+        )
+        res = result.results[0] if result.results else None
+        if res is None or not res.ok:
+            fault = (res.fault if res is not None else None) or result.error
+            c.error = f"the source kept its copy: {fault.message if fault else 'no answer'}"
+            return
+        events = [recover_event(c.detail, ok=True, host=m.source_compute), *res.events]
+        try:
+            self._in_cell(
+                s.cell, self.db.run_in_transaction, lambda session: self._record_confirmed(session, m, events)
+            )
+        except exceptions.NovakitError as exc:
+            skipped(c, exc)
+            return
+        c.applied = True
+
+    def _record_confirmed(self, session: Any, m: Migration, events: list[Any]) -> None:
+        """The migration's claim on the source freed, the migration ``confirmed``, the server
+        ``active`` (or ``stopped`` as it was) on its new host, the ``confirmResize`` action
+        finished."""
+        from novakit.compute import actions
+        from novakit.db import api as db_api
+
+        end = VmState.STOPPED if m.old_vm_state == VmState.STOPPED.value else VmState.ACTIVE
+        migrations.set_status(session, m.uuid, "confirming", "confirmed")
+        remove_allocations_in_session(session, m.uuid)
+        db_api.instance_update(
+            session,
+            m.instance_uuid,
+            {"vm_state": end},
+            expected_vm_state=[VmState.RESIZED],
+            expected_task_state=[None],
+            fetch=False,
+        )
+        row = actions.unfinished_action(session, m.instance_uuid, "confirmResize")
+        ctx = self.ctx.with_request_id(row.request_id) if row is not None else self.ctx
+        actions.record_outcome(
+            session,
+            ctx,
+            m.instance_uuid,
+            start=None if row is not None else "confirmResize",
+            events=events,
+            finish="confirmResize",
+        )
+
+    def _destroy_on(self, host: str, uuid: str) -> tuple[bool, str | None]:
+        result = self.rpc.send(
+            ComputeRequest(
+                request_id=self.ctx.request_id, host=host, operation="destroy", instances=[_bare_spec(uuid)]
+            )
         )
         if result.results and result.results[0].ok:
             return True, None
@@ -409,15 +383,10 @@ class MoveRecovery:
         return c
 
     def _settle_move(self, s: Any, task: str, power: int | None) -> str:
-        from novakit.compute import actions
-        from novakit.compute.messages import Event
         from novakit.conductor.core import ctx_admin
         from novakit.conductor.flows.snapshot import drop_queued as _drop_queued
         from novakit.db import api as db_api
-        from novakit.db.models import Image, utcnow
-        from novakit.heal.base import RECOVER_EVENT
-        from novakit.network import ports
-        from novakit.placement.allocations import move_allocations_in_session
+        from novakit.db.models import Image
 
         with self.db.reader() as session:
             mig = migrations.in_progress(session, s.uuid)
@@ -427,64 +396,17 @@ class MoveRecovery:
                 for i in session.execute(select(Image).where(Image.status == "queued")).scalars()
                 if (i.properties or {}).get("instance_uuid") == s.uuid
             ]
-        values: dict[str, Any] = {"task_state": None}
-        where = "cleared"
         on_source = on_dest = False
         if mig is not None:
             on_source = self._has_guest(str(mig.source_compute), s.uuid)
             on_dest = bool(mig.dest_compute) and self._has_guest(str(mig.dest_compute), s.uuid)
-        forward = mig is not None and on_dest and not on_source
 
-        finished = False
-
-        def write(session: Any) -> None:
-            nonlocal where, finished
-            if mig is not None and mig.migration_type == "evacuation":
-                if on_dest:
-                    values.update(host=mig.dest_compute, node=mig.dest_compute, vm_state=VmState.ACTIVE)
-                    migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "done")
-                    where = f"active on {mig.dest_compute}"
-                else:
-                    remove_allocations_in_session(session, s.uuid)
-                    move_allocations_in_session(session, mig.uuid, s.uuid)
-                    migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "error")
-                    values.update(host=mig.source_compute, node=mig.source_compute, vm_state=VmState.ERROR)
-                    where = "error (the new host has no guest: an interrupted rebuild)"
-            elif mig is not None and forward:
-                values.update(host=mig.dest_compute, node=mig.dest_compute)
-                if mig.migration_type == "live-migration":
-                    remove_allocations_in_session(session, mig.uuid)
-                    migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "completed")
-                else:
-                    from novakit.conductor.flows.resize import flavor_values
-
-                    values.update(vm_state=VmState.RESIZED, **flavor_values(dict(mig.new_flavor)))
-                    migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "finished")
-                ports.bind_host(session, [s.uuid], mig.dest_compute)
-                where = f"moved to {mig.dest_compute}"
-            elif mig is not None:
-                remove_allocations_in_session(session, s.uuid)
-                move_allocations_in_session(session, mig.uuid, s.uuid)
-                migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "error")
-                values.update(host=mig.source_compute, node=mig.source_compute)
-                if mig.migration_type in ("resize", "migration"):
-                    from novakit.conductor.flows.resize import flavor_values
-
-                    values.update(vm_state=mig.old_vm_state, **flavor_values(dict(mig.old_flavor)))
-                if not on_source:
-                    values["vm_state"] = VmState.ERROR
-                ports.bind_host(session, [s.uuid], mig.source_compute)
-                where = "rolled back" if on_source else "error (its guest is on neither host)"
-            elif is_unshelve(task, inst.vm_state):
-                where = self._settle_unshelve(session, s, inst.vm_state, power, values)
-                finished = where.startswith("unshelved")
-            elif task == "shelving_offloading" and power is None:
-                # The host offloaded the guest; only the offload's own write was lost.
-                remove_allocations_in_session(session, s.uuid)
-                ports.bind_host(session, [s.uuid], None)
-                values.update(vm_state=VmState.SHELVED_OFFLOADED, host=None, node=None)
-                where = "offloaded"
-                finished = True
+        def write(session: Any) -> tuple[str, bool]:
+            values: dict[str, Any] = {"task_state": None}
+            if mig is not None:
+                where, finished = _settle_migration(session, s.uuid, mig, on_source, on_dest, values), False
+            else:
+                where, finished = self._settle_task(session, s, task, inst.vm_state, power, values)
             for image in queued:
                 _drop_queued(session, image)
             if power is not None:
@@ -497,32 +419,55 @@ class MoveRecovery:
                 expected_owner=s.task_owner,
                 lease_expired_at=self.clock(),
             )
-            now = utcnow()
-            event = Event(
-                event=RECOVER_EVENT,
-                start_time=now,
-                finish_time=now,
-                result="Success" if finished else "Error",
-                details=f"interrupted {task}: {where}",
-            )
-            row = _task_action(session, s.uuid, task)
-            task_ctx = self.ctx.with_request_id(row.request_id) if row is not None else self.ctx
-            if row is None:
-                actions.action_start(session, self.ctx, s.uuid, "heal")
-            actions.record_outcome(
-                session, task_ctx, s.uuid, events=[event], finish=row.action if row is not None else "heal"
-            )
+            self._record_recovery(session, s.uuid, task, finished, where)
+            return where, finished
 
-        self.db.run_in_transaction(write)
+        where, finished = self.db.run_in_transaction(write)
         if finished and is_unshelve(task, inst.vm_state):
             self._unshelved(s.uuid)
-        # The host side of a roll back: the destination's copy goes, the source's guest comes back.
-        if mig is not None and mig.migration_type != "evacuation" and not forward:
-            if on_dest and mig.dest_compute != mig.source_compute:
-                self._destroy_on(str(mig.dest_compute), s.uuid)
-            if on_source and mig.migration_type in ("resize", "migration"):
-                self._revert_on_source(str(mig.source_compute), s.uuid, mig.old_vm_state)
+        if mig is not None and mig.migration_type != "evacuation" and not (on_dest and not on_source):
+            self._roll_back_on_hosts(s.uuid, mig, on_source, on_dest)
         return where
+
+    def _settle_task(
+        self, session: Any, s: Any, task: str, vm_state: str, power: int | None, values: dict[str, Any]
+    ) -> tuple[str, bool]:
+        """A task with no migration under way: an unshelve or an offload is ended by what its
+        host holds; any other task is cleared. Returns where the server ended and whether its
+        task was finished (not rolled back)."""
+        from novakit.network import ports
+
+        if is_unshelve(task, vm_state):
+            where = self._settle_unshelve(session, s, vm_state, power, values)
+            return where, where.startswith("unshelved")
+        if task == "shelving_offloading" and power is None:
+            # The host offloaded the guest; only the offload's own write was lost.
+            remove_allocations_in_session(session, s.uuid)
+            ports.bind_host(session, [s.uuid], None)
+            values.update(vm_state=VmState.SHELVED_OFFLOADED, host=None, node=None)
+            return "offloaded", True
+        return "cleared", False
+
+    def _record_recovery(self, session: Any, uuid: str, task: str, finished: bool, where: str) -> None:
+        """The recovery event, finishing the action the task belonged to (or a ``heal`` one)."""
+        from novakit.compute import actions
+
+        event = recover_event(f"interrupted {task}: {where}", ok=finished)
+        row = _task_action(session, uuid, task)
+        task_ctx = self.ctx.with_request_id(row.request_id) if row is not None else self.ctx
+        if row is None:
+            actions.action_start(session, self.ctx, uuid, "heal")
+        actions.record_outcome(
+            session, task_ctx, uuid, events=[event], finish=row.action if row is not None else "heal"
+        )
+
+    def _roll_back_on_hosts(self, uuid: str, mig: Migration, on_source: bool, on_dest: bool) -> None:
+        """The host side of a roll back: the destination's copy goes, the source's guest comes
+        back."""
+        if on_dest and mig.dest_compute != mig.source_compute:
+            self._destroy_on(str(mig.dest_compute), uuid)
+        if on_source and mig.migration_type in ("resize", "migration"):
+            self._revert_on_source(str(mig.source_compute), uuid, mig.old_vm_state)
 
     def _settle_unshelve(
         self, session: Any, s: Any, vm_state: str, power: int | None, values: dict[str, Any]
@@ -596,6 +541,69 @@ class MoveRecovery:
                 options={"power_on": old_vm_state != VmState.STOPPED.value},
             )
         )
+
+
+def _settle_migration(
+    session: Any, uuid: str, mig: Migration, on_source: bool, on_dest: bool, values: dict[str, Any]
+) -> str:
+    """The records of a move whose owner is gone follow its guest: an evacuation's new host
+    decides; a guest only on the destination moves the records forward; otherwise the move is
+    rolled back. Returns where the server ended."""
+    if mig.migration_type == "evacuation":
+        return _settle_evacuation(session, uuid, mig, on_dest, values)
+    if on_dest and not on_source:
+        return _follow_to_destination(session, uuid, mig, values)
+    return _roll_back(session, uuid, mig, on_source, values)
+
+
+def _settle_evacuation(session: Any, uuid: str, mig: Migration, on_dest: bool, values: dict[str, Any]) -> str:
+    from novakit.placement.allocations import move_allocations_in_session
+
+    if on_dest:
+        values.update(host=mig.dest_compute, node=mig.dest_compute, vm_state=VmState.ACTIVE)
+        migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "done")
+        return f"active on {mig.dest_compute}"
+    remove_allocations_in_session(session, uuid)
+    move_allocations_in_session(session, mig.uuid, uuid)
+    migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "error")
+    values.update(host=mig.source_compute, node=mig.source_compute, vm_state=VmState.ERROR)
+    return "error (the new host has no guest: an interrupted rebuild)"
+
+
+def _follow_to_destination(session: Any, uuid: str, mig: Migration, values: dict[str, Any]) -> str:
+    """The records follow a guest found only on the destination: a live migration that
+    finished, a resize that reached VERIFY_RESIZE."""
+    from novakit.conductor.flows.resize import flavor_values
+    from novakit.network import ports
+
+    values.update(host=mig.dest_compute, node=mig.dest_compute)
+    if mig.migration_type == "live-migration":
+        remove_allocations_in_session(session, mig.uuid)
+        migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "completed")
+    else:
+        values.update(vm_state=VmState.RESIZED, **flavor_values(dict(mig.new_flavor)))
+        migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "finished")
+    ports.bind_host(session, [uuid], mig.dest_compute)
+    return f"moved to {mig.dest_compute}"
+
+
+def _roll_back(session: Any, uuid: str, mig: Migration, on_source: bool, values: dict[str, Any]) -> str:
+    """The claims back to the instance, the migration error, the server as it was on its
+    source (in error when its guest is on neither host)."""
+    from novakit.conductor.flows.resize import flavor_values
+    from novakit.network import ports
+    from novakit.placement.allocations import move_allocations_in_session
+
+    remove_allocations_in_session(session, uuid)
+    move_allocations_in_session(session, mig.uuid, uuid)
+    migrations.set_status(session, mig.uuid, migrations.IN_PROGRESS, "error")
+    values.update(host=mig.source_compute, node=mig.source_compute)
+    if mig.migration_type in ("resize", "migration"):
+        values.update(vm_state=mig.old_vm_state, **flavor_values(dict(mig.old_flavor)))
+    if not on_source:
+        values["vm_state"] = VmState.ERROR
+    ports.bind_host(session, [uuid], mig.source_compute)
+    return "rolled back" if on_source else "error (its guest is on neither host)"
 
 
 def is_unshelve(task: str | None, vm_state: str | None) -> bool:

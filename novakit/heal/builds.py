@@ -13,12 +13,10 @@ from novakit import exceptions
 from novakit.cells.registry import Cell
 from novakit.compute import actions
 from novakit.compute.faults import fault_from_exception
-from novakit.compute.messages import (
-    Event,
-)
+from novakit.compute.messages import Fault
 from novakit.compute.states import PowerState, VmState
 from novakit.db import api as db_api
-from novakit.db.models import InstanceAction, InstanceMapping, utcnow
+from novakit.db.models import InstanceAction, InstanceMapping
 from novakit.heal.base import (
     BUILD_ADOPTED_EVENT,
     BUILD_TIMEOUT_EVENT,
@@ -26,6 +24,7 @@ from novakit.heal.base import (
     HealerBase,
     _power,
     _Seen,
+    recover_event,
 )
 
 LOG = logging.getLogger(__name__)
@@ -90,8 +89,6 @@ class StuckBuilds(HealerBase):
         self, s: _Seen, free_claim: bool, create_requests: dict[str, str], now: dt.datetime, dry_run: bool
     ) -> Correction:
         """A stuck build whose guest is not listed: error, a fault, and its claim freed if ``free_claim``."""
-        from novakit import placement
-
         timeout = self.conf.compute.build_timeout
         age = int((now - s.created_at).total_seconds())
         c = Correction(
@@ -110,57 +107,64 @@ class StuckBuilds(HealerBase):
         )
         if dry_run:
             return c
-        exc = exceptions.ComputeError(
-            reason=f"build of instance {s.uuid} timed out: no word from it for {timeout} seconds "
-            f"(stuck in {s.task_state or 'building'}); set to error state"
-        )
-        fault = fault_from_exception(exc, s.host)
-        fault.details = None  # no traceback: nothing raised, a clock ran out
-        create_ctx = self.ctx.with_request_id(create_requests.get(s.uuid, self.ctx.request_id))
-        at = utcnow()
-        event = Event(
-            event=BUILD_TIMEOUT_EVENT,
-            start_time=at,
-            finish_time=at,
-            result="Error",
-            host=s.host,
-            details=c.detail,
-        )
+        fault = self._timeout_fault(s)
+        create_ctx = self._create_ctx(s, create_requests)
+        event = recover_event(c.detail, ok=False, host=s.host, event=BUILD_TIMEOUT_EVENT)
 
         def write(session: Session) -> None:
             values: dict[str, Any] = {"vm_state": VmState.ERROR, "task_state": None}
             if free_claim:
                 # No guest holds them: its ports and addresses go, as a failed build's (conductor).
                 values.update(host=None, node=None, networks=[])
-            db_api.instance_update(
-                session,
-                s.uuid,
-                values,
-                expected_vm_state=[VmState.BUILDING],
-                expected_task_state=[s.task_state],
-                expected_owner=s.task_owner,
-                lease_expired_at=self.clock(),
-            )
+            self._end_build(session, s, values)
             if free_claim:
-                from novakit.network import ports
-                from novakit.volume import boot
-
-                ports.free_for_instance(session, s.uuid)
-                # And its root volume, as a failed build's: a new one goes, an existing one is free.
-                boot.release_failed_build(session, s.uuid)
+                _release_build_resources(session, s.uuid)
             actions.record_outcome(
                 session, create_ctx, s.uuid, start="create", events=[event], fault=fault, finish="create"
             )
 
         c.applied = self._write(c, write)
         if c.applied:
-            if s.host is None:
-                self._bury_in_cell0(s.uuid)
-            if free_claim:
-                placement.remove_allocations(self.db, s.uuid)
-            self.notifier.state_update(s.uuid, ("building", s.task_state), ("error", None), host=s.host)
-            self.notifier.emit("instance.create.error", s.uuid, fault=fault.message)
+            self._build_failed(s, free_claim, fault.message)
         return c
+
+    def _timeout_fault(self, s: _Seen) -> Fault:
+        timeout = self.conf.compute.build_timeout
+        exc = exceptions.ComputeError(
+            reason=f"build of instance {s.uuid} timed out: no word from it for {timeout} seconds "
+            f"(stuck in {s.task_state or 'building'}); set to error state"
+        )
+        fault = fault_from_exception(exc, s.host)
+        fault.details = None  # no traceback: nothing raised, a clock ran out
+        return fault
+
+    def _create_ctx(self, s: _Seen, create_requests: dict[str, str]) -> Any:
+        """The context of the request that created ``s``: heal's outcome joins its action."""
+        return self.ctx.with_request_id(create_requests.get(s.uuid, self.ctx.request_id))
+
+    def _end_build(self, session: Session, s: _Seen, values: dict[str, Any]) -> None:
+        """The build's end, written only while it is still the gone owner's build."""
+        db_api.instance_update(
+            session,
+            s.uuid,
+            values,
+            expected_vm_state=[VmState.BUILDING],
+            expected_task_state=[s.task_state],
+            expected_owner=s.task_owner,
+            lease_expired_at=self.clock(),
+        )
+
+    def _build_failed(self, s: _Seen, free_claim: bool, fault_message: str) -> None:
+        """After a timed-out build is recorded: one never scheduled goes to cell0, a freed claim
+        goes from placement, and the notifications say it failed."""
+        from novakit import placement
+
+        if s.host is None:
+            self._bury_in_cell0(s.uuid)
+        if free_claim:
+            placement.remove_allocations(self.db, s.uuid)
+        self.notifier.state_update(s.uuid, ("building", s.task_state), ("error", None), host=s.host)
+        self.notifier.emit("instance.create.error", s.uuid, fault=fault_message)
 
     def _bury_in_cell0(self, uuid: str) -> None:
         """A build that never reached a host lives in cell0 with its fault, as one the scheduler
@@ -200,26 +204,19 @@ class StuckBuilds(HealerBase):
         )
         if dry_run:
             return c
-        create_ctx = self.ctx.with_request_id(create_requests.get(s.uuid, self.ctx.request_id))
-        now = utcnow()
-        event = Event(
-            event=BUILD_ADOPTED_EVENT,
-            start_time=now,
-            finish_time=now,
-            result="Success",
-            host=s.host,
-            details=c.detail,
-        )
+        create_ctx = self._create_ctx(s, create_requests)
+        event = recover_event(c.detail, ok=True, host=s.host, event=BUILD_ADOPTED_EVENT)
 
         def write(session: Session) -> None:
-            db_api.instance_update(
+            self._end_build(
                 session,
-                s.uuid,
-                {"vm_state": after, "task_state": None, "power_state": int(power_state), "launched_at": now},
-                expected_vm_state=[VmState.BUILDING],
-                expected_task_state=[s.task_state],
-                expected_owner=s.task_owner,
-                lease_expired_at=self.clock(),
+                s,
+                {
+                    "vm_state": after,
+                    "task_state": None,
+                    "power_state": int(power_state),
+                    "launched_at": event.start_time,
+                },
             )
             from novakit.volume import boot
 
@@ -232,3 +229,13 @@ class StuckBuilds(HealerBase):
         if c.applied:
             self.notifier.state_update(s.uuid, ("building", s.task_state), (after.value, None), host=s.host)
         return c
+
+
+def _release_build_resources(session: Session, uuid: str) -> None:
+    """What a failed build lets go (as the conductor's): its ports and addresses, and its root
+    volume (a new one goes, an existing one is free)."""
+    from novakit.network import ports
+    from novakit.volume import boot
+
+    ports.free_for_instance(session, uuid)
+    boot.release_failed_build(session, uuid)

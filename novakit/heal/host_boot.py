@@ -40,7 +40,7 @@ from novakit.compute.states import PowerState, VmState
 from novakit.db import api as db_api
 from novakit.db.models import ComputeNode, utcnow
 from novakit.exceptions import ComputeError
-from novakit.heal.base import Correction, HealerBase, _power, _Seen
+from novakit.heal.base import Correction, HealerBase, _power, _Seen, recover_event
 
 RESUME_EVENT = "compute_resume_guests_state_on_host_boot"
 #: in a node's stats while a heal starts the guests of the boot it took (an ISO time: its lease)
@@ -143,9 +143,34 @@ class HostBoot(HealerBase):
         )
         if dry_run:
             return c
+        result = self._hard_reboot(s.uuid, host)
+        res = result.results[0] if result.results else None
+        ok = res is not None and res.ok
+        events = [
+            recover_event(c.detail, ok=ok, host=host, event=RESUME_EVENT),
+            *(res.events if res is not None else []),
+        ]
+        if res is not None and res.ok:
+            power = res.power_state if res.power_state is not None else int(PowerState.RUNNING)
+
+            def started(session: Session) -> None:
+                self._guarded(s, {"power_state": power}, session)
+                actions.record_outcome(
+                    session, self.ctx, s.uuid, start="reboot", events=events, finish="reboot"
+                )
+
+            c.applied = self._write(c, started)
+            return c
+        fault = (res.fault if res is not None else None) or result.error
+        self._not_resumed(
+            c, s, reported, host, events, fault.message if fault else "the host did not start the guest"
+        )
+        return c
+
+    def _hard_reboot(self, uuid: str, host: str) -> Any:
         with self.db.reader() as session:
-            spec = instance_spec(session, db_api.instance_get(session, self.ctx, s.uuid))
-        result = self.rpc.send(
+            spec = instance_spec(session, db_api.instance_get(session, self.ctx, uuid))
+        return self.rpc.send(
             ComputeRequest(
                 request_id=self.ctx.request_id,
                 host=host,
@@ -154,35 +179,11 @@ class HostBoot(HealerBase):
                 options={"reboot_type": "HARD"},
             )
         )
-        res = result.results[0] if result.results else None
-        ok = res is not None and res.ok
-        now = utcnow()
-        event = Event(
-            event=RESUME_EVENT,
-            start_time=now,
-            finish_time=now,
-            result="Success" if ok else "Error",
-            host=host,
-            details=c.detail,
-        )
-        host_events = list(res.events) if res is not None else []
-        if ok:
-            power = (
-                res.power_state
-                if res is not None and res.power_state is not None
-                else int(PowerState.RUNNING)
-            )
 
-            def started(session: Session) -> None:
-                self._guarded(s, {"power_state": power}, session)
-                actions.record_outcome(
-                    session, self.ctx, s.uuid, start="reboot", events=[event, *host_events], finish="reboot"
-                )
-
-            c.applied = self._write(c, started)
-            return c
-        fault = (res.fault if res is not None else None) or result.error
-        why = fault.message if fault else "the host did not start the guest"
+    def _not_resumed(
+        self, c: Correction, s: _Seen, reported: int, host: str, events: list[Event], why: str
+    ) -> None:
+        """A guest that did not come back: its server in ERROR with a fault, as Nova's."""
         c.error = why
         c.after = "error/" + _power(reported)
         failure = fault_from_exception(ComputeError(reason=why), host)
@@ -191,15 +192,8 @@ class HostBoot(HealerBase):
         def failed(session: Session) -> None:
             self._guarded(s, {"vm_state": VmState.ERROR, "power_state": reported}, session)
             actions.record_outcome(
-                session,
-                self.ctx,
-                s.uuid,
-                start="reboot",
-                events=[event, *host_events],
-                fault=failure,
-                finish="reboot",
+                session, self.ctx, s.uuid, start="reboot", events=events, fault=failure, finish="reboot"
             )
 
         if self._write(c, failed):
             self.notifier.state_update(s.uuid, (s.vm_state, None), (VmState.ERROR.value, None), host=host)
-        return c

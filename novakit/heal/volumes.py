@@ -168,57 +168,56 @@ class VolumeRecovery(HealerBase):
             detail=f"volume {vol.name} has been {vol.status} since {v.changed_at:%Y-%m-%d %H:%M:%S} UTC, "
             "longer than compute.build_timeout: the request that put it there is gone",
         )
-        since = v.changed_at
         write: Callable[[Session], None]
         if v.status == S.DELETING:
             return self._delete_again(c, v, silent, dry_run)
         if v.status == S.CREATING:
-            reason = (
-                f"interrupted: its create never finished (found by heal {self.ctx.request_id}); "
-                "delete it to free its space"
-            )[:255]
-            write = partial(
-                set_status,
-                volume_id=vol.id,
-                step="create_interrupted",
-                name=vol.name,
-                reason=reason,
-                unchanged_since=since,
-            )
+            write = self._create_interrupted(v)
             c.after, says = S.ERROR.value, RULES[S.CREATING]["-"]
         elif v.status == S.RESERVED:
-            write = partial(attachments.unreserve, volume_row_id=vol.id, unchanged_since=since)
+            write = partial(attachments.unreserve, volume_row_id=vol.id, unchanged_since=v.changed_at)
             c.after, says = S.AVAILABLE.value, RULES[S.RESERVED]["-"]
         else:  # attaching, detaching: the guest's definition decides
-            if v.server is None:
-                attached: bool | None = False  # no attachment: no server can have it
-            elif not host:
-                attached = False  # its server has no host, so no guest
-            elif silent is not None:
-                return self._left(c, f"host {host} did not answer ({silent})")
-            else:
-                attached = self._attached(vol.uuid, guest)
+            attached, unknown = self._attached_on(v, host, guest, silent)
             if attached is None:
-                return self._left(c, f"host {host}'s driver does not report the volumes of its guests")
+                return self._left(c, unknown)
             shows = "attached" if attached else "not attached"
             c.detail += f"; server {v.server or '(none)'} on {host or '(no host)'} has it {shows}"
             c.after = (S.IN_USE if attached else S.AVAILABLE).value
             says = RULES[v.status][shows]
-            if v.status == S.ATTACHING:
-                write = partial(
-                    attachments.end_attach, volume_row_id=vol.id, attached=attached, unchanged_since=since
-                )
-            else:
-                write = partial(
-                    attachments.end_detach,
-                    volume_row_id=vol.id,
-                    still_attached=attached,
-                    unchanged_since=since,
-                )
+            write = _end_attachment(v, attached)
         c.detail += ": " + says
         if not dry_run:
             self._apply(c, write)
         return c
+
+    def _create_interrupted(self, v: _Stuck) -> Callable[[Session], None]:
+        """A create that never finished: the volume in error, to be deleted to free its space."""
+        reason = (
+            f"interrupted: its create never finished (found by heal {self.ctx.request_id}); "
+            "delete it to free its space"
+        )[:255]
+        return partial(
+            set_status,
+            volume_id=v.volume.id,
+            step="create_interrupted",
+            name=v.volume.name,
+            reason=reason,
+            unchanged_since=v.changed_at,
+        )
+
+    def _attached_on(
+        self, v: _Stuck, host: str | None, guest: InstanceResult | None, silent: str | None
+    ) -> tuple[bool | None, str]:
+        """Whether the server's guest has the volume; None, with why, when that cannot be told."""
+        if v.server is None:
+            return False, ""  # no attachment: no server can have it
+        if not host:
+            return False, ""  # its server has no host, so no guest
+        if silent is not None:
+            return None, f"host {host} did not answer ({silent})"
+        attached = self._attached(v.volume.uuid, guest)
+        return attached, f"host {host}'s driver does not report the volumes of its guests"
 
     def _delete_again(self, c: Correction, v: _Stuck, silent: str | None, dry_run: bool) -> Correction:
         """Cinder's init_host deletes a ``deleting`` volume again: the host's delete (idempotent),
@@ -276,6 +275,20 @@ class VolumeRecovery(HealerBase):
             c.error = f"skipped: the volume changed meanwhile ({exc.format_message()})"
             return
         c.applied = True
+
+
+def _end_attachment(v: _Stuck, attached: bool) -> Callable[[Session], None]:
+    """An attach or a detach ended as the guest's definition shows it."""
+    if v.status == S.ATTACHING:
+        return partial(
+            attachments.end_attach, volume_row_id=v.volume.id, attached=attached, unchanged_since=v.changed_at
+        )
+    return partial(
+        attachments.end_detach,
+        volume_row_id=v.volume.id,
+        still_attached=attached,
+        unchanged_since=v.changed_at,
+    )
 
 
 def _bare_spec(uuid: str) -> InstanceSpec:

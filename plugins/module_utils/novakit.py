@@ -51,19 +51,37 @@ def host_failures_from_env() -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
+class ModuleFailed(Exception):
+    """``fail_json`` of a module run in Ansible's worker process (``plugin_utils/in_process.py``)."""
+
+    def __init__(self, msg: str, details: dict[str, Any]) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.details = details
+
+
 class NovakitModule:
-    """Subclass, set ``argument_spec`` (and ``supports_check_mode``), implement ``run``."""
+    """Subclass, set ``argument_spec`` (and ``supports_check_mode``), implement ``run``.
+
+    ``ansible`` is the module's AnsibleModule, made here from the task's arguments; an
+    action plugin that runs the module in its own process passes a stand-in with the
+    already validated ``params``, ``check_mode``, ``_diff`` and a ``fail_json`` that raises.
+    """
 
     argument_spec: dict[str, Any] = {}
     module_kwargs: dict[str, Any] = {}
     needs_database = True
 
-    def __init__(self) -> None:
-        spec = dict(self.argument_spec)
-        if self.needs_database:
-            spec.update(COMMON_ARGS)
-        self.ansible = AnsibleModule(argument_spec=spec, **self.module_kwargs)
+    def __init__(self, ansible: Any = None) -> None:
+        if ansible is None:
+            spec = dict(self.argument_spec)
+            if self.needs_database:
+                spec.update(COMMON_ARGS)
+            ansible = AnsibleModule(argument_spec=spec, **self.module_kwargs)
+        self.ansible = ansible
         self.params = self.ansible.params
+        # The play's run variables (awx_job_id...), which only an in-process run sees.
+        self.extra_vars: dict[str, Any] = {}
         if not HAS_NOVAKIT:
             self.ansible.fail_json(msg=missing_required_lib("novakit"), exception=IMPORT_ERROR)
         self.check_mode = self.ansible.check_mode
@@ -79,7 +97,7 @@ class NovakitModule:
         A module sees no play variables: the run's request id reaches it through the
         environment only (the callback's id, the AWX job id, the ansible-runner ident).
         """
-        return context_from(self.params, identity=self.config().identity)
+        return context_from(self.params, extra_vars=self.extra_vars or None, identity=self.config().identity)
 
     def config(self) -> Any:
         from novakit.config import load_config
@@ -115,11 +133,24 @@ class NovakitModule:
     def run(self) -> dict[str, Any]:
         raise NotImplementedError
 
-    def __call__(self) -> None:
+    def outcome(self) -> dict[str, Any]:
+        """The task's result: what ``run`` returned, or the failure it ended in."""
         try:
-            result = self.run()
+            return self.run()
         except nk_exceptions.NovakitError as exc:
-            self.ansible.fail_json(msg=exc.format_message(), error=exc.__class__.__name__, **failure(exc))
+            return {
+                "failed": True,
+                "msg": exc.format_message(),
+                "error": exc.__class__.__name__,
+                **failure(exc),
+            }
+        except ModuleFailed as exc:
+            return {"failed": True, "msg": exc.msg, **exc.details}
+
+    def __call__(self) -> None:
+        result = self.outcome()
+        if result.pop("failed", False):
+            self.ansible.fail_json(**result)
         self.ansible.exit_json(**result)
 
 

@@ -32,7 +32,7 @@ from novakit.cells.moves import move_to_cell
 from novakit.cells.registry import UNSCHEDULED, grouped, in_cell_of
 from novakit.compute import actions, hosts
 from novakit.compute.faults import fault_from_exception
-from novakit.compute.messages import ComputeRequest, ComputeResult, Event, InstanceResult, InstanceSpec
+from novakit.compute.messages import ComputeRequest, ComputeResult, Event, Fault, InstanceResult, InstanceSpec
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import PowerState, TaskState, VmState
 from novakit.conductor.core import Services
@@ -109,18 +109,7 @@ class Builds:
         """``first_round`` with the API database's instance tables targeted."""
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
-        if records is None:
-            with self.db.reader() as session:
-                found = {
-                    inst.uuid: (inst, rs)
-                    for inst, rs in session.execute(
-                        select(Instance, RequestSpec)
-                        .join(RequestSpec, RequestSpec.instance_uuid == Instance.uuid)
-                        .where(db_api.one_of(Instance.uuid, instance_uuids), Instance.deleted == 0)
-                    ).all()
-                }
-        else:
-            found = records
+        found = records if records is not None else self._waiting_records(instance_uuids)
         uuids = [u for u in instance_uuids if u in found]
         if not uuids:
             return [], {}
@@ -155,9 +144,40 @@ class Builds:
             # (Nova's recheck losers go to error too); nothing was claimed.
             self._fail_unscheduled(ctx, uuids, exc)
             return [], {}
-        by_host: dict[str, list[InstanceSpec]] = defaultdict(list)
         unplaced = [uuid for uuid, choices in zip(uuids, selections, strict=True) if not choices]
-        # min_count was met but not every instance was placed: those go to error, saying why.
+        self._fail_unplaced(ctx, unplaced, over_quota, len(uuids))
+        for uuid in gone:
+            LOG.info("instance %s was deleted while it was scheduled; its claim is freed", uuid)
+        by_host: dict[str, list[InstanceSpec]] = defaultdict(list)
+        for host, spec_ in recorded:
+            by_host[host].append(spec_)
+        requests = [
+            ComputeRequest(request_id=ctx.request_id, host=host, operation="build", instances=specs)
+            for host, specs in by_host.items()
+        ]
+        return requests, infos
+
+    def _waiting_records(self, instance_uuids: list[str]) -> dict[str, tuple[Instance, RequestSpec]]:
+        """The instances (not deleted) and their request specs, by uuid."""
+        with self.db.reader() as session:
+            return {
+                inst.uuid: (inst, rs)
+                for inst, rs in session.execute(
+                    select(Instance, RequestSpec)
+                    .join(RequestSpec, RequestSpec.instance_uuid == Instance.uuid)
+                    .where(db_api.one_of(Instance.uuid, instance_uuids), Instance.deleted == 0)
+                ).all()
+            }
+
+    def _fail_unplaced(
+        self,
+        ctx: RequestContext,
+        unplaced: list[str],
+        over_quota: dict[str, exceptions.OverQuota],
+        asked: int,
+    ) -> None:
+        """min_count was met but not every instance was placed: those go to error, saying why
+        (the quota recheck's error, or that they did not fit)."""
         trimmed = [u for u in unplaced if u in over_quota]
         if trimmed:
             self._fail_unscheduled(ctx, trimmed, over_quota[trimmed[0]])
@@ -167,18 +187,9 @@ class Builds:
                 ctx,
                 unfitted,
                 exceptions.NoValidHost(
-                    reason=f"{len(unfitted)} of {len(uuids)} instances did not fit (min_count was met)"
+                    reason=f"{len(unfitted)} of {asked} instances did not fit (min_count was met)"
                 ),
             )
-        for uuid in gone:
-            LOG.info("instance %s was deleted while it was scheduled; its claim is freed", uuid)
-        for host, spec_ in recorded:
-            by_host[host].append(spec_)
-        requests = [
-            ComputeRequest(request_id=ctx.request_id, host=host, operation="build", instances=specs)
-            for host, specs in by_host.items()
-        ]
-        return requests, infos
 
     def _trimmed_by_quota(
         self, session: Session, spec: Any, uuids: list[str]
@@ -214,39 +225,13 @@ class Builds:
 
         gone.clear()
         out = []
-        # Alternates stay in the chosen host's cell, as Nova keeps them: a reschedule moves
-        # the build to another host, never its records to another database.
-        chosen_hosts = {choices[0].host for _, choices in placed}
-        alternate_hosts = {a.host for _, choices in placed for a in choices[1:]}
-        cell_of: dict[str, int] = {}
-        if alternate_hosts:
-            cell_of = dict(
-                session.execute(  # type: ignore[arg-type]
-                    select(HostMapping.host, HostMapping.cell_id).where(
-                        HostMapping.host.in_(sorted(chosen_hosts | alternate_hosts))
-                    )
-                ).all()
-            )
+        cell_of = _cells_of_hosts(session, placed)
         images_seen: dict[str, Any] = {}
         now = utcnow()
         for uuid, choices in placed:
             chosen = choices[0]
             inst, rs = found[uuid]
-            try:
-                db_api.instance_update(
-                    session,
-                    uuid,
-                    {
-                        "host": chosen.host,
-                        "node": chosen.nodename,
-                        "scheduled_at": now,
-                        "task_lease_until": lease,
-                    },
-                    expected_task_state=[TaskState.SCHEDULING],
-                    expected_vm_state=[VmState.BUILDING],
-                    fetch=False,
-                )
-            except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+            if not _record_host(session, uuid, chosen, now, lease):
                 gone.append(uuid)
                 remove_allocations_in_session(session, uuid)
                 continue
@@ -254,6 +239,8 @@ class Builds:
             ports.bind_host(session, [uuid], chosen.host, "BUILD")
             # A new root volume is made for the host with the claim, and holds its DISK_GB.
             boot.create_root_volume(session, inst, rs.spec or {}, chosen.host, conf=self.services.conf)
+            # Alternates stay in the chosen host's cell, as Nova keeps them: a reschedule moves
+            # the build to another host, never its records to another database.
             session.execute(
                 _RS_SCHEDULED,
                 {
@@ -343,43 +330,22 @@ class Builds:
             olds = _states_of(session, [s.uuid for s, _ in built])
             events: dict[str, list[Event]] = {}
             for spec, res in built:
-                values = {
-                    "vm_state": VmState.ACTIVE,
-                    "task_state": None,
-                    "power_state": res.power_state
-                    if res.power_state is not None
-                    else int(PowerState.RUNNING),
-                    "launched_at": now,
-                    "addresses": res.addresses,
-                    "host": host,
-                }
                 try:
                     db_api.instance_update(
                         session,
                         res.uuid,
-                        values,
+                        _built_values(res, host, now),
                         expected_task_state=BUILD_TASK_STATES,
                         expected_vm_state=[VmState.BUILDING],
                         fetch=False,
                     )
                 except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
                     # The failed UPDATE changed nothing: this transaction records the rest.
-                    destroy, free = actions.fate(session, res.uuid, host)
-                    LOG.info(
-                        "instance %s changed while it built on %s (%s); its guest %s",
-                        res.uuid,
-                        host,
-                        exc.format_message(),
-                        "is removed" if destroy else "stays",
-                    )
+                    destroy, free = self._record_lost_build(session, ctx, host, res, exc)
                     if destroy:
                         gone.append(spec)
                     if free:
                         release.append(spec.uuid)
-                    lost = actions.lost_race(exc)
-                    actions.record_outcome(
-                        session, ctx, res.uuid, events=res.events, finish="create", message=lost
-                    )
                     continue
                 events[res.uuid] = res.events
                 changed.append((res.uuid, olds.get(res.uuid, ("building", None))))
@@ -398,6 +364,24 @@ class Builds:
             self.services.notifier.emit("instance.create.end", uuid, host=host, timings=timings[uuid])
         return gone
 
+    @staticmethod
+    def _record_lost_build(
+        session: Session, ctx: RequestContext, host: str, res: InstanceResult, exc: exceptions.NovakitError
+    ) -> tuple[bool, bool]:
+        """A build that changed while it built (see ``actions.fate``): its events recorded, and
+        whether its guest must go and its claim be freed."""
+        destroy, free = actions.fate(session, res.uuid, host)
+        LOG.info(
+            "instance %s changed while it built on %s (%s); its guest %s",
+            res.uuid,
+            host,
+            exc.format_message(),
+            "is removed" if destroy else "stays",
+        )
+        lost = actions.lost_race(exc)
+        actions.record_outcome(session, ctx, res.uuid, events=res.events, finish="create", message=lost)
+        return destroy, free
+
     def _build_failed(
         self, ctx: RequestContext, host: str, spec: InstanceSpec, res: InstanceResult
     ) -> tuple[str, InstanceSpec] | None:
@@ -413,20 +397,15 @@ class Builds:
             # The host never ran the build (unreachable, no answer): the audit trail still
             # shows an attempt on that host, failed, as for a build that raised there.
             now = utcnow()
-            res = res.model_copy(
-                update={
-                    "events": [
-                        Event(
-                            event=BUILD_EVENT,
-                            start_time=now,
-                            finish_time=now,
-                            result="Error",
-                            host=host,
-                            details=fault.message,
-                        )
-                    ]
-                }
+            event = Event(
+                event=BUILD_EVENT,
+                start_time=now,
+                finish_time=now,
+                result="Error",
+                host=host,
+                details=fault.message,
             )
+            res = res.model_copy(update={"events": [event]})
         if not self._still_building(ctx, spec.uuid, host, res.events, fault):
             return None
         placement.remove_allocations(self.db, spec.uuid)
@@ -434,46 +413,54 @@ class Builds:
             rs = session.execute(
                 select(RequestSpec).where(RequestSpec.instance_uuid == spec.uuid)
             ).scalar_one_or_none()
-            alternates = list(rs.alternates or []) if rs else []
-            tried = list(rs.tried_hosts or []) if rs else [host]
             stay = boot.must_stay_on(session, spec.uuid) if fault.reschedule else None
         if stay is not None:
-            abort = exceptions.BuildAbortError(
-                instance_uuid=spec.uuid, reason=f"{stay}, so no other host can build it ({fault.message})"
-            )
-            fault = fault.model_copy(
-                update={
-                    "message": abort.format_message(),
-                    "exception_class": "BuildAbortError",
-                    "reschedule": False,
-                }
-            )
+            fault = _aborted(fault, spec.uuid, stay)
         if fault.reschedule and any(v.boot_index == 0 for v in spec.volumes):
             # Its new root volume was made for the failed host (which removed it): it goes, and
             # the next host's is written with the server's move there (``_rescheduled``).
             self.db.run_in_transaction(lambda s: boot.release_failed_build(s, spec.uuid))
-        if fault.reschedule:
-            while alternates and (rs is not None) and len(tried) < self.services.conf.scheduler.max_attempts:
-                alt = alternates.pop(0)
-                tried.append(alt["host"])
-                if not placement.claim_resources(
-                    self.db,
-                    spec.uuid,
-                    alt["provider_uuid"],
-                    alt["allocations"],
-                    spec.project_id,
-                    spec.user_id,
-                ):
-                    continue
-                if self._rescheduled(ctx, spec.uuid, res, alt, alternates, tried):
-                    LOG.info("rescheduling %s from %s to %s", spec.uuid, host, alt["host"])
-                    if spec.volumes:  # a new root volume is another one on the next host
-                        with self.db.reader() as session:
-                            spec = spec.model_copy(update={"volumes": specs_of_server(session, spec.uuid)})
-                    return alt["host"], spec
-                # Changed meanwhile (_rescheduled recorded what and why): the new claim goes.
-                placement.remove_allocations(self.db, spec.uuid)
-                return None
+        if fault.reschedule and rs is not None:
+            return self._reschedule(ctx, host, spec, res, rs, fault)
+        self._set_error(ctx, spec.uuid, fault, res.events, expected=BUILD_TASK_STATES)
+        return None
+
+    def _reschedule(
+        self,
+        ctx: RequestContext,
+        host: str,
+        spec: InstanceSpec,
+        res: InstanceResult,
+        rs: RequestSpec,
+        fault: Fault,
+    ) -> tuple[str, InstanceSpec] | None:
+        """Claim the next alternate that has room, up to ``scheduler.max_attempts`` hosts, and
+        move the build there; none left: the instance in error with the build's fault."""
+        from novakit import placement
+
+        alternates = list(rs.alternates or [])
+        tried = list(rs.tried_hosts or [])
+        while alternates and len(tried) < self.services.conf.scheduler.max_attempts:
+            alt = alternates.pop(0)
+            tried.append(alt["host"])
+            if not placement.claim_resources(
+                self.db,
+                spec.uuid,
+                alt["provider_uuid"],
+                alt["allocations"],
+                spec.project_id,
+                spec.user_id,
+            ):
+                continue
+            if self._rescheduled(ctx, spec.uuid, res, alt, alternates, tried):
+                LOG.info("rescheduling %s from %s to %s", spec.uuid, host, alt["host"])
+                if spec.volumes:  # a new root volume is another one on the next host
+                    with self.db.reader() as session:
+                        spec = spec.model_copy(update={"volumes": specs_of_server(session, spec.uuid)})
+                return alt["host"], spec
+            # Changed meanwhile (_rescheduled recorded what and why): the new claim goes.
+            placement.remove_allocations(self.db, spec.uuid)
+            return None
         self._set_error(ctx, spec.uuid, fault, res.events, expected=BUILD_TASK_STATES)
         return None
 
@@ -589,3 +576,58 @@ def _states_of(session: Session, uuids: list[str]) -> dict[str, tuple[str, str |
             select(Instance.uuid, Instance.vm_state, Instance.task_state).where(Instance.uuid.in_(uuids))
         ).all()
     return {uuid: (vm_state, task_state) for uuid, vm_state, task_state in rows}
+
+
+def _cells_of_hosts(session: Session, placed: list[tuple[str, list[Any]]]) -> dict[str, int]:
+    """The cell of each chosen and alternate host, when there are alternates to keep."""
+    chosen_hosts = {choices[0].host for _, choices in placed}
+    alternate_hosts = {a.host for _, choices in placed for a in choices[1:]}
+    if not alternate_hosts:
+        return {}
+    return dict(
+        session.execute(  # type: ignore[arg-type]
+            select(HostMapping.host, HostMapping.cell_id).where(
+                HostMapping.host.in_(sorted(chosen_hosts | alternate_hosts))
+            )
+        ).all()
+    )
+
+
+def _record_host(session: Session, uuid: str, chosen: Any, now: dt.datetime, lease: dt.datetime) -> bool:
+    """The chosen host written on a building instance, with the round's lease; False when it
+    was deleted (or changed) meanwhile, and nothing was written."""
+    try:
+        db_api.instance_update(
+            session,
+            uuid,
+            {"host": chosen.host, "node": chosen.nodename, "scheduled_at": now, "task_lease_until": lease},
+            expected_task_state=[TaskState.SCHEDULING],
+            expected_vm_state=[VmState.BUILDING],
+            fetch=False,
+        )
+    except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+        return False
+    return True
+
+
+def _built_values(res: InstanceResult, host: str, now: dt.datetime) -> dict[str, Any]:
+    """What a successful build writes on its instance."""
+    return {
+        "vm_state": VmState.ACTIVE,
+        "task_state": None,
+        "power_state": res.power_state if res.power_state is not None else int(PowerState.RUNNING),
+        "launched_at": now,
+        "addresses": res.addresses,
+        "host": host,
+    }
+
+
+def _aborted(fault: Fault, uuid: str, stay: str) -> Fault:
+    """A build that must stay on its host (``boot.must_stay_on``) is not rescheduled: its fault
+    becomes a ``BuildAbortError`` saying why."""
+    abort = exceptions.BuildAbortError(
+        instance_uuid=uuid, reason=f"{stay}, so no other host can build it ({fault.message})"
+    )
+    return fault.model_copy(
+        update={"message": abort.format_message(), "exception_class": "BuildAbortError", "reschedule": False}
+    )

@@ -69,27 +69,12 @@ class Resize(Flow):
     def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
         t = ACTIONS[action]
         new_flavor: dict[str, Any] = options["flavor"]
-        kind = "resize" if action == "resize" else "migration"
-
-        def prep(session: Session) -> tuple[str, str, str]:
-            inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
-            m = migrations.create(session, ctx, inst, kind, new_flavor)
-            move_allocations_in_session(session, uuid, m.uuid)
-            return m.uuid, str(inst.host), inst.vm_state
-
-        mig, source, old_vm_state = self.db.run_in_transaction(prep)
-        try:
-            with actions.instance_event(self.db, ctx, uuid, "conductor_migrate_server"):
-                dest = self.select_destination(ctx, uuid, mig, new_flavor, options.get("host"), source)
-        except exceptions.NovakitError as exc:
-            LOG.info("%s of %s: no destination: %s", action, uuid, exc.format_message())
-            self.roll_back(ctx, uuid, t, mig, events=[], fault=None)
-            raise
+        mig, source, old_vm_state = self._prep(ctx, uuid, action, new_flavor)
+        dest = self._choose_destination(ctx, uuid, t, mig, new_flavor, options.get("host"), source)
         self.services.notifier.emit(f"instance.{t.notify_as}_prep.end", uuid, host=source)
 
         self.services.step(ctx, uuid, T.RESIZE_PREP, T.RESIZE_MIGRATING)
-        with self.db.reader() as session:
-            spec = instance_spec(session, db_api.instance_get(session, ctx_admin(ctx), uuid))
+        spec = _spec_of(self.db, ctx, uuid)
         spec.flavor = flavors.spec(new_flavor)
         power_on = old_vm_state != VmState.STOPPED.value
         handed = self.services.call(
@@ -99,12 +84,7 @@ class Resize(Flow):
             self.roll_back(ctx, uuid, t, mig, events=handed.events, fault=handed.fault)
             return
 
-        def migrated(session: Session) -> None:
-            self.services.step_in(session, ctx, uuid, T.RESIZE_MIGRATING, T.RESIZE_MIGRATED)
-            migrations.set_status(session, mig, "migrating", "post-migrating")
-            actions.record_host_events(session, ctx, uuid, handed.events)
-
-        self.db.run_in_transaction(migrated)
+        self._handed_over(ctx, uuid, mig, handed)
         self.services.step(ctx, uuid, T.RESIZE_MIGRATED, T.RESIZE_FINISH)
         finished = self.services.call(
             ctx,
@@ -115,34 +95,22 @@ class Resize(Flow):
             {"disk_info": handed.disk_info or {}, "power_on": power_on},
         )
         if not finished.ok:  # nothing is left on the destination: the guest goes back to the source
-            back = self.services.call(
-                ctx, source, "finish_revert_migration", action, spec, {"power_on": power_on}
-            )
-            self.roll_back(
-                ctx,
-                uuid,
-                t,
-                mig,
-                events=[*finished.events, *back.events],
-                fault=finished.fault if back.ok else (back.fault or finished.fault),
-                error=not back.ok,
-            )
+            self._back_to_source(ctx, uuid, t, mig, source, spec, finished, power_on)
             return
 
         def done(session: Session) -> None:
+            values = {
+                "host": dest,
+                "node": dest,
+                **flavor_values(new_flavor),
+                "vm_state": VmState.RESIZED,
+                "task_state": None,
+                "power_state": _power_after(finished, power_on),
+            }
             db_api.instance_update(
                 session,
                 uuid,
-                {
-                    "host": dest,
-                    "node": dest,
-                    **flavor_values(new_flavor),
-                    "vm_state": VmState.RESIZED,
-                    "task_state": None,
-                    "power_state": finished.power_state
-                    if finished.power_state is not None
-                    else int(PowerState.RUNNING if power_on else PowerState.SHUTDOWN),
-                },
+                values,
                 expected_task_state=[T.RESIZE_FINISH],
                 expected_owner=ctx.request_id,
                 fetch=False,
@@ -153,6 +121,76 @@ class Resize(Flow):
 
         self.db.run_in_transaction(done)
         self.services.notifier.emit(f"instance.{t.notify_as}.end", uuid, host=dest)
+
+    def _prep(
+        self, ctx: RequestContext, uuid: str, action: str, new_flavor: dict[str, Any]
+    ) -> tuple[str, str, str]:
+        """The migration recorded, holding the instance's claim on its source. Returns the
+        migration, the source, and the server's state before the move."""
+        kind = "resize" if action == "resize" else "migration"
+
+        def prep(session: Session) -> tuple[str, str, str]:
+            inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
+            m = migrations.create(session, ctx, inst, kind, new_flavor)
+            move_allocations_in_session(session, uuid, m.uuid)
+            return m.uuid, str(inst.host), inst.vm_state
+
+        return self.db.run_in_transaction(prep)
+
+    def _choose_destination(
+        self,
+        ctx: RequestContext,
+        uuid: str,
+        t: Transition,
+        mig: str,
+        new_flavor: dict[str, Any],
+        host: str | None,
+        source: str,
+    ) -> str:
+        """The scheduler's destination; with none, the move rolls back and the error is raised."""
+        try:
+            with actions.instance_event(self.db, ctx, uuid, "conductor_migrate_server"):
+                return self.select_destination(ctx, uuid, mig, new_flavor, host, source)
+        except exceptions.NovakitError as exc:
+            LOG.info("%s of %s: no destination: %s", t.action, uuid, exc.format_message())
+            self.roll_back(ctx, uuid, t, mig, events=[], fault=None)
+            raise
+
+    def _handed_over(self, ctx: RequestContext, uuid: str, mig: str, handed: InstanceResult) -> None:
+        """The source let its guest go: the task and the migration say so, with its events."""
+
+        def migrated(session: Session) -> None:
+            self.services.step_in(session, ctx, uuid, T.RESIZE_MIGRATING, T.RESIZE_MIGRATED)
+            migrations.set_status(session, mig, "migrating", "post-migrating")
+            actions.record_host_events(session, ctx, uuid, handed.events)
+
+        self.db.run_in_transaction(migrated)
+
+    def _back_to_source(
+        self,
+        ctx: RequestContext,
+        uuid: str,
+        t: Transition,
+        mig: str,
+        source: str,
+        spec: Any,
+        finished: InstanceResult,
+        power_on: bool,
+    ) -> None:
+        """The destination failed: the source brings its guest back and the move rolls back; the
+        server is in error only when the source cannot bring it back."""
+        back = self.services.call(
+            ctx, source, "finish_revert_migration", t.action, spec, {"power_on": power_on}
+        )
+        self.roll_back(
+            ctx,
+            uuid,
+            t,
+            mig,
+            events=[*finished.events, *back.events],
+            fault=finished.fault if back.ok else (back.fault or finished.fault),
+            error=not back.ok,
+        )
 
     def dry_run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> str | None:
         return self.plan_elsewhere(ctx, uuid, options)
@@ -166,14 +204,7 @@ class ConfirmResize(Flow):
         t = ACTIONS[action]
 
         def begin(session: Session) -> tuple[str, str, str]:
-            m = migrations.in_progress(session, uuid)
-            if m is None or m.status != "finished":
-                raise exceptions.InstanceInvalidState(
-                    action=action,
-                    instance_uuid=uuid,
-                    vm_state=VmState.RESIZED.value,
-                    task_state=f"migration {m.status if m else 'missing'}",
-                )
+            m = _finished_migration(session, uuid, action)
             # Still resized with no task (a revert starts one), and the migration's guard.
             db_api.instance_update(
                 session,
@@ -191,8 +222,7 @@ class ConfirmResize(Flow):
         except exceptions.NovakitError as exc:
             _finish_refused(self.services, ctx, uuid, t, exc)
             raise
-        with self.db.reader() as session:
-            spec = instance_spec(session, db_api.instance_get(session, ctx_admin(ctx), uuid))
+        spec = _spec_of(self.db, ctx, uuid)
         res = self.services.call(ctx, source, "confirm_migration", action, spec, {})
 
         def done(session: Session) -> None:
@@ -229,14 +259,7 @@ class RevertResize(Flow):
         t = ACTIONS[action]
 
         def begin(session: Session) -> tuple[str, str, str, dict[str, Any]]:
-            m = migrations.in_progress(session, uuid)
-            if m is None or m.status != "finished":
-                raise exceptions.InstanceInvalidState(
-                    action=action,
-                    instance_uuid=uuid,
-                    vm_state=VmState.RESIZED.value,
-                    task_state=f"migration {m.status if m else 'missing'}",
-                )
+            m = _finished_migration(session, uuid, action)
             migrations.set_status(session, m.uuid, "finished", "reverting")
             return m.uuid, str(m.source_compute), m.old_vm_state, dict(m.old_flavor)
 
@@ -260,29 +283,11 @@ class RevertResize(Flow):
         ok = back is not None and back.ok
 
         def done(session: Session) -> None:
-            values: dict[str, Any] = {"task_state": None}
-            if ok:
-                assert back is not None
-                remove_allocations_in_session(session, uuid)
-                move_allocations_in_session(session, mig, uuid)
-                migrations.set_status(session, mig, "reverting", "reverted")
-                ports.bind_host(session, [uuid], source)
-                values.update(
-                    host=source,
-                    node=source,
-                    vm_state=old_vm_state,
-                    power_state=back.power_state
-                    if back.power_state is not None
-                    else int(PowerState.RUNNING if power_on else PowerState.SHUTDOWN),
-                    **flavor_values(old_flavor),
-                )
+            if back is not None and back.ok:
+                values = _back_on_source(session, uuid, mig, source, old_vm_state, old_flavor)
+                values["power_state"] = _power_after(back, power_on)
             else:
-                migrations.set_status(session, mig, "reverting", "error")
-                values["vm_state"] = VmState.ERROR
-                if gone.ok:  # the destination's guest is gone: so is its claim, the server is the source's
-                    remove_allocations_in_session(session, uuid)
-                    move_allocations_in_session(session, mig, uuid)
-                    values.update(host=source, node=source, **flavor_values(old_flavor))
+                values = _revert_failed(session, uuid, mig, source, old_flavor, dest_gone=gone.ok)
             db_api.instance_update(
                 session,
                 uuid,
@@ -303,6 +308,63 @@ class RevertResize(Flow):
 
         self.db.run_in_transaction(done)
         self.services.notifier.emit(f"instance.{t.notify_as}.{'end' if ok else 'error'}", uuid, host=source)
+
+
+def _finished_migration(session: Session, uuid: str, action: str) -> Any:
+    """The server's migration, which a confirm or a revert needs ``finished``."""
+    m = migrations.in_progress(session, uuid)
+    if m is None or m.status != "finished":
+        raise exceptions.InstanceInvalidState(
+            action=action,
+            instance_uuid=uuid,
+            vm_state=VmState.RESIZED.value,
+            task_state=f"migration {m.status if m else 'missing'}",
+        )
+    return m
+
+
+def _spec_of(db: Any, ctx: RequestContext, uuid: str) -> Any:
+    with db.reader() as session:
+        return instance_spec(session, db_api.instance_get(session, ctx_admin(ctx), uuid))
+
+
+def _power_after(res: InstanceResult, power_on: bool) -> int:
+    """The power state a host reported after a move's last step, else the one it was asked for."""
+    if res.power_state is not None:
+        return res.power_state
+    return int(PowerState.RUNNING if power_on else PowerState.SHUTDOWN)
+
+
+def _back_on_source(
+    session: Session, uuid: str, mig: str, source: str, old_vm_state: str, old_flavor: dict[str, Any]
+) -> dict[str, Any]:
+    """A revert that brought the guest back: the claim, the ports and the server the source's
+    again, as they were; the migration ``reverted``. Returns the instance's values."""
+    remove_allocations_in_session(session, uuid)
+    move_allocations_in_session(session, mig, uuid)
+    migrations.set_status(session, mig, "reverting", "reverted")
+    ports.bind_host(session, [uuid], source)
+    return {
+        "task_state": None,
+        "host": source,
+        "node": source,
+        "vm_state": old_vm_state,
+        **flavor_values(old_flavor),
+    }
+
+
+def _revert_failed(
+    session: Session, uuid: str, mig: str, source: str, old_flavor: dict[str, Any], dest_gone: bool
+) -> dict[str, Any]:
+    """A revert that failed: the migration and the server in error. Once the destination's
+    guest is gone, so is its claim, and the server is the source's."""
+    migrations.set_status(session, mig, "reverting", "error")
+    values: dict[str, Any] = {"task_state": None, "vm_state": VmState.ERROR}
+    if dest_gone:
+        remove_allocations_in_session(session, uuid)
+        move_allocations_in_session(session, mig, uuid)
+        values.update(host=source, node=source, **flavor_values(old_flavor))
+    return values
 
 
 def _finish_refused(

@@ -51,6 +51,7 @@ class SchedulerConfig(_Section):
             "DifferentHostFilter",
             "NetworkFilter",
             "VolumeHostFilter",
+            "SecurityGroupFilter",
         ]
     )
     # Names of novakit.scheduler.weights.WEIGHERS (checked there), or ["all"].

@@ -183,6 +183,8 @@ def register_host(
         node.local_gb = resources.local_gb
         node.cached_images = list(resources.cached_images)
         node.networks = _reported_networks(resources)
+        if resources.security_groups is not None:  # SecurityGroupFilter reads it
+            node.stats = {**(node.stats or {}), "security_groups": resources.security_groups}
         if driver_info is not None:
             node.driver = driver_info
         for key, value in settings.items():

@@ -42,9 +42,11 @@ from novakit.compute.messages import (
     ImageSpec,
     InstanceResult,
     InstanceSpec,
+    PortFilterSpec,
     VolumeSpec,
 )
 from novakit.compute.states import PowerState
+from novakit.network.filter_rules import rules_from_json, rules_to_json
 from novakit.virt.driver import ComputeDriver
 
 LOG = logging.getLogger(__name__)
@@ -327,6 +329,10 @@ class ComputeManager:
                 result.results = [InstanceResult(uuid=image.id, ok=True)]
             elif op in ("volume_create", "volume_delete"):
                 result.results = [self.manage_volume(op, v) for v in request.volumes]
+            elif op == "apply_port_filters":
+                result.results = [self.apply_port_filter(p) for p in request.port_filters]
+            elif op == "list_port_filters":
+                result.port_filters = self.list_port_filters()
             elif op == "list_unmanaged":
                 result.unmanaged = self.driver.list_unmanaged()
             elif op == "get_info":
@@ -539,6 +545,30 @@ class ComputeManager:
             return rec.result
         rec.result.ok = True
         return rec.result
+
+    # --- security groups --------------------------------------------------------------
+
+    def apply_port_filter(self, port: PortFilterSpec) -> InstanceResult:
+        """Set (or, for ``rules`` None, remove) one port's filter. Keyed by the port's id; a host
+        that does not filter (``none``, ``unsupported``) has nothing to do and says ok."""
+        rec = _Recorder(self.host, port.port_id)
+        try:
+            with rec.event("compute_apply_port_filter"):
+                if self.driver.port_filter_mode() == "enforced":
+                    if port.rules is None:
+                        self.driver.remove_port_filter(port.port_id)
+                    else:
+                        self.driver.apply_port_filter(port, rules_from_json(port.rules))
+        except Exception:
+            LOG.info("filter of port %s not applied on %s", port.port_id, self.host)
+            return rec.result
+        rec.result.ok = True
+        return rec.result
+
+    def list_port_filters(self) -> dict[str, list[dict[str, Any]]] | None:
+        if self.driver.port_filter_mode() != "enforced":
+            return None
+        return {port: rules_to_json(rules) for port, rules in self.driver.list_port_filters().items()}
 
     def get_info(self, instance: InstanceSpec) -> InstanceResult:
         res = InstanceResult(uuid=instance.uuid, ok=True)

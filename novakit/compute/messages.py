@@ -65,6 +65,10 @@ Operation = Literal[
     "image_delete",
     "rescue",
     "unrescue",
+    # Security groups (``novakit.network.filter_sync``): each port's filter made what its rules
+    # say (or removed), and the filters the host holds now, for heal to compare.
+    "apply_port_filters",
+    "list_port_filters",
 ]
 
 
@@ -117,6 +121,20 @@ class NetworkSpec(_Model):
     # network-config; on a libvirt network the host adds a DHCP host entry (MAC -> IP) too.
     port_id: str | None = None
     fixed_ips: list[FixedIp] = Field(default_factory=list)
+    # The port's effective security-group rules (``novakit.network.filter_rules.FilterRule`` as
+    # JSON), read from the records when the request is made; None: the port is not filtered.
+    filter_rules: list[dict[str, Any]] | None = None
+
+
+class PortFilterSpec(_Model):
+    """One port's filter as ``apply_port_filters`` sets it on the host that runs the port."""
+
+    port_id: str
+    instance_uuid: str | None = None
+    mac: str | None = None
+    # FilterRule JSON; None: the port has no filter any more (its port was deleted, or it left
+    # every group), so the host removes it.
+    rules: list[dict[str, Any]] | None = None
 
 
 class VolumeSpec(_Model):
@@ -190,6 +208,8 @@ class ComputeRequest(_Model):
     # (``python -m novakit.compute`` over SSH): {"driver": "fake", "options": {...},
     # "max_concurrent_builds": 10}. In-process and Ansible callers leave it out.
     driver: dict[str, Any] | None = None
+    # apply_port_filters: the ports whose filters to set or remove.
+    port_filters: list[PortFilterSpec] = Field(default_factory=list)
 
     def to_wire(self) -> dict[str, Any]:
         data = self.model_dump(mode="json", exclude={"instances"})
@@ -259,6 +279,10 @@ class HostResources(_Model):
     # The libvirt networks and bridges this host has, by name (``NetworkFilter``); None: every
     # network (the fake driver, unless its options name some).
     networks: list[str] | None = None
+    # Security groups on this host (``ComputeDriver.port_filter_mode``): "enforced" (its driver
+    # filters ports), "none" (the operator knowingly runs it without filters), "unsupported"
+    # (its driver cannot filter). None: a host that has not said (as "unsupported").
+    security_groups: Literal["enforced", "none", "unsupported"] | None = None
 
 
 class UnmanagedGuest(_Model):
@@ -291,6 +315,9 @@ class ComputeResult(_Model):
     host_boot_id: str | None = None  # with instances_on_host: ComputeDriver.host_boot_id
     unmanaged: list[UnmanagedGuest] | None = None  # operation list_unmanaged
     error: Fault | None = None  # the whole request failed (driver unusable, ...)
+    # list_port_filters: port id -> its filter's rules (FilterRule JSON) as the host holds them;
+    # None: this host does not filter (nothing to compare). apply_port_filters: the ports done.
+    port_filters: dict[str, list[dict[str, Any]]] | None = None
 
 
 # --- secrets apart from the wire requests -------------------------------------------------

@@ -123,6 +123,7 @@ def instance_spec(
     ``images_seen`` caches image rows across the instances of one request.
     """
     from novakit.compute import flavors, images
+    from novakit.network.filter_sync import with_filters
 
     image: ImageSpec
     kernel = ramdisk = None
@@ -162,7 +163,7 @@ def instance_spec(
         user_data=inst.user_data,  # type: ignore[arg-type]
         admin_password_hash=inst.admin_password_hash,  # type: ignore[arg-type]
         config_drive=inst.config_drive,
-        networks=[NetworkSpec.model_validate(n) for n in (inst.networks or [])],
+        networks=with_filters(session, [NetworkSpec.model_validate(n) for n in (inst.networks or [])]),
         volumes=_volumes_of(session, inst.uuid),
     )
 

@@ -33,6 +33,10 @@ ETHERTYPES = ("IPv4", "IPv6")
 #: Protocols whose rules may carry a port range (TCP/UDP ports, ICMP type/code).
 PORT_PROTOCOLS = ("tcp", "udp", "sctp")
 ICMP_PROTOCOLS = ("icmp", "icmpv6", "ipv6-icmp")
+#: IANA numbers and aliases of the protocols that have a name, as Neutron accepts them
+_PROTOCOL_NAMES = {"6": "tcp", "17": "udp", "132": "sctp", "1": "icmp", "58": "icmpv6", "ipv6-icmp": "icmpv6"}
+
+
 _FIELDS = ("direction", "ethertype", "protocol", "port_min", "port_max", "remote_ip_prefix")
 
 
@@ -88,12 +92,19 @@ class FilterRule:
             object.__setattr__(self, "remote_ip_prefix", str(net))
 
     @property
+    def protocol_name(self) -> str | None:
+        """The protocol by name where it has one (``6`` is ``tcp``), lower case."""
+        if self.protocol is None:
+            return None
+        return _PROTOCOL_NAMES.get(self.protocol.lower(), self.protocol.lower())
+
+    @property
     def has_ports(self) -> bool:
-        return self.protocol is not None and self.protocol.lower() in PORT_PROTOCOLS
+        return self.protocol_name in PORT_PROTOCOLS
 
     @property
     def is_icmp(self) -> bool:
-        return self.protocol is not None and self.protocol.lower() in ICMP_PROTOCOLS
+        return self.protocol_name in ICMP_PROTOCOLS
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,9 +121,26 @@ class FilterRule:
         return cls(**data)
 
 
+def normalized(rule: FilterRule) -> FilterRule:
+    """One spelling per meaning: a protocol by name where it has one (``6`` is ``tcp``), ICMP of
+    IPv6 as ``icmpv6``, a single port as the range ``n-n``."""
+    protocol = rule.protocol_name
+    if protocol == "icmp" and rule.ethertype == "IPv6":
+        protocol = "icmpv6"
+    port_max = rule.port_max
+    if protocol in PORT_PROTOCOLS and rule.port_min is not None and port_max is None:
+        port_max = rule.port_min
+    if (protocol, port_max) == (rule.protocol, rule.port_max):
+        return rule
+    return FilterRule(
+        rule.direction, rule.ethertype, protocol, rule.port_min, port_max, rule.remote_ip_prefix
+    )
+
+
 def canonical(rules: Iterable[FilterRule]) -> tuple[FilterRule, ...]:
-    """The rule set in one order without duplicates: what two filters are compared by."""
-    return tuple(sorted(set(rules), key=lambda r: json.dumps(r.to_json(), sort_keys=True)))
+    """The rule set normalized, in one order, without duplicates: what two filters are compared by."""
+    unique = {normalized(r) for r in rules}
+    return tuple(sorted(unique, key=lambda r: json.dumps(r.to_json(), sort_keys=True)))
 
 
 def rules_to_json(rules: Iterable[FilterRule]) -> list[dict[str, Any]]:

@@ -60,6 +60,9 @@ class RequestSpec(BaseModel):
     # The host-side names (libvirt network or bridge) of the novakit networks the servers' ports
     # are on: a host must have every one (``NetworkFilter``).
     networks: list[str] = Field(default_factory=list)
+    # The security groups the servers' ports carry (names): a host must filter ports, or be
+    # marked ``security_groups: none`` by its operator (``SecurityGroupFilter``).
+    security_groups: list[str] = Field(default_factory=list)
     # Boot from volume (``novakit.volume.boot``): the root disk is a volume, so the flavor's
     # root_gb is not claimed (Nova). ``new_root_volume_gb``: a volume of that size is made from the
     # image on the chosen host; it is claimed as DISK_GB with the server and handed to the volume

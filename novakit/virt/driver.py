@@ -29,10 +29,12 @@ from novakit.compute.messages import (
     HostResources,
     ImageSpec,
     InstanceSpec,
+    PortFilterSpec,
     UnmanagedGuest,
     VolumeSpec,
 )
 from novakit.compute.states import PowerState
+from novakit.network.filter_rules import FilterRule
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class ComputeDriver:
     hypervisor_type = "unknown"
 
     #: what this driver can do (keys of ``CAPABILITY_TRAITS``); a driver that has one says so
-    capabilities: dict[str, bool] = {"supports_admin_password": False}
+    capabilities: dict[str, bool] = {"supports_admin_password": False, "supports_port_filter": False}
 
     def __init__(self, host: str, options: dict[str, Any] | None = None) -> None:
         self.host = host
@@ -78,6 +80,16 @@ class ComputeDriver:
         driver since). An admin password is delivered through the config drive only:
         without one, or without the capability, it would be silently dropped.
         """
+        filtered = [n.port_id or n.source for n in instance.networks if n.filter_rules is not None]
+        if filtered and self.port_filter_mode() == "unsupported":
+            raise exceptions.BuildAbortError(
+                instance_uuid=instance.uuid,
+                reason=(
+                    f"security_groups: the {self.hypervisor_type} driver of host {self.host} cannot "
+                    f"filter ports ({', '.join(filtered)}); mark the host security_groups: none to run "
+                    "servers there unfiltered"
+                ),
+            )
         if instance.admin_password_hash is None:
             return
         if not self.capabilities.get("supports_admin_password"):
@@ -87,6 +99,15 @@ class ComputeDriver:
         else:
             return
         raise exceptions.BuildAbortError(instance_uuid=instance.uuid, reason=reason)
+
+    def port_filter_mode(self) -> str:
+        """Security groups on this host: ``enforced`` (the driver filters ports), ``none`` (the
+        operator set the driver option ``security_groups: none``: it runs servers unfiltered,
+        knowingly) or ``unsupported`` (the driver cannot filter). Reported in
+        ``HostResources.security_groups``; the scheduler's ``SecurityGroupFilter`` reads it."""
+        if str(self.options.get("security_groups", "")).lower() == "none":
+            return "none"
+        return "enforced" if self.capabilities.get("supports_port_filter") else "unsupported"
 
     def init_host(self) -> None:
         """Prepare the host (connect, create directories). Safe to call again."""
@@ -197,6 +218,27 @@ class ComputeDriver:
         Idempotent; raises InvalidImage / ImageNotFound, leaving the cache as it was, when the
         image cannot be used.
         """
+        raise NotImplementedError
+
+    # --- security groups (``novakit.network.filter_rules``): one filter per port ---------------
+
+    def apply_port_filter(self, port: PortFilterSpec, rules: list[FilterRule]) -> None:
+        """Make the port's filter allow exactly ``rules`` (and replies to allowed traffic), live:
+        a running guest's NIC is filtered by the new rules on return, without a reboot.
+
+        Only called when ``port_filter_mode()`` is ``enforced``. Idempotent. A port whose guest
+        is not here yet gets its filter ready for the guest's NIC.
+        """
+        raise NotImplementedError
+
+    def remove_port_filter(self, port_id: str) -> None:
+        """Remove the port's filter (its port was deleted). Idempotent: no filter succeeds.
+        A filter a defined guest's NIC still uses is left (the guest's delete removes it)."""
+        raise NotImplementedError
+
+    def list_port_filters(self) -> dict[str, list[FilterRule]]:
+        """Every port filter novakit made on this host: port id -> its rules as the host holds
+        them (what heal compares with the records). Only called when filtering is ``enforced``."""
         raise NotImplementedError
 
     # --- volumes (``novakit.volume``): disks in the host's storage pool -------------------

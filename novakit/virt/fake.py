@@ -46,6 +46,11 @@ the guest it is attached to and as which device); a guest lists its disks under
 ``volumes`` (device -> volume id) and its console shows ``NOVAKIT-DISK <dev> <sectors>``
 for each disk that appears, as the tiny guest prints it.
 
+Port filters (security groups) are records too (``port_filters``: port id -> the guest and the
+effective rules, FilterRule JSON), set at spawn from the NICs' rules and by ``apply_port_filter``;
+``port_filter(port_id)`` reads one for a test, ``edit_port_filter`` changes one behind novakit's
+back. ``options["supports_port_filter"]`` false makes a host that cannot filter.
+
 ``vanish(uuid)`` deletes a guest behind novakit's back, for tests of healing;
 ``reboot_host()`` is the host going down and coming back: a new ``host_boot_id`` and
 every guest shut off.
@@ -84,10 +89,12 @@ from novakit.compute.messages import (
     HostResources,
     ImageSpec,
     InstanceSpec,
+    PortFilterSpec,
     UnmanagedGuest,
     VolumeSpec,
 )
 from novakit.compute.states import PowerState
+from novakit.network.filter_rules import FilterRule, rules_from_json, rules_to_json
 from novakit.virt import admin_password_line, guest_ready_line
 from novakit.virt.driver import ComputeDriver, InstanceInfo
 
@@ -181,7 +188,14 @@ class FakeDriver(ComputeDriver):
         supports = self.options.get("supports_admin_password", True)
         if isinstance(supports, str):
             supports = supports.strip().lower() not in ("0", "false", "no", "off")
-        self.capabilities = {**self.capabilities, "supports_admin_password": bool(supports)}
+        filters = self.options.get("supports_port_filter", True)
+        if isinstance(filters, str):
+            filters = filters.strip().lower() not in ("0", "false", "no", "off")
+        self.capabilities = {
+            **self.capabilities,
+            "supports_admin_password": bool(supports),
+            "supports_port_filter": bool(filters),
+        }
         self.networks = _networks_option(self.options.get("networks"))
         # Checked now so that a typo fails at start-up, not at the first spawn.
         self.failure_mode()
@@ -235,6 +249,7 @@ class FakeDriver(ComputeDriver):
         state.setdefault("first_spawn_failed", False)
         state.setdefault("volumes", {})
         state.setdefault("boot_id", "first-boot")
+        state.setdefault("port_filters", {})
         return state
 
     def _write(self, state: dict[str, Any]) -> None:
@@ -295,6 +310,7 @@ class FakeDriver(ComputeDriver):
             cached_images=cached,
             traits=self.capability_traits(),
             networks=self.networks,
+            security_groups=self.port_filter_mode(),  # type: ignore[arg-type]
         )
 
     def spawn(self, instance: InstanceSpec) -> None:
@@ -366,6 +382,9 @@ class FakeDriver(ComputeDriver):
             known = state["volumes"].get(v.id)
             if known is not None:
                 known.update(attached_to=uuid, device=v.device_name)
+        for nic in instance.networks:
+            if nic.port_id and nic.filter_rules is not None:
+                state["port_filters"][nic.port_id] = {"instance_uuid": uuid, "rules": nic.filter_rules}
         _boot_console(guest, uuid)
         state["instances"][uuid] = guest
         if instance.image.id not in state["cached_images"]:
@@ -383,6 +402,36 @@ class FakeDriver(ComputeDriver):
             guest = state["instances"].get(instance.uuid)
             if guest is not None and not guest.get("foreign"):
                 del state["instances"][instance.uuid]
+
+    # --- security groups: the effective rule set per port, as the test asserts it ----------
+
+    def apply_port_filter(self, port: PortFilterSpec, rules: list[FilterRule]) -> None:
+        with self._locked_state() as state:
+            state["port_filters"][port.port_id] = {
+                "instance_uuid": port.instance_uuid,
+                "rules": rules_to_json(rules),
+            }
+
+    def remove_port_filter(self, port_id: str) -> None:
+        with self._locked_state() as state:
+            state["port_filters"].pop(port_id, None)
+
+    def list_port_filters(self) -> dict[str, list[FilterRule]]:
+        with self._locked_state(readonly=True) as state:
+            return {p: rules_from_json(f["rules"]) for p, f in state["port_filters"].items()}
+
+    def port_filter(self, port_id: str) -> list[FilterRule] | None:
+        """The rules the port's filter holds on this host; None: the port has no filter."""
+        return self.list_port_filters().get(port_id)
+
+    def edit_port_filter(self, port_id: str, rules: list[FilterRule] | None) -> None:
+        """Change (None: drop) a port's filter behind novakit's back (someone ran ``virsh
+        nwfilter-define``, or the host lost it), for tests of healing."""
+        with self._locked_state() as state:
+            if rules is None:
+                state["port_filters"].pop(port_id, None)
+            else:
+                state["port_filters"][port_id] = {"instance_uuid": None, "rules": rules_to_json(rules)}
 
     def power_off(self, instance: InstanceSpec, timeout: float = 60, retry_interval: float = 5) -> None:
         with self._locked_state() as state:

@@ -18,6 +18,7 @@ from novakit.scheduler.filters.io_ops_filter import IoOpsFilter
 from novakit.scheduler.filters.network_filter import NetworkFilter
 from novakit.scheduler.filters.num_instances_filter import NumInstancesFilter
 from novakit.scheduler.filters.same_host_filter import SameHostFilter
+from novakit.scheduler.filters.security_group_filter import SecurityGroupFilter
 from novakit.scheduler.filters.server_group_affinity_filter import ServerGroupAffinityFilter
 from novakit.scheduler.filters.server_group_anti_affinity_filter import ServerGroupAntiAffinityFilter
 from novakit.scheduler.filters.volume_host_filter import VolumeHostFilter
@@ -37,6 +38,7 @@ FILTERS: dict[str, type[BaseFilter]] = {
         AggregateInstanceExtraSpecsFilter,
         NetworkFilter,
         VolumeHostFilter,
+        SecurityGroupFilter,
     )
 }
 

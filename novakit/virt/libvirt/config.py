@@ -185,6 +185,9 @@ class GuestInterface:
     source: str = ""
     mac: str | None = None
     model: str = "virtio"
+    # The port's network filter (``nwfilter``, its security groups) and its parameters (IP).
+    filter: str | None = None
+    filter_params: dict[str, str] = field(default_factory=dict)
 
     def to_element(self) -> ET.Element:
         iface = ET.Element("interface", type=self.net_type)
@@ -195,6 +198,10 @@ class GuestInterface:
         elif self.net_type == "bridge":
             _sub(iface, "source", bridge=self.source)
         _sub(iface, "model", type=self.model)
+        if self.filter:
+            ref = _sub(iface, "filterref", filter=self.filter)
+            for name, value in sorted(self.filter_params.items()):
+                _sub(ref, "parameter", name=name, value=value)
         return iface
 
 

@@ -74,13 +74,24 @@ from novakit.compute.messages import (
     HostResources,
     ImageSpec,
     InstanceSpec,
+    PortFilterSpec,
     UnmanagedGuest,
     VolumeSpec,
 )
 from novakit.compute.states import PowerState
+from novakit.network.filter_rules import FilterRule, rules_from_json
 from novakit.virt.driver import ComputeDriver, InstanceInfo
 from novakit.virt.libvirt import config as vconfig
-from novakit.virt.libvirt import handover, live_migration, migration, rescue, snapshots, unmanaged, vif
+from novakit.virt.libvirt import (
+    handover,
+    live_migration,
+    migration,
+    nwfilter,
+    rescue,
+    snapshots,
+    unmanaged,
+    vif,
+)
 from novakit.virt.libvirt.disks import INSTANCE_FILES, HostDisks, LocalDisks, RemoteDisks, valid_uuid
 from novakit.virt.libvirt.guest import Guest, undefine
 from novakit.virt.libvirt.guestconfig import GuestConfigBuilder, parse_networks
@@ -103,6 +114,8 @@ class LibvirtDriver(ComputeDriver):
         self._host = Host(host, self.uri)
         self.libvirt = self._host.libvirt
         session = is_session_uri(self.uri)
+        # Network filters live in the system daemon only: a session daemon has none.
+        self.capabilities = {**self.capabilities, "supports_port_filter": not session}
         if session:
             data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(Path.home(), ".local", "share")
             default_root = Path(data_home) / "novakit"
@@ -135,6 +148,7 @@ class LibvirtDriver(ComputeDriver):
             domain_type=str(self.options.get("domain_type") or "qemu"),
             emulator=self.options.get("emulator") or None,
             default_networks=parse_networks(self.options.get("network")),
+            port_filters=self.port_filter_mode() == "enforced",
         )
         self.remote: RemoteStorage | None = None
         if not self.files_are_local:
@@ -320,6 +334,7 @@ class LibvirtDriver(ComputeDriver):
             cached_images=cached_images,
             traits=self.capability_traits(),
             networks=sorted(networks),
+            security_groups=self.port_filter_mode(),  # type: ignore[arg-type]
         )
 
     # --- spawn and destroy ----------------------------------------------------
@@ -330,6 +345,7 @@ class LibvirtDriver(ComputeDriver):
             self._fresh_place(uuid)
             guest_config = self._prepare_guest(instance)
             vif.plug_vifs(self._host, instance)
+            self._define_port_filters(instance)
             self._define_and_start(guest_config)
         except BaseException as exc:
             try:
@@ -429,6 +445,60 @@ class LibvirtDriver(ComputeDriver):
             raise exceptions.HypervisorUnavailable(
                 host=self.host, reason=f"cannot {action} {self.remote.pool_name}: {exc.get_error_message()}"
             ) from None
+
+    # --- security groups (``nwfilter``): one network filter per port -----------------
+
+    def _define_port_filters(self, instance: InstanceSpec) -> None:
+        """Before the guest is defined: the filters its NICs reference (``GuestInterface.filter``)."""
+        if self.port_filter_mode() != "enforced":
+            return
+        for nic in instance.networks:
+            if nic.port_id and nic.filter_rules is not None:
+                spec = PortFilterSpec(port_id=nic.port_id, instance_uuid=instance.uuid, mac=nic.mac)
+                self.apply_port_filter(spec, rules_from_json(nic.filter_rules))
+
+    def apply_port_filter(self, port: PortFilterSpec, rules: list[FilterRule]) -> None:
+        conn = self._conn()
+        name = nwfilter.filter_name(port.port_id)
+        lv = self.libvirt
+        try:
+            try:
+                uuid: str | None = conn.nwfilterLookupByName(name).UUIDString()
+            except lv.libvirtError as exc:
+                if exc.get_error_code() != lv.VIR_ERR_NO_NWFILTER:
+                    raise
+                uuid = None
+            # On an existing filter, libvirt re-instantiates it on every running guest that uses it.
+            conn.nwfilterDefineXML(nwfilter.build(port.port_id, rules, uuid))
+        except lv.libvirtError as exc:
+            raise exceptions.ComputeError(
+                reason=f"network filter {name} on {self.host}: {exc.get_error_message()}"
+            ) from None
+
+    def remove_port_filter(self, port_id: str) -> None:
+        lv = self.libvirt
+        name = nwfilter.filter_name(port_id)
+        try:
+            self._conn().nwfilterLookupByName(name).undefine()
+        except lv.libvirtError as exc:
+            if exc.get_error_code() == lv.VIR_ERR_NO_NWFILTER:
+                return
+            if exc.get_error_code() == lv.VIR_ERR_OPERATION_INVALID:  # a guest still uses it
+                return
+            raise exceptions.ComputeError(
+                reason=f"network filter {name} on {self.host}: {exc.get_error_message()}"
+            ) from None
+
+    def list_port_filters(self) -> dict[str, list[FilterRule]]:
+        out: dict[str, list[FilterRule]] = {}
+        try:
+            for nwf in self._conn().listAllNWFilters(0):
+                port = nwfilter.port_of(nwf.name())
+                if port is not None:
+                    out[port] = nwfilter.parse(nwf.XMLDesc(0))
+        except self.libvirt.libvirtError as exc:
+            raise exceptions.HypervisorUnavailable(host=self.host, reason=exc.get_error_message()) from None
+        return out
 
     def destroy(self, instance: InstanceSpec) -> None:
         uuid = valid_uuid(instance.uuid)

@@ -18,7 +18,7 @@ from typing import Any
 from novakit import exceptions
 from novakit.compute.messages import ImageSpec, InstanceSpec
 from novakit.virt.libvirt import config as vconfig
-from novakit.virt.libvirt import images
+from novakit.virt.libvirt import images, nwfilter
 from novakit.virt.libvirt.configdrive import ConfigDrive, guest_mac
 from novakit.virt.libvirt.disks import InstanceDisks
 from novakit.virt.libvirt.imagecache import CachedImage, ImageCache
@@ -56,8 +56,11 @@ class GuestConfigBuilder:
         domain_type: str,
         emulator: str | None,
         default_networks: list[tuple[str, str]],
+        port_filters: bool = False,
     ) -> None:
         self.image_cache = image_cache
+        # Whether a NIC whose port has security-group rules references its network filter.
+        self.port_filters = port_filters
         self.volume_pool = volume_pool
         self.domain_type = domain_type
         self.emulator = emulator
@@ -137,7 +140,14 @@ class GuestConfigBuilder:
         wanted: list[tuple[str, str, str | None]] = [(n.type, n.source, n.mac) for n in instance.networks]
         if not wanted:
             wanted = [(kind, source, None) for kind, source in self.default_networks]
-        return [
+        nics = [
             vconfig.GuestInterface(kind, source, mac or guest_mac(instance.uuid, i))  # type: ignore[arg-type]
             for i, (kind, source, mac) in enumerate(wanted)
         ]
+        for nic, spec in zip(nics, instance.networks, strict=False):
+            if self.port_filters and spec.port_id and spec.filter_rules is not None:
+                nic.filter = nwfilter.filter_name(spec.port_id)
+                v4 = [ip.address for ip in spec.fixed_ips if ":" not in ip.address]
+                if v4:  # the address the anti-spoofing rules allow (else libvirt learns it)
+                    nic.filter_params = {"IP": v4[0]}
+        return nics

@@ -1,0 +1,131 @@
+"""Security groups reaching the hosts: each port's filter sent to the host that runs the port.
+
+The records (``novakit.network.security_groups``) decide what a port's filter is: its groups'
+rules, ``remote_group`` expanded into the member ports' fixed IPs (``effective_rules``). What
+changes a filter on the controller (a rule added or deleted, a group's membership, a port's
+groups) calls ``push_filters`` with the ports whose rules changed; one ``apply_port_filters``
+request per host goes out through the one round trip (``novakit.compute.rounds.deliver``),
+and the host's driver redefines the filters live. A host that cannot be reached keeps its old
+filter until heal (``novakit.heal.filters``) finds it differs and applies it again.
+
+A build gets its ports' rules with its request (``with_filters``, in ``rpc.instance_spec``),
+so a guest never starts unfiltered.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+
+from novakit.compute import rounds
+from novakit.compute.messages import ComputeRequest, NetworkSpec, PortFilterSpec
+from novakit.db.models import Port
+from novakit.network.filter_rules import FilterRule, rules_to_json
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from novakit.compute.rpc import ComputeRPC
+
+LOG = logging.getLogger(__name__)
+
+#: port uuid -> its rules; None: the port is not filtered (any filter of it goes)
+PortRules = Mapping[str, "list[FilterRule] | None"]
+
+
+def effective_rules(session: Session, port_uuids: Iterable[str]) -> dict[str, list[FilterRule]]:
+    """The rules of each port (by uuid) that carries security groups; a port without groups is
+    left out (it is not filtered). The records' one answer (``security_groups.effective_rules``)."""
+    uuids = sorted(set(port_uuids))
+    if not uuids:
+        return {}
+    try:
+        records = importlib.import_module("novakit.network.security_groups")
+    except ImportError:  # the records are not there yet: no port carries groups
+        return {}
+    rules: dict[str, list[FilterRule]] = records.effective_rules(session, uuids)
+    return rules
+
+
+def with_filters(session: Session, networks: list[NetworkSpec]) -> list[NetworkSpec]:
+    """A server's NICs, each with its port's rules as they are now (``filter_rules``)."""
+    rules = effective_rules(session, [n.port_id for n in networks if n.port_id])
+    return [
+        n.model_copy(update={"filter_rules": rules_to_json(rules[n.port_id])}) if n.port_id in rules else n
+        for n in networks
+    ]
+
+
+def bound_ports(session: Session, port_uuids: Iterable[str]) -> dict[str, tuple[str, str | None, str]]:
+    """port uuid -> (its host, its server, its MAC) for each of ``port_uuids`` bound to a host."""
+    uuids = sorted(set(port_uuids))
+    if not uuids:
+        return {}
+    rows = session.execute(
+        select(Port.uuid, Port.binding_host, Port.device_id, Port.mac_address).where(
+            Port.uuid.in_(uuids), Port.binding_host.isnot(None)
+        )
+    ).all()
+    return {uuid: (str(host), device, mac) for uuid, host, device, mac in rows}
+
+
+def requests_for(
+    request_id: str, ports: Mapping[str, tuple[str, str | None, str]], rules: PortRules
+) -> list[ComputeRequest]:
+    """One ``apply_port_filters`` request per host, for the ports of ``rules`` found in ``ports``."""
+    by_host: dict[str, list[PortFilterSpec]] = defaultdict(list)
+    for uuid in sorted(rules):
+        if uuid not in ports:
+            continue  # not on a host: its build will carry its rules
+        host, device, mac = ports[uuid]
+        wanted = rules[uuid]
+        by_host[host].append(
+            PortFilterSpec(
+                port_id=uuid,
+                instance_uuid=device,
+                mac=mac,
+                rules=rules_to_json(wanted) if wanted is not None else None,
+            )
+        )
+    return [
+        ComputeRequest(request_id=request_id, host=host, operation="apply_port_filters", port_filters=specs)
+        for host, specs in sorted(by_host.items())
+    ]
+
+
+def push_filters(rpc: ComputeRPC, request_id: str, ports: Iterable[str] | PortRules) -> dict[str, str]:
+    """Send the filters of ``ports`` to their hosts, live; port uuid -> why it failed there.
+
+    ``ports``: port uuids, whose rules are read now from the records (a port without groups
+    loses its filter), or port uuid -> rules when the caller has them. Ports bound to no host
+    are skipped (their build carries their rules). Call it after the change committed: the
+    host then sees what the records say. A port that failed keeps its old filter until heal.
+    """
+    with rpc.db.reader() as session:
+        if isinstance(ports, Mapping):
+            rules: dict[str, list[FilterRule] | None] = dict(ports)
+        else:
+            wanted = sorted(set(ports))
+            found = effective_rules(session, wanted)
+            rules = {p: found.get(p) for p in wanted}
+        bound = bound_ports(session, rules)
+    failed: dict[str, str] = {}
+    for request, result in rounds.deliver(rpc, requests_for(request_id, bound, rules)):
+        done = {r.uuid: r for r in result.results}
+        for spec in request.port_filters:
+            res = done.get(spec.port_id)
+            if res is None or not res.ok:
+                fault = (res.fault if res is not None else None) or result.error
+                failed[spec.port_id] = fault.message if fault else rounds.no_result(request.host)
+                LOG.warning(
+                    "filter of port %s not applied on %s: %s",
+                    spec.port_id,
+                    request.host,
+                    failed[spec.port_id],
+                )
+    return failed

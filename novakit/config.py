@@ -94,6 +94,8 @@ class QuotaConfig(_Section):
     # Cinder's default quotas: volumes per project, and their sizes together in GiB.
     volumes: int = Field(default=10, ge=-1, le=2147483647)
     gigabytes: int = Field(default=1000, ge=-1, le=2147483647)
+    # Nova's key pairs per user (``novakit.keypairs``).
+    key_pairs: int = Field(default=100, ge=-1, le=2147483647)
 
 
 class ComputeConfig(_Section):

@@ -20,12 +20,13 @@ sees the text)::
     │   └── OverQuota ............... a project quota would be exceeded
     ├── NotFound (404)
     │   ├── InstanceNotFound, FlavorNotFound, ImageNotFound,
-    │   ├── ComputeHostNotFound, ServerGroupNotFound, ResourceProviderNotFound
+    │   ├── ComputeHostNotFound, ServerGroupNotFound, ResourceProviderNotFound, KeypairNotFound
     │   └── MarkerNotFound .......... a listing's marker names no server of the listing
     ├── Conflict (409)
     │   ├── UnexpectedTaskStateError  a guarded state write lost a race
     │   │   └── UnexpectedDeletingTaskStateError
     │   ├── DuplicateName ........... a live server of that name exists
+    │   ├── KeyPairExists ........... the user has a key pair of that name
     │   ├── HostInUse ............... a host that still has servers or claims cannot be deleted
     │   ├── ConcurrentUpdateDetected  retries of a compare-and-swap ran out
     │   └── ServerDiffers ........... a declared server exists with another flavor or image
@@ -243,6 +244,10 @@ class ServerGroupNotFound(NotFound):
     msg_fmt = "Server group %(group_id)s could not be found."
 
 
+class KeypairNotFound(NotFound):
+    msg_fmt = "Keypair %(name)s not found for user %(user_id)s"
+
+
 class MarkerNotFound(NotFound):
     """Nova's answer (400 there) to a page marker that is not a server of the listing."""
 
@@ -262,6 +267,13 @@ class ResourceProviderNotFound(NotFound):
 class Conflict(NovakitError):
     msg_fmt = "Conflict: %(reason)s"
     code = 409
+
+
+class KeyPairExists(Conflict):
+    msg_fmt = (
+        "Invalid name: key pair %(name)r already exists for user %(user_id)s (names are unique per "
+        "user); delete it first or choose another name"
+    )
 
 
 class HostInUse(Conflict):

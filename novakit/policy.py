@@ -65,6 +65,8 @@ ADMIN_ONLY: dict[str, str] = {
     "(anyone else finds its own project's only: ``scope``)",
     "server:lock_override": "act on a server its owner locked, and unlock one an admin locked "
     "(Nova's unlock_override)",
+    # Key pairs are a user's (Nova's os-keypairs ``user_id``): an admin may act on anyone's.
+    "keypair:any_user": "list, show, create and delete another user's key pairs (``user_id``, --user)",
     "server:fault_details": "see a fault's host, details and traceback, the scheduler's reasons "
     "behind 'No valid host was found.', and a host's words when a console log fails",
 }

@@ -29,9 +29,11 @@ from novakit import exceptions
 from novakit.config import Config
 from novakit.db.engine import Database
 
-RESOURCES = ("instances", "cores", "ram", "volumes", "gigabytes")
+RESOURCES = ("instances", "cores", "ram", "volumes", "gigabytes", "key_pairs")
 #: the resources counted from the volumes table rather than from placement
 VOLUME_RESOURCES = ("volumes", "gigabytes")
+#: Nova's per-user resources, counted for one user (``check_user_count``), not per project
+USER_RESOURCES = ("key_pairs",)
 UNLIMITED = -1
 
 
@@ -205,6 +207,42 @@ def recheck(session: Session, conf: Config, project_id: str, deltas: dict[str, i
             )
 
 
+_USER_USAGE = {"key_pairs": text("SELECT COUNT(*) FROM key_pairs WHERE user_id = :u")}
+
+
+def check_user_count(
+    session: Session,
+    conf: Config,
+    project_id: str,
+    user_id: str,
+    resource: str,
+    adding: int,
+    *,
+    lock: bool = False,
+) -> None:
+    """Raise OverQuota if ``user_id`` would hold more than its project's limit of ``resource``
+    (``USER_RESOURCES``: Nova's key pairs are counted per user) with ``adding`` more.
+
+    ``lock``: the recheck, in the transaction that has just written the new rows (``adding`` 0):
+    takes a lock for the user first, so two creates cannot both pass on the same count.
+    """
+    limit = get_limits(session, conf, project_id)[resource]
+    if limit == UNLIMITED:
+        return
+    if lock:
+        lock_project(session, f"user:{user_id}")
+    used = int(session.execute(_USER_USAGE[resource], {"u": user_id}).scalar_one())
+    if used + adding > limit:
+        # The recheck counts the new row: it was asked for one on top of the others.
+        raise exceptions.OverQuota(
+            resource=resource,
+            project_id=project_id,
+            requested=max(adding, 1),
+            used=used if adding else used - 1,
+            limit=limit,
+        )
+
+
 #: Nova's bound for a quota limit (its database's integer column)
 MAX_LIMIT = 2147483647
 
@@ -261,4 +299,4 @@ def get_quota_usage(db: Database, conf: Config, project_id: str) -> dict[str, di
     with db.reader() as session:
         limits = get_limits(session, conf, project_id)
         used = count_usage(session, project_id, volumes=True)
-    return {name: {"limit": limits[name], "in_use": used[name]} for name in RESOURCES}
+    return {name: {"limit": limits[name], "in_use": used.get(name, 0)} for name in RESOURCES}

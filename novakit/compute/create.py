@@ -39,6 +39,7 @@ from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import Instance, InstanceGroup, InstanceGroupMember, RequestSpec
+from novakit.keypairs import registry as keypairs
 from novakit.placement import aggregates as placement_aggregates
 
 
@@ -232,9 +233,10 @@ class CreateAPI:
 
     def _checked_request(
         self, session: Session, ctx: RequestContext, req: schemas.ServerCreate, count: int
-    ) -> tuple[Any, Any, InstanceGroup | None, dict[str, Any], builtins.list[Any]]:
-        """Every check of a create that reads the database, the request spec it makes and the
-        servers' NICs (``network.allocation.plan``: networks, ports, fixed IPs, free addresses).
+    ) -> tuple[Any, Any, InstanceGroup | None, dict[str, Any], builtins.list[Any], str | None]:
+        """Every check of a create that reads the database, the request spec it makes, the
+        servers' NICs (``network.allocation.plan``: networks, ports, fixed IPs, free addresses)
+        and the public key of ``key_name`` (the caller's pair, as Nova looks it up).
 
         The real create runs it in the transaction that inserts the records, the
         dry run in a read: the two cannot disagree.
@@ -263,6 +265,7 @@ class CreateAPI:
                 )
         assert image is not None  # given, or the boot volume's
         group = self._group(session, ctx, req.server_group or req.scheduler_hints.group)
+        key_data = None if req.key_name is None else keypairs.for_boot(session, ctx, req.key_name).public_key
         if req.availability_zone is not None:
             self._check_az(session, req.availability_zone)
         for ref in [*req.scheduler_hints.same_host, *req.scheduler_hints.different_host]:
@@ -310,7 +313,7 @@ class CreateAPI:
                 "policy": group.policy,
                 "rules": dict(group.rules or {}),
             }
-        return flavor, image, group, spec, nics
+        return flavor, image, group, spec, nics, key_data
 
     def _plan(
         self, ctx: RequestContext, req: schemas.ServerCreate, names: builtins.list[str]
@@ -354,7 +357,7 @@ class CreateAPI:
 
         def write(session: Session) -> tuple[builtins.list[dict[str, Any]], dict[str, Any]]:
             # The look-ups, the early quota check, the ports and the inserts in one transaction.
-            flavor, image, group, spec, nics = self._checked_request(session, ctx, req, count)
+            flavor, image, group, spec, nics, key_data = self._checked_request(session, ctx, req, count)
             snapshot = flavors.snapshot(flavor)
             common = {
                 "project_id": ctx.project_id,
@@ -378,6 +381,7 @@ class CreateAPI:
                 "admin_password_hash": password_hash,
                 "config_drive": req.config_drive,
                 "key_name": req.key_name,
+                "key_data": key_data,
                 "addresses": [],
             }
             rows = [

@@ -168,6 +168,10 @@ class InstanceSpec(_Model):
     user_data: SecretStr | None = None  # base64, as the API received it
     # The admin (root) password as a SHA-512 crypt hash ($6$...), for the config drive.
     admin_password_hash: SecretStr | None = None
+    # The key pair it was booted (or rebuilt) with: its name and public key, for the config
+    # drive's ``public_keys`` and cloud-config's ``ssh_authorized_keys`` (``novakit.keypairs``).
+    key_name: str | None = None
+    key_data: str | None = None
     config_drive: bool = True
     networks: list[NetworkSpec] = Field(default_factory=list)
     # Attached volumes; the one with boot_index 0 is the root disk instead of an image overlay.

@@ -20,6 +20,7 @@ from novakit.compute import names as naming
 from novakit.compute.states import VmState
 from novakit.context import RequestContext
 from novakit.db.models import Image, Instance
+from novakit.keypairs import registry as keypairs
 from novakit.moves import migrations
 from novakit.volume import attachments, boot, volumes
 
@@ -65,6 +66,10 @@ def _prepare_rebuild(
         values["instance_metadata"] = opts["metadata"]
     if opts.get("user_data") is not None:
         values["user_data"] = opts["user_data"].get_secret_value()
+    if opts.get("key_name") is not None:
+        # Nova's rebuild with a key_name: the requesting user's pair, which replaces the key.
+        pair = keypairs.for_boot(session, ctx, opts["key_name"], "options.key_name")
+        values.update(key_name=pair.name, key_data=pair.public_key)
     if opts.get("admin_password") is not None:
         # The instance's host rebuilds it: that host's driver must be able to set it.
         passwords.check_deliverable(session, "options.admin_password", bool(inst.config_drive), inst.host)

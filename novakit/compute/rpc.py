@@ -162,6 +162,8 @@ def instance_spec(
         metadata={k: str(v) for k, v in (inst.instance_metadata or {}).items()},
         user_data=inst.user_data,  # type: ignore[arg-type]
         admin_password_hash=inst.admin_password_hash,  # type: ignore[arg-type]
+        key_name=inst.key_name,
+        key_data=inst.key_data,
         config_drive=inst.config_drive,
         networks=with_filters(session, [NetworkSpec.model_validate(n) for n in (inst.networks or [])]),
         volumes=_volumes_of(session, inst.uuid),

@@ -308,6 +308,8 @@ class Rebuild(_Request):
     metadata: dict[str, Any] | None = None
     user_data: SecretStr | None = None
     admin_password: SecretStr | None = None
+    # A new key pair (the requesting user's) replaces the server's key; without one it keeps it.
+    key_name: str | None = None
 
     _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v) if v is not None else v))
     _check_md = field_validator("metadata")(

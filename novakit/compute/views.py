@@ -86,6 +86,7 @@ def server_view(inst: Instance, ctx: RequestContext, image_name: str | None = No
             if n.get("port_id")
         ],
         "metadata": dict(inst.instance_metadata or {}),
+        "key_name": inst.key_name,
         "locked": inst.locked,
         "locked_reason": inst.locked_reason,
         "project_id": inst.project_id,

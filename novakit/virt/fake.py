@@ -94,6 +94,7 @@ from novakit.compute.messages import (
     VolumeSpec,
 )
 from novakit.compute.states import PowerState
+from novakit.keypairs import fingerprint as key_fingerprint
 from novakit.network.filter_rules import FilterRule, rules_from_json, rules_to_json
 from novakit.virt import admin_password_line, guest_ready_line
 from novakit.virt.driver import ComputeDriver, InstanceInfo
@@ -374,6 +375,10 @@ class FakeDriver(ComputeDriver):
         if instance.admin_password_hash is not None and instance.config_drive:
             # What the guest's cloud-init would write to /etc/shadow: the hash, never a password.
             guest["admin_password_hash"] = instance.admin_password_hash.get_secret_value()
+        if instance.key_data and instance.config_drive:
+            # The key pair as the libvirt driver's config drive carries it: meta_data.json's
+            # public_keys and the user data's ssh_authorized_keys (public keys: no secret).
+            guest.update(_delivered_keys(instance))
         if mode == "crash_running":
             guest["crash_pending"] = True
         # The server's volumes are defined with it (a rebuild keeps them); the root one is its disk.
@@ -843,6 +848,17 @@ def _disk_line(device: str, size_gb: int) -> str:
     return f"NOVAKIT-DISK {device} {size_gb * 1024 * 1024 * 2}"
 
 
+def _delivered_keys(instance: InstanceSpec) -> dict[str, Any]:
+    from novakit.virt.libvirt.configdrive import ConfigDrive
+    from novakit.virt.userdata import authorized_keys_in
+
+    drive = ConfigDrive.from_instance(instance, [])
+    return {
+        "public_keys": json.loads(drive.meta_data_json()).get("public_keys", {}),
+        "ssh_authorized_keys": authorized_keys_in(drive.user_data_file()),
+    }
+
+
 def _console(guest: dict[str, Any], line: str) -> None:
     guest["console"].append(line)
     del guest["console"][:-_CONSOLE_LINES]
@@ -857,7 +873,9 @@ def _boot_console(guest: dict[str, Any], uuid: str) -> None:
         if guest.get("admin_password_hash"):
             _console(guest, admin_password_line(guest["admin_password_hash"]))
         static = [a for nic in guest.get("fixed_ips") or [] for a in nic]
-        _console(guest, guest_ready_line(guest["hostname"], uuid, static))
+        keys = list((guest.get("public_keys") or {}).values())
+        fingerprint = key_fingerprint(keys[0]) if keys else None
+        _console(guest, guest_ready_line(guest["hostname"], uuid, static, fingerprint))
     else:
         _console(guest, "novakit-init: no config drive")
         _console(guest, guest_ready_line("localhost", "none"))

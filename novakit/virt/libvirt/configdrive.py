@@ -18,6 +18,11 @@ hashed password of root in ``chpasswd.users``, merged into the user's
 the user's data, which stays as it was (``novakit.virt.userdata`` says how for
 each format). Root, because Nova's guest agents set the admin (root) password
 too. Needs cloud-init 22.2 or later in the guest.
+
+The key pair (Nova's ``key_name``/``key_data``): its public key is in ``meta_data.json`` as
+Nova's config drive has it (``public_keys`` by name, and ``keys``), in ``meta-data`` as
+NoCloud's ``public-keys``, and in ``user-data`` as cloud-config's ``ssh_authorized_keys``
+merged with the user's data (``novakit.virt.userdata``).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ import pycdlib
 
 from novakit import exceptions
 from novakit.compute.messages import FixedIp, InstanceSpec
-from novakit.virt.userdata import with_admin_password
+from novakit.virt.userdata import with_additions
 
 VOLUME_LABEL = "cidata"
 
@@ -69,6 +74,9 @@ class ConfigDrive:
     fixed_ips: list[list[FixedIp]] = field(default_factory=list)
     # The instance's metadata (key -> value), for ``meta_data.json`` as Nova's config drive has it.
     metadata: dict[str, str] = field(default_factory=dict)
+    # The server's key pair: its name and OpenSSH public key (None: booted without one).
+    key_name: str | None = None
+    key_data: str | None = None
 
     @classmethod
     def from_instance(cls, instance: InstanceSpec, macs: list[str]) -> ConfigDrive:
@@ -98,19 +106,26 @@ class ConfigDrive:
                 for i in range(len(macs))
             ],
             metadata=dict(instance.metadata),
+            key_name=instance.key_name if instance.key_data else None,
+            key_data=instance.key_data or None,
         )
 
     def user_data_file(self) -> bytes:
-        """``user-data``: the user's data, with the admin password merged in if there is one."""
-        if self.admin_password_hash is not None:
-            return with_admin_password(self.user_data, self.admin_password_hash)
-        return self.user_data if self.user_data is not None else b""
+        """``user-data``: the user's data, with the admin password and the key merged in."""
+        return with_additions(
+            self.user_data,
+            password_hash=self.admin_password_hash,
+            authorized_keys=[self.key_data] if self.key_data else None,
+        )
 
     def meta_data(self) -> bytes:
         lines = [
             f"instance-id: {_yaml_scalar(self.instance_id)}",
             f"local-hostname: {_yaml_scalar(self.local_hostname)}",
         ]
+        if self.key_data:
+            # NoCloud's public-keys (cloud-init reads a list); JSON strings are YAML scalars.
+            lines.append(f"public-keys: [{json.dumps(self.key_data)}]")
         return ("\n".join(lines) + "\n").encode()
 
     def network_config(self) -> bytes:
@@ -165,12 +180,22 @@ class ConfigDrive:
         return (json.dumps(config, indent=2) + "\n").encode()
 
     def meta_data_json(self) -> bytes:
-        """``meta_data.json``: the instance's metadata under ``meta``, as Nova's config drive has it.
+        """``meta_data.json``: the instance's metadata under ``meta`` and its key pair under
+        ``public_keys`` and ``keys``, as Nova's config drive has them.
 
         cloud-init's NoCloud source does not read it; it is how an image's own tools (and
         the tiny test guest) learn the metadata a user gave the server.
         """
-        data = {"uuid": self.instance_id, "hostname": self.local_hostname, "meta": self.metadata}
+        data: dict[str, object] = {
+            "uuid": self.instance_id,
+            "hostname": self.local_hostname,
+            "meta": self.metadata,
+        }
+        if self.key_data:
+            # Nova's: the key by its name, and the same as a list of keys with their type.
+            name = self.key_name or "default"
+            data["public_keys"] = {name: self.key_data}
+            data["keys"] = [{"name": name, "type": "ssh", "data": self.key_data}]
         return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
 
     def files(self) -> dict[str, bytes]:

@@ -422,6 +422,7 @@ class MoveRecovery:
             self._record_recovery(session, s.uuid, task, finished, where)
             return where, finished
 
+        where: str
         where, finished = self.db.run_in_transaction(write)
         if finished and is_unshelve(task, inst.vm_state):
             self._unshelved(s.uuid)

@@ -13,13 +13,17 @@ Recovering an interrupted move is heal's (``novakit.heal.moves``), read from the
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from novakit import exceptions
 from novakit.cells.registry import locate
 from novakit.compute import actions, flavors
+from novakit.compute.messages import InstanceSpec
+from novakit.compute.rpc import instance_spec
 from novakit.compute.states import TaskState, Transition, VmState
 from novakit.conductor.core import Services, ctx_admin
 from novakit.context import RequestContext
@@ -28,6 +32,8 @@ from novakit.db.models import RequestSpec
 from novakit.moves import migrations
 from novakit.placement.allocations import move_allocations_in_session, remove_allocations_in_session
 from novakit.scheduler.request_spec import RequestSpec as SchedSpec
+
+LOG = logging.getLogger(__name__)
 
 T = TaskState
 
@@ -93,6 +99,34 @@ class Flow:
             ctx, uuid, flavor=options.get("flavor") or flavor, host=options.get("host"), source=source
         )
         return self.plan(uuid, spec)
+
+    def spec_of(self, ctx: RequestContext, uuid: str) -> InstanceSpec:
+        """The server as its hosts are sent it, read now."""
+        with self.db.reader() as session:
+            return instance_spec(session, db_api.instance_get(session, ctx_admin(ctx), uuid))
+
+    def choose_destination(
+        self,
+        ctx: RequestContext,
+        uuid: str,
+        t: Transition,
+        mig: str,
+        event: str,
+        flavor: dict[str, Any],
+        host: str | None,
+        source: str,
+        task: TaskState = T.RESIZE_PREP,
+        statuses: tuple[str, str] = ("pre-migrating", "migrating"),
+    ) -> str:
+        """``select_destination`` recorded as the action's ``event``; with no destination, the
+        move rolls back (nothing has moved yet) and the error is raised."""
+        try:
+            with actions.instance_event(self.db, ctx, uuid, event):
+                return self.select_destination(ctx, uuid, mig, flavor, host, source, task, statuses)
+        except exceptions.NovakitError as exc:
+            LOG.info("%s of %s: no destination: %s", t.action, uuid, exc.format_message())
+            self.roll_back(ctx, uuid, t, mig, events=[], fault=None)
+            raise
 
     def select_destination(
         self,

@@ -14,7 +14,6 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
 from novakit.cells.registry import in_cell_of
 from novakit.compute import actions
 from novakit.compute.messages import ComputeRequest, InstanceResult
@@ -38,41 +37,19 @@ class Evacuate(Flow):
     def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
         t = ACTIONS[action]
         mig, source, flavor = self.take_source_claim(ctx, uuid, "evacuation", "accepted")
-        try:
-            with actions.instance_event(self.db, ctx, uuid, "conductor_rebuild_server"):
-                dest = self.select_destination(
-                    ctx,
-                    uuid,
-                    mig,
-                    flavor,
-                    options.get("host"),
-                    source,
-                    T.REBUILDING,
-                    ("accepted", "pre-migrating"),
-                )
-        except exceptions.NovakitError:
-            self.roll_back(ctx, uuid, t, mig, events=[], fault=None)
-            raise
-
-        def spawning(session: Session) -> tuple[Any, str]:
-            db_api.instance_update(
-                session,
-                uuid,
-                {
-                    "task_state": T.REBUILD_SPAWNING,
-                    "task_lease_until": self.services.lease_until(),
-                    "host": dest,
-                    "node": dest,
-                },
-                expected_task_state=[T.REBUILDING],
-                expected_owner=ctx.request_id,
-                fetch=False,
-            )
-            ports.bind_host(session, [uuid], dest, "BUILD")
-            inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
-            return instance_spec(session, inst), inst.vm_state
-
-        spec, old_vm_state = self.db.run_in_transaction(spawning)
+        dest = self.choose_destination(
+            ctx,
+            uuid,
+            t,
+            mig,
+            "conductor_rebuild_server",
+            flavor,
+            options.get("host"),
+            source,
+            T.REBUILDING,
+            ("accepted", "pre-migrating"),
+        )
+        spec, old_vm_state = self.db.run_in_transaction(lambda s: self._spawning(s, ctx, uuid, dest))
         stopped = old_vm_state == VmState.STOPPED.value
         request = ComputeRequest(
             request_id=ctx.request_id,
@@ -91,18 +68,10 @@ class Evacuate(Flow):
             built.power_state = off.power_state
 
         def done(session: Session) -> None:
-            values: dict[str, Any] = {"task_state": None}
             if built.ok:
-                migrations.set_status(session, mig, "pre-migrating", "done")
-                ports.set_status(session, [uuid], "ACTIVE")
-                values["vm_state"] = VmState.STOPPED if stopped else VmState.ACTIVE
-                values["power_state"] = built.power_state if built.power_state is not None else 1
-            else:  # nothing runs anywhere: in error, on its old host, with its old claim
-                remove_allocations_in_session(session, uuid)
-                move_allocations_in_session(session, mig, uuid)
-                migrations.set_status(session, mig, "pre-migrating", "error")
-                ports.bind_host(session, [uuid], source)
-                values.update(vm_state=VmState.ERROR, host=source, node=source)
+                values = _rebuilt(session, uuid, mig, built, stopped)
+            else:
+                values = _left_in_error(session, uuid, mig, source)
             actions.end_task(
                 session,
                 ctx,
@@ -117,5 +86,45 @@ class Evacuate(Flow):
         self.db.run_in_transaction(done)
         self.services.notifier.emit(f"instance.evacuate.{'end' if built.ok else 'error'}", uuid, host=dest)
 
+    def _spawning(self, session: Session, ctx: RequestContext, uuid: str, dest: str) -> tuple[Any, str]:
+        """The rebuild starts on ``dest``: the server and its ports are bound there, a new lease
+        taken. Returns the server as the host is sent it, and its state before."""
+        db_api.instance_update(
+            session,
+            uuid,
+            {
+                "task_state": T.REBUILD_SPAWNING,
+                "task_lease_until": self.services.lease_until(),
+                "host": dest,
+                "node": dest,
+            },
+            expected_task_state=[T.REBUILDING],
+            expected_owner=ctx.request_id,
+            fetch=False,
+        )
+        ports.bind_host(session, [uuid], dest, "BUILD")
+        inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
+        return instance_spec(session, inst), inst.vm_state
+
     def dry_run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> str | None:
         return self.plan_elsewhere(ctx, uuid, options)
+
+
+def _rebuilt(session: Session, uuid: str, mig: str, built: InstanceResult, stopped: bool) -> dict[str, Any]:
+    """The rebuild worked: the migration ``done``, the ports active, the server as it was."""
+    migrations.set_status(session, mig, "pre-migrating", "done")
+    ports.set_status(session, [uuid], "ACTIVE")
+    return {
+        "task_state": None,
+        "vm_state": VmState.STOPPED if stopped else VmState.ACTIVE,
+        "power_state": built.power_state if built.power_state is not None else 1,
+    }
+
+
+def _left_in_error(session: Session, uuid: str, mig: str, source: str) -> dict[str, Any]:
+    """Nothing runs anywhere: the server in error, on its old host, with its old claim."""
+    remove_allocations_in_session(session, uuid)
+    move_allocations_in_session(session, mig, uuid)
+    migrations.set_status(session, mig, "pre-migrating", "error")
+    ports.bind_host(session, [uuid], source)
+    return {"task_state": None, "vm_state": VmState.ERROR, "host": source, "node": source}

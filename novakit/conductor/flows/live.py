@@ -17,16 +17,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
 from novakit.cells.registry import in_cell_of
 from novakit.compute import actions
 from novakit.compute.messages import InstanceResult
-from novakit.compute.rpc import instance_spec
-from novakit.compute.states import ACTIONS, TaskState
-from novakit.conductor.core import ctx_admin
+from novakit.compute.states import ACTIONS, TaskState, Transition
 from novakit.conductor.flows.base import Flow
 from novakit.context import RequestContext
-from novakit.db import api as db_api
 from novakit.moves import migrations
 from novakit.network import ports
 from novakit.placement.allocations import remove_allocations_in_session
@@ -41,16 +37,19 @@ class LiveMigrate(Flow):
     def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
         t = ACTIONS[action]
         mig, source, flavor = self.take_source_claim(ctx, uuid, "live-migration", "queued")
-        try:
-            with actions.instance_event(self.db, ctx, uuid, "conductor_live_migrate_instance"):
-                dest = self.select_destination(
-                    ctx, uuid, mig, flavor, options.get("host"), source, T.MIGRATING, ("queued", "preparing")
-                )
-        except exceptions.NovakitError:
-            self.roll_back(ctx, uuid, t, mig, events=[], fault=None)
-            raise
-        with self.db.reader() as session:
-            spec = instance_spec(session, db_api.instance_get(session, ctx_admin(ctx), uuid))
+        dest = self.choose_destination(
+            ctx,
+            uuid,
+            t,
+            mig,
+            "conductor_live_migrate_instance",
+            flavor,
+            options.get("host"),
+            source,
+            T.MIGRATING,
+            ("queued", "preparing"),
+        )
+        spec = self.spec_of(ctx, uuid)
         events: list[Any] = []
         ready = self.services.call(ctx, dest, "pre_live_migration", action, spec, {})
         events += ready.events
@@ -84,6 +83,21 @@ class LiveMigrate(Flow):
         # Past this point the guest runs on the destination whatever the last step said: the
         # records follow the guest; a failed last step is recorded as the action's error.
 
+        self._landed(ctx, uuid, t, mig, dest, [*events, *landed.events], landed)
+
+    def _landed(
+        self,
+        ctx: RequestContext,
+        uuid: str,
+        t: Transition,
+        mig: str,
+        dest: str,
+        events: list[Any],
+        landed: InstanceResult,
+    ) -> None:
+        """The records follow the guest to ``dest``: the migration's claim on the source goes,
+        the ports are bound there; a failed last step is the action's error."""
+
         def done(session: Session) -> None:
             remove_allocations_in_session(session, mig)
             migrations.set_status(session, mig, "running", "completed" if landed.ok else "error")
@@ -97,7 +111,7 @@ class LiveMigrate(Flow):
                 uuid,
                 values,
                 [T.MIGRATING],
-                events=[*events, *landed.events],
+                events=events,
                 fault=None if landed.ok else landed.fault,
                 finish=t.record_as,
             )

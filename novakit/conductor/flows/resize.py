@@ -70,11 +70,13 @@ class Resize(Flow):
         t = ACTIONS[action]
         new_flavor: dict[str, Any] = options["flavor"]
         mig, source, old_vm_state = self._prep(ctx, uuid, action, new_flavor)
-        dest = self._choose_destination(ctx, uuid, t, mig, new_flavor, options.get("host"), source)
+        dest = self.choose_destination(
+            ctx, uuid, t, mig, "conductor_migrate_server", new_flavor, options.get("host"), source
+        )
         self.services.notifier.emit(f"instance.{t.notify_as}_prep.end", uuid, host=source)
 
         self.services.step(ctx, uuid, T.RESIZE_PREP, T.RESIZE_MIGRATING)
-        spec = _spec_of(self.db, ctx, uuid)
+        spec = self.spec_of(ctx, uuid)
         spec.flavor = flavors.spec(new_flavor)
         power_on = old_vm_state != VmState.STOPPED.value
         handed = self.services.call(
@@ -136,25 +138,6 @@ class Resize(Flow):
             return m.uuid, str(inst.host), inst.vm_state
 
         return self.db.run_in_transaction(prep)
-
-    def _choose_destination(
-        self,
-        ctx: RequestContext,
-        uuid: str,
-        t: Transition,
-        mig: str,
-        new_flavor: dict[str, Any],
-        host: str | None,
-        source: str,
-    ) -> str:
-        """The scheduler's destination; with none, the move rolls back and the error is raised."""
-        try:
-            with actions.instance_event(self.db, ctx, uuid, "conductor_migrate_server"):
-                return self.select_destination(ctx, uuid, mig, new_flavor, host, source)
-        except exceptions.NovakitError as exc:
-            LOG.info("%s of %s: no destination: %s", t.action, uuid, exc.format_message())
-            self.roll_back(ctx, uuid, t, mig, events=[], fault=None)
-            raise
 
     def _handed_over(self, ctx: RequestContext, uuid: str, mig: str, handed: InstanceResult) -> None:
         """The source let its guest go: the task and the migration say so, with its events."""
@@ -222,7 +205,7 @@ class ConfirmResize(Flow):
         except exceptions.NovakitError as exc:
             _finish_refused(self.services, ctx, uuid, t, exc)
             raise
-        spec = _spec_of(self.db, ctx, uuid)
+        spec = self.spec_of(ctx, uuid)
         res = self.services.call(ctx, source, "confirm_migration", action, spec, {})
 
         def done(session: Session) -> None:
@@ -321,11 +304,6 @@ def _finished_migration(session: Session, uuid: str, action: str) -> Any:
             task_state=f"migration {m.status if m else 'missing'}",
         )
     return m
-
-
-def _spec_of(db: Any, ctx: RequestContext, uuid: str) -> Any:
-    with db.reader() as session:
-        return instance_spec(session, db_api.instance_get(session, ctx_admin(ctx), uuid))
 
 
 def _power_after(res: InstanceResult, power_on: bool) -> int:

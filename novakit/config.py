@@ -96,6 +96,9 @@ class QuotaConfig(_Section):
     gigabytes: int = Field(default=1000, ge=-1, le=2147483647)
     # Nova's key pairs per user (``novakit.keypairs``).
     key_pairs: int = Field(default=100, ge=-1, le=2147483647)
+    # Neutron's default quotas: security groups per project, and their rules together.
+    security_groups: int = Field(default=10, ge=-1, le=2147483647)
+    security_group_rules: int = Field(default=100, ge=-1, le=2147483647)
 
 
 class ComputeConfig(_Section):

@@ -57,7 +57,10 @@ sees the text)::
     │   ├── DefaultNetworkExists (409)  a second network marked default
     │   ├── PortInUse (409) ......... the port is bound to another server
     │   ├── IpAddressInUse, MacAddressInUse (409)
-    │   └── IpAddressGenerationFailure (409)  no free address left on the network
+    │   ├── IpAddressGenerationFailure (409)  no free address left on the network
+    │   ├── SecurityGroupNotFound, SecurityGroupRuleNotFound (404)
+    │   └── SecurityGroupInUse, SecurityGroupRuleExists, SecurityGroupCannotRemoveDefault,
+    │       SecurityGroupExistsForInstance, SecurityGroupNotExistsForInstance (409)
     ├── volumes (``novakit.volume``, Cinder's names):
     │   ├── VolumeNotFound (404)
     │   ├── InvalidVolume (409) ..... its status or host does not allow the request
@@ -530,6 +533,44 @@ class IpAddressGenerationFailure(Conflict):
         "No more IP addresses available on network %(network)s (its subnets' allocation pools are full); "
         "free addresses or add a subnet"
     )
+
+
+class SecurityGroupNotFound(NotFound):
+    msg_fmt = "Security group %(group)s does not exist (novakit security group list shows the groups)."
+
+
+class SecurityGroupRuleNotFound(NotFound):
+    msg_fmt = (
+        "Security group rule %(rule)s does not exist (novakit security group rule list shows the rules)."
+    )
+
+
+class SecurityGroupInUse(Conflict):
+    msg_fmt = "Security Group %(group)s in use: %(reason)s"
+
+
+class SecurityGroupRuleExists(Conflict):
+    """Neutron's 409 for a rule equal to one of its group's (its wording, then what to do)."""
+
+    msg_fmt = (
+        "Security group rule already exists. Rule id is %(rule_id)s. "
+        "(A group holds each rule once; this one allows that traffic already.)"
+    )
+
+
+class SecurityGroupCannotRemoveDefault(Conflict):
+    msg_fmt = (
+        "Insufficient rights for removing default security group. "
+        "(Each project keeps its default group; delete its rules instead, or ask an admin.)"
+    )
+
+
+class SecurityGroupExistsForInstance(Conflict):
+    msg_fmt = "Security group %(group)s is already associated with the instance %(instance_id)s"
+
+
+class SecurityGroupNotExistsForInstance(Conflict):
+    msg_fmt = "Security group %(group)s not associated with the instance %(instance_id)s"
 
 
 # --- volumes (novakit.volume) -------------------------------------------------------

@@ -51,6 +51,8 @@ ADMIN_ONLY: dict[str, str] = {
     # A network is a libvirt network or bridge on the hosts: the fleet's, as Neutron's provider networks.
     "network:create": "create a network or a subnet (a libvirt network or bridge of the hosts)",
     "network:delete": "delete a network or a subnet",
+    "security_group:project": "create a security group in another project (Neutron's admin)",
+    "security_group:delete_default": "delete a project's default security group (Neutron lets only an admin)",
     "quota:update": "set a project's quota",
     "heal": "compare hosts with the database and correct it",
     "db:upgrade": "create or upgrade the database schema (the db module, db_upgrade.yml)",

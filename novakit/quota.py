@@ -29,9 +29,20 @@ from novakit import exceptions
 from novakit.config import Config
 from novakit.db.engine import Database
 
-RESOURCES = ("instances", "cores", "ram", "volumes", "gigabytes", "key_pairs")
+RESOURCES = (
+    "instances",
+    "cores",
+    "ram",
+    "volumes",
+    "gigabytes",
+    "security_groups",
+    "security_group_rules",
+    "key_pairs",
+)
 #: the resources counted from the volumes table rather than from placement
 VOLUME_RESOURCES = ("volumes", "gigabytes")
+#: Neutron's, counted from the security group tables (``novakit.network.security_groups``)
+SECURITY_GROUP_RESOURCES = ("security_groups", "security_group_rules")
 #: Nova's per-user resources, counted for one user (``check_user_count``), not per project
 USER_RESOURCES = ("key_pairs",)
 UNLIMITED = -1
@@ -88,17 +99,32 @@ _VOLUME_USAGE = text(
 )
 
 
+_SECURITY_GROUP_USAGE = text(
+    "SELECT (SELECT COUNT(*) FROM security_groups WHERE project_id = :p), "
+    "(SELECT COUNT(*) FROM security_group_rules WHERE project_id = :p)"
+)
+
+
 def count_usage(
-    session: Session, project_id: str, exclude_consumers: Iterable[str] = (), *, volumes: bool = False
+    session: Session,
+    project_id: str,
+    exclude_consumers: Iterable[str] = (),
+    *,
+    volumes: bool = False,
+    security_groups: bool = False,
 ) -> dict[str, int]:
     """What the project holds now; ``exclude_consumers`` are being (re)claimed and counted by the caller.
 
-    ``volumes``: count volumes and gigabytes too (0 otherwise: an instance's claim does not need them).
+    ``volumes``: count volumes and gigabytes too (0 otherwise: an instance's claim does not need them);
+    ``security_groups``: the project's groups and rules likewise.
     """
-    counted = {"volumes": 0, "gigabytes": 0}
+    counted = {"volumes": 0, "gigabytes": 0, "security_groups": 0, "security_group_rules": 0}
     if volumes:
         row = session.execute(_VOLUME_USAGE, {"p": project_id}).one()
-        counted = {"volumes": int(row[0]), "gigabytes": int(row[1])}
+        counted.update(volumes=int(row[0]), gigabytes=int(row[1]))
+    if security_groups:
+        row = session.execute(_SECURITY_GROUP_USAGE, {"p": project_id}).one()
+        counted.update(security_groups=int(row[0]), security_group_rules=int(row[1]))
     excluded = list(exclude_consumers)
     if excluded:
         stmt = text(_USAGE + " AND consumer_id NOT IN :ex").bindparams(bindparam("ex", expanding=True))
@@ -177,7 +203,12 @@ def _check(session: Session, conf: Config, project_id: str, deltas: dict[str, in
     limits = get_limits(session, conf, project_id)
     if all(limits[name] == UNLIMITED or not deltas.get(name, 0) for name in RESOURCES):
         return  # nothing asked for has a finite limit: no need to count the project's usage
-    used = count_usage(session, project_id, volumes=any(deltas.get(n) for n in VOLUME_RESOURCES))
+    used = count_usage(
+        session,
+        project_id,
+        volumes=any(deltas.get(n) for n in VOLUME_RESOURCES),
+        security_groups=any(deltas.get(n) for n in SECURITY_GROUP_RESOURCES),
+    )
     for name in RESOURCES:
         want = deltas.get(name, 0)
         if want and limits[name] != UNLIMITED and used[name] + want > limits[name]:
@@ -195,7 +226,12 @@ def recheck(session: Session, conf: Config, project_id: str, deltas: dict[str, i
     if all(limits[name] == UNLIMITED or not deltas[name] for name in deltas):
         return
     lock_project(session, project_id)
-    used = count_usage(session, project_id, volumes=any(n in VOLUME_RESOURCES for n in deltas))
+    used = count_usage(
+        session,
+        project_id,
+        volumes=any(n in VOLUME_RESOURCES for n in deltas),
+        security_groups=any(n in SECURITY_GROUP_RESOURCES for n in deltas),
+    )
     for name, want in deltas.items():
         if want and limits[name] != UNLIMITED and used[name] > limits[name]:
             raise exceptions.OverQuota(
@@ -298,5 +334,5 @@ def get_quota_usage(db: Database, conf: Config, project_id: str) -> dict[str, di
     """``{resource: {"limit": n, "in_use": n}}`` for the project."""
     with db.reader() as session:
         limits = get_limits(session, conf, project_id)
-        used = count_usage(session, project_id, volumes=True)
+        used = count_usage(session, project_id, volumes=True, security_groups=True)
     return {name: {"limit": limits[name], "in_use": used.get(name, 0)} for name in RESOURCES}

@@ -242,7 +242,7 @@ class CreateAPI:
         dry run in a read: the two cannot disagree.
         """
         from novakit import quota
-        from novakit.network import allocation
+        from novakit.network import allocation, security_groups
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
         from novakit.volume import boot
 
@@ -286,6 +286,7 @@ class CreateAPI:
         if req.admin_password is not None:
             passwords.check_deliverable(session, "admin_password", req.config_drive)
         nics = allocation.plan(session, ctx, req.networks, count)
+        groups = security_groups.for_boot(session, ctx, req.security_groups, nics)
         sched = SchedSpec(
             request_id=ctx.request_id,
             project_id=ctx.project_id,
@@ -300,6 +301,7 @@ class CreateAPI:
             # Only a host whose driver hands the password to the guest may take the instance.
             required_traits=[passwords.ADMIN_PASSWORD_TRAIT] if req.admin_password is not None else [],
             networks=allocation.sources(nics),
+            security_groups=groups,
             **root_volume,
         )
         each = quota.per_instance(sched.resources())
@@ -389,7 +391,9 @@ class CreateAPI:
                     **common,
                     # Its ports made or taken, with their MACs and fixed IPs: a refusal (pool full,
                     # address or port taken) rolls the whole request back, ports and all.
-                    "networks": allocation.allocate(session, ctx, nics, uuid),
+                    "networks": allocation.allocate(
+                        session, ctx, nics, uuid, security_groups=req.security_groups
+                    ),
                     "uuid": uuid,
                     "display_name": name,
                     "hostname": naming.hostname_for(name),

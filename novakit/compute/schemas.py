@@ -185,6 +185,9 @@ class ServerCreate(_Request):
     server_group: str | None = None
     scheduler_hints: SchedulerHints = Field(default_factory=SchedulerHints)
     networks: list[NetworkRequest] = Field(default_factory=list)
+    # The security groups of the ports the create makes (names or ids; None: ``default``), as
+    # Nova's ``security_groups`` (``[{"name": ...}]`` is taken too). ``novakit.network.security_groups``.
+    security_groups: list[str] | None = Field(default=None, max_length=64)
     config_drive: bool = True
     key_name: str | None = None
     description: str | None = Field(default=None, max_length=255)
@@ -198,6 +201,14 @@ class ServerCreate(_Request):
 
     _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
     _check_md = field_validator("metadata")(classmethod(lambda cls, v: _check_metadata(v)))
+
+    @field_validator("security_groups", mode="before")
+    @classmethod
+    def _group_names(cls, v: Any) -> Any:
+        # Nova's form, [{"name": "web"}], as well as a plain list of names.
+        if isinstance(v, list):
+            return [g["name"] if isinstance(g, dict) and set(g) == {"name"} else g for g in v]
+        return v
 
     @field_validator("boot_volume")
     @classmethod

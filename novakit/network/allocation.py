@@ -89,10 +89,18 @@ def sources(nics: list[Nic]) -> list[str]:
 
 
 def allocate(
-    session: Session, ctx: RequestContext, nics: list[Nic], instance_uuid: str
+    session: Session,
+    ctx: RequestContext,
+    nics: list[Nic],
+    instance_uuid: str,
+    security_groups: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     """The server's ports, made or taken, with their addresses; its NICs as ``NetworkSpec`` dumps
-    (what ``instances.networks`` keeps and the host gets unchanged)."""
+    (what ``instances.networks`` keeps and the host gets unchanged). A port made here carries
+    ``security_groups`` (``default`` when None); a port the user gave keeps its own (Nova)."""
+    from novakit.network import security_groups as groups
+
+    names = groups.resolve_for_boot(session, ctx, security_groups)
     out: list[dict[str, Any]] = []
     for nic in nics:
         if nic.legacy is not None:
@@ -113,6 +121,7 @@ def allocate(
                 session, ctx, nic.network, device_id=instance_uuid, preserve_on_delete=False
             )
             ipam.allocate(session, port.id, nic.network, nic.fixed_ip, f"{nic.field}.fixed_ip")
+            groups.bind_port(session, ctx, port, names)
         ips = ports.fixed_ips(session, [port.id])[port.id]
         out.append(
             NetworkSpec(

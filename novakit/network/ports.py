@@ -25,7 +25,7 @@ from novakit.compute.messages import FixedIp
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import IPAllocation, Network, Port, Subnet
-from novakit.network import ipam, networks
+from novakit.network import ipam, networks, security_groups
 
 MAC_BASE = "fa:16:3e"  # Neutron's base_mac: the 0x02 bit of fa says "locally administered"
 DEVICE_OWNER = "compute:nova"
@@ -106,7 +106,9 @@ def fixed_ip_specs(ips: list[tuple[IPAllocation, Subnet]]) -> list[FixedIp]:
     ]
 
 
-def view(port: Port, network: Network, ips: list[tuple[IPAllocation, Subnet]]) -> dict[str, Any]:
+def view(
+    port: Port, network: Network, ips: list[tuple[IPAllocation, Subnet]], groups: list[str] | None = None
+) -> dict[str, Any]:
     return {
         "id": port.uuid,
         "name": port.name,
@@ -119,6 +121,7 @@ def view(port: Port, network: Network, ips: list[tuple[IPAllocation, Subnet]]) -
         "binding_host": port.binding_host,
         "status": port.status,
         "project_id": port.project_id,
+        "security_groups": list(groups or []),  # names (``novakit.network.security_groups``)
     }
 
 
@@ -179,7 +182,9 @@ def create(
             return None
         port = insert_port(session, ctx, network, name=req.name, mac=req.mac_address)
         ipam.allocate(session, port.id, network, requested, "fixed_ips[0].ip_address")
-        return view(port, network, fixed_ips(session, [port.id])[port.id])
+        # Neutron: a new port carries its project's default group.
+        security_groups.bind_port(session, ctx, port, [security_groups.DEFAULT])
+        return view(port, network, fixed_ips(session, [port.id])[port.id], [security_groups.DEFAULT])
 
     if dry_run:
         with db.reader() as session:
@@ -199,7 +204,8 @@ def list_ports(
             stmt = stmt.where(Port.device_id == device_id)
         rows = session.execute(stmt).all()
         ips = fixed_ips(session, [p.id for p, _ in rows])
-        return [view(p, n, ips[p.id]) for p, n in rows]
+        groups = security_groups.port_groups(session, [p.id for p, _ in rows])
+        return [view(p, n, ips[p.id], groups[p.id]) for p, n in rows]
 
 
 def show(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
@@ -207,7 +213,8 @@ def show(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
         port = get(session, ctx, ref)
         network = session.get(Network, port.network_id)
         assert network is not None
-        return view(port, network, fixed_ips(session, [port.id])[port.id])
+        groups = security_groups.port_groups(session, [port.id])[port.id]
+        return view(port, network, fixed_ips(session, [port.id])[port.id], groups)
 
 
 def delete_port(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = False) -> None:

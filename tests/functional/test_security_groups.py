@@ -19,6 +19,7 @@ from novakit.network import networks, ports, subnets
 from novakit.network import security_groups as sg
 from novakit.network.filter_rules import FilterRule
 from tests.functional.cloud import Cloud, boot
+from tests.functional.test_cli import env, nk  # noqa: F401
 
 
 def _net(cloud: Cloud, name: str = "lan", cidr: str = "10.0.0.0/24") -> None:
@@ -383,3 +384,118 @@ def test_port_create_carries_the_default_group(cloud: Cloud, ctx: RequestContext
     assert port is not None and port["security_groups"] == ["default"]
     server = boot(cloud, ctx, "given", networks=[{"port_id": "p1"}])
     assert sg.server_groups(cloud.db, ctx, server["id"]) == ["default"]
+
+
+def test_the_command_line_as_openstack_users_type_it(nk: Any) -> None:  # noqa: F811
+    import json
+
+    def js(*args: str) -> Any:
+        return json.loads(nk(*args, "-f", "json").stdout)
+
+    nk("db", "upgrade")
+    nk("host", "add", "compute-1", "--vcpus", "8", "--memory-mb", "16384", "--disk-gb", "200")
+    nk("flavor", "create", "m1.small", "--vcpus", "1", "--ram", "1024", "--disk", "10")
+    nk("image", "create", "tiny", "--location", "/var/lib/novakit/images/tiny.qcow2")
+    nk("network", "create", "lan", "--source", "default")
+    nk("subnet", "create", "lan-v4", "--network", "lan", "--subnet-range", "10.8.0.0/24")
+    web = js("security", "group", "create", "web", "--description", "web servers")
+    assert web["name"] == "web" and len(web["security_group_rules"]) == 2
+    ssh = js(
+        "security",
+        "group",
+        "rule",
+        "create",
+        "web",
+        "--protocol",
+        "tcp",
+        "--dst-port",
+        "22:22",
+        "--remote-ip",
+        "192.0.2.0/24",
+    )
+    assert (ssh["protocol"], ssh["port_range_min"], ssh["remote_ip_prefix"], ssh["direction"]) == (
+        "tcp",
+        22,
+        "192.0.2.0/24",
+        "ingress",
+    )
+    js(
+        "security",
+        "group",
+        "rule",
+        "create",
+        "web",
+        "--egress",
+        "--ethertype",
+        "IPv6",
+        "--protocol",
+        "ipv6-icmp",
+        "--remote-group",
+        "web",
+    )
+    dup = nk(
+        "security",
+        "group",
+        "rule",
+        "create",
+        "web",
+        "--protocol",
+        "6",
+        "--dst-port",
+        "22",
+        "--remote-ip",
+        "192.0.2.0/24",
+        code=1,
+    )
+    assert f"Security group rule already exists. Rule id is {ssh['id']}." in dup.stderr
+    bad = nk("security", "group", "rule", "create", "web", "--protocol", "gre", "--dst-port", "1:2", code=1)
+    assert "port_range_min" in bad.stderr and "has no ports" in bad.stderr
+    assert "--dst-port" in nk("security", "group", "rule", "create", "web", "--dst-port", "x", code=1).stderr
+    assert {g["name"] for g in js("security", "group", "list")} == {"default", "web"}
+    rules = js("security", "group", "rule", "list", "web")
+    assert len(rules) == 4 and {r["security_group"] for r in rules} == {"web"}
+    nk(
+        "server",
+        "create",
+        "a",
+        "--flavor",
+        "m1.small",
+        "--image",
+        "tiny",
+        "--nic",
+        "net-id=lan",
+        "--security-group",
+        "web",
+        "--security-group",
+        "default",
+    )
+    nk("server", "create", "b", "--flavor", "m1.small", "--image", "tiny", "--nic", "net-id=lan")
+    ports = {p["device_id"]: p for p in json.loads(nk("port", "list", "-f", "json").stdout)}
+    assert sorted(len(p["security_groups"]) for p in ports.values()) == [1, 2]
+    unknown = nk(
+        "server",
+        "create",
+        "c",
+        "--flavor",
+        "m1.small",
+        "--image",
+        "tiny",
+        "--nic",
+        "net-id=lan",
+        "--security-group",
+        "nope",
+        code=1,
+    )
+    assert "security_groups[0]" in unknown.stderr and "'nope' does not exist" in unknown.stderr
+    assert "added" in nk("server", "add", "security", "group", "b", "web").stdout
+    assert "already associated" in nk("server", "add", "security", "group", "b", "web", code=1).stderr
+    in_use = nk("security", "group", "delete", "web", code=1)
+    assert "Security Group web in use" in in_use.stderr
+    assert "removed" in nk("server", "remove", "security", "group", "b", "web").stdout
+    # A member may not delete its project's default group (an admin may, once no port carries it).
+    member = nk("security", "group", "delete", "default", code=1, NOVAKIT_ROLES="member")
+    assert "removing default security group" in member.stderr
+    nk("security", "group", "rule", "delete", ssh["id"])
+    assert len(js("security", "group", "rule", "list", "web")) == 3
+    nk("server", "delete", "a")
+    assert "deleted" in nk("security", "group", "delete", "web").stdout

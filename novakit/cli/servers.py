@@ -121,6 +121,7 @@ def show_fields(admin: bool) -> list[Col]:
             "image", lambda r: f"{r['image_name']} ({r['image']})" if r.get("image_name") else r.get("image")
         ),
         Col("metadata", "metadata"),
+        Col("key_name", "key_name"),
         Col("locked", "locked"),
         Col("locked_reason", "locked_reason"),
         Col("project_id", "project_id"),
@@ -148,6 +149,7 @@ def server_create(
     ),
     meta: list[str] | None = typer.Option(None, "--meta", help="metadata key=value (repeat)"),
     group: str | None = typer.Option(None, help="server group name or id"),
+    key_name: str | None = typer.Option(None, "--key-name", help="your key pair for it (novakit keypair)"),
     availability_zone: str | None = typer.Option(None, help="availability zone"),
     nic: list[str] | None = typer.Option(
         None,
@@ -189,6 +191,7 @@ def server_create(
         "image": image,
         "metadata": dict(m.split("=", 1) for m in (meta or []) if "=" in m),
         "server_group": group,
+        "key_name": key_name,
         "availability_zone": availability_zone,
         "boot_from_volume": boot_from_volume,
         "boot_volume": volume,
@@ -526,6 +529,10 @@ def server_rename(server: str = SERVER, name: str = typer.Argument(..., help="th
 
 
 @server_app.command("rebuild")
-def server_rebuild(server: str = SERVER, image: str = typer.Option(..., help="new image name or id")) -> None:
-    """Rebuild a server from an image: a new root disk, the same server."""
-    _action("rebuild", server, {"image": image})
+def server_rebuild(
+    server: str = SERVER,
+    image: str = typer.Option(..., help="new image name or id"),
+    key_name: str | None = typer.Option(None, "--key-name", help="a new key pair for it (default: its own)"),
+) -> None:
+    """Rebuild a server from an image: a new root disk, the same server (and key, unless --key-name)."""
+    _action("rebuild", server, {"image": image, **({"key_name": key_name} if key_name else {})})

@@ -12,6 +12,9 @@
 # sha256 of the hash string before the marker: proof of what it got, which shows
 # neither the password nor its hash. The last hash counts, as for cloud-init,
 # which sets passwords in order.
+# If meta_data.json carries the server's key pair (Nova's "public_keys"), the marker
+# ends with key=<fingerprint>: the MD5 of the key's base64-decoded data as colon-hex
+# pairs, as Nova (and ssh-keygen -E md5) fingerprint it.
 /bin/busybox --install -s /bin
 export PATH=/bin:/sbin
 
@@ -48,6 +51,7 @@ meta() {
 # their own, so awk turns it into "mac M", "addr A", "gw G" lines. meta_data.json's
 # "novakit.ping" (digits and dots only) names an address to ping after the marker.
 net_conf=""
+key_fp=""
 ping_target=""
 static_addrs=""
 static_ifaces=""
@@ -58,6 +62,18 @@ read_network_config() {
         /"via":/ { print "gw " $4 }' /mnt/network-config)
     [ -f /mnt/meta_data.json ] && ping_target=$(sed -n \
         's/^ *"novakit\.ping": *"\([0-9.]*\)",\{0,1\}$/\1/p' /mnt/meta_data.json | head -n 1)
+    return 0
+}
+# meta_data.json is json.dumps with indent 2: "public_keys" opens at two spaces, each key
+# "name": "TYPE BASE64 COMMENT" sits on a line of its own (names hold no quotes). The first counts.
+read_public_key() {
+    [ -f /mnt/meta_data.json ] || return 0
+    key_b64=$(awk -F'"' '
+        /^  "public_keys": \{/ { inside = 1; next }
+        inside && /^  \}/ { exit }
+        inside && NF >= 4 { split($4, part, " "); print part[2]; exit }' /mnt/meta_data.json)
+    [ -n "$key_b64" ] && key_fp=$(printf %s "$key_b64" | base64 -d 2>/dev/null | md5sum |
+        cut -c1-32 | sed 's/\(..\)/\1:/g; s/:$//')
     return 0
 }
 iface_with_mac() {
@@ -108,6 +124,7 @@ if [ -n "$drive" ] && mount -t iso9660 -o ro "$drive" /mnt; then
         admin_hash=$(grep -oE '\$6\$(rounds=[0-9]+\$)?[./0-9A-Za-z]{1,16}\$[./0-9A-Za-z]{86}' /mnt/user-data | tail -n 1)
     fi
     read_network_config
+    read_public_key
     umount /mnt
 else
     say "no config drive"
@@ -122,8 +139,9 @@ if [ -n "$admin_hash" ]; then
 fi
 ip link set lo up
 [ -n "$net_conf" ] && apply_network_config
-# The old form of the marker, then the static addresses if there are any (see guest_ready_line).
-echo "NOVAKIT-GUEST-READY hostname=$(hostname) instance-id=$instance_id${static_addrs:+ addresses=$static_addrs}"
+# The old form of the marker, then the static addresses and the key's fingerprint if there are
+# any (see guest_ready_line).
+echo "NOVAKIT-GUEST-READY hostname=$(hostname) instance-id=$instance_id${static_addrs:+ addresses=$static_addrs}${key_fp:+ key=$key_fp}"
 
 if grep -qw novakit.poweroff /proc/cmdline; then
     sync

@@ -24,6 +24,7 @@ from novakit import exceptions
 from novakit.compute.messages import InstanceSpec
 from novakit.compute.passwords import hash_admin_password
 from novakit.compute.states import PowerState
+from novakit.keypairs import keys
 from novakit.virt import admin_password_line, guest_ready_line
 from novakit.virt.libvirt.driver import LibvirtDriver
 
@@ -127,18 +128,28 @@ def test_a_spawn_failing_half_way_leaves_nothing(
     assert f"novakit-{inst.uuid}" not in [d.name() for d in system_conn.listAllDomains()]
 
 
-def test_the_guest_finds_its_admin_password_hash_on_the_config_drive(
+def test_the_guest_finds_its_admin_password_hash_and_its_key_on_the_config_drive(
     system_driver: LibvirtDriver, make_tiny: Callable[..., InstanceSpec]
 ) -> None:
-    """The hash travels next to a user's script (a MIME archive) and the guest prints its sha256."""
+    """The hash travels next to a user's script (a MIME archive) and the guest prints its sha256;
+    the server's key pair (issue 26) is on the same drive, and the guest's marker ends with the
+    fingerprint of the key it found, which is the one the key pair shows."""
     hashed = hash_admin_password("tiny-guest-secret")
     script = base64.b64encode(b"#!/bin/sh\necho the user's own script\n").decode()
-    inst = make_tiny(hostname="tiny-pw-1", admin_password_hash=SecretStr(hashed), user_data=SecretStr(script))
+    pair = keys.generate("ed25519", "tiny@novakit")
+    inst = make_tiny(
+        hostname="tiny-pw-1",
+        admin_password_hash=SecretStr(hashed),
+        user_data=SecretStr(script),
+        key_name="tiny-key",
+        key_data=pair.public_key,
+    )
     drv = system_driver
     drv.spawn(inst)
     try:
         console = wait_for_markers(drv, inst, 1)
-        assert guest_ready_line("tiny-pw-1", inst.uuid) in console
+        ready = guest_ready_line("tiny-pw-1", inst.uuid, key_fingerprint=keys.fingerprint(pair.public_key))
+        assert ready in console.splitlines()
         # Printed before the ready marker, so it is there once the marker is.
         assert admin_password_line(hashed) in console.splitlines()
         assert hashed not in console and "tiny-guest-secret" not in console

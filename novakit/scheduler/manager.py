@@ -173,13 +173,7 @@ class SchedulerManager:
         (or not at all); it may run again if the transaction is retried.
         """
         wanted = len(instance_uuids)
-        needed = min(spec.effective_min_count, wanted)
-        if wanted == 0:
-            raise exceptions.ValidationError("instance_uuids", "at least one instance is required")
-        if len(set(instance_uuids)) != wanted:
-            raise exceptions.ValidationError("instance_uuids", "must not contain duplicates")
-        if needed < 1:
-            raise exceptions.ValidationError("min_count", f"must be at least 1, got {spec.min_count}")
+        needed = _needed(spec, instance_uuids)
         resources = spec.resources()
         placement_allocations.validate_resources(resources)
 
@@ -187,16 +181,7 @@ class SchedulerManager:
             prepared = self._prepare(session, spec, resources)
             if recheck_quota and dry_run:
                 # A real run counts quota once, under the project's lock in the claim transaction.
-                allowed, over = quota.allowed_instances(
-                    session,
-                    self.conf,
-                    spec.project_id,
-                    quota.per_instance(resources),
-                    wanted,
-                    exclude_consumers=instance_uuids,
-                )
-                if allowed < needed and over is not None:
-                    raise over
+                self._allowed_by_quota(session, spec, resources, instance_uuids, needed, lock=False)
             plans, steps = self._plan(session, prepared, instance_uuids)
         placed = [p for p in plans if p is not None]
         if len(placed) < needed:
@@ -222,12 +207,7 @@ class SchedulerManager:
             placement_traits.validate_trait(name)
         # A disabled compute service carries this trait (Nova's compute_status_filter).
         forbidden.add(placement_traits.COMPUTE_STATUS_DISABLED)
-        wanted_traits = required | forbidden
-        unknown = wanted_traits - self._trait_ids.keys()
-        if unknown:
-            # Trait ids never change once created (traits are never deleted): remember the found ones.
-            self._trait_ids.update(placement_traits.trait_ids(session, unknown))
-        ids = {name: self._trait_ids[name] for name in wanted_traits if name in self._trait_ids}
+        ids = self._known_trait_ids(session, required | forbidden)
         hopeless = ""
         missing = sorted(required - ids.keys())
         if missing:
@@ -242,26 +222,7 @@ class SchedulerManager:
             limit=conf.max_placement_results,
             trait_names={v: k for k, v in ids.items()},
         )
-        for group in spec.member_of:
-            agg_ids = []
-            for name in group:
-                agg = placement_aggregates.find_aggregate(session, name)
-                if agg is None:
-                    raise exceptions.ValidationError("member_of", f"unknown aggregate {name!r}")
-                agg_ids.append(agg.id)
-            query.member_of.append(agg_ids)
-        if spec.availability_zone:
-            zone = placement_aggregates.resolve_zone(
-                session, spec.availability_zone, conf.default_availability_zone
-            )
-            if zone.member_of:
-                query.member_of.append(zone.member_of)
-            else:
-                query.not_member_of = zone.not_member_of
-        if spec.requested_host:
-            if find_provider(session, spec.requested_host) is None:
-                raise exceptions.ComputeHostNotFound(host=spec.requested_host)
-            query.only_hosts = [spec.requested_host]
+        self._where_asked(session, spec, query)
 
         # Where servers live in cells of their own, what is asked of them is asked of their
         # cells (``novakit.cells.instances``); otherwise of this database, in the same query.
@@ -284,6 +245,40 @@ class SchedulerManager:
         if dominant is not None:
             query.order_by, query.descending = dominant.resource_class, dominant.multiplier() > 0
         return _Prepared(resolved, query, filters, weighers, group_hosts, hopeless, single)
+
+    def _known_trait_ids(self, session: Session, names: set[str]) -> dict[str, int]:
+        """The ids of the traits that exist among ``names``."""
+        unknown = names - self._trait_ids.keys()
+        if unknown:
+            # Trait ids never change once created (traits are never deleted): remember the found ones.
+            self._trait_ids.update(placement_traits.trait_ids(session, unknown))
+        return {name: self._trait_ids[name] for name in names if name in self._trait_ids}
+
+    def _where_asked(
+        self, session: Session, spec: RequestSpec, query: placement_candidates.CandidateRequest
+    ) -> None:
+        """The candidates narrowed to what the request names: aggregates (``member_of``), its
+        availability zone, a host."""
+        for group in spec.member_of:
+            agg_ids = []
+            for name in group:
+                agg = placement_aggregates.find_aggregate(session, name)
+                if agg is None:
+                    raise exceptions.ValidationError("member_of", f"unknown aggregate {name!r}")
+                agg_ids.append(agg.id)
+            query.member_of.append(agg_ids)
+        if spec.availability_zone:
+            zone = placement_aggregates.resolve_zone(
+                session, spec.availability_zone, self.conf.scheduler.default_availability_zone
+            )
+            if zone.member_of:
+                query.member_of.append(zone.member_of)
+            else:
+                query.not_member_of = zone.not_member_of
+        if spec.requested_host:
+            if find_provider(session, spec.requested_host) is None:
+                raise exceptions.ComputeHostNotFound(host=spec.requested_host)
+            query.only_hosts = [spec.requested_host]
 
     def _load_on_hosts(self, hosts: list[str]) -> dict[str, tuple[int, int]]:
         return cell_instances.load_on_hosts(self.db, hosts)
@@ -378,37 +373,18 @@ class SchedulerManager:
         for placed_host in spec.batch_hosts:
             group_hosts[placed_host] += 1
         spec.group_hosts = group_hosts
-        hosts, rows = load_candidate_hosts(
-            session,
-            query,
-            with_instances=any(f.name in ("NumInstancesFilter", "IoOpsFilter") for f in prepared.filters)
-            or any(w.name == "IoOpsWeigher" for w in prepared.weighers),
-            with_aggregates=any(f.needs_aggregates for f in prepared.filters),
-            group_hosts=group_hosts,
-            instance_counts=None if prepared.single_database else self._load_on_hosts,
-        )
+        hosts, rows = self._candidates(session, prepared, query, group_hosts)
         # How many providers the prefilter dropped is counted only if "no valid host" needs it.
         prefilter = Step("placement (SQL prefilter)", hosts_in=0)
         prefilter.uncounted_passed = len(hosts)
         steps = [prefilter]
         if not hosts:
             return [None] * len(instance_uuids), steps, rows
-        for flt in (f for f in prepared.filters if not f.per_instance):
-            step = Step(flt.name, hosts_in=len(hosts))
-            kept = []
-            for host in hosts:
-                result = flt.host_passes(host, spec)
-                if result:
-                    kept.append(host)
-                else:
-                    step.reject(host.host, result.reason, cap)
-            hosts = kept
-            steps.append(step)
+        hosts, filtered = _filter(hosts, [f for f in prepared.filters if not f.per_instance], spec, cap)
+        steps += filtered
 
         per_instance = [f for f in prepared.filters if f.per_instance]
         ranker = _Ranker(hosts, spec, prepared.weighers)
-        subset = max(1, self.conf.scheduler.host_subset_size)
-        alternates_wanted = max(self.conf.scheduler.max_attempts - 1, 0)
         # Hosts that earlier instances of this request filled; the step is cumulative, so the last
         # instance's explanation lists every host that ran out.
         capacity_step = Step("capacity left by earlier instances of this request", hosts_in=len(hosts))
@@ -416,29 +392,15 @@ class SchedulerManager:
         plans: list[_Plan | None] = []
         last_steps: list[Step] = []
         for uuid in instance_uuids:
-            instance_steps: list[Step] = [capacity_step] if spec.batch_hosts else []
-            live = roomy
-            for flt in per_instance:
-                step = Step(flt.name, hosts_in=len(live))
-                kept = []
-                for host in live:
-                    result = flt.host_passes(host, spec)
-                    if result:
-                        kept.append(host)
-                    else:
-                        step.reject(host.host, result.reason, cap)
-                live = kept
-                instance_steps.append(step)
-            last_steps = instance_steps
+            live, last_steps = _filter(roomy, per_instance, spec, cap)
+            if spec.batch_hosts:
+                last_steps.insert(0, capacity_step)
             if not live:
                 plans.append(None)
                 break  # later instances would meet the same hosts
-            ranked = ranker.rank(live, subset + alternates_wanted)
-            pick = random.randrange(min(subset, len(ranked)))
-            chosen = ranked[pick]
-            alternates = [r for i, r in enumerate(ranked) if i != pick][:alternates_wanted]
-            plans.append(_Plan(uuid, [chosen, *alternates]))
-            host = chosen[0]
+            plan = self._pick(ranker, live, uuid)
+            plans.append(plan)
+            host = plan.hosts[0][0]
             host.consume(spec.resources, uuid)
             spec.batch_hosts.append(host.host)
             group_hosts[host.host] += 1
@@ -449,6 +411,34 @@ class SchedulerManager:
                 roomy = [h for h in roomy if h is not host]
         plans += [None] * (len(instance_uuids) - len(plans))
         return plans, steps + last_steps, rows
+
+    def _candidates(
+        self,
+        session: Session,
+        prepared: _Prepared,
+        query: placement_candidates.CandidateRequest,
+        group_hosts: Counter[str],
+    ) -> tuple[list[HostState], int]:
+        """The candidate hosts, loaded with what the enabled filters and weighers read."""
+        return load_candidate_hosts(
+            session,
+            query,
+            with_instances=any(f.name in ("NumInstancesFilter", "IoOpsFilter") for f in prepared.filters)
+            or any(w.name == "IoOpsWeigher" for w in prepared.weighers),
+            with_aggregates=any(f.needs_aggregates for f in prepared.filters),
+            group_hosts=group_hosts,
+            instance_counts=None if prepared.single_database else self._load_on_hosts,
+        )
+
+    def _pick(self, ranker: _Ranker, live: list[HostState], uuid: str) -> _Plan:
+        """One of the ``host_subset_size`` best hosts at random (Nova's spread over equals), and
+        the next best as alternates, up to ``max_attempts - 1``."""
+        subset = max(1, self.conf.scheduler.host_subset_size)
+        alternates_wanted = max(self.conf.scheduler.max_attempts - 1, 0)
+        ranked = ranker.rank(live, subset + alternates_wanted)
+        pick = random.randrange(min(subset, len(ranked)))
+        alternates = [r for i, r in enumerate(ranked) if i != pick][:alternates_wanted]
+        return _Plan(uuid, [ranked[pick], *alternates])
 
     @staticmethod
     def _weigh(
@@ -483,22 +473,10 @@ class SchedulerManager:
     ) -> dict[str, list[Selection]]:
         request = prepared.spec.request
         resources = prepared.spec.resources
-        retries = self.conf.scheduler.claim_retries
         wanted = len(instance_uuids)
+        allowed = wanted
         if recheck_quota:
-            allowed, over = quota.allowed_instances(
-                session,
-                self.conf,
-                request.project_id,
-                quota.per_instance(resources),
-                wanted,
-                exclude_consumers=instance_uuids,
-                lock=True,
-            )
-            if allowed < needed and over is not None:
-                raise over
-        else:
-            allowed = wanted
+            allowed = self._allowed_by_quota(session, request, resources, instance_uuids, needed, lock=True)
         in_quota = set(instance_uuids[:allowed])
         pending = [p for p in plans if p is not None and p.instance_uuid in in_quota]
         claimed: dict[str, list[Selection]] = {}
@@ -506,26 +484,12 @@ class SchedulerManager:
         for round_ in range(REPLAN_ROUNDS):
             lost: list[str] = []
             for plan in pending:
-                # First the hosts no concurrent claim is writing to (PostgreSQL; on SQLite all of
-                # them), best first; then, waiting for their locks, the ones that were busy.
-                busy: list[int] = []
-                i = None
-                for n, (host, _weight) in enumerate(plan.hosts):
-                    if len(plan.hosts) > 1 and not placement_allocations.try_lock_provider(
-                        session, host.provider_id
-                    ):
-                        busy.append(n)
-                    elif self._claim_first(session, request, resources, plan, [n], retries) is not None:
-                        i = n
-                        break
-                if i is None:
-                    i = self._claim_first(session, request, resources, plan, busy, retries)
+                i = self._claim_plan(session, request, resources, plan)
                 if i is None:
                     lost.append(plan.instance_uuid)
                     continue
                 selections = self._selections(plan, resources)
                 claimed[plan.instance_uuid] = [selections[i], *selections[:i], *selections[i + 1 :]]
-            unplanned = [u for u in instance_uuids if u in in_quota and u not in claimed and u not in lost]
             if not lost or round_ == REPLAN_ROUNDS - 1:
                 break
             # Other requests took our hosts between planning and claiming: plan again on what is
@@ -536,7 +500,6 @@ class SchedulerManager:
             pending = [p for p in replans if p is not None]
             if not pending:
                 break
-        del unplanned
         if len(claimed) < needed:
             self._raise_no_valid_host(
                 prepared,
@@ -547,6 +510,46 @@ class SchedulerManager:
                 session=session,
             )
         return claimed
+
+    def _allowed_by_quota(
+        self,
+        session: Session,
+        spec: RequestSpec,
+        resources: dict[str, int],
+        instance_uuids: list[str],
+        needed: int,
+        lock: bool,
+    ) -> int:
+        """How many of the instances the project's quota allows; fewer than ``needed`` raises
+        the quota's error (``lock``: under the project lock, Nova's recheck)."""
+        allowed, over = quota.allowed_instances(
+            session,
+            self.conf,
+            spec.project_id,
+            quota.per_instance(resources),
+            len(instance_uuids),
+            exclude_consumers=instance_uuids,
+            lock=lock,
+        )
+        if allowed < needed and over is not None:
+            raise over
+        return allowed
+
+    def _claim_plan(
+        self, session: Session, request: RequestSpec, resources: dict[str, int], plan: _Plan
+    ) -> int | None:
+        """Claim one of the plan's hosts; its index, or None when none fits any more.
+
+        First the hosts no concurrent claim is writing to (PostgreSQL; on SQLite all of them),
+        best first; then, waiting for their locks, the ones that were busy."""
+        retries = self.conf.scheduler.claim_retries
+        busy: list[int] = []
+        for n, (host, _weight) in enumerate(plan.hosts):
+            if len(plan.hosts) > 1 and not placement_allocations.try_lock_provider(session, host.provider_id):
+                busy.append(n)
+            elif self._claim_first(session, request, resources, plan, [n], retries) is not None:
+                return n
+        return self._claim_first(session, request, resources, plan, busy, retries)
 
     @staticmethod
     def _claim_first(
@@ -618,3 +621,36 @@ class SchedulerManager:
                 if reason.startswith("fits now"):
                     continue
                 prefilter.reject(host, reason, cap)
+
+
+def _needed(spec: RequestSpec, instance_uuids: list[str]) -> int:
+    """How many of the instances must be placed for the request to succeed (``min_count``);
+    a request for none, with duplicates, or needing none is refused."""
+    wanted = len(instance_uuids)
+    needed = min(spec.effective_min_count, wanted)
+    if wanted == 0:
+        raise exceptions.ValidationError("instance_uuids", "at least one instance is required")
+    if len(set(instance_uuids)) != wanted:
+        raise exceptions.ValidationError("instance_uuids", "must not contain duplicates")
+    if needed < 1:
+        raise exceptions.ValidationError("min_count", f"must be at least 1, got {spec.min_count}")
+    return needed
+
+
+def _filter(
+    hosts: list[HostState], filters: list[BaseFilter], spec: ResolvedSpec, cap: int
+) -> tuple[list[HostState], list[Step]]:
+    """The hosts every filter passes, in turn, and each filter's step (who it dropped, why)."""
+    steps = []
+    for flt in filters:
+        step = Step(flt.name, hosts_in=len(hosts))
+        kept = []
+        for host in hosts:
+            result = flt.host_passes(host, spec)
+            if result:
+                kept.append(host)
+            else:
+                step.reject(host.host, result.reason, cap)
+        hosts = kept
+        steps.append(step)
+    return hosts, steps

@@ -173,30 +173,7 @@ def load_candidate_hosts(
         cand = placement_candidates.candidate_from_row(row, classes)
         if cand.provider_id in states:
             continue  # a second compute node row for one host: the first one stands
-        (cn_id, nodename, hv_type, hv_ver, arch, cpu_info, cached, stats, nets, s_id, disabled, reason,
-         forced_down, down_reason, last_seen, last_contact) = row[width : width + _HOST_WIDTH]  # fmt: skip
-        st = HostState(
-            host=cand.name,
-            nodename=nodename or cand.name,
-            provider_uuid=cand.uuid,
-            provider_id=cand.provider_id,
-            capacity=cand.capacity,
-            used=cand.used,
-            max_unit=cand.max_unit,
-        )
-        if cn_id is not None:
-            st.hypervisor_type, st.hypervisor_version, st.cpu_arch = hv_type, hv_ver, arch
-            st.cpu_info = _json(cpu_info, {})
-            st.cached_images = frozenset(_json(cached, []))
-            st.stats = _json(stats, {})
-            # "[]" is a host with no network, unlike NULL (every network): decoded, not skipped.
-            reported = json.loads(nets) if isinstance(nets, str) else nets
-            st.networks = frozenset(reported) if reported is not None else None
-            st.has_compute_node = True
-        if s_id is not None:
-            st.has_service, st.service_disabled, st.disabled_reason = True, bool(disabled), reason
-            st.forced_down, st.down_reason = bool(forced_down), down_reason
-            st.last_seen_up, st.last_contact_at = _datetime(last_seen), _datetime(last_contact)
+        st = _host_state(cand, row[width : width + _HOST_WIDTH])
         if in_sql:
             st.num_instances = int(row[width + _HOST_WIDTH])
             st.num_io_ops = int(row[width + _HOST_WIDTH + 1] or 0)
@@ -208,10 +185,45 @@ def load_candidate_hosts(
         for st in states.values():
             st.num_instances, st.num_io_ops = loads.get(st.host, (0, 0))
     if with_aggregates and states:
-        for rp_id, metadata in session.execute(_AGG_METADATA, {"ids": list(states)}):
-            for key, value in _json(metadata, {}).items():
-                states[rp_id].aggregate_metadata.setdefault(key, set()).add(str(value))
+        _load_aggregate_metadata(session, states)
     return list(states.values()), rows
+
+
+def _host_state(cand: Any, host_columns: Any) -> HostState:
+    """A candidate's HostState, with its compute node's and its service's columns when it has
+    them."""
+    (cn_id, nodename, hv_type, hv_ver, arch, cpu_info, cached, stats, nets, s_id, disabled, reason,
+     forced_down, down_reason, last_seen, last_contact) = host_columns  # fmt: skip
+    st = HostState(
+        host=cand.name,
+        nodename=nodename or cand.name,
+        provider_uuid=cand.uuid,
+        provider_id=cand.provider_id,
+        capacity=cand.capacity,
+        used=cand.used,
+        max_unit=cand.max_unit,
+    )
+    if cn_id is not None:
+        st.hypervisor_type, st.hypervisor_version, st.cpu_arch = hv_type, hv_ver, arch
+        st.cpu_info = _json(cpu_info, {})
+        st.cached_images = frozenset(_json(cached, []))
+        st.stats = _json(stats, {})
+        # "[]" is a host with no network, unlike NULL (every network): decoded, not skipped.
+        reported = json.loads(nets) if isinstance(nets, str) else nets
+        st.networks = frozenset(reported) if reported is not None else None
+        st.has_compute_node = True
+    if s_id is not None:
+        st.has_service, st.service_disabled, st.disabled_reason = True, bool(disabled), reason
+        st.forced_down, st.down_reason = bool(forced_down), down_reason
+        st.last_seen_up, st.last_contact_at = _datetime(last_seen), _datetime(last_contact)
+    return st
+
+
+def _load_aggregate_metadata(session: Session, states: dict[int, HostState]) -> None:
+    """Each host's aggregates' metadata, every value a key has across them."""
+    for rp_id, metadata in session.execute(_AGG_METADATA, {"ids": list(states)}):
+        for key, value in _json(metadata, {}).items():
+            states[rp_id].aggregate_metadata.setdefault(key, set()).add(str(value))
 
 
 def instance_hosts(session: Session, uuids: list[str]) -> dict[str, str | None]:

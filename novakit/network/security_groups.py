@@ -467,7 +467,8 @@ def list_groups(db: Database, ctx: RequestContext, *, project_id: str | None = N
 
 
 def show_group(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
-    _first_use(db, ctx.project_id)
+    if ref == DEFAULT:
+        _first_use(db, ctx.project_id)
     with db.reader() as session:
         return group_view(session, get(session, ctx, ref))
 
@@ -574,6 +575,28 @@ def create_rule(
         raise
     _notify(on_change, changed)
     return view
+
+
+def find_rule(db: Database, ctx: RequestContext, data: dict[str, Any]) -> dict[str, Any] | None:
+    """The rule of a group equal to ``data`` (a ``create_rule`` request, checked and spelt as a
+    create would), or None: how a declarative caller (the ``security_group_rule`` module) finds it.
+    A group that does not exist holds no rule."""
+    req = schemas.parse(RuleCreate, data)
+    fields = normalise_rule(req)
+    with db.reader() as session:
+        group = _find(session, ctx, req.security_group)
+        if group is None:
+            return None
+        remote = None
+        if req.remote_group is not None:
+            remote = _find(session, ctx, req.remote_group, group.project_id)
+            if remote is None:
+                return None
+        found = _same_rule(session, group.id, fields.fingerprint(remote.id if remote else None))
+        if found is None:
+            return None
+        [view] = [v for v in _rule_views(session, [group.id]) if v["id"] == found]
+        return view
 
 
 def _same_rule(session: Session, group_id: int, fingerprint: str) -> str | None:

@@ -19,6 +19,7 @@ from novakit.network import networks, ports, subnets
 from novakit.network import security_groups as sg
 from novakit.network.filter_rules import FilterRule
 from tests.functional.cloud import Cloud, boot
+from tests.functional.test_catalog_modules import run  # noqa: F401
 from tests.functional.test_cli import env, nk  # noqa: F401
 
 
@@ -499,3 +500,50 @@ def test_the_command_line_as_openstack_users_type_it(nk: Any) -> None:  # noqa: 
     assert len(js("security", "group", "rule", "list", "web")) == 3
     nk("server", "delete", "a")
     assert "deleted" in nk("security", "group", "delete", "web").stdout
+
+
+def test_the_modules_plan_create_keep_and_delete(cloud: Cloud, run: Any) -> None:  # noqa: F811
+    _net(cloud)
+    before = cloud.snapshot()
+    plan = run("security_group", {"name": "web", "description": "web"}, check=True)
+    assert plan["changed"] and cloud.snapshot() == before, plan
+    made = run("security_group", {"name": "web", "description": "web"})
+    assert made["changed"] and made["security_group"]["name"] == "web"
+    assert not run("security_group", {"name": "web", "description": "web"})["changed"]
+    rule = {
+        "security_group": "web",
+        "protocol": "tcp",
+        "port_range_min": 22,
+        "remote_ip_prefix": "192.0.2.9/24",
+    }
+    before = cloud.snapshot()
+    assert run("security_group_rule", rule, check=True)["changed"] and cloud.snapshot() == before
+    first = run("security_group_rule", rule)
+    assert first["changed"] and first["rule"]["port_range_max"] == 22
+    # The same rule in Neutron's spelling, and in openstack.cloud's option names: no change.
+    same = {
+        "security_group": "web",
+        "protocol": "6",
+        "port_range_min": 22,
+        "port_range_max": 22,
+        "ether_type": "IPv4",
+        "remote_ip_prefix": "192.0.2.0/24",
+    }
+    again = run("security_group_rule", same)
+    assert not again["changed"] and again["rule"]["id"] == first["rule"]["id"]
+    bad = run(
+        "security_group_rule", {"security_group": "web", "protocol": "gre", "port_range_min": 1}, check=True
+    )
+    assert bad.get("failed") and "port_range_min" in bad["msg"] and "has no ports" in bad["msg"]
+    # A port carries the group: the group's delete is refused, in check mode as for real.
+    # the modules' caller
+    owner = RequestContext(project_id="admin-project", user_id="admin", roles=["admin"])
+    boot(cloud, owner, "w", networks=[{"net_id": "lan"}], security_groups=["web"])
+    for check in (True, False):
+        refused = run("security_group", {"name": "web", "state": "absent"}, check=check)
+        assert refused.get("failed") and "in use" in refused["msg"]
+    assert run("security_group_rule", {**rule, "state": "absent"})["changed"]
+    assert not run("security_group_rule", {**rule, "state": "absent"})["changed"]
+    cloud.api.delete(owner, "w")
+    assert run("security_group", {"name": "web", "state": "absent"})["changed"]
+    assert not run("security_group", {"name": "web", "state": "absent"})["changed"]

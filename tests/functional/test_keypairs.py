@@ -24,6 +24,7 @@ from novakit.keypairs import registry as keypairs
 from novakit.virt import guest_ready_line
 from tests.functional.cloud import Cloud, boot
 from tests.functional.test_admin_password import db_holds, guest
+from tests.functional.test_catalog_modules import run  # noqa: F401 (fixture)
 
 # Made with ssh-keygen; the fingerprints are what ``ssh-keygen -l -E md5`` printed for them.
 ED25519 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK4sOE2Ymel1yCVERrMmQ7iJSKVP+E1pnNPpjKlc5bN0 alice@laptop"
@@ -288,3 +289,46 @@ def test_the_config_drive_files_carry_the_key_as_nova_s_do(cloud: Cloud, ctx: Re
     assert yaml.safe_load(files["meta-data"])["public-keys"] == [ED25519]
     assert yaml.safe_load(files["user-data"]) == {"ssh_authorized_keys": [ED25519]}
     assert files["user-data"].startswith(b"#cloud-config\n")
+
+
+# --- the keypair module (in process, as Ansible runs it) -----------------------------------
+
+
+def test_the_keypair_module_imports_generates_keeps_and_deletes(
+    cloud: Cloud,
+    run: Any,  # noqa: F811
+    ctx: RequestContext,
+    tmp_path: Any,
+) -> None:
+    before = cloud.snapshot()
+    plan = run("keypair", {"name": "laptop", "public_key": ED25519}, check=True)
+    assert plan["changed"] and "keypair" not in plan and cloud.snapshot() == before
+    made = run("keypair", {"name": "laptop", "public_key": ED25519})
+    assert made["changed"] and made["keypair"]["fingerprint"] == ED25519_FP
+    pub = tmp_path / "laptop.pub"
+    pub.write_text(ED25519 + "\n")
+    assert run("keypair", {"name": "laptop", "public_key_file": str(pub)})["changed"] is False
+    assert run("keypair", {"name": "laptop"})["changed"] is False  # no key asked: kept as it is
+    clash = run("keypair", {"name": "laptop", "public_key": RSA})
+    assert clash["failed"] and "cannot change" in clash["msg"]
+    bad = run("keypair", {"name": "bad", "public_key": ED25519[:50]})
+    assert bad["failed"] and "public_key" in bad["msg"] and "truncated" in bad["msg"]
+
+    generated = run("keypair", {"name": "deploy", "algorithm": "rsa"})
+    assert generated["changed"] and "PRIVATE KEY" in generated["keypair"]["private_key"]
+    assert "private_key" not in json.dumps(generated["diff"])
+    again = run("keypair", {"name": "deploy"})
+    assert again["changed"] is False and "private_key" not in again["keypair"]
+
+    # An admin names another user's pair; a member may not.
+    given = run("keypair", {"name": "given", "public_key": RSA, "user_id": ctx.user_id})
+    assert given["keypair"]["user_id"] == ctx.user_id
+    assert [k["name"] for k in keypairs.list_keypairs(cloud.db, ctx)] == ["given"]
+    member = {"project": ctx.project_id, "user": ctx.user_id, "roles": ["member"]}
+    refused = run("keypair", {**member, "name": "x", "public_key": RSA, "user_id": "admin"})
+    assert refused["failed"] and "keypair:any_user" in refused["msg"]
+
+    assert run("keypair", {"name": "laptop", "state": "absent"}, check=True)["changed"]
+    assert run("keypair", {"name": "laptop", "state": "absent"})["changed"]
+    assert run("keypair", {"name": "laptop", "state": "absent"})["changed"] is False
+    assert [k["name"] for k in keypairs.list_keypairs(cloud.db, cloud.admin)] == ["deploy"]

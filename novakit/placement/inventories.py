@@ -12,6 +12,7 @@ allocations is refused with InventoryInUse, as Placement refuses it.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import re
 
@@ -167,15 +168,7 @@ def set_inventory(
                 attempts=1,
                 what=f"provider {provider_name} (generation {provider.generation}, not {generation})",
             )
-        usage: dict[str, int] = dict(
-            session.execute(
-                text(
-                    "SELECT resource_class, SUM(used) FROM allocations WHERE resource_provider_id = :id "
-                    "GROUP BY resource_class"
-                ),
-                {"id": provider.id},
-            ).all()
-        )
+        usage = _usage(session, provider.id)
         current = read_inventory(session, provider.id)
         for rc in current.keys() - inventories.keys():
             if usage.get(rc):
@@ -190,29 +183,7 @@ def set_inventory(
                     usage[rc],
                     spec.capacity,
                 )
-            # ``free`` is capacity - used (the triggers on allocations keep ``used``); the capacity
-            # is computed here because SQL would round int((total - reserved) * ratio) differently.
-            params = {"id": provider.id, "rc": rc, "now": now, "capacity": spec.capacity, **spec.model_dump()}
-            if rc in current:
-                session.execute(
-                    text(
-                        "UPDATE inventories SET total = :total, reserved = :reserved, min_unit = :min_unit, "
-                        "max_unit = :max_unit, step_size = :step_size, allocation_ratio = :allocation_ratio, "
-                        "free = :capacity - used, updated_at = :now "
-                        "WHERE resource_provider_id = :id AND resource_class = :rc"
-                    ),
-                    params,
-                )
-            else:
-                session.execute(
-                    text(
-                        "INSERT INTO inventories (resource_provider_id, resource_class, total, reserved, "
-                        "min_unit, max_unit, step_size, allocation_ratio, used, free, created_at) "
-                        "VALUES (:id, :rc, :total, :reserved, :min_unit, :max_unit, :step_size, "
-                        ":allocation_ratio, :used, :capacity - :used, :now)"
-                    ),
-                    {**params, "used": usage.get(rc, 0)},
-                )
+            _put_inventory(session, provider.id, rc, spec, now, exists=rc in current, used=usage.get(rc, 0))
         for rc in current.keys() - inventories.keys():
             session.execute(
                 text("DELETE FROM inventories WHERE resource_provider_id = :id AND resource_class = :rc"),
@@ -225,3 +196,53 @@ def set_inventory(
     from novakit.placement.allocations import retry_on_conflict
 
     return retry_on_conflict(db, _write, what=f"inventory of provider {provider_name}")
+
+
+def _usage(session: Session, provider_id: int) -> dict[str, int]:
+    """What the provider's allocations use, by resource class."""
+    return dict(
+        session.execute(  # type: ignore[arg-type]
+            text(
+                "SELECT resource_class, SUM(used) FROM allocations WHERE resource_provider_id = :id "
+                "GROUP BY resource_class"
+            ),
+            {"id": provider_id},
+        ).all()
+    )
+
+
+def _put_inventory(
+    session: Session,
+    provider_id: int,
+    rc: str,
+    spec: InventorySpec,
+    now: dt.datetime,
+    *,
+    exists: bool,
+    used: int,
+) -> None:
+    """One resource class's inventory written (updated if it ``exists``, else inserted).
+
+    ``free`` is capacity - used (the triggers on allocations keep ``used``); the capacity is
+    computed here because SQL would round int((total - reserved) * ratio) differently."""
+    params = {"id": provider_id, "rc": rc, "now": now, "capacity": spec.capacity, **spec.model_dump()}
+    if exists:
+        session.execute(
+            text(
+                "UPDATE inventories SET total = :total, reserved = :reserved, min_unit = :min_unit, "
+                "max_unit = :max_unit, step_size = :step_size, allocation_ratio = :allocation_ratio, "
+                "free = :capacity - used, updated_at = :now "
+                "WHERE resource_provider_id = :id AND resource_class = :rc"
+            ),
+            params,
+        )
+    else:
+        session.execute(
+            text(
+                "INSERT INTO inventories (resource_provider_id, resource_class, total, reserved, "
+                "min_unit, max_unit, step_size, allocation_ratio, used, free, created_at) "
+                "VALUES (:id, :rc, :total, :reserved, :min_unit, :max_unit, :step_size, "
+                ":allocation_ratio, :used, :capacity - :used, :now)"
+            ),
+            {**params, "used": used},
+        )

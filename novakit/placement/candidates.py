@@ -102,51 +102,9 @@ def build_query(req: CandidateRequest, *, for_explain: bool = False) -> tuple[st
     params: dict[str, Any] = {}
     # Every column is named so that a caller can wrap the query as a subquery (``SELECT c.* ...``).
     select = ["rp.id AS rp_id", "rp.uuid AS rp_uuid", "rp.name AS rp_name", "rp.generation AS rp_generation"]
-    joins: list[str] = []
-    where: list[str] = []
-    for n, rc in enumerate(classes):
-        alias = f"i{n}"
-        requested = rc in req.resources and not for_explain
-        if rc == order_by:
-            # The driving table: SQLite keeps the left side of a CROSS JOIN as the outer loop, so the
-            # walk follows the free-capacity index; PostgreSQL plans it as an ordinary join.
-            where.append(f"{alias}.resource_class = '{rc}'")
-        else:
-            joins.append(
-                f"{'JOIN' if requested else 'LEFT JOIN'} inventories {alias} "
-                f"ON {alias}.resource_provider_id = rp.id AND {alias}.resource_class = '{rc}'"
-            )
-        select += [f"{alias}.{col} AS {alias}_{col}" for col in _PER_CLASS]
-        if requested:
-            amount = int(req.resources[rc])
-            # "step_size = 1 OR": the same condition, but PostgreSQL's planner, which cannot estimate
-            # a modulo, then sees from the column statistics that it holds for (almost) every row.
-            where.append(
-                f"{alias}.free >= {amount} AND {alias}.min_unit <= {amount} "
-                f"AND {alias}.max_unit >= {amount} "
-                f"AND ({alias}.step_size = 1 OR ({amount} % {alias}.step_size) = 0)"
-            )
-    conditions: list[str] = []
-    for trait_id in req.required_trait_ids:
-        conditions.append(
-            "EXISTS (SELECT 1 FROM resource_provider_traits t WHERE t.resource_provider_id = rp.id "
-            f"AND t.trait_id = {int(trait_id)})"
-        )
-    if req.forbidden_trait_ids:
-        conditions.append(
-            "NOT EXISTS (SELECT 1 FROM resource_provider_traits t WHERE t.resource_provider_id = rp.id "
-            f"AND t.trait_id IN ({_ids(req.forbidden_trait_ids)}))"
-        )
-    for group in req.member_of:
-        conditions.append(
-            "EXISTS (SELECT 1 FROM resource_provider_aggregates g WHERE g.resource_provider_id = rp.id "
-            f"AND g.aggregate_id IN ({_ids(group)}))"
-        )
-    if req.not_member_of:
-        conditions.append(
-            "NOT EXISTS (SELECT 1 FROM resource_provider_aggregates g WHERE g.resource_provider_id = rp.id "
-            f"AND g.aggregate_id IN ({_ids(req.not_member_of)}))"
-        )
+    columns, joins, where = _class_columns(req, classes, order_by, for_explain)
+    select += columns
+    conditions = _membership_conditions(req)
     # explain() reads each condition as a flag instead of filtering on it.
     if for_explain:
         select += [f"{cond} AS flag{n}" for n, cond in enumerate(conditions)]
@@ -174,6 +132,66 @@ def build_query(req: CandidateRequest, *, for_explain: bool = False) -> tuple[st
         sql += " WHERE " + " AND ".join(f"({w})" for w in where)
     sql += f" ORDER BY {order} LIMIT {int(req.limit)}"
     return sql, params, classes
+
+
+def _class_columns(
+    req: CandidateRequest, classes: list[str], order_by: str | None, for_explain: bool
+) -> tuple[list[str], list[str], list[str]]:
+    """Per resource class: its inventory's columns, its join (an inner one when requested, the
+    ``order_by`` class's inventory drives the walk instead), and the request's amount as a
+    condition. Returns the columns, the joins and the conditions."""
+    select: list[str] = []
+    joins: list[str] = []
+    where: list[str] = []
+    for n, rc in enumerate(classes):
+        alias = f"i{n}"
+        requested = rc in req.resources and not for_explain
+        if rc == order_by:
+            # The driving table: SQLite keeps the left side of a CROSS JOIN as the outer loop, so the
+            # walk follows the free-capacity index; PostgreSQL plans it as an ordinary join.
+            where.append(f"{alias}.resource_class = '{rc}'")
+        else:
+            joins.append(
+                f"{'JOIN' if requested else 'LEFT JOIN'} inventories {alias} "
+                f"ON {alias}.resource_provider_id = rp.id AND {alias}.resource_class = '{rc}'"
+            )
+        select += [f"{alias}.{col} AS {alias}_{col}" for col in _PER_CLASS]
+        if requested:
+            amount = int(req.resources[rc])
+            # "step_size = 1 OR": the same condition, but PostgreSQL's planner, which cannot estimate
+            # a modulo, then sees from the column statistics that it holds for (almost) every row.
+            where.append(
+                f"{alias}.free >= {amount} AND {alias}.min_unit <= {amount} "
+                f"AND {alias}.max_unit >= {amount} "
+                f"AND ({alias}.step_size = 1 OR ({amount} % {alias}.step_size) = 0)"
+            )
+    return select, joins, where
+
+
+def _membership_conditions(req: CandidateRequest) -> list[str]:
+    """The traits and aggregates a provider must have, or must not, as SQL conditions."""
+    conditions: list[str] = []
+    for trait_id in req.required_trait_ids:
+        conditions.append(
+            "EXISTS (SELECT 1 FROM resource_provider_traits t WHERE t.resource_provider_id = rp.id "
+            f"AND t.trait_id = {int(trait_id)})"
+        )
+    if req.forbidden_trait_ids:
+        conditions.append(
+            "NOT EXISTS (SELECT 1 FROM resource_provider_traits t WHERE t.resource_provider_id = rp.id "
+            f"AND t.trait_id IN ({_ids(req.forbidden_trait_ids)}))"
+        )
+    for group in req.member_of:
+        conditions.append(
+            "EXISTS (SELECT 1 FROM resource_provider_aggregates g WHERE g.resource_provider_id = rp.id "
+            f"AND g.aggregate_id IN ({_ids(group)}))"
+        )
+    if req.not_member_of:
+        conditions.append(
+            "NOT EXISTS (SELECT 1 FROM resource_provider_aggregates g WHERE g.resource_provider_id = rp.id "
+            f"AND g.aggregate_id IN ({_ids(req.not_member_of)}))"
+        )
+    return conditions
 
 
 def statement(sql: str, params: dict[str, Any]) -> Any:

@@ -205,7 +205,10 @@ class ServerCreate(_Request):
     @field_validator("security_groups", mode="before")
     @classmethod
     def _group_names(cls, v: Any) -> Any:
-        # Nova's form, [{"name": "web"}], as well as a plain list of names.
+        # Nova's form, [{"name": "web"}], a plain list of names, or a playbook survey's answer
+        # ("web db": names separated by spaces or commas).
+        if isinstance(v, str):
+            return v.replace(",", " ").split() or None
         if isinstance(v, list):
             return [g["name"] if isinstance(g, dict) and set(g) == {"name"} else g for g in v]
         return v

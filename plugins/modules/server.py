@@ -124,6 +124,13 @@ options:
     description: Attach a config drive.
     type: bool
     default: true
+  security_groups:
+    description:
+      - The security groups (names or ids, of the caller's project) of the ports a new server gets
+        on novakit networks; unset - the project's V(default) group. A port given in O(nics) keeps its own.
+      - Only for a new server; M(novakit.cloud.security_group) makes groups.
+    type: list
+    elements: str
   key_name:
     description: Key pair name recorded with the server.
     type: str
@@ -336,6 +343,7 @@ CREATE = (
     "server_group",
     "metadata",
     "networks",
+    "security_groups",
     "config_drive",
     "key_name",
     "admin_password",
@@ -361,6 +369,7 @@ class ServerModule(NovakitModule):
         "admin_password": {"type": "str", "no_log": True},
         "networks": {"type": "list", "elements": "dict", "default": []},
         "nics": {"type": "list", "elements": "raw", "default": []},
+        "security_groups": {"type": "list", "elements": "str"},
         "boot_from_volume": {"type": "bool", "default": False},
         "volume_size": {"type": "int"},
         "boot_volume": {"type": "str", "aliases": ["boot_volume_id"]},

@@ -547,3 +547,33 @@ def test_the_modules_plan_create_keep_and_delete(cloud: Cloud, run: Any) -> None
     cloud.api.delete(owner, "w")
     assert run("security_group", {"name": "web", "state": "absent"})["changed"]
     assert not run("security_group", {"name": "web", "state": "absent"})["changed"]
+
+
+def test_boot_playbook_variable_and_server_module_option(cloud: Cloud, ctx: RequestContext, run: Any) -> None:  # noqa: F811
+    from novakit import playflow
+
+    _net(cloud)
+    _group(cloud, ctx, "web")
+    # boot.yml's variable as a survey gives it: names separated by spaces.
+    server = {
+        "name": "pf",
+        "flavor": "m1.small",
+        "image": "tiny",
+        "networks": "lan",
+        "security_groups": "web default",
+    }
+    scheduled = playflow.run_step(cloud.api, ctx, {"step": "schedule", "server": server})
+    assert scheduled["changed"]
+    assert sg.server_groups(cloud.db, ctx, "pf") == ["default", "web"]
+    refused = {**server, "name": "pf2", "security_groups": "nope"}
+    with pytest.raises(exceptions.ValidationError) as err:
+        playflow.run_step(cloud.api, ctx, {"step": "schedule", "server": refused})
+    assert err.value.field == "security_groups[0]"
+    # The server module (openstack.cloud's option), as the modules' caller.
+    _group(cloud, RequestContext("admin-project", "admin", ["admin"]), "db")
+    made = run(
+        "server",
+        {"name": "m", "flavor": "m1.small", "image": "tiny", "nics": ["lan"], "security_groups": ["db"]},
+    )
+    assert made["changed"], made
+    assert sg.server_groups(cloud.db, cloud.admin, made["server"]["id"]) == ["db"]

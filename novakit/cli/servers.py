@@ -156,6 +156,11 @@ def server_create(
         "--nic",
         help="net-id=NET[,v4-fixed-ip=IP] or port-id=PORT (repeat; none: the default network, if any)",
     ),
+    security_group: list[str] | None = typer.Option(
+        None,
+        "--security-group",
+        help="a security group of the ports the create makes, name or id (repeat; none: default)",
+    ),
     boot_from_volume: int | None = typer.Option(
         None, metavar="SIZE", help="boot from a new SIZE GiB volume made from --image on the chosen host"
     ),
@@ -208,6 +213,8 @@ def server_create(
         from novakit.network.allocation import nic_request
 
         data["networks"] = [guard(functools.partial(nic_request, n, "--nic")) for n in nic]
+    if security_group:
+        data["security_groups"] = list(security_group)
     caller = ctx()
     # The listing's columns, and the host for those who may see it (openstack's create shows them all).
     columns = (

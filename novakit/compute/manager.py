@@ -340,6 +340,7 @@ class ComputeManager:
             elif op == "list_instances":
                 result.instances_on_host = {k: int(v) for k, v in self.driver.list_instances().items()}
                 result.host_boot_id = self.driver.host_boot_id()
+                result.port_filters = self.list_port_filters()  # heal compares them too
             elif op == "get_available_resource":
                 result.resources = self.driver.get_available_resource()
                 result.instances_on_host = {k: int(v) for k, v in self.driver.list_instances().items()}

@@ -319,8 +319,8 @@ class ComputeResult(_Model):
     host_boot_id: str | None = None  # with instances_on_host: ComputeDriver.host_boot_id
     unmanaged: list[UnmanagedGuest] | None = None  # operation list_unmanaged
     error: Fault | None = None  # the whole request failed (driver unusable, ...)
-    # list_port_filters: port id -> its filter's rules (FilterRule JSON) as the host holds them;
-    # None: this host does not filter (nothing to compare). apply_port_filters: the ports done.
+    # list_port_filters, list_instances: port id -> its filter's rules (FilterRule JSON) as the
+    # host holds them; None: this host does not filter (nothing to compare).
     port_filters: dict[str, list[dict[str, Any]]] | None = None
 
 

@@ -198,6 +198,7 @@ from novakit.heal.base import (
     _Seen,
 )
 from novakit.heal.builds import StuckBuilds
+from novakit.heal.filters import PortFilters
 from novakit.heal.host_boot import HostBoot
 from novakit.heal.moves import MoveRecovery, Moves, is_unshelve
 from novakit.heal.orphans import Orphans
@@ -216,7 +217,9 @@ __all__ = [
 ]
 
 
-class Healer(PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, MoveRecovery, VolumeRecovery):
+class Healer(
+    PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, MoveRecovery, VolumeRecovery, PortFilters
+):
     """One heal run: read the records, ask the hosts, correct what disagrees."""
 
     # ------------------------------------------------------------------ entry
@@ -240,6 +243,7 @@ class Healer(PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, Mov
             request_id=self.ctx.request_id, dry_run=dry_run, unreachable=dict(unreachable or {})
         )
         wanted = set(hosts) if hosts else None
+        self.held_filters = {}  # host -> its port filters, from its guest list's answer
         known = self._registered_hosts()
         if wanted and wanted - set(known):
             raise exceptions.ComputeHostNotFound(host=", ".join(sorted(wanted - set(known))))
@@ -295,6 +299,8 @@ class Healer(PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, Mov
             )
         if booted and not dry_run:
             self._end_boots(booted)
+        # Security groups: each answering host's port filters as the records say (``heal.filters``).
+        report.corrections.extend(step(self._port_filters, self.held_filters, dry_run))
         if not wanted:
             # A delete of a server no host holds needs no host's answer; nor does an unshelve cut
             # off before a host was chosen for it (offloaded again).
@@ -364,6 +370,8 @@ class Healer(PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, Mov
             out[req.host] = dict(result.instances_on_host)
             if result.host_boot_id:
                 boot_ids[req.host] = result.host_boot_id
+            if result.port_filters is not None:
+                self.held_filters[req.host] = result.port_filters
         return out
 
 

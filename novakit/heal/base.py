@@ -52,6 +52,7 @@ Kind = Literal[
     "evacuated_guest",
     "resize_confirmed",
     "shelved_offloaded",
+    "port_filter",
 ]
 
 _OFF = (PowerState.SHUTDOWN, PowerState.CRASHED)

@@ -337,6 +337,7 @@ class FakeDriver(ComputeDriver):
                 failure = None
             if failure is None and mode != "slow_spawn":
                 # Nothing to wait for: the guest is defined under the same lock.
+                self._filter_ports(state, instance)
                 self._define(state, instance, mode)
                 return
         # Raised outside the lock block so the remembered first failure is saved.
@@ -346,6 +347,7 @@ class FakeDriver(ComputeDriver):
         with self._locked_state() as state:
             # A slow spawn of the same uuid from elsewhere may have won meanwhile.
             self._refuse_duplicate(state, uuid)
+            self._filter_ports(state, instance)
             self._define(state, instance, mode)
 
     @staticmethod
@@ -387,13 +389,19 @@ class FakeDriver(ComputeDriver):
             known = state["volumes"].get(v.id)
             if known is not None:
                 known.update(attached_to=uuid, device=v.device_name)
-        for nic in instance.networks:
-            if nic.port_id and nic.filter_rules is not None:
-                state["port_filters"][nic.port_id] = {"instance_uuid": uuid, "rules": nic.filter_rules}
         _boot_console(guest, uuid)
         state["instances"][uuid] = guest
         if instance.image.id not in state["cached_images"]:
             state["cached_images"].append(instance.image.id)
+
+    def _filter_ports(self, state: dict[str, Any], instance: InstanceSpec) -> None:
+        """The filters of the guest's NICs, as the libvirt driver defines them before its guest."""
+        if self.port_filter_mode() != "enforced":
+            return
+        for nic in instance.networks:
+            if nic.port_id and nic.filter_rules is not None:
+                rules = rules_to_json(rules_from_json(nic.filter_rules))
+                state["port_filters"][nic.port_id] = {"instance_uuid": instance.uuid, "rules": rules}
 
     def _refuse_duplicate(self, state: dict[str, Any], uuid: str) -> None:
         if uuid in state["instances"]:
@@ -669,6 +677,7 @@ class FakeDriver(ComputeDriver):
         handed = dict(disk_info.get("guest") or {})
         with self._locked_state() as state:
             self._refuse_duplicate(state, instance.uuid)
+            self._filter_ports(state, instance)
             self._define(state, instance, "none")
             guest = state["instances"][instance.uuid]
             # The same guest, moved: its story goes on, its new size is the flavor's.

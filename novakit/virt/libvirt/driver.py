@@ -688,6 +688,7 @@ class LibvirtDriver(ComputeDriver):
         return migration.migrate_disk_and_power_off(self, instance, dest_host, flavor)
 
     def finish_migration(self, instance: InstanceSpec, disk_info: dict[str, Any], power_on: bool) -> None:
+        self._define_port_filters(instance)  # before the guest's NICs reference them here
         migration.finish_migration(self, instance, disk_info, power_on)
 
     def confirm_migration(self, instance: InstanceSpec) -> None:
@@ -697,6 +698,7 @@ class LibvirtDriver(ComputeDriver):
         migration.finish_revert_migration(self, instance, power_on)
 
     def pre_live_migration(self, instance: InstanceSpec) -> dict[str, Any]:
+        self._define_port_filters(instance)  # the incoming guest's NICs reference them
         return live_migration.pre_live_migration(self, instance)
 
     def live_migration(

@@ -1,0 +1,139 @@
+"""Security groups enforced on the hosts, with the fake driver (which records each port's filter).
+
+A server's ports reach their host with their effective rules (the filter is there from the
+spawn); a rule change reaches the host through ``push_filters``; a host whose driver cannot
+filter gets no server that asks for groups, the scheduler saying why, unless its operator
+marked it ``security_groups: none``; heal applies a filter again when the host's differs from
+the records, and removes the filter of a port that is gone.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from novakit.compute.rpc import ComputeRPC
+from novakit.context import RequestContext
+from novakit.heal import heal
+from novakit.network import filter_sync, networks, subnets
+from novakit.network import security_groups as sg
+from novakit.network.filter_rules import FilterRule, canonical
+from tests.functional.cloud import HOSTS, Cloud, boot
+
+
+def _net(cloud: Cloud) -> None:
+    networks.create(cloud.db, cloud.admin, {"name": "lan"})
+    subnets.create(cloud.db, cloud.admin, {"name": "lan-v4", "network": "lan", "cidr": "10.0.0.0/24"})
+
+
+def _port(server: dict[str, Any]) -> str:
+    [nic] = server["nics"]
+    return str(nic["port_id"])
+
+
+def _on_host(cloud: Cloud, server: dict[str, Any]) -> set[FilterRule] | None:
+    """The rules the port's filter holds on the server's host (None: no filter there)."""
+    rules = cloud.fake(server["host"]).port_filter(_port(server))
+    return None if rules is None else set(rules)
+
+
+def _records(cloud: Cloud, server: dict[str, Any]) -> set[FilterRule]:
+    return set(canonical(sg.effective_rules(cloud.db, _port(server))))
+
+
+def _push(cloud: Cloud) -> sg.OnChange:
+    rpc = ComputeRPC(cloud.db, cloud.conf)
+    return lambda ports: filter_sync.push_filters(rpc, "req-sg-test", ports) and None
+
+
+def test_a_port_is_filtered_from_its_spawn_and_a_rule_change_reaches_its_host(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    _net(cloud)
+    sg.create_group(cloud.db, cloud.conf, ctx, {"name": "web"})
+    nic = {"networks": [{"net_id": "lan"}]}
+    web = boot(cloud, ctx, "web1", security_groups=["web"], **nic)
+    other = boot(cloud, ctx, "other", security_groups=["web"], **nic)
+    # From the spawn: the new group's rules (egress anywhere), nothing in.
+    assert (
+        _on_host(cloud, web)
+        == _records(cloud, web)
+        == {
+            FilterRule("egress", "IPv4"),
+            FilterRule("egress", "IPv6"),
+        }
+    )
+    rule = sg.create_rule(
+        cloud.db,
+        cloud.conf,
+        ctx,
+        {"security_group": "web", "protocol": "icmp", "remote_ip_prefix": "10.0.0.0/24"},
+        on_change=_push(cloud),
+    )
+    assert rule is not None
+    icmp = FilterRule("ingress", "IPv4", "icmp", remote_ip_prefix="10.0.0.0/24")
+    for server in (web, other):  # every port of the group, on its own host
+        assert icmp in (_on_host(cloud, server) or set())
+        assert _on_host(cloud, server) == _records(cloud, server)
+    sg.delete_rule(cloud.db, ctx, rule["id"], on_change=_push(cloud))
+    assert icmp not in (_on_host(cloud, web) or set())
+    assert _on_host(cloud, web) == _records(cloud, web)
+
+
+def test_a_host_that_cannot_filter_gets_no_server_with_groups_unless_marked_none(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    _net(cloud)
+    for host in HOSTS:
+        cloud.add_host(host, supports_port_filter="false")
+    nic = {"networks": [{"net_id": "lan"}]}
+    [refused] = cloud.api.create(
+        ctx, {"name": "guarded", "flavor": "m1.small", "image": "tiny", "security_groups": ["default"], **nic}
+    )
+    assert refused["status"] == "ERROR"
+    fault = cloud.api.get(cloud.admin, refused["id"])["fault"]
+    assert fault["message"].startswith("No valid host was found.")
+    assert "cannot filter ports" in json.dumps(json.loads(fault["details"])), fault["details"]
+    assert "SecurityGroupFilter" in fault["details"]
+
+    # The operator runs compute-2 without filters, knowingly: it takes the server, unfiltered.
+    cloud.add_host("compute-2", supports_port_filter="false", security_groups="none")
+    served = boot(cloud, ctx, "open", security_groups=["default"], **nic)
+    assert served["host"] == "compute-2"
+    assert _on_host(cloud, served) is None
+
+
+def test_heal_applies_a_filter_that_differs_again_and_removes_one_of_a_gone_port(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    _net(cloud)
+    server = boot(cloud, ctx, "s1", security_groups=["default"], networks=[{"net_id": "lan"}])
+    host, port = server["host"], _port(server)
+    fake = cloud.fake(host)
+    wanted = _records(cloud, server)
+    assert _on_host(cloud, server) == wanted
+    # A hand edit on the host, and a filter left behind by a port that no longer exists.
+    fake.edit_port_filter(port, [FilterRule("ingress", "IPv4")])
+    fake.edit_port_filter("00000000-dead-4000-8000-000000000000", [FilterRule("egress", "IPv4")])
+
+    dry = heal(cloud.db, cloud.conf, dry_run=True)
+    found = sorted((c.kind, c.host, c.before, c.after) for c in dry.corrections if c.kind == "port_filter")
+    assert found == [
+        ("port_filter", host, "1 rule(s)", "none"),
+        ("port_filter", host, "differs: 1 rule(s)", f"{len(wanted)} rule(s)"),
+    ]
+    assert _on_host(cloud, server) == {FilterRule("ingress", "IPv4")}  # a dry run changes nothing
+
+    report = heal(cloud.db, cloud.conf)
+    assert [c.applied for c in report.corrections if c.kind == "port_filter"] == [True, True]
+    assert _on_host(cloud, server) == wanted
+    assert fake.port_filter("00000000-dead-4000-8000-000000000000") is None
+
+    # The host lost every filter (rebuilt): heal puts the port's back; a second heal finds nothing.
+    fake.edit_port_filter(port, None)
+    again = heal(cloud.db, cloud.conf)
+    assert [(c.instance, c.before) for c in again.corrections if c.kind == "port_filter"] == [
+        (server["id"], "missing")
+    ]
+    assert _on_host(cloud, server) == wanted
+    assert not [c for c in heal(cloud.db, cloud.conf).corrections if c.kind == "port_filter"]

@@ -215,32 +215,16 @@ def create(
     writes the row and the claim: a refused request leaves no row and no claim.
     """
     db, conf = svc.db, svc.conf
-    errors = []
     with db.reader() as session:
         errors = _check_request(session, name, size, fmt, description)
         if errors:
             raise exceptions.ValidationError(errors[0][0], errors[0][1], errors)
-        image_row = images.usable(session, ctx, image) if image else None
-        if image_row is not None:
-            needed = image_min_gb(image_row)
-            if size < needed:
-                raise exceptions.ValidationError(
-                    "size",
-                    f"{size} GiB is smaller than image {image_row.name}'s {needed} GiB (its min_disk/size)",
-                )
+        image_row = _source_image(session, ctx, image, size) if image else None
     quota.check_quota(db, conf, ctx.project_id, {"volumes": 1, "gigabytes": size})
     volume_uuid = str(uuidlib.uuid4())
 
     def write(session: Session) -> tuple[Volume, str]:
-        if host is not None:
-            candidates = [(host, _provider_of(session, conf, host))]
-        else:
-            candidates = [(h, rp) for h, rp, _ in _hosts_by_free_disk(session, conf)]
-            if not candidates:
-                raise exceptions.ValidationError(
-                    "host", "no compute host is up and enabled to hold the volume"
-                )
-        chosen, rp_id = candidates[0]
+        chosen, rp_id = _volume_host(session, conf, host)
         row = Volume(
             uuid=volume_uuid,
             name=name,
@@ -251,19 +235,12 @@ def create(
             status=VolumeStatus.CREATING.value,
             host=chosen,
             format=fmt,
-            image_id=image_row.uuid if image_row is not None else None,
-            bootable=image_row is not None,
+            **_made_from(image_row),
         )
         session.add(row)
         session.flush()
         quota.recheck(session, conf, ctx.project_id, {"volumes": 1, "gigabytes": size})
-        outcome = claim_in_session(
-            session, volume_uuid, rp_id, {"DISK_GB": size}, ctx.project_id, ctx.user_id
-        )
-        if not outcome.claimed:
-            raise exceptions.ValidationError(
-                "size", f"{size} GiB does not fit host {chosen}: {outcome.reason}"
-            )
+        _claim_disk(session, ctx, row, rp_id)
         if dry_run:
             raise _Rehearsed({**view(row), "status": VolumeStatus.AVAILABLE.value})
         return row, chosen
@@ -273,26 +250,71 @@ def create(
     except _Rehearsed as rehearsal:
         return rehearsal.made
     except IntegrityError:
+        raise _name_taken(name, ctx.project_id) from None
+    _make_on_host(svc, ctx, row, chosen)
+    return show(svc, ctx, volume_uuid)
+
+
+def _source_image(session: Session, ctx: RequestContext, image: str, size: int) -> Any:
+    """The image a volume is made from: one the caller may use, and no bigger than ``size``."""
+    image_row = images.usable(session, ctx, image)
+    needed = image_min_gb(image_row)
+    if size < needed:
         raise exceptions.ValidationError(
-            "name",
-            f"a volume named {name!r} exists in project {ctx.project_id}; "
-            "names are unique among live volumes",
-        ) from None
-    with db.reader() as session:
+            "size",
+            f"{size} GiB is smaller than image {image_row.name}'s {needed} GiB (its min_disk/size)",
+        )
+    return image_row
+
+
+def _made_from(image_row: Any) -> dict[str, Any]:
+    """A volume's columns that its source image sets (none: an empty volume, not bootable)."""
+    return {"image_id": image_row.uuid if image_row is not None else None, "bootable": image_row is not None}
+
+
+def _volume_host(session: Session, conf: Any, host: str | None) -> tuple[str, int]:
+    """The host a new volume goes to and its provider: the one asked for, else the up and
+    enabled host with the most free disk."""
+    if host is not None:
+        return host, _provider_of(session, conf, host)
+    candidates = _hosts_by_free_disk(session, conf)
+    if not candidates:
+        raise exceptions.ValidationError("host", "no compute host is up and enabled to hold the volume")
+    return candidates[0][0], candidates[0][1]
+
+
+def _claim_disk(session: Session, ctx: RequestContext, row: Volume, rp_id: int) -> None:
+    """The volume's DISK_GB claimed on its host; refused when it does not fit there."""
+    claimed = claim_in_session(session, row.uuid, rp_id, {"DISK_GB": row.size}, ctx.project_id, ctx.user_id)
+    if not claimed.claimed:
+        raise exceptions.ValidationError(
+            "size", f"{row.size} GiB does not fit host {row.host}: {claimed.reason}"
+        )
+
+
+def _name_taken(name: str, project_id: str) -> exceptions.ValidationError:
+    return exceptions.ValidationError(
+        "name", f"a volume named {name!r} exists in project {project_id}; names are unique among live volumes"
+    )
+
+
+def _make_on_host(svc: Services, ctx: RequestContext, row: Volume, chosen: str) -> None:
+    """The host makes the volume: ``available`` once it did; otherwise ``error`` with its
+    reason, and its claim freed."""
+    with svc.db.reader() as session:
         request = ComputeRequest(
             request_id=ctx.request_id, host=chosen, operation="volume_create", volumes=[spec(session, row)]
         )
-    fault = outcome(svc.rpc.send(request), volume_uuid)
+    fault = outcome(svc.rpc.send(request), row.uuid)
     if fault is None:
-        db.run_in_transaction(lambda s: set_status(s, row.id, "created", name=name))
-    else:
+        svc.db.run_in_transaction(lambda s: set_status(s, row.id, "created", name=row.name))
+        return
 
-        def failed(session: Session) -> None:
-            set_status(session, row.id, "create_failed", name=name, reason=fault.message[:255])
-            remove_allocations_in_session(session, volume_uuid)
+    def failed(session: Session) -> None:
+        set_status(session, row.id, "create_failed", name=row.name, reason=fault.message[:255])
+        remove_allocations_in_session(session, row.uuid)
 
-        db.run_in_transaction(failed)
-    return show(svc, ctx, volume_uuid)
+    svc.db.run_in_transaction(failed)
 
 
 class _Rehearsed(Exception):  # noqa: N818 - not an error: it ends a dry run's transaction

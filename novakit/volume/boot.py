@@ -161,14 +161,21 @@ def create_root_volume(
     if conf is not None:
         quota.recheck(session, conf, inst.project_id, {"volumes": 1, "gigabytes": size})
     session.add(_attachment(row.id, inst.uuid, bool(spec.get("delete_root_volume_on_termination", True))))
+    _hand_disk_claim(session, inst.uuid, volume_uuid, size)
+
+
+def _hand_disk_claim(session: Session, instance_uuid: str, volume_uuid: str, size: int) -> None:
+    """``size`` GiB of the server's DISK_GB claim handed to its root volume: the same amount on
+    the same provider changes consumer, so no capacity moves and none is checked."""
     claim = session.execute(
-        select(Allocation).where(Allocation.consumer_id == inst.uuid, Allocation.resource_class == "DISK_GB")
+        select(Allocation).where(
+            Allocation.consumer_id == instance_uuid, Allocation.resource_class == "DISK_GB"
+        )
     ).scalar_one_or_none()
     if claim is None or claim.used < size:
         raise exceptions.ComputeError(
-            reason=f"server {inst.uuid}'s claim holds no {size} GiB of DISK_GB for its root volume"
+            reason=f"server {instance_uuid}'s claim holds no {size} GiB of DISK_GB for its root volume"
         )
-    # The same amount on the same provider changes consumer: no capacity moves, none is checked.
     if claim.used == size:
         claim.consumer_id = volume_uuid
     else:

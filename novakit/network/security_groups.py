@@ -730,14 +730,15 @@ def port_groups(session: Session, port_ids: list[int]) -> dict[int, list[str]]:
 
 def server_groups(db: Database, ctx: RequestContext, server: str) -> list[str]:
     """The names of the groups the server's ports carry (Nova's ``security_groups`` of a server)."""
-    instance_uuid = _server_uuid(db, ctx, server)
+    instance_uuid, _ = _server(db, ctx, server)
     with db.reader() as session:
         port_ids = list(session.execute(select(Port.id).where(Port.device_id == instance_uuid)).scalars())
         names = {n for names in port_groups(session, port_ids).values() for n in names}
     return sorted(names)
 
 
-def _server_uuid(db: Database, ctx: RequestContext, server: str) -> str:
+def _server(db: Database, ctx: RequestContext, server: str) -> tuple[str, str]:
+    """The server's uuid and project, as ``ctx`` may find it."""
     from novakit.cells import mappings
 
     with db.reader() as session:
@@ -748,19 +749,20 @@ def _server_uuid(db: Database, ctx: RequestContext, server: str) -> str:
         raise exceptions.ValidationError(
             "server", f"{len(found)} servers are named {server!r}; give the server's id"
         )
-    return str(found[0].instance_uuid)
+    return str(found[0].instance_uuid), str(found[0].project_id)
 
 
 def add_to_server(
     db: Database, ctx: RequestContext, server: str, group_ref: str, *, on_change: OnChange | None = None
 ) -> None:
-    """Nova's addSecurityGroup: every port of the server carries the group from now on."""
-    instance_uuid = _server_uuid(db, ctx, server)
+    """Nova's addSecurityGroup: every port of the server carries the group (of the server's
+    project) from now on."""
+    instance_uuid, project_id = _server(db, ctx, server)
     if group_ref == DEFAULT:
-        _first_use(db, ctx.project_id)
+        _first_use(db, project_id)
 
     def write(session: Session) -> list[str]:
-        group = get(session, ctx, group_ref, ctx.project_id)
+        group = get(session, ctx, group_ref, project_id)
         ports = _server_ports(session, server, instance_uuid)
         carrying = set(
             session.execute(
@@ -783,7 +785,7 @@ def add_to_server(
     except IntegrityError:
         # The group was deleted, or the same add committed, meanwhile: say which.
         with db.reader() as session:
-            group = get(session, ctx, group_ref, ctx.project_id)
+            group = get(session, ctx, group_ref, project_id)
         raise exceptions.SecurityGroupExistsForInstance(group=group.name, instance_id=instance_uuid) from None
     _notify(on_change, changed)
 
@@ -792,10 +794,10 @@ def remove_from_server(
     db: Database, ctx: RequestContext, server: str, group_ref: str, *, on_change: OnChange | None = None
 ) -> None:
     """Nova's removeSecurityGroup: no port of the server carries the group any more."""
-    instance_uuid = _server_uuid(db, ctx, server)
+    instance_uuid, project_id = _server(db, ctx, server)
 
     def write(session: Session) -> list[str]:
-        group = get(session, ctx, group_ref, ctx.project_id)
+        group = get(session, ctx, group_ref, project_id)
         ports = _server_ports(session, server, instance_uuid)
         gone = session.execute(
             delete(SecurityGroupPortBinding).where(

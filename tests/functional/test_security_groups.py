@@ -577,3 +577,17 @@ def test_boot_playbook_variable_and_server_module_option(cloud: Cloud, ctx: Requ
     )
     assert made["changed"], made
     assert sg.server_groups(cloud.db, cloud.admin, made["server"]["id"]) == ["db"]
+
+
+def test_an_admin_adds_the_servers_own_projects_group(cloud: Cloud, ctx: RequestContext) -> None:
+    _net(cloud)
+    _group(cloud, ctx, "web")
+    _rule(cloud, ctx, "web", protocol="tcp", port_range_min=8080)
+    _group(cloud, cloud.admin, "web")  # a group of the admin's own project, of the same name
+    server = boot(cloud, ctx, "app", networks=[{"net_id": "lan"}])
+    sg.add_to_server(cloud.db, cloud.admin, server["id"], "web")
+    assert sg.server_groups(cloud.db, ctx, "app") == ["default", "web"]
+    # The member's web (its rule), not the admin's.
+    assert FilterRule("ingress", "IPv4", "tcp", 8080, 8080) in sg.effective_rules(
+        cloud.db, _port_of(cloud, server)
+    )

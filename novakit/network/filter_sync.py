@@ -114,18 +114,19 @@ def push_filters(rpc: ComputeRPC, request_id: str, ports: Iterable[str] | PortRu
             found = effective_rules(session, wanted)
             rules = {p: found.get(p) for p in wanted}
         bound = bound_ports(session, rules)
+    return deliver(rpc, requests_for(request_id, bound, rules))
+
+
+def deliver(rpc: ComputeRPC, requests: list[ComputeRequest]) -> dict[str, str]:
+    """Send ``apply_port_filters`` requests through the one round trip; port uuid -> why it failed."""
     failed: dict[str, str] = {}
-    for request, result in rounds.deliver(rpc, requests_for(request_id, bound, rules)):
+    for request, result in rounds.deliver(rpc, requests):
         done = {r.uuid: r for r in result.results}
         for spec in request.port_filters:
             res = done.get(spec.port_id)
             if res is None or not res.ok:
                 fault = (res.fault if res is not None else None) or result.error
                 failed[spec.port_id] = fault.message if fault else rounds.no_result(request.host)
-                LOG.warning(
-                    "filter of port %s not applied on %s: %s",
-                    spec.port_id,
-                    request.host,
-                    failed[spec.port_id],
-                )
+                why = failed[spec.port_id]
+                LOG.warning("filter of port %s not applied on %s: %s", spec.port_id, request.host, why)
     return failed

@@ -294,6 +294,43 @@ def ensure_count(
     deleted through the one delete (``ensure(..., "absent")``), the highest
     first, and every wanted server brought to ``state`` as ``ensure`` brings one.
     """
+    _check_count(count, state)
+    request = _count_request(api, ctx, name, count, create)
+    outcome = api.create_servers(ctx, request, dry_run=dry_run, declarative=True)
+    before = {
+        s["name"]: _shown(s) or {}
+        for s in [*outcome.servers, *outcome.surplus]
+        if s["id"] not in outcome.created
+    }
+    if dry_run:
+        return _count_dry_run(api, ctx, outcome, state, options, before)
+    new = {s["id"]: s for s in outcome.servers if s["id"] in outcome.unbuilt}
+    created = [s["name"] for s in new.values()]
+    detached = Background(
+        wait=False, timeout=background.timeout, config=background.config, db_url=background.db_url
+    )
+    proc, log = None, None
+    if new:
+        proc, log = hand_off(api, ctx, next(iter(new)), background, build=list(new))
+    for server in outcome.surplus:
+        _delete(api, ctx, server["id"], server, False, detached)
+    deleted = [s["name"] for s in outcome.surplus]
+    if background.wait:
+        _wait_for_count(api, ctx, list(new.values()), outcome.surplus, background, proc, str(log))
+    actions = {n: ["create"] for n in created}
+    views = []
+    for server in outcome.servers:
+        if server["id"] in new and not background.wait:
+            views.append(server)  # still building: its power state is for a later run
+            continue
+        out = ensure(api, ctx, server["id"], state, options=options, background=background)
+        actions[server["name"]] = [*actions.get(server["name"], []), *out.actions]
+        views.append(out.server or server)
+    changed = bool(created or deleted or any(actions.values()))
+    return CountOutcome(changed, views, created, deleted, actions, before, {})
+
+
+def _check_count(count: int, state: str) -> None:
     if count < 1:
         raise exceptions.ValidationError("count", "must be at least 1 (state absent deletes a server)")
     if state == "absent":
@@ -302,6 +339,14 @@ def ensure_count(
         )
     if state not in STATES:
         raise exceptions.ValidationError("state", f"{state!r} is not one of {', '.join(STATES)}")
+
+
+def _count_request(
+    api: API, ctx: RequestContext, name: str, count: int, create: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The create request for the family: exactly ``count`` servers. Its existing members must
+    not differ from ``create``; without a flavor and an image, they complete the request (and
+    all must exist)."""
     request = {**{k: v for k, v in (create or {}).items() if v is not None}, "name": name}
     request.update(max_count=count, min_count=count)
     members = [v for n in names.names_for(name, count) if (v := find(api, ctx, n)) is not None]
@@ -316,57 +361,49 @@ def ensure_count(
         # All there: the request only says how many; the family's own flavor and image complete it.
         request.setdefault("flavor", members[0]["flavor"].get("name"))
         request.setdefault("image", members[0]["image"])
-    outcome = api.create_servers(ctx, request, dry_run=dry_run, declarative=True)
-    before = {
-        s["name"]: _shown(s) or {}
-        for s in [*outcome.servers, *outcome.surplus]
-        if s["id"] not in outcome.created
-    }
+    return request
+
+
+def _count_dry_run(
+    api: API,
+    ctx: RequestContext,
+    outcome: Any,
+    state: str,
+    options: Mapping[str, Any] | None,
+    before: dict[str, View],
+) -> CountOutcome:
+    """What a run would do: the servers to create (and where), the ones to delete, and each
+    existing one's actions to reach ``state``."""
     known = {s["name"] for s in outcome.servers} - set(outcome.unbuilt)
-    if dry_run:
-        plan = {n: h for n, h in outcome.would_schedule_to.items() if n not in known}
-        actions: dict[str, list[str]] = {n: ["create"] for n in plan}
-        for server in outcome.servers:
-            actions[server["name"]] = ensure(
-                api, ctx, server["id"], state, options=options, dry_run=True
-            ).actions
-        deleted = [s["name"] for s in outcome.surplus]
-        changed = bool(plan or deleted or any(actions.values()))
-        return CountOutcome(changed, outcome.servers, list(plan), deleted, actions, before, plan)
-    new = {s["id"]: s for s in outcome.servers if s["id"] in outcome.unbuilt}
-    created = [s["name"] for s in new.values()]
-    detached = Background(
-        wait=False, timeout=background.timeout, config=background.config, db_url=background.db_url
-    )
-    proc, log = None, None
-    if new:
-        proc, log = hand_off(api, ctx, next(iter(new)), background, build=list(new))
-    for server in outcome.surplus:
-        _delete(api, ctx, server["id"], server, False, detached)
-    deleted = [s["name"] for s in outcome.surplus]
-    if background.wait:
-        for server in new.values():
-            seen = wait_until(
-                api, ctx, server, _reached(VmState.ACTIVE), "ACTIVE", background, proc, str(log)
-            )
-            if seen is not None and seen["vm_state"] == VmState.ERROR.value:
-                reason = (seen.get("fault") or {}).get("message") or "no fault recorded"
-                raise exceptions.ServerFailed(
-                    seen, changed=True, what=f"server {seen['name']} is ERROR", reason=reason
-                )
-        for server in outcome.surplus:
-            wait_until(api, ctx, server, _deleted, "deleted", background)
-    actions = {n: ["create"] for n in created}
-    views = []
+    plan = {n: h for n, h in outcome.would_schedule_to.items() if n not in known}
+    actions: dict[str, list[str]] = {n: ["create"] for n in plan}
     for server in outcome.servers:
-        if server["id"] in new and not background.wait:
-            views.append(server)  # still building: its power state is for a later run
-            continue
-        out = ensure(api, ctx, server["id"], state, options=options, background=background)
-        actions[server["name"]] = [*actions.get(server["name"], []), *out.actions]
-        views.append(out.server or server)
-    changed = bool(created or deleted or any(actions.values()))
-    return CountOutcome(changed, views, created, deleted, actions, before, {})
+        actions[server["name"]] = ensure(api, ctx, server["id"], state, options=options, dry_run=True).actions
+    deleted = [s["name"] for s in outcome.surplus]
+    changed = bool(plan or deleted or any(actions.values()))
+    return CountOutcome(changed, outcome.servers, list(plan), deleted, actions, before, plan)
+
+
+def _wait_for_count(
+    api: API,
+    ctx: RequestContext,
+    new: list[View],
+    surplus: list[View],
+    background: Background,
+    proc: Any,
+    log: str,
+) -> None:
+    """Wait for the new servers to be ACTIVE (one in ERROR fails the call with its fault) and
+    the surplus ones to be gone."""
+    for server in new:
+        seen = wait_until(api, ctx, server, _reached(VmState.ACTIVE), "ACTIVE", background, proc, log)
+        if seen is not None and seen["vm_state"] == VmState.ERROR.value:
+            reason = (seen.get("fault") or {}).get("message") or "no fault recorded"
+            raise exceptions.ServerFailed(
+                seen, changed=True, what=f"server {seen['name']} is ERROR", reason=reason
+            )
+    for server in surplus:
+        wait_until(api, ctx, server, _deleted, "deleted", background)
 
 
 def perform(

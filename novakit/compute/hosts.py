@@ -127,35 +127,12 @@ def register_host(
     """
     check_register(ctx, host)
     from novakit import placement
+    from novakit.cells import mappings
     from novakit.placement import traits as placement_traits
 
-    overrides = dict(overrides or {})
-    unknown = set(overrides) - set(RATIO_KEYS)
-    if unknown:
-        raise exceptions.ValidationError(
-            "overrides", f"unknown keys {sorted(unknown)}; known: {', '.join(RATIO_KEYS)}"
-        )
-    # A host's own ratios and reservations follow the rules of the configuration's [placement].
-    try:
-        placement_conf = PlacementConfig.model_validate({**conf.placement.model_dump(), **overrides})
-    except pydantic.ValidationError as exc:
-        err = exc.errors()[0]
-        raise exceptions.ValidationError(
-            ".".join(str(p) for p in err["loc"]), err["msg"].removeprefix("Value error, ")
-        ) from None
-    settings = {k: getattr(placement_conf, k) for k in RATIO_KEYS}
-
+    settings = _host_settings(conf, overrides)
     check_resources(resources)
-    from novakit.cells import mappings
-    from novakit.cells.registry import default_cell
-
-    chosen = db.cells.get(cell) if cell is not None else None
-    if chosen is not None and chosen.is_cell0:
-        raise exceptions.ValidationError(
-            "cell", "cell0 holds servers that could not be scheduled, never hosts"
-        )
-    if chosen is None and db.cells.of_host(host) is None:
-        chosen = default_cell(db.cells)
+    chosen = _host_cell(db, host, cell)
 
     def write(session: Session) -> ComputeNode:
         if chosen is not None and chosen.id is not None:
@@ -173,22 +150,7 @@ def register_host(
         if node is None:
             node = ComputeNode(uuid=str(uuidlib.uuid4()), host=host)
             session.add(node)
-        node.hypervisor_hostname = resources.hypervisor_hostname
-        node.hypervisor_type = resources.hypervisor_type
-        node.hypervisor_version = resources.hypervisor_version
-        node.cpu_arch = resources.cpu_arch
-        node.cpu_info = {"arch": resources.cpu_arch, "features": resources.cpu_features}
-        node.vcpus = resources.vcpus
-        node.memory_mb = resources.memory_mb
-        node.local_gb = resources.local_gb
-        node.cached_images = list(resources.cached_images)
-        node.networks = _reported_networks(resources)
-        if resources.security_groups is not None:  # SecurityGroupFilter reads it
-            node.stats = {**(node.stats or {}), "security_groups": resources.security_groups}
-        if driver_info is not None:
-            node.driver = driver_info
-        for key, value in settings.items():
-            setattr(node, key, value)
+        _refresh_node(node, resources, driver_info, settings)
         # The trait every scheduling request forbids exists from the first host on, so the
         # scheduler finds (and remembers) its id instead of looking for it on every request.
         placement_traits.ensure_traits(session, {placement_traits.COMPUTE_STATUS_DISABLED})
@@ -200,6 +162,62 @@ def register_host(
     placement.set_inventory(db, host, inventories_for(node))
     sync_capability_traits(db, host, resources.traits)
     return {"host": host, "uuid": node.uuid, "provider_uuid": str(getattr(provider, "uuid", node.uuid))}
+
+
+def _host_settings(conf: Config, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """A host's ratios and reservations: the configuration's [placement], with the host's own
+    ``overrides``, which follow the same rules."""
+    overrides = dict(overrides or {})
+    unknown = set(overrides) - set(RATIO_KEYS)
+    if unknown:
+        raise exceptions.ValidationError(
+            "overrides", f"unknown keys {sorted(unknown)}; known: {', '.join(RATIO_KEYS)}"
+        )
+    try:
+        placement_conf = PlacementConfig.model_validate({**conf.placement.model_dump(), **overrides})
+    except pydantic.ValidationError as exc:
+        err = exc.errors()[0]
+        raise exceptions.ValidationError(
+            ".".join(str(p) for p in err["loc"]), err["msg"].removeprefix("Value error, ")
+        ) from None
+    return {k: getattr(placement_conf, k) for k in RATIO_KEYS}
+
+
+def _host_cell(db: Database, host: str, cell: str | None) -> Any:
+    """The cell to map the host to: the one named (never cell0), else the default cell for a
+    host not mapped yet; None: it keeps its own."""
+    from novakit.cells.registry import default_cell
+
+    chosen = db.cells.get(cell) if cell is not None else None
+    if chosen is not None and chosen.is_cell0:
+        raise exceptions.ValidationError(
+            "cell", "cell0 holds servers that could not be scheduled, never hosts"
+        )
+    if chosen is None and db.cells.of_host(host) is None:
+        chosen = default_cell(db.cells)
+    return chosen
+
+
+def _refresh_node(
+    node: ComputeNode, resources: HostResources, driver_info: dict[str, Any] | None, settings: dict[str, Any]
+) -> None:
+    """The compute node as the host reports it now, with its ratios and reservations."""
+    node.hypervisor_hostname = resources.hypervisor_hostname
+    node.hypervisor_type = resources.hypervisor_type
+    node.hypervisor_version = resources.hypervisor_version
+    node.cpu_arch = resources.cpu_arch
+    node.cpu_info = {"arch": resources.cpu_arch, "features": resources.cpu_features}
+    node.vcpus = resources.vcpus
+    node.memory_mb = resources.memory_mb
+    node.local_gb = resources.local_gb
+    node.cached_images = list(resources.cached_images)
+    node.networks = _reported_networks(resources)
+    if resources.security_groups is not None:  # SecurityGroupFilter reads it
+        node.stats = {**(node.stats or {}), "security_groups": resources.security_groups}
+    if driver_info is not None:
+        node.driver = driver_info
+    for key, value in settings.items():
+        setattr(node, key, value)
 
 
 def capability_traits(reported: Iterable[str]) -> list[str]:
@@ -667,14 +685,7 @@ def list_hosts(
                 select(Service).where(Service.deleted == 0, Service.binary == BINARY)
             ).scalars()
         }
-        usage: dict[tuple[str, str], int] = {}
-        rows = session.execute(
-            select(ResourceProvider.name, Allocation.resource_class, func.sum(Allocation.used))
-            .join(Allocation, Allocation.resource_provider_id == ResourceProvider.id)
-            .group_by(ResourceProvider.name, Allocation.resource_class)
-        )
-        for name, rc, used in rows:
-            usage[(name, rc)] = int(used or 0)
+        usage = _usage_by_host(session)
         cell_of = {host: cell.name for host, cell in db.cells.host_cells().items()}
     counts: dict[str, int] = {}
     for per_cell in scatter(db, _servers_per_host).results.values():
@@ -684,16 +695,7 @@ def list_hosts(
     for node in nodes:
         svc = services.get(node.host)
         state = is_up(svc, conf, now) if svc is not None else Liveness(False, "no compute service")
-        capacity = {
-            "VCPU": int((node.vcpus - node.reserved_host_cpus) * node.cpu_allocation_ratio),
-            "MEMORY_MB": int(
-                (node.memory_mb - min(node.reserved_host_memory_mb, node.memory_mb))
-                * node.ram_allocation_ratio
-            ),
-            "DISK_GB": int(
-                (node.local_gb - math.ceil(node.reserved_host_disk_mb / 1024)) * node.disk_allocation_ratio
-            ),
-        }
+        capacity = _capacity(node)
         out.append(
             {
                 "host": node.host,
@@ -714,6 +716,29 @@ def list_hosts(
             }
         )
     return out
+
+
+def _usage_by_host(session: Session) -> dict[tuple[str, str], int]:
+    """What the allocations use, by (host, resource class)."""
+    rows = session.execute(
+        select(ResourceProvider.name, Allocation.resource_class, func.sum(Allocation.used))
+        .join(Allocation, Allocation.resource_provider_id == ResourceProvider.id)
+        .group_by(ResourceProvider.name, Allocation.resource_class)
+    )
+    return {(name, rc): int(used or 0) for name, rc, used in rows}
+
+
+def _capacity(node: ComputeNode) -> dict[str, int]:
+    """What the node offers per resource class, its reservations taken and its ratios applied."""
+    return {
+        "VCPU": int((node.vcpus - node.reserved_host_cpus) * node.cpu_allocation_ratio),
+        "MEMORY_MB": int(
+            (node.memory_mb - min(node.reserved_host_memory_mb, node.memory_mb)) * node.ram_allocation_ratio
+        ),
+        "DISK_GB": int(
+            (node.local_gb - math.ceil(node.reserved_host_disk_mb / 1024)) * node.disk_allocation_ratio
+        ),
+    }
 
 
 def _servers_per_host(_cell: Any, session: Session) -> dict[str, int]:

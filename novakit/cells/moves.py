@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, delete, insert, select
@@ -61,94 +62,97 @@ def move_to_cell(db: Database, uuids: Sequence[str], cell: Cell) -> list[str]:
     return _move(db, uuids, cell)
 
 
+@dataclass
+class _Records:
+    """A waiting server's rows as read from the API database: itself, its actions, their
+    events, its faults."""
+
+    instances: list[dict[str, Any]]
+    actions: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    faults: list[dict[str, Any]]
+
+
 def _move(db: Database, uuids: Sequence[str], cell: Cell) -> list[str]:
+    """Copy the servers' records into the cell, then delete the originals of the ones that did
+    not change meanwhile (guarded by ``_GUARD``); the copies of the others go again."""
     if db.cells.database(cell) is db:
         db.run_in_transaction(lambda s: mappings.set_cell(s, uuids, cell.id))
         return list(uuids)
     with db.target_cell(UNSCHEDULED), db.reader() as session:
-        # Live rows only: a server deleted while it waited stays where it was deleted.
-        instances = list(
-            session.execute(
-                select(Instance).where(Instance.uuid.in_(list(uuids)), Instance.deleted == 0)
-            ).scalars()
-        )
-        inst_rows = [_row(i) for i in instances]
-        action_rows = [
-            _row(a)
-            for a in session.execute(
-                select(InstanceAction).where(InstanceAction.instance_uuid.in_(list(uuids)))
-            ).scalars()
-        ]
-        event_rows = [
-            _row(e)
-            for e in session.execute(
-                select(InstanceActionEvent).where(
-                    InstanceActionEvent.action_id.in_([a["id"] for a in action_rows] or [-1])
-                )
-            ).scalars()
-        ]
-        fault_rows = [
-            _row(f)
-            for f in session.execute(
-                select(InstanceFault).where(InstanceFault.instance_uuid.in_(list(uuids)))
-            ).scalars()
-        ]
-    if not inst_rows:
+        records = _read_records(session, uuids)
+    if not records.instances:
         return []
-
-    def copy(session: Any) -> None:
-        strip = [{k: v for k, v in r.items() if k != "id"} for r in inst_rows]
-        session.execute(insert(Instance), strip)
-        new_ids: dict[int, int] = {}
-        for a in action_rows:
-            new = session.execute(
-                insert(InstanceAction)
-                .values({k: v for k, v in a.items() if k != "id"})
-                .returning(InstanceAction.id)
-            ).scalar_one()
-            new_ids[a["id"]] = new
-        if event_rows:
-            session.execute(
-                insert(InstanceActionEvent),
-                [
-                    {**{k: v for k, v in e.items() if k != "id"}, "action_id": new_ids[e["action_id"]]}
-                    for e in event_rows
-                ],
-            )
-        if fault_rows:
-            session.execute(
-                insert(InstanceFault), [{k: v for k, v in f.items() if k != "id"} for f in fault_rows]
-            )
-
     with db.target_cell(cell):
-        db.run_in_transaction(copy)
-
-    def swap(session: Any) -> list[str]:
-        moved = []
-        for r in inst_rows:
-            guard = and_(
-                Instance.uuid == r["uuid"],
-                *[getattr(Instance, k) == r[k] for k in _GUARD if r[k] is not None],
-            )
-            nulls = [getattr(Instance, k).is_(None) for k in _GUARD if r[k] is None]
-            if session.execute(delete(Instance).where(guard, *nulls)).rowcount == 1:  # type: ignore[attr-defined]
-                moved.append(r["uuid"])
-        if moved:
-            gone_actions = [a["id"] for a in action_rows if a["instance_uuid"] in moved]
-            if gone_actions:
-                session.execute(
-                    delete(InstanceActionEvent).where(InstanceActionEvent.action_id.in_(gone_actions))
-                )
-                session.execute(delete(InstanceAction).where(InstanceAction.id.in_(gone_actions)))
-            session.execute(delete(InstanceFault).where(InstanceFault.instance_uuid.in_(moved)))
-            mappings.set_cell(session, moved, cell.id)
-        return moved
-
+        db.run_in_transaction(lambda session: _copy_records(session, records))
     with db.target_cell(UNSCHEDULED):
-        moved = db.run_in_transaction(swap)
-    stayed = [r["uuid"] for r in inst_rows if r["uuid"] not in moved]
+        moved = db.run_in_transaction(lambda session: _drop_moved(session, records, cell))
+    stayed = [r["uuid"] for r in records.instances if r["uuid"] not in moved]
     if stayed:
         remove_copies(db, cell, stayed)
+    return moved
+
+
+def _read_records(session: Any, uuids: Sequence[str]) -> _Records:
+    # Live rows only: a server deleted while it waited stays where it was deleted.
+    instances = _rows(session, select(Instance).where(Instance.uuid.in_(list(uuids)), Instance.deleted == 0))
+    actions = _rows(session, select(InstanceAction).where(InstanceAction.instance_uuid.in_(list(uuids))))
+    events = _rows(
+        session,
+        select(InstanceActionEvent).where(
+            InstanceActionEvent.action_id.in_([a["id"] for a in actions] or [-1])
+        ),
+    )
+    faults = _rows(session, select(InstanceFault).where(InstanceFault.instance_uuid.in_(list(uuids))))
+    return _Records(instances, actions, events, faults)
+
+
+def _rows(session: Any, stmt: Any) -> list[dict[str, Any]]:
+    return [_row(obj) for obj in session.execute(stmt).scalars()]
+
+
+def _without_id(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k != "id"}
+
+
+def _copy_records(session: Any, records: _Records) -> None:
+    """The rows written in the cell, each with a new id (the events follow their actions')."""
+    session.execute(insert(Instance), [_without_id(r) for r in records.instances])
+    new_ids: dict[int, int] = {}
+    for a in records.actions:
+        new_ids[a["id"]] = session.execute(
+            insert(InstanceAction).values(_without_id(a)).returning(InstanceAction.id)
+        ).scalar_one()
+    if records.events:
+        session.execute(
+            insert(InstanceActionEvent),
+            [{**_without_id(e), "action_id": new_ids[e["action_id"]]} for e in records.events],
+        )
+    if records.faults:
+        session.execute(insert(InstanceFault), [_without_id(f) for f in records.faults])
+
+
+def _drop_moved(session: Any, records: _Records, cell: Cell) -> list[str]:
+    """The originals deleted where they are as they were read (a guarded delete each), their
+    mappings pointed at the cell; returns the uuids that moved."""
+    moved = []
+    for r in records.instances:
+        guard = and_(
+            Instance.uuid == r["uuid"],
+            *[getattr(Instance, k) == r[k] for k in _GUARD if r[k] is not None],
+        )
+        nulls = [getattr(Instance, k).is_(None) for k in _GUARD if r[k] is None]
+        if session.execute(delete(Instance).where(guard, *nulls)).rowcount == 1:
+            moved.append(r["uuid"])
+    if moved:
+        gone_actions = [a["id"] for a in records.actions if a["instance_uuid"] in moved]
+        if gone_actions:
+            session.execute(
+                delete(InstanceActionEvent).where(InstanceActionEvent.action_id.in_(gone_actions))
+            )
+            session.execute(delete(InstanceAction).where(InstanceAction.id.in_(gone_actions)))
+        session.execute(delete(InstanceFault).where(InstanceFault.instance_uuid.in_(moved)))
+        mappings.set_cell(session, moved, cell.id)
     return moved
 
 

@@ -50,17 +50,7 @@ def check_cell_database(name: str, url: str, *, migrate: bool = False) -> str:
             cell=name, reason=f"{parsed.get_backend_name()} is not a supported database (sqlite, postgresql)"
         )
     if parsed.get_backend_name() == "sqlite":
-        path = parsed.database or ""
-        if not path or path == ":memory:":
-            raise exceptions.InvalidCell(cell=name, reason="a cell's SQLite database must be a file")
-        if not os.path.exists(path) and not migrate:
-            raise exceptions.InvalidCell(
-                cell=name,
-                reason=f"its database file {path} does not exist: it is not migrated "
-                "(add --migrate to create it with the cell schema)",
-            )
-        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise exceptions.InvalidCell(cell=name, reason=f"the directory of {path} does not exist")
+        _check_sqlite_file(name, parsed.database or "", migrate)
     shown = _shown(url)
     try:
         db = Database(url, kind="cell", auto_upgrade=False)
@@ -75,26 +65,49 @@ def check_cell_database(name: str, url: str, *, migrate: bool = False) -> str:
             raise exceptions.InvalidCell(
                 cell=name, reason=f"its database {shown} cannot be reached ({str(exc.orig).strip()})"
             ) from None
-        if kind == "api":
-            raise exceptions.InvalidCell(
-                cell=name, reason=f"{shown} is an API database (it maps cells), not a cell's database"
-            )
-        if kind == "other":
-            raise exceptions.InvalidCell(
-                cell=name,
-                reason=f"{shown} holds tables that are not a novakit cell's; give an empty database",
-            )
-        if kind in ("empty", "cell-old"):
-            if not migrate:
-                what = "is empty" if kind == "empty" else "is at an older cell schema"
-                raise exceptions.InvalidCell(
-                    cell=name,
-                    reason=f"{shown} {what}: it is not migrated (add --migrate, or run novakit db upgrade)",
-                )
+        if _needs_migration(name, shown, kind, migrate):
             db.upgrade()
     finally:
         db.dispose()
     return shown
+
+
+def _check_sqlite_file(name: str, path: str, migrate: bool) -> None:
+    """A cell's SQLite database is a file, in a directory that exists; one that does not exist
+    yet only to be migrated."""
+    if not path or path == ":memory:":
+        raise exceptions.InvalidCell(cell=name, reason="a cell's SQLite database must be a file")
+    if not os.path.exists(path) and not migrate:
+        raise exceptions.InvalidCell(
+            cell=name,
+            reason=f"its database file {path} does not exist: it is not migrated "
+            "(add --migrate to create it with the cell schema)",
+        )
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise exceptions.InvalidCell(cell=name, reason=f"the directory of {path} does not exist")
+
+
+def _needs_migration(name: str, shown: str, kind: str, migrate: bool) -> bool:
+    """Whether a database of this ``kind`` is to be brought to the cell schema; one that cannot
+    be a cell, or one not migrated without ``migrate``, is refused."""
+    if kind == "api":
+        raise exceptions.InvalidCell(
+            cell=name, reason=f"{shown} is an API database (it maps cells), not a cell's database"
+        )
+    if kind == "other":
+        raise exceptions.InvalidCell(
+            cell=name,
+            reason=f"{shown} holds tables that are not a novakit cell's; give an empty database",
+        )
+    if kind not in ("empty", "cell-old"):
+        return False
+    if not migrate:
+        what = "is empty" if kind == "empty" else "is at an older cell schema"
+        raise exceptions.InvalidCell(
+            cell=name,
+            reason=f"{shown} {what}: it is not migrated (add --migrate, or run novakit db upgrade)",
+        )
+    return True
 
 
 def create_cell(

@@ -232,8 +232,9 @@ class ComputeDriver:
         raise NotImplementedError
 
     def remove_port_filter(self, port_id: str) -> None:
-        """Remove the port's filter (its port was deleted). Idempotent: no filter succeeds.
-        A filter a defined guest's NIC still uses is left (the guest's delete removes it)."""
+        """Remove the port's filter (its port was deleted, or it left every group). Idempotent: no
+        filter succeeds. A filter a running guest's NIC still references cannot go: it then
+        allows everything instead (the port is no longer filtered) until the guest goes."""
         raise NotImplementedError
 
     def list_port_filters(self) -> dict[str, list[FilterRule]]:

@@ -18,6 +18,7 @@ from novakit.heal import heal
 from novakit.network import filter_sync, networks, subnets
 from novakit.network import security_groups as sg
 from novakit.network.filter_rules import FilterRule, canonical
+from novakit.virt.libvirt import nwfilter
 from tests.functional.cloud import HOSTS, Cloud, boot
 
 
@@ -137,3 +138,21 @@ def test_heal_applies_a_filter_that_differs_again_and_removes_one_of_a_gone_port
     ]
     assert _on_host(cloud, server) == wanted
     assert not [c for c in heal(cloud.db, cloud.conf).corrections if c.kind == "port_filter"]
+
+
+def test_a_libvirt_filter_holds_the_rules_it_was_built_from() -> None:
+    """What heal compares on a libvirt host: the rules read back from the filter's XML equal
+    the records' in their canonical form (protocol numbers, single ports, ICMP type/code)."""
+    rules = [
+        FilterRule("egress", "IPv4"),
+        FilterRule("egress", "IPv6"),
+        FilterRule("ingress", "IPv4", "6", 22, None, "10.1.2.3"),
+        FilterRule("ingress", "IPv4", "udp", 5000, 5100, "10.0.0.0/8"),
+        FilterRule("ingress", "IPv4", "icmp", 8, 0, "10.0.0.0/24"),
+        FilterRule("ingress", "IPv6", "icmp", 128, None, "fd00::/8"),
+        FilterRule("ingress", "IPv4", "47"),
+    ]
+    xml = nwfilter.build("p1", rules)
+    assert '<filterref filter="no-ip-spoofing" />' in xml
+    assert canonical(nwfilter.parse(xml)) == canonical(rules)
+    assert FilterRule("ingress", "IPv4", "tcp", 22, 22, "10.1.2.3/32") in canonical(rules)

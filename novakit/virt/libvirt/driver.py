@@ -483,7 +483,10 @@ class LibvirtDriver(ComputeDriver):
         except lv.libvirtError as exc:
             if exc.get_error_code() == lv.VIR_ERR_NO_NWFILTER:
                 return
-            if exc.get_error_code() == lv.VIR_ERR_OPERATION_INVALID:  # a guest still uses it
+            if exc.get_error_code() == lv.VIR_ERR_OPERATION_INVALID:  # "nwfilter is in use"
+                # A running guest's NIC still references it: the port is no longer filtered, so
+                # its filter lets everything through (anti-spoofing stays) until the guest goes.
+                self.apply_port_filter(PortFilterSpec(port_id=port_id), nwfilter.OPEN)
                 return
             raise exceptions.ComputeError(
                 reason=f"network filter {name} on {self.host}: {exc.get_error_message()}"

@@ -65,6 +65,12 @@ _BY_ELEMENT = {
 }
 
 
+#: what the filter of a port that left every group allows while its guest still references it
+OPEN = [
+    FilterRule(direction, ethertype) for direction in ("ingress", "egress") for ethertype in ("IPv4", "IPv6")
+]
+
+
 def filter_name(port_id: str) -> str:
     return PREFIX + port_id
 

@@ -8,8 +8,8 @@ few minutes (``novakit.ping``): ``a`` and ``b`` reach each other; ``c`` cannot r
 an ICMP ingress rule from a prefix holding ``c``'s address is added to ``default``, and then
 does, without a reboot. A probe on the bridge (a network namespace with an address in the same
 prefix: it can ask again, the guest's ping cannot) sees the same: refused, let in by the rule,
-refused again once the rule is deleted. No domain is restarted meanwhile. Once the servers are
-deleted, heal removes the filters of their ports.
+refused again once the rule is deleted. A port that leaves its last group is no longer filtered.
+No domain is restarted meanwhile. Once the servers are deleted, heal removes their ports' filters.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from novakit.db.engine import Database
 from novakit.heal import heal
 from novakit.network import filter_sync, networks, subnets
 from novakit.network import security_groups as sg
+from novakit.network.filter_rules import canonical
 from novakit.virt import GUEST_READY_MARKER
 from novakit.virt.driver import load_driver
 from novakit.virt.libvirt import nwfilter
@@ -179,6 +180,11 @@ def test_groups_decide_who_reaches_whom_and_a_rule_change_applies_live(
             assert _eventually(lambda: not reaches(A))
             time.sleep(2)
             assert not reaches(A)
+            # c leaves its only group: its port is no longer filtered. Its running guest still
+            # references the filter, so the filter lets everything through instead of going.
+            sg.remove_from_server(sqlite_db, admin, c["id"], "others", on_change=push)
+            held_c = driver.list_port_filters()[port_ids[2]]
+            assert canonical(held_c) == canonical(nwfilter.OPEN)
         # Nothing was restarted: every domain kept its id.
         assert {n: system_conn.lookupByUUIDString(s["id"]).ID() for n, s in servers.items()} == domain_ids
 

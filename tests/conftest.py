@@ -13,8 +13,9 @@ truncation of one worker never empties another's tables; and a state directory o
 (playbooks, workers, commands) inherits both.
 
 Markers given here by path (README, "Run the tests"): ``slow`` for what needs real guests,
-playbooks, the testbed or many processes (``-m "not slow"`` is the fast lane); ``serial`` for what
-uses something machine-wide, which ``tests/run.sh`` runs after the parallel part, alone.
+playbooks, the testbed or many processes (``-m "not slow"`` is the fast lane); ``machine`` for what
+uses a thing of the machine's one test at a time, which ``tests/run.sh`` runs one after another
+beside the parallel part; ``serial`` for what nothing else may run beside, run last, alone.
 """
 
 from __future__ import annotations
@@ -59,14 +60,19 @@ PG_URL = os.environ.get("NOVAKIT_TEST_PG_URL", "")
 
 # What is slow (left out by the fast lane, ``-m "not slow"``), by path.
 SLOW = ("tests/e2e/", "tests/integration/", "tests/concurrency/")
-# What uses something machine-wide, by path or node id prefix: run alone, after the parallel part.
-SERIAL = (
-    "tests/integration/",  # the system libvirtd's domains, networks and pools; an sshd
-    "tests/concurrency/",  # process storms with time bounds: not starved by a neighbour
+# What uses something of the machine's that only one test at a time may use (the system libvirtd,
+# the testbed, sshd, process storms): one after another, in a lane of their own that runs beside
+# the parallel part (tests/run.sh), by path or node id prefix.
+MACHINE = (
+    "tests/integration/",  # the system libvirtd's domains, networks, pools and filters; an sshd
+    "tests/concurrency/",  # process storms: one at a time, so that each has the cores it expects
     "tests/e2e/testbed/",  # the multi-host testbed: /opt/novakit-testbed, users nk-h*, their sshd
     "tests/e2e/test_multihost_",
     "tests/e2e/test_compute_node_install.py",  # the system libvirtd, its pid files
-    "tests/e2e/test_execution_environment.py",  # /usr/share/ansible/collections
+)
+# What must run with nothing else at all: after both lanes, alone.
+SERIAL = (
+    "tests/e2e/test_execution_environment.py",  # /usr/share/ansible/collections, seen by every run
     "tests/e2e/test_awx_credential.py",  # reads every /tmp/novakit-runner-* and ~/.ansible/tmp
     # Stops and starts the second PostgreSQL server every worker's cell tests use.
     "tests/functional/test_cells.py::test_a_down_cell_leaves_the_rest_working",
@@ -106,9 +112,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         nodeid = item.nodeid
         if nodeid.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
+        if nodeid.startswith(MACHINE):
+            item.add_marker(pytest.mark.machine)
+            # Kept together on one worker if a run distributes them anyway (--dist loadgroup).
+            item.add_marker(pytest.mark.xdist_group("machine"))
         if nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
-            # Kept together on one worker if a run distributes them anyway (--dist loadgroup).
             item.add_marker(pytest.mark.xdist_group("serial"))
         group = GROUPS.get(nodeid.split("::", 1)[0])
         if group:

@@ -8,11 +8,12 @@
 # As root on a fresh Debian machine it first installs Debian's packages; as another
 # user it uses what is there and the tests that need a missing service fail, loudly.
 #
-# pytest runs twice: first every test not marked serial, spread over NOVAKIT_TEST_JOBS workers
-# (pytest-xdist; default: one per core; 0 runs them in one process), each worker with databases
-# and a state directory of its own (tests/conftest.py); then the serial ones (the libvirt system
-# daemon, the testbed, sshd, process storms...) alone, in one process. A -m given here narrows
-# both. Both print the 30 slowest tests.
+# pytest runs three times: every test marked neither machine nor serial, spread over
+# NOVAKIT_TEST_JOBS workers (pytest-xdist; default: one per core; 0 runs them in one process), each
+# worker with databases and a state directory of its own (tests/conftest.py); beside it, at the
+# same time, the tests marked machine (the libvirt system daemon, the testbed, sshd, process
+# storms) one after another in one process; then the serial ones alone. A -m given here narrows
+# all three. Each prints its 30 slowest tests.
 #
 # NOVAKIT_TEST_FAST=1 (tests/fast.sh) is the everyday lane: no Debian packages, no pip install
 # once .venv exists, no libvirtd, no guest image, only the tests not marked slow; PostgreSQL is
@@ -115,6 +116,18 @@ pytest_run() {
 }
 jobs="${NOVAKIT_TEST_JOBS:-auto}"
 rc=0
-pytest_run -n "$jobs" --dist loadgroup -m "$(only "not serial")" "${args[@]}" "${paths[@]}" || rc=$?
+# Two lanes at once: the tests marked machine (the system libvirtd, the testbed, storms) one after
+# another in one process, and everything else spread over the workers; the machine lane's output
+# is printed when both are done. Then the serial tests, alone.
+lane_log="$(mktemp)"
+pytest_run -m "$(only "machine and not serial")" "${args[@]}" "${paths[@]}" >"$lane_log" 2>&1 &
+lane_pid=$!
+pytest_run -n "$jobs" --dist loadgroup -m "$(only "not serial and not machine")" "${args[@]}" "${paths[@]}" || rc=$?
+lane_rc=0
+wait "$lane_pid" || lane_rc=$?
+echo "=== the machine lane (run beside the parallel part) ==="
+cat "$lane_log"
+rm -f "$lane_log"
+[ "$lane_rc" = 0 ] || rc=$lane_rc
 pytest_run -m "$(only "serial")" "${args[@]}" "${paths[@]}" || rc=$?
 exit "$rc"

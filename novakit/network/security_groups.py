@@ -14,6 +14,9 @@ IPv6, and ingress only from ports of the same group. A server's ports carry the 
 create named (``default`` when it named none); ``add_to_server``/``remove_from_server`` change
 them on a running server.
 
+A rule's fields are checked and spelt one way in ``security_group_rules``; the effective rules
+and which ports a change touches are ``effective_rules``'s (asked here too).
+
 Every change returns nothing but calls ``on_change`` (when given) after it committed with the
 uuids of the ports whose effective rules it changed (``affected_ports``): the enforcement side
 (``filter_sync.push_filters``) sends their filters to their hosts.
@@ -27,11 +30,9 @@ by name, so a twin would be ambiguous).
 
 from __future__ import annotations
 
-import ipaddress
 import uuid as uuidlib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, Literal, overload
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import Field, field_validator
 from sqlalchemy import delete, func, insert, or_, select
@@ -43,44 +44,41 @@ from novakit.compute import schemas
 from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
-from novakit.db.models import IPAllocation, Port, SecurityGroup, SecurityGroupPortBinding, SecurityGroupRule
-from novakit.network.filter_rules import ICMP_PROTOCOLS, PORT_PROTOCOLS, FilterRule, canonical
+from novakit.db.models import Port, SecurityGroup, SecurityGroupPortBinding, SecurityGroupRule
+
+# effective_rules, affected_ports: answered there, asked here too (the records' one front door).
+from novakit.network.effective_rules import (
+    AffectedPort,
+    affected_ports,
+    carriers,
+    effective_rules,
+    port_uuids,
+    referrers,
+)
+from novakit.network.security_group_rules import ETHERTYPES, RuleCreate, RuleFields, normalise_rule
+
+__all__ = [
+    "DEFAULT",
+    "AffectedPort",
+    "GroupCreate",
+    "RuleCreate",
+    "add_to_server",
+    "affected_ports",
+    "create_group",
+    "create_rule",
+    "delete_group",
+    "delete_rule",
+    "effective_rules",
+    "find_rule",
+    "list_groups",
+    "list_rules",
+    "remove_from_server",
+    "server_groups",
+    "show_group",
+    "show_rule",
+]
 
 DEFAULT = "default"
-ETHERTYPES = ("IPv4", "IPv6")
-DIRECTIONS = ("ingress", "egress")
-
-#: Neutron's protocol names (neutron_lib's IP_PROTOCOL_MAP) and their IP protocol numbers.
-PROTOCOLS: dict[str, int] = {
-    "ah": 51,
-    "dccp": 33,
-    "egp": 8,
-    "esp": 50,
-    "gre": 47,
-    "hopopt": 0,
-    "icmp": 1,
-    "igmp": 2,
-    "ipip": 4,
-    "ipv6-encap": 41,
-    "ipv6-frag": 44,
-    "ipv6-icmp": 58,
-    "ipv6-nonxt": 59,
-    "ipv6-opts": 60,
-    "ipv6-route": 43,
-    "ospf": 89,
-    "pgm": 113,
-    "rsvp": 46,
-    "sctp": 132,
-    "tcp": 6,
-    "udp": 17,
-    "udplite": 136,
-    "vrrp": 112,
-}
-#: Spellings of the same protocol: stored as the name on the right.
-_ALIASES = {"icmpv6": "ipv6-icmp"}
-#: A number with a name is stored as the name (6 -> tcp), so that "6" and "tcp" are one rule.
-_NAMED_NUMBERS = {number: name for name, number in PROTOCOLS.items()}
-
 #: Called after a change committed, with the uuids of the ports whose effective rules changed.
 OnChange = Callable[[list[str]], None]
 
@@ -95,158 +93,6 @@ class GroupCreate(schemas._Request):
     project_id: str | None = Field(default=None, min_length=1, max_length=255)
 
     _check_name = field_validator("name")(classmethod(lambda cls, v: schemas._check_name(v)))
-
-
-class RuleCreate(schemas._Request):
-    security_group: str = Field(min_length=1, max_length=255)
-    direction: Literal["ingress", "egress"] = "ingress"
-    ethertype: str = "IPv4"
-    protocol: str | int | None = None
-    port_range_min: int | None = None
-    port_range_max: int | None = None
-    remote_ip_prefix: str | None = None
-    remote_group: str | None = Field(default=None, min_length=1, max_length=255)
-    description: str | None = Field(default=None, max_length=255)
-
-
-@dataclass(frozen=True)
-class RuleFields:
-    """A rule's fields as stored: checked, in one spelling (``normalise_rule``)."""
-
-    direction: str
-    ethertype: str
-    protocol: str | None
-    port_range_min: int | None
-    port_range_max: int | None
-    remote_ip_prefix: str | None
-
-    def fingerprint(self, remote_group_id: int | None) -> str:
-        parts = (
-            self.direction,
-            self.ethertype,
-            self.protocol,
-            self.port_range_min,
-            self.port_range_max,
-            self.remote_ip_prefix,
-            remote_group_id,
-        )
-        return "|".join("" if p is None else str(p) for p in parts)
-
-
-@dataclass(frozen=True)
-class AffectedPort:
-    """A port whose effective rules a change altered, and where it runs (None: on no host)."""
-
-    port_id: str
-    host: str | None
-    instance_uuid: str | None
-
-
-# --- one spelling of a rule (also what the modules compare with) ----------------------------
-
-
-def normalise_protocol(value: str | int | None, field: str = "protocol") -> str | None:
-    """A protocol as stored: None for any, a name of ``PROTOCOLS``, or a number 0-255 as a string
-    (a number with a name the hosts know is stored as that name)."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise exceptions.ValidationError(field, f"{value!r} is not a protocol")
-    text = str(value).strip().lower()
-    if text in ("", "any"):
-        return None
-    if text.isdigit():
-        number = int(text)
-        if not 0 <= number <= 255:
-            raise exceptions.ValidationError(field, f"a protocol number is 0 to 255, got {number}")
-        return _NAMED_NUMBERS.get(number, str(number))
-    text = _ALIASES.get(text, text)
-    if text not in PROTOCOLS:
-        raise exceptions.ValidationError(
-            field,
-            f"Security group rule protocol {value} not supported: give one of "
-            f"{', '.join(sorted(PROTOCOLS))}, a number 0 to 255, or any",
-        )
-    return text
-
-
-def normalise_ethertype(value: str) -> str:
-    for known in ETHERTYPES:
-        if str(value).lower() == known.lower():
-            return known
-    raise exceptions.ValidationError("ethertype", f"must be IPv4 or IPv6, got {value!r}")
-
-
-def normalise_rule(req: RuleCreate) -> RuleFields:
-    """Check a rule's fields as Neutron does and spell them one way; each refusal names the field."""
-    ethertype = normalise_ethertype(req.ethertype)
-    protocol = normalise_protocol(req.protocol)
-    if ethertype == "IPv6" and protocol == "icmp":
-        raise exceptions.ValidationError(
-            "protocol", "Invalid ethertype IPv6 for protocol icmp: an IPv6 rule's ICMP is ipv6-icmp"
-        )
-    if ethertype == "IPv4" and protocol == "ipv6-icmp":
-        raise exceptions.ValidationError(
-            "protocol", "Invalid ethertype IPv4 for protocol ipv6-icmp: an IPv4 rule's ICMP is icmp"
-        )
-    low, high = req.port_range_min, req.port_range_max
-    if low is not None or high is not None:
-        field = "port_range_min" if low is not None else "port_range_max"
-        if protocol is None:
-            raise exceptions.ValidationError(
-                field, "a port range needs a protocol (tcp, udp, sctp; or icmp's type and code)"
-            )
-        if protocol in PORT_PROTOCOLS:
-            low = low if low is not None else high
-            high = high if high is not None else low
-            assert low is not None and high is not None
-            for name, value in (("port_range_min", low), ("port_range_max", high)):
-                if not 1 <= value <= 65535:
-                    raise exceptions.ValidationError(name, f"a port is 1 to 65535, got {value}")
-            if low > high:
-                raise exceptions.ValidationError(
-                    "port_range_min",
-                    f"For TCP/UDP protocols, port_range_min must be <= port_range_max ({low} > {high})",
-                )
-        elif protocol in ICMP_PROTOCOLS:
-            if low is None:
-                raise exceptions.ValidationError(
-                    "port_range_max",
-                    f"ICMP code (port_range_max) {high} is provided but ICMP type (port_range_min) "
-                    "is missing",
-                )
-            for name, what, given in (("port_range_min", "type", low), ("port_range_max", "code", high)):
-                if given is not None and not 0 <= given <= 255:
-                    raise exceptions.ValidationError(
-                        name, f"Invalid value for ICMP {what} ({name}) {given}. It must be 0 to 255."
-                    )
-        else:
-            raise exceptions.ValidationError(
-                field,
-                f"protocol {protocol} has no ports: a port range is only for {', '.join(PORT_PROTOCOLS)} "
-                "(and ICMP's type and code)",
-            )
-    prefix = req.remote_ip_prefix
-    if prefix is not None and req.remote_group is not None:
-        raise exceptions.ValidationError(
-            "remote_ip_prefix", "Only remote_ip_prefix or remote_group may be provided, not both"
-        )
-    if prefix is not None:
-        try:
-            net = ipaddress.ip_network(prefix.strip(), strict=False)
-        except ValueError:
-            raise exceptions.ValidationError(
-                "remote_ip_prefix", f"{prefix!r} is not a CIDR (10.0.0.0/24, 2001:db8::/64)"
-            ) from None
-        if (net.version == 4) != (ethertype == "IPv4"):
-            raise exceptions.ValidationError(
-                "remote_ip_prefix",
-                f"Conflicting value ethertype {ethertype} for CIDR {net}: an {ethertype} rule takes an "
-                f"{ethertype} prefix",
-            )
-        # Anywhere is anywhere, however it is spelt (0.0.0.0/0 and none are one rule).
-        prefix = None if net.prefixlen == 0 else str(net)
-    return RuleFields(req.direction, ethertype, protocol, low, high, prefix)
 
 
 # --- views ---------------------------------------------------------------------------------
@@ -497,11 +343,11 @@ def delete_group(
             )
         if dry_run:
             return []
-        affected = _referrers(session, [group.id])
+        affected = referrers(session, [group.id])
         session.execute(delete(SecurityGroupRule).where(SecurityGroupRule.remote_group_id == group.id))
         session.execute(delete(SecurityGroupRule).where(SecurityGroupRule.security_group_id == group.id))
         session.execute(delete(SecurityGroup).where(SecurityGroup.id == group.id))
-        return _uuids(session, affected)
+        return port_uuids(session, affected)
 
     if dry_run:
         with db.reader() as session:
@@ -556,7 +402,7 @@ def create_rule(
         session.add(rule)
         session.flush()
         quota.recheck(session, conf, group.project_id, deltas)
-        return rule_view(rule, group, remote), _uuids(session, _carriers(session, [group.id]))
+        return rule_view(rule, group, remote), port_uuids(session, carriers(session, [group.id]))
 
     if dry_run:
         with db.reader() as session:
@@ -640,11 +486,11 @@ def delete_rule(
         rule = _get_rule(session, ctx, ref)
         if dry_run:
             return []
-        affected = _carriers(session, [rule.security_group_id])
+        affected = carriers(session, [rule.security_group_id])
         gone = session.execute(delete(SecurityGroupRule).where(SecurityGroupRule.id == rule.id))
         if gone.rowcount != 1:  # type: ignore[attr-defined]
             raise exceptions.SecurityGroupRuleNotFound(rule=ref)
-        return _uuids(session, affected)
+        return port_uuids(session, affected)
 
     if dry_run:
         with db.reader() as session:
@@ -778,7 +624,7 @@ def add_to_server(
             insert(SecurityGroupPortBinding),
             [{"port_id": p, "security_group_id": group.id} for p in ports if p not in carrying],
         )
-        return _uuids(session, ports + _referrers(session, [group.id]))
+        return port_uuids(session, ports + referrers(session, [group.id]))
 
     try:
         changed = db.run_in_transaction(write)
@@ -807,7 +653,7 @@ def remove_from_server(
         )
         if not gone.rowcount:  # type: ignore[attr-defined]
             raise exceptions.SecurityGroupNotExistsForInstance(group=group.name, instance_id=instance_uuid)
-        return _uuids(session, ports + _referrers(session, [group.id]))
+        return port_uuids(session, ports + referrers(session, [group.id]))
 
     _notify(on_change, db.run_in_transaction(write))
 
@@ -825,193 +671,6 @@ def _server_ports(session: Session, server: str, instance_uuid: str) -> list[int
     return ports
 
 
-# --- what a change touches -----------------------------------------------------------------
-
-
-def _carriers(session: Session, group_ids: Iterable[int]) -> list[int]:
-    """The ports carrying any of the groups: a change of those groups' rules changes theirs."""
-    ids = sorted(set(group_ids))
-    if not ids:
-        return []
-    stmt = select(SecurityGroupPortBinding.port_id).where(SecurityGroupPortBinding.security_group_id.in_(ids))
-    return sorted(set(session.execute(stmt).scalars()))
-
-
-def _referrers(session: Session, group_ids: Iterable[int]) -> list[int]:
-    """The ports carrying a group with a rule whose remote group is one of ``group_ids``: a change
-    of those groups' members (or of a member's addresses) changes their expansion."""
-    ids = sorted(set(group_ids))
-    if not ids:
-        return []
-    referring = select(SecurityGroupRule.security_group_id).where(SecurityGroupRule.remote_group_id.in_(ids))
-    return _carriers(session, session.execute(referring).scalars())
-
-
-def _uuids(session: Session, port_ids: Iterable[int]) -> list[str]:
-    ids = sorted(set(port_ids))
-    if not ids:
-        return []
-    return sorted(session.execute(select(Port.uuid).where(Port.id.in_(ids))).scalars())
-
-
-def affected_ports(
-    session: Session,
-    *,
-    rules_of: Iterable[int | str] = (),
-    members_of: Iterable[int | str] = (),
-    ports: Iterable[int | str] = (),
-) -> list[AffectedPort]:
-    """The ports whose effective rules change, with their hosts, when:
-
-    - ``rules_of``: a rule of these groups is added or deleted (the ports carrying them);
-    - ``members_of``: a port joins or leaves these groups, or a member's addresses change (the
-      ports whose rules name them as remote group);
-    - ``ports``: these ports' own groups change (they themselves, and the ports whose rules name
-      any group they carry as remote group: they gain or lose a member).
-
-    Groups by id or uuid, ports by id or uuid. Call it in the transaction of the change, before a
-    removal (what was there decides who is touched) or after an addition.
-    """
-    group_ids = _group_ids(session, rules_of)
-    member_ids = _group_ids(session, members_of)
-    port_ids = _port_ids(session, ports)
-    if port_ids:
-        member_ids |= set(
-            session.execute(
-                select(SecurityGroupPortBinding.security_group_id).where(
-                    SecurityGroupPortBinding.port_id.in_(port_ids)
-                )
-            ).scalars()
-        )
-    wanted = set(_carriers(session, group_ids)) | set(_referrers(session, member_ids)) | port_ids
-    if not wanted:
-        return []
-    rows = session.execute(
-        select(Port.uuid, Port.binding_host, Port.device_id)
-        .where(Port.id.in_(sorted(wanted)))
-        .order_by(Port.uuid)
-    )
-    return [AffectedPort(port_id=u, host=h, instance_uuid=d) for u, h, d in rows]
-
-
-def _group_ids(session: Session, refs: Iterable[int | str]) -> set[int]:
-    refs = list(refs)
-    ids = {r for r in refs if isinstance(r, int)}
-    uuids = [r for r in refs if isinstance(r, str)]
-    if uuids:
-        ids |= set(session.execute(select(SecurityGroup.id).where(SecurityGroup.uuid.in_(uuids))).scalars())
-    return ids
-
-
-def _port_ids(session: Session, refs: Iterable[int | str]) -> set[int]:
-    refs = list(refs)
-    ids = {r for r in refs if isinstance(r, int)}
-    uuids = [r for r in refs if isinstance(r, str)]
-    if uuids:
-        ids |= set(session.execute(select(Port.id).where(Port.uuid.in_(uuids))).scalars())
-    return ids
-
-
-def _notify(on_change: OnChange | None, port_uuids: list[str]) -> None:
-    if on_change is not None and port_uuids:
-        on_change(port_uuids)
-
-
-# --- the effective rule set of a port ------------------------------------------------------
-
-
-@overload
-def effective_rules(source: Session | Database, port: int | str) -> list[FilterRule]: ...
-
-
-@overload
-def effective_rules(source: Session | Database, port: list[str]) -> dict[str, list[FilterRule]]: ...
-
-
-def effective_rules(
-    source: Session | Database, port: int | str | list[str]
-) -> list[FilterRule] | dict[str, list[FilterRule]]:
-    """What a port's filter allows: its groups' rules, each ``remote_group`` expanded into one rule
-    per fixed IP (as /32 or /128) of the ports carrying that group, of the rule's ethertype; a
-    remote group without members allows nothing. One port (id or uuid): its rules ([] for a port
-    that carries no group). A list of port uuids: uuid -> rules for those that carry a group (a
-    port without groups is left out: it is not filtered)."""
-    if isinstance(source, Database):
-        with source.reader() as session:
-            return effective_rules(session, port)  # type: ignore[arg-type]
-    session = source
-    if isinstance(port, list):
-        rows = session.execute(select(Port.id, Port.uuid).where(Port.uuid.in_(port))).all()
-        by_id = {pid: uuid for pid, uuid in rows}
-        computed = _effective(session, list(by_id))
-        return {by_id[pid]: rules for pid, rules in computed.items() if pid in computed}
-    stmt = (
-        select(Port.id).where(Port.id == port)
-        if isinstance(port, int)
-        else select(Port.id).where(Port.uuid == port)
-    )
-    port_id = session.execute(stmt).scalar()
-    if port_id is None:
-        raise exceptions.PortNotFound(port=str(port))
-    return _effective(session, [port_id]).get(port_id, [])
-
-
-def _effective(session: Session, port_ids: list[int]) -> dict[int, list[FilterRule]]:
-    """port id -> its effective rules, for the ports of ``port_ids`` that carry a group."""
-    if not port_ids:
-        return {}
-    bindings = session.execute(
-        select(SecurityGroupPortBinding.port_id, SecurityGroupPortBinding.security_group_id).where(
-            SecurityGroupPortBinding.port_id.in_(port_ids)
-        )
-    ).all()
-    groups_of: dict[int, set[int]] = {}
-    for port_id, group_id in bindings:
-        groups_of.setdefault(port_id, set()).add(group_id)
-    all_groups = {g for gs in groups_of.values() for g in gs}
-    rules_of: dict[int, list[SecurityGroupRule]] = {}
-    if all_groups:
-        for rule in session.execute(
-            select(SecurityGroupRule).where(SecurityGroupRule.security_group_id.in_(sorted(all_groups)))
-        ).scalars():
-            rules_of.setdefault(rule.security_group_id, []).append(rule)
-    remotes = {r.remote_group_id for rs in rules_of.values() for r in rs if r.remote_group_id is not None}
-    members: dict[int, list[str]] = {g: [] for g in remotes}
-    if remotes:
-        rows = session.execute(
-            select(SecurityGroupPortBinding.security_group_id, IPAllocation.ip_address)
-            .join(IPAllocation, IPAllocation.port_id == SecurityGroupPortBinding.port_id)
-            .where(SecurityGroupPortBinding.security_group_id.in_(sorted(remotes)))
-        )
-        for group_id, address in rows:
-            members[group_id].append(address)
-    out: dict[int, list[FilterRule]] = {}
-    for port_id, group_ids in groups_of.items():
-        flat: list[FilterRule] = []
-        for group_id in group_ids:
-            for rule in rules_of.get(group_id, []):
-                flat.extend(_expand(rule, members))
-        out[port_id] = list(canonical(flat))
-    return out
-
-
-def _expand(rule: SecurityGroupRule, members: dict[int, list[str]]) -> list[FilterRule]:
-    def make(prefix: str | None) -> FilterRule:
-        return FilterRule(
-            direction=rule.direction,
-            ethertype=rule.ethertype,
-            protocol=rule.protocol,
-            port_min=rule.port_range_min,
-            port_max=rule.port_range_max,
-            remote_ip_prefix=prefix,
-        )
-
-    if rule.remote_group_id is None:
-        return [make(rule.remote_ip_prefix)]
-    version = 4 if rule.ethertype == "IPv4" else 6
-    out = []
-    for address in members.get(rule.remote_group_id, []):
-        ip = ipaddress.ip_address(address)
-        if ip.version == version:
-            out.append(make(f"{ip}/{ip.max_prefixlen}"))
-    return out
+def _notify(on_change: OnChange | None, changed: list[str]) -> None:
+    if on_change is not None and changed:
+        on_change(changed)

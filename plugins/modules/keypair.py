@@ -15,7 +15,7 @@ description:
     is not shown: the registered result still holds it.
   - A pair's key cannot change once created (as in Nova); another public key for an existing name is
     an error that says so. An existing pair without O(public_key) asked is left as it is.
-version_added: 0.1.0
+version_added: 0.2.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes

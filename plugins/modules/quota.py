@@ -41,6 +41,10 @@ options:
     description: Most GiB the project's volumes may add up to (Cinder's C(gigabytes)).
     type: int
     version_added: 0.2.0
+  key_pairs:
+    description: Most key pairs each user of the project may have (Nova's C(key_pairs), counted per user).
+    type: int
+    version_added: 0.2.0
 """
 
 EXAMPLES = r"""
@@ -78,12 +82,15 @@ quota:
     gigabytes:
       description: GiB of volumes.
       type: dict
+    key_pairs:
+      description: Key pairs per user (C(in_use) is 0 here; each user's count is checked when it adds one).
+      type: dict
   sample: {instances: {limit: 20, in_use: 3}, cores: {limit: 40, in_use: 3}, ram: {limit: 81920, in_use: 6144}}
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule  # noqa: E402
 
-RESOURCES = ("instances", "cores", "ram", "volumes", "gigabytes")
+RESOURCES = ("instances", "cores", "ram", "volumes", "gigabytes", "key_pairs")
 
 
 class QuotaModule(CatalogModule):
@@ -122,8 +129,10 @@ class QuotaModule(CatalogModule):
         from novakit import quota
 
         if dry_run:
+            # Every resource the library counts, as the real run's get_quota_usage returns them.
             self.usage = {
-                r: {**self.usage[r], "limit": changes.get(r, (None, current[r]))[1]} for r in RESOURCES
+                r: {**usage, "limit": changes[r][1]} if r in changes else usage
+                for r, usage in self.usage.items()
             }
         else:
             for resource, (_before, limit) in changes.items():

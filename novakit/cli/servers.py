@@ -543,3 +543,23 @@ def server_rebuild(
 ) -> None:
     """Rebuild a server from an image: a new root disk, the same server (and key, unless --key-name)."""
     _action("rebuild", server, {"image": image, **({"key_name": key_name} if key_name else {})})
+
+
+@server_app.command("action")
+def server_action(
+    action: str = typer.Argument(..., help="an action of the state table (novakit states)"),
+    servers: list[str] = SERVERS,
+    option: list[str] = typer.Option(
+        [], "--option", "-o", help="an option of the action, NAME=VALUE (repeat for more)"
+    ),
+) -> None:
+    """Run any action of the state table on servers, by its name: the commands above are its
+    short forms, and an action the table gains is here with no command of its own."""
+    options: dict[str, Any] = {}
+    for given in option:
+        name, sep, value = given.partition("=")
+        if not sep or not name:
+            err_console.print(f"[red]Error:[/red] --option {escape(given)!r}: write it as NAME=VALUE")
+            raise typer.Exit(2)
+        options[name] = value
+    _each(action, servers, options)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions, files
+from novakit.compute import states
 from novakit.compute.messages import (
     ComputeRequest,
     ComputeResult,
@@ -89,19 +90,8 @@ class _Recorder:
         ev.result = "Success"
 
 
-# operation -> (event name as Nova records it, driver call)
-_LIFECYCLE: dict[str, tuple[str, Callable[[ComputeDriver, InstanceSpec, dict[str, Any]], None]]] = {
-    "stop": (
-        "compute_stop_instance",
-        lambda d, i, o: d.power_off(i, timeout=float(o.get("timeout", 60))),
-    ),
-    "start": ("compute_start_instance", lambda d, i, o: d.power_on(i)),
-    "reboot": ("compute_reboot_instance", lambda d, i, o: d.reboot(i, str(o.get("reboot_type", "SOFT")))),
-    "pause": ("compute_pause_instance", lambda d, i, o: d.pause(i)),
-    "unpause": ("compute_unpause_instance", lambda d, i, o: d.unpause(i)),
-    "suspend": ("compute_suspend_instance", lambda d, i, o: d.suspend(i)),
-    "resume": ("compute_resume_instance", lambda d, i, o: d.resume(i)),
-}
+# The lifecycle operations (stop, start, reboot, pause, ...) are the state table's: each row
+# names its operation and the driver call that runs it (``states.host_calls``).
 
 
 # attach/detach, on one server: operation -> (event name as Nova records it, driver call)
@@ -182,7 +172,9 @@ def _event_name(operation: str) -> str:
         **{op: name for op, (name, _) in _VOLUME_OPS.items()},
         **{op: name for op, (name, _) in _MOVE_OPS.items()},
     }
-    return names.get(operation) or _LIFECYCLE[operation][0]
+    if operation in names:
+        return names[operation]
+    return states.host_calls()[operation].event
 
 
 class BuildSlots:
@@ -315,7 +307,7 @@ class ComputeManager:
                 result.resources = self.driver.get_available_resource()
             elif op == "destroy":
                 result.results = self._each(request, self.terminate_instance)
-            elif op in _LIFECYCLE:
+            elif op in states.host_calls():
                 result.results = self._each(request, lambda i: self.lifecycle(op, i, request.options))
             elif op == "adopt":
                 result.results = self._each(request, self.adopt_instance)
@@ -458,7 +450,8 @@ class ComputeManager:
     # --- lifecycle ----------------------------------------------------------------
 
     def lifecycle(self, op: str, instance: InstanceSpec, options: dict[str, Any]) -> InstanceResult:
-        event_name, call = _LIFECYCLE[op]
+        run = states.host_calls()[op]
+        event_name, call = run.event, run.call
         rec = _Recorder(self.host, instance.uuid)
         try:
             with rec.event(event_name):

@@ -192,7 +192,9 @@ class InstanceSpec(_Model):
 class ComputeRequest(_Model):
     request_id: str
     host: str
-    operation: Operation
+    # One of ``Operation``, or the operation of an action the state table holds (its row's
+    # ``operation`` and ``host_call``: a row added at run time brings its own).
+    operation: Operation | str
     # The state table's action the request carries out (``reboot_hard`` for a hard reboot's
     # ``reboot``): what the controller records when the result comes back. None for
     # requests that are no instance action (builds, clean-ups, queries).
@@ -312,7 +314,7 @@ class UnmanagedGuest(_Model):
 class ComputeResult(_Model):
     request_id: str
     host: str
-    operation: Operation
+    operation: Operation | str
     results: list[InstanceResult] = Field(default_factory=list)
     resources: HostResources | None = None
     instances_on_host: dict[str, int] | None = None  # uuid -> power state

@@ -4,6 +4,11 @@
 (and, as a dry run, inside a read): ``(api, session, ctx, instance, options) ->
 (values written with the guarded write that starts the action, options for the
 host)``. A step refuses with the field and the rule; it writes nothing itself.
+
+The actions are the state table's (``states.ACTIONS``): an action with no look-up of its own
+takes ``pass_options``, its options as its row's schema validated them go to its host. Only an
+action that reads or writes something before it starts has a step here (``STEPS``, keyed by
+rows of the table: a test keeps it so).
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ Prepare = Callable[
 ]
 
 
-def nothing_to_prepare(
+def pass_options(
     api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    return {}, {}
+    """Nothing to look up or write: the options the row's schema validated go to the host
+    (a reboot's ``reboot_type``; none for most)."""
+    return {}, {k: v for k, v in opts.items() if v is not None}
 
 
 def _prepare_stop(
@@ -45,12 +52,6 @@ def _prepare_stop(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     timeout = opts["timeout"] if opts.get("timeout") is not None else api.conf.compute.shutdown_timeout
     return {}, {"timeout": timeout}
-
-
-def _prepare_reboot(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    return {}, {"reboot_type": opts["reboot_type"]}
 
 
 def _prepare_rebuild(
@@ -249,8 +250,6 @@ def _check_name_free(session: Session, inst: Instance, name: str) -> None:
 
 STEPS: dict[str, Prepare] = {
     "stop": _prepare_stop,
-    "reboot": _prepare_reboot,
-    "reboot_hard": _prepare_reboot,
     "rebuild": _prepare_rebuild,
     "lock": _prepare_lock,
     "unlock": _prepare_unlock,
@@ -270,5 +269,6 @@ STEPS: dict[str, Prepare] = {
 
 
 def step_for(action: str) -> Prepare:
-    """The step ``action`` takes before it starts (most take none)."""
-    return STEPS.get(action, nothing_to_prepare)
+    """The step the state table's ``action`` takes before it starts (most only pass their
+    options on)."""
+    return STEPS.get(action, pass_options)

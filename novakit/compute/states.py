@@ -8,21 +8,28 @@ reads novakit's records without a dictionary. Three things live here:
   (Nova's ``nova/api/openstack/common.py``);
 * ``ACTIONS``: the one transition table. For every action it says from which
   vm_states and task_states it may start, the task_states it passes through,
-  and where it ends. The API checks it, the compute manager follows it, and
-  the docs are generated from it (``novakit states``).
+  where it ends, the host's operation for it, what failure does, how "already
+  in effect" looks, and the rule heal applies to an interrupted one. The API
+  checks it, the conductor and the host's manager follow it, heal recovers by
+  it, the CLI and the docs are generated from it (``novakit states``). A new
+  action is a new row (``register`` adds one at run time, as a test does).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel
 
 from novakit import exceptions
 from novakit.compute import schemas
+
+if TYPE_CHECKING:
+    from novakit.compute.messages import InstanceSpec
+    from novakit.virt.driver import ComputeDriver
 
 
 class VmState(enum.StrEnum):
@@ -217,6 +224,35 @@ def _deleting(inst: Any, options: Mapping[str, Any], ctx: Any) -> bool:
 
 
 @dataclass(frozen=True)
+class HostCall:
+    """What a host's manager runs for an action's ``operation``: its driver call, recorded as an
+    event of Nova's name. ``call(driver, instance, options)`` raises when the operation failed."""
+
+    event: str
+    call: Callable[[ComputeDriver, InstanceSpec, dict[str, Any]], None]
+
+
+# What heal does with an interrupted task (``novakit.heal.recovery``):
+#   finish     the action happened: record where it ends, with the guest's power state
+#   retry      run the action's operation on the host again and record its result
+#   retry_hard a soft reboot becomes a hard one (the task state too)
+#   roll_back  it did not happen: the task is cleared, the vm_state stays
+#   error      the instance goes to error with a fault
+Step = Literal["finish", "retry", "retry_hard", "roll_back", "error"]
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """Heal's rule for one task state of an action whose owner is gone (Nova's
+    ``_init_instance``): the step for the guest's power state as its host reports it
+    (``None``: the host has no guest for it), ``otherwise`` for any other. A guest that is not
+    there and has no step of its own leaves the server in error (it vanished)."""
+
+    by_power: Mapping[PowerState | None, Step]
+    otherwise: Step
+
+
+@dataclass(frozen=True)
 class Transition:
     """One row of the state table: everything the code needs to know about one action.
 
@@ -247,6 +283,13 @@ class Transition:
     migration): the conductor's move of that name carries it out
     (``novakit.moves``), and ``passes`` lists its task states in the order the
     move sets them.
+
+    ``host_call``: what the host's manager runs for ``operation`` (the manager's dispatch
+    reads it here; operations with a path of their own in the manager, a build, a rebuild,
+    a delete, a move's steps, have none). ``recovery``: heal's rule for each of ``passes``
+    when the request that owns it is gone (``Recovery``; a task state without one is cleared,
+    the power state recorded). ``retry_options(conf)``: the host options heal runs the
+    operation again with.
     """
 
     action: str
@@ -269,6 +312,9 @@ class Transition:
     must_have_launched: bool = True
     idempotent: bool = False
     flow: str | None = None
+    host_call: HostCall | None = None
+    recovery: Mapping[str, Recovery] = field(default_factory=dict)
+    retry_options: Callable[[Any], dict[str, Any]] | None = None
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -308,6 +354,12 @@ ALLOW_HARD_REBOOT = ALLOW_SOFT_REBOOT | {V.STOPPED, V.PAUSED, V.SUSPENDED, V.ERR
 
 _LIVE = frozenset(set(VmState) - {V.DELETED, V.SOFT_DELETED})
 
+P = PowerState
+#: both reboots: one operation, the reboot type in its options
+_REBOOT = HostCall("compute_reboot_instance", lambda d, i, o: d.reboot(i, str(o.get("reboot_type", "SOFT"))))
+#: an interrupted rebuild leaves the server in error, whatever its guest shows (Nova's)
+_IN_ERROR = Recovery({}, "error")
+
 _ON = frozenset({V.ACTIVE})
 
 # Nova attaches and detaches volumes in active, paused, stopped, resized, shelved and
@@ -342,6 +394,7 @@ ACTIONS: dict[str, Transition] = {
             options=schemas.NoOptions,
             must_have_launched=False,
             notes="allowed in any state, as Nova's delete; a failed delete leaves error",
+            recovery={T.DELETING: Recovery({None: "finish"}, "retry")},
         ),
         Transition(
             "stop",
@@ -356,6 +409,11 @@ ACTIONS: dict[str, Transition] = {
             in_effect=_vm_state_is(V.STOPPED),
             options=schemas.Stop,
             power_path=True,
+            host_call=HostCall(
+                "compute_stop_instance", lambda d, i, o: d.power_off(i, timeout=float(o.get("timeout", 60)))
+            ),
+            recovery={T.POWERING_OFF: Recovery({P.SHUTDOWN: "finish", P.CRASHED: "finish"}, "retry")},
+            retry_options=lambda conf: {"timeout": conf.compute.shutdown_timeout},
         ),
         Transition(
             "start",
@@ -370,6 +428,8 @@ ACTIONS: dict[str, Transition] = {
             in_effect=_vm_state_is(V.ACTIVE),
             options=schemas.NoOptions,
             power_path=True,
+            host_call=HostCall("compute_start_instance", lambda d, i, o: d.power_on(i)),
+            recovery={T.POWERING_ON: Recovery({P.RUNNING: "finish"}, "retry")},
         ),
         Transition(
             "reboot",
@@ -382,6 +442,12 @@ ACTIONS: dict[str, Transition] = {
             needs_host=True,
             options=schemas.Reboot,
             notes="soft: only from active with no task running; a failed one leaves it where it was",
+            host_call=_REBOOT,
+            recovery={
+                T.REBOOTING: Recovery({P.RUNNING: "retry"}, "retry_hard"),
+                T.REBOOT_STARTED: Recovery({P.RUNNING: "finish"}, "retry_hard"),
+            },
+            retry_options=lambda conf: {"reboot_type": "SOFT"},
         ),
         Transition(
             "reboot_hard",
@@ -397,6 +463,12 @@ ACTIONS: dict[str, Transition] = {
             options=schemas.Reboot,
             notes="reboot with reboot_type HARD: also from stopped, paused, suspended, error, and over "
             "a running reboot; a failed one leaves error",
+            host_call=_REBOOT,
+            recovery={
+                T.REBOOTING_HARD: Recovery({}, "retry"),
+                T.REBOOT_STARTED_HARD: Recovery({P.RUNNING: "finish"}, "retry"),
+            },
+            retry_options=lambda conf: {"reboot_type": "HARD"},
         ),
         Transition(
             "pause",
@@ -410,6 +482,8 @@ ACTIONS: dict[str, Transition] = {
             in_effect=_vm_state_is(V.PAUSED),
             options=schemas.NoOptions,
             power_path=True,
+            host_call=HostCall("compute_pause_instance", lambda d, i, o: d.pause(i)),
+            recovery={T.PAUSING: Recovery({P.PAUSED: "finish"}, "roll_back")},
         ),
         Transition(
             "unpause",
@@ -423,6 +497,8 @@ ACTIONS: dict[str, Transition] = {
             in_effect=_vm_state_is(V.ACTIVE),
             options=schemas.NoOptions,
             power_path=True,
+            host_call=HostCall("compute_unpause_instance", lambda d, i, o: d.unpause(i)),
+            recovery={T.UNPAUSING: Recovery({P.RUNNING: "finish", P.PAUSED: "retry"}, "roll_back")},
         ),
         Transition(
             "suspend",
@@ -436,6 +512,8 @@ ACTIONS: dict[str, Transition] = {
             in_effect=_vm_state_is(V.SUSPENDED),
             options=schemas.NoOptions,
             power_path=True,
+            host_call=HostCall("compute_suspend_instance", lambda d, i, o: d.suspend(i)),
+            recovery={T.SUSPENDING: Recovery({P.SUSPENDED: "finish"}, "roll_back")},
         ),
         Transition(
             "resume",
@@ -449,6 +527,8 @@ ACTIONS: dict[str, Transition] = {
             in_effect=_vm_state_is(V.ACTIVE),
             options=schemas.NoOptions,
             power_path=True,
+            host_call=HostCall("compute_resume_instance", lambda d, i, o: d.resume(i)),
+            recovery={T.RESUMING: Recovery({P.RUNNING: "finish", P.SUSPENDED: "retry"}, "roll_back")},
         ),
         Transition(
             "rebuild",
@@ -463,6 +543,9 @@ ACTIONS: dict[str, Transition] = {
             keeps_stopped=True,
             options=schemas.Rebuild,
             notes="a stopped instance ends stopped again, as in Nova; a failed one leaves error",
+            recovery=dict.fromkeys(
+                (T.REBUILDING, T.REBUILD_BLOCK_DEVICE_MAPPING, T.REBUILD_SPAWNING), _IN_ERROR
+            ),
         ),
         Transition(
             "resize",
@@ -681,16 +764,96 @@ ACTIONS: dict[str, Transition] = {
     )
 }
 
-#: the actions a caller may ask for by name (``create`` has an API of its own)
-REQUESTABLE: tuple[str, ...] = tuple(a for a in ACTIONS if a != "create")
 #: asked for through ``novakit.volume.attachments`` (``server add volume``), which checks and
 #: reserves the volume before the action starts; their step refuses a volume not reserved so
 #: (``attachments.check_reserved``); offered by no generic action module
 VOLUME_ACTIONS: tuple[str, ...] = ("attach_volume", "detach_volume")
+
+
+def _requestable() -> tuple[str, ...]:
+    return tuple(a for a in ACTIONS if a != "create")
+
+
+def _action_names() -> tuple[str, ...]:
+    return tuple(a for a in _requestable() if a != "reboot_hard" and a not in VOLUME_ACTIONS)
+
+
+#: the actions a caller may ask for by name (``create`` has an API of its own)
+REQUESTABLE: tuple[str, ...] = _requestable()
 #: the names callers use: a hard reboot is ``reboot`` with reboot_type HARD
-ACTION_NAMES: tuple[str, ...] = tuple(
-    a for a in REQUESTABLE if a != "reboot_hard" and a not in VOLUME_ACTIONS
+ACTION_NAMES: tuple[str, ...] = _action_names()
+#: the actions of ``server_action``: the power states and delete are the ``server`` module's
+#: ``state`` (its choices are literal for ansible-doc; a test keeps them equal to this)
+MODULE_ACTIONS: tuple[str, ...] = tuple(
+    a for a in ACTION_NAMES if a != "delete" and not ACTIONS[a].power_path
 )
+
+
+def register(t: Transition) -> None:
+    """Add ``t`` to the table: every face (the API, the CLI's ``server action``, the conductor,
+    the host's manager, heal) takes it from here. Refused with the rule when the row does not
+    hold together: a name taken, a recovery rule for a task state it does not pass through or
+    that another action's rule holds already."""
+    global REQUESTABLE, ACTION_NAMES
+    if t.action in ACTIONS:
+        raise exceptions.ValidationError("action", f"{t.action!r} is an action of the table already")
+    _check_row(t)
+    ACTIONS[t.action] = t
+    REQUESTABLE, ACTION_NAMES = _requestable(), _action_names()
+
+
+def unregister(action: str) -> None:
+    """Take a row ``register`` added out of the table again."""
+    global REQUESTABLE, ACTION_NAMES
+    ACTIONS.pop(action, None)
+    REQUESTABLE, ACTION_NAMES = _requestable(), _action_names()
+
+
+def _check_row(t: Transition) -> None:
+    for task in t.recovery:
+        if task not in t.passes:
+            raise exceptions.ValidationError(
+                "recovery", f"{str(task)!r} is not a task state {t.action} passes through"
+            )
+        held = recovery_rule(task)
+        if held is not None:
+            raise exceptions.ValidationError(
+                "recovery", f"{str(task)!r} is recovered by {held[0].action}'s rule already"
+            )
+
+
+def host_calls() -> dict[str, HostCall]:
+    """operation -> what a host runs for it, from the rows: the host's manager's dispatch."""
+    return {t.operation: t.host_call for t in ACTIONS.values() if t.operation and t.host_call}
+
+
+def recovery_rule(task_state: str) -> tuple[Transition, Recovery] | None:
+    """The action an interrupted ``task_state`` belongs to and heal's rule for it (None: no row
+    has one; a move's task states are its flow's to recover)."""
+    for t in ACTIONS.values():
+        rule = t.recovery.get(task_state)
+        if rule is not None:
+            return t, rule
+    return None
+
+
+class _RecoveryRules(Mapping[str, tuple[str, Recovery]]):
+    """task state -> (action, heal's rule): a view of the rows' ``recovery``, not a copy."""
+
+    def __getitem__(self, task_state: str) -> tuple[str, Recovery]:
+        found = recovery_rule(task_state)
+        if found is None:
+            raise KeyError(task_state)
+        return found[0].action, found[1]
+
+    def __iter__(self) -> Iterator[str]:
+        return (task for t in ACTIONS.values() for task in t.recovery)
+
+    def __len__(self) -> int:
+        return sum(len(t.recovery) for t in ACTIONS.values())
+
+
+RECOVERY_RULES: Mapping[str, tuple[str, Recovery]] = _RecoveryRules()
 
 
 def resolve(action: str, options: Mapping[str, Any] | None = None) -> tuple[Transition, dict[str, Any]]:
@@ -782,7 +945,7 @@ def state_table_markdown() -> str:
         if t.keeps_stopped:
             end += " (stopped stays stopped)"
         power = POWER_STATE_NAMES[t.end_power_state] if t.end_power_state is not None else "-"
-        passes = " -> ".join(p.value for p in t.passes) or "-"
+        passes = " -> ".join(str(p) for p in t.passes) or "-"
         failure = t.on_failure.value if t.on_failure else ("where it was" if t.compute else "-")
         options = ", ".join(t.options.model_fields) if t.options is not None else "-"
         checks = ", ".join(

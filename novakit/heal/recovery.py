@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -16,7 +17,7 @@ from novakit.compute.messages import (
     Event,
     InstanceResult,
 )
-from novakit.compute.states import ACTIONS, PowerState, TaskState, VmState
+from novakit.compute.states import ACTIONS, RECOVERY_RULES, PowerState, Recovery, TaskState, VmState
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import Instance, InstanceAction, utcnow
@@ -33,37 +34,15 @@ from novakit.heal.base import (
 )
 from novakit.heal.moves import MOVE_TASKS, is_unshelve
 
-# What heal does with an interrupted task (module docstring):
-#   finish     the action happened: record where it ends, with the guest's power state
-#   retry      run the action's operation on the host again and record its result
-#   retry_hard a soft reboot becomes a hard one (the task state too)
-#   roll_back  it did not happen: the task is cleared, the vm_state stays
-#   error      the instance goes to error with a fault
-Step = Literal["finish", "retry", "retry_hard", "roll_back", "error"]
-T, P = TaskState, PowerState
-#: task_state -> (the state table's action, {guest power state: step}, step for any other)
-TASK_RULES: dict[TaskState, tuple[str, dict[PowerState, Step], Step]] = {
-    T.DELETING: ("delete", {}, "retry"),
-    T.POWERING_OFF: ("stop", {P.SHUTDOWN: "finish", P.CRASHED: "finish"}, "retry"),
-    T.POWERING_ON: ("start", {P.RUNNING: "finish"}, "retry"),
-    T.REBOOTING: ("reboot", {P.RUNNING: "retry"}, "retry_hard"),
-    T.REBOOT_STARTED: ("reboot", {P.RUNNING: "finish"}, "retry_hard"),
-    T.REBOOTING_HARD: ("reboot_hard", {}, "retry"),
-    T.REBOOT_STARTED_HARD: ("reboot_hard", {P.RUNNING: "finish"}, "retry"),
-    T.PAUSING: ("pause", {P.PAUSED: "finish"}, "roll_back"),
-    T.UNPAUSING: ("unpause", {P.RUNNING: "finish", P.PAUSED: "retry"}, "roll_back"),
-    T.SUSPENDING: ("suspend", {P.SUSPENDED: "finish"}, "roll_back"),
-    T.RESUMING: ("resume", {P.RUNNING: "finish", P.SUSPENDED: "retry"}, "roll_back"),
-    T.REBUILDING: ("rebuild", {}, "error"),
-    T.REBUILD_BLOCK_DEVICE_MAPPING: ("rebuild", {}, "error"),
-    T.REBUILD_SPAWNING: ("rebuild", {}, "error"),
-}
+#: task_state -> (the state table's action, heal's rule): read from the rows (each row's
+#: ``recovery``, next to the action it recovers), not a copy of them
+TASK_RULES: Mapping[str, tuple[str, Recovery]] = RECOVERY_RULES
 _STEP_SAYS = {
     "finish": "the guest shows it happened: recorded as done",
     "retry": "run again on the host",
     "retry_hard": "the guest is not running: rebooted hard instead",
     "roll_back": "it did not happen: the task is cleared and the server stays as it was",
-    "error": "an interrupted rebuild leaves the server in error",
+    "error": "an interrupted {action} leaves the server in error",
 }
 
 
@@ -91,17 +70,17 @@ class TaskRecovery(HealerBase):
         moving = task in MOVE_TASKS or is_unshelve(task, s.vm_state)
         if moving or (task == TaskState.REBUILDING.value and self._evacuating(s.uuid)):
             return self._recover_move(s, power, host, dry_run)  # novakit.heal.moves
-        rule = TASK_RULES.get(TaskState(task)) if task in TaskState._value2member_map_ else None
+        rule = TASK_RULES.get(task)
         action: str | None = None
         if rule is None:
             step, says = "clear", "an unknown task: cleared, the power state recorded"
         else:
-            action, by_power, otherwise = rule
-            if power is None and action != "delete":
+            action, recovery = rule
+            if power is None and None not in recovery.by_power:
                 step, says = "vanished", "the guest vanished: the server is in error"
             else:
-                step = "finish" if power is None else by_power.get(power, otherwise)
-                says = _STEP_SAYS[step]
+                step = recovery.by_power.get(power, recovery.otherwise)
+                says = _STEP_SAYS[step].format(action=action)
         c = Correction(
             kind="task_recovered",
             instance=s.uuid,
@@ -178,11 +157,9 @@ class TaskRecovery(HealerBase):
         return self.ctx
 
     def _retry_options(self, action: str | None) -> dict[str, Any]:
-        if action == "stop":
-            return {"timeout": self.conf.compute.shutdown_timeout}
-        if action in ("reboot", "reboot_hard"):
-            return {"reboot_type": "HARD" if action == "reboot_hard" else "SOFT"}
-        return {}
+        """The host options an operation run again takes (its row's ``retry_options``)."""
+        t = ACTIONS.get(action) if action is not None else None
+        return t.retry_options(self.conf) if t is not None and t.retry_options is not None else {}
 
     def _outcome(
         self,

@@ -250,6 +250,8 @@ class ServerActionModule(NovakitModule):
         "action": {
             "type": "str",
             "required": True,
+            # Literal, as in DOCUMENTATION, for ansible-doc: the state table's actions that are no
+            # power state of the server module (states.MODULE_ACTIONS); a unit test keeps them equal.
             "choices": [
                 "reboot",
                 "rebuild",

@@ -54,3 +54,13 @@ def test_readmes_state_table_is_the_generated_one() -> None:
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert state_table_markdown() in readme, "regenerate README's table with `novakit states`"
+
+
+def test_server_action_offers_exactly_the_tables_actions_the_server_module_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new action's row is followed by its name in server_action's literal choices (the
+    power states and delete stay the server module's ``state``): this test names what is missing."""
+    server_action = module("server_action", monkeypatch)
+    offered = choices(server_action, "ServerActionModule", "action")
+    assert sorted(offered) == sorted(states.MODULE_ACTIONS)

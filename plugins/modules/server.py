@@ -132,7 +132,10 @@ options:
     type: list
     elements: str
   key_name:
-    description: Key pair name recorded with the server.
+    description:
+      - A key pair of the caller (M(novakit.cloud.keypair)) for a new server; its public key reaches the guest
+        through the config drive (C(public_keys) in C(meta_data.json), C(ssh_authorized_keys) in the cloud-config).
+      - One the caller does not have is refused (Nova's C(Invalid key_name provided)), with nothing created.
     type: str
   scheduler_hints:
     description:

@@ -78,6 +78,12 @@ options:
         a rebuild keeps the password the server had.
       - Refused for a server without a config drive, or on a host whose driver cannot set it.
     type: str
+  key_name:
+    description:
+      - A key pair of the caller (M(novakit.cloud.keypair)) whose public key the rebuilt guest gets,
+        for O(action=rebuild); without it a rebuild keeps the key the server had.
+    type: str
+    version_added: 0.2.0
   flavor:
     description: The new flavor (name or id), for O(action=resize) (required).
     type: str
@@ -233,6 +239,7 @@ OPTION_NAMES = {
     "metadata": "metadata",
     "user_data": "user_data",
     "admin_password": "admin_password",
+    "key_name": "key_name",
     "flavor": "flavor",
     "host": "host",
 }
@@ -279,6 +286,7 @@ class ServerActionModule(NovakitModule):
         "metadata": {"type": "dict"},
         "user_data": {"type": "str", "no_log": True},
         "admin_password": {"type": "str", "no_log": True},
+        "key_name": {"type": "str", "no_log": False},
         "flavor": {"type": "str"},
         "host": {"type": "str"},
         "image_name": {"type": "str"},

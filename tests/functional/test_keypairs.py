@@ -332,3 +332,16 @@ def test_the_keypair_module_imports_generates_keeps_and_deletes(
     assert run("keypair", {"name": "laptop", "state": "absent"})["changed"]
     assert run("keypair", {"name": "laptop", "state": "absent"})["changed"] is False
     assert [k["name"] for k in keypairs.list_keypairs(cloud.db, cloud.admin)] == ["deploy"]
+
+
+def test_the_server_modules_take_key_name(cloud: Cloud, run: Any) -> None:  # noqa: F811
+    create(cloud, cloud.admin, name="old", public_key=ED25519)
+    create(cloud, cloud.admin, name="new", public_key=RSA)
+    made = run("server", {"name": "mod", "flavor": "m1.small", "image": "tiny", "key_name": "old"})
+    assert made["server"]["key_name"] == "old", made
+    refused = run("server", {"name": "other", "flavor": "m1.small", "image": "tiny", "key_name": "nope"})
+    assert refused["failed"] and "Invalid key_name provided" in refused["msg"]
+    rebuilt = run("server_action", {"server": "mod", "action": "rebuild", "image": "tiny", "key_name": "new"})
+    assert rebuilt["changed"], rebuilt
+    server = cloud.api.get(cloud.admin, "mod")
+    assert server["key_name"] == "new" and guest(cloud, server)["ssh_authorized_keys"] == [RSA]

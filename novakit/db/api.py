@@ -332,13 +332,7 @@ def instance_update(
     time (or it has none). A write that ends the task (``task_state`` None)
     also clears its owner and lease.
     """
-    values = {
-        k: (v.value if hasattr(v, "value") and not isinstance(v, int) else v) for k, v in values.items()
-    }
-    values.setdefault("updated_at", utcnow())
-    if "task_state" in values and values["task_state"] is None:
-        values.setdefault("task_owner", None)
-        values.setdefault("task_lease_until", None)
+    values = _column_values(values)
     owner_key = None if expected_owner is UNSET else ((None,) if expected_owner is None else ("owner",))
     stmt = _guarded_update(
         tuple(sorted(values)),
@@ -354,14 +348,48 @@ def instance_update(
     if lease_expired_at is not None:
         params["w_now"] = lease_expired_at
     result = session.execute(stmt, params)
-    if result.rowcount == 1:  # type: ignore[attr-defined]
-        if "display_name" in values:
-            # The name is the project's across every cell: the mapping's unique key holds it.
-            mappings.rename(session, uuid, values["display_name"])
-        if not fetch:
-            return None  # type: ignore[return-value]
-        stmt = select(Instance).where(Instance.uuid == uuid).execution_options(populate_existing=True)
-        return session.execute(stmt).scalar_one()
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise _not_written(
+            session,
+            uuid,
+            expected_task_state,
+            expected_vm_state,
+            expected_lock,
+            expected_owner,
+            lease_expired_at,
+        )
+    if "display_name" in values:
+        # The name is the project's across every cell: the mapping's unique key holds it.
+        mappings.rename(session, uuid, values["display_name"])
+    if not fetch:
+        return None  # type: ignore[return-value]
+    stmt = select(Instance).where(Instance.uuid == uuid).execution_options(populate_existing=True)
+    return session.execute(stmt).scalar_one()
+
+
+def _column_values(values: dict[str, Any]) -> dict[str, Any]:
+    """What ``instance_update`` writes: enums as their values, ``updated_at`` now, and a task's
+    owner and lease cleared with the task."""
+    values = {
+        k: (v.value if hasattr(v, "value") and not isinstance(v, int) else v) for k, v in values.items()
+    }
+    values.setdefault("updated_at", utcnow())
+    if "task_state" in values and values["task_state"] is None:
+        values.setdefault("task_owner", None)
+        values.setdefault("task_lease_until", None)
+    return values
+
+
+def _not_written(
+    session: Session,
+    uuid: str,
+    expected_task_state: Any,
+    expected_vm_state: Any,
+    expected_lock: tuple[bool, str | None] | None,
+    expected_owner: Any,
+    lease_expired_at: dt.datetime | None,
+) -> exceptions.NovakitError:
+    """Why a guarded write changed nothing, from the row as it is now: the error to raise."""
     # Read afresh: the session may hold the row as it was before the other writer's commit.
     current = session.execute(
         select(Instance)
@@ -369,12 +397,12 @@ def instance_update(
         .execution_options(populate_existing=True)
     ).scalar_one_or_none()
     if current is None:
-        raise exceptions.InstanceNotFound(instance_id=uuid)
+        return exceptions.InstanceNotFound(instance_id=uuid)
     if expected_lock is not None and (bool(current.locked), current.locked_by) != expected_lock:
         if current.locked:
-            raise exceptions.InstanceIsLocked(uuid, current.locked_reason)
+            return exceptions.InstanceIsLocked(uuid, current.locked_reason)
         expected_desc_lock = "locked" if expected_lock[0] else "unlocked"
-        raise exceptions.UnexpectedTaskStateError(
+        return exceptions.UnexpectedTaskStateError(
             instance_uuid=uuid, expected=expected_desc_lock, actual="its lock changed meanwhile"
         )
     expected_desc = []
@@ -394,7 +422,7 @@ def instance_update(
         if current.task_state == TaskState.DELETING.value
         else exceptions.UnexpectedTaskStateError
     )
-    raise cls(instance_uuid=uuid, expected=", ".join(expected_desc), actual=actual)
+    return cls(instance_uuid=uuid, expected=", ".join(expected_desc), actual=actual)
 
 
 def _describe(expected: Any) -> str:

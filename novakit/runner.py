@@ -182,10 +182,7 @@ def _prepare(
     on_event: EventHandler | None,
 ) -> tuple[dict[str, Any], RunResult, _Run]:
     ident = ident or uuid.uuid4().hex
-    if private_data_dir is not None:
-        run_dir = _Run(files.private_dir(private_data_dir), remove=False)
-    else:
-        run_dir = _Run(Path(tempfile.mkdtemp(prefix="novakit-runner-")), remove=not keep_artifacts)
+    run_dir = _run_dir(private_data_dir, keep_artifacts)
     _forget_secrets(run_dir)
     extravars = dict(extravars or {})
     if request_id:
@@ -194,6 +191,62 @@ def _prepare(
     rid = context.run_request_id(
         extravars, {**os.environ, **(envvars or {})}
     ) or context.normalize_request_id(ident)
+    env = _run_env(rid, envvars)
+    if extravars:
+        _write_extravars(run_dir, extravars)
+
+    def handler(event: dict[str, Any]) -> bool:
+        if event.get("event") == "playbook_on_start":
+            # ansible-playbook has read its extra variables before it starts the playbook.
+            _forget_extravars(run_dir)
+        if on_event is not None:
+            on_event(event)
+        return True  # keep the event in the artifacts
+
+    kwargs: dict[str, Any] = {
+        "private_data_dir": str(run_dir.private),
+        "playbook": playbook_path(playbook, env),
+        # ansible-runner runs from its private directory: a relative path would name nothing there.
+        "inventory": str(Path(inventory).resolve() if inventory else default_inventory()),
+        # In memory only: with suppress_env_files ansible-runner writes no env/envvars.
+        "envvars": env,
+        "suppress_env_files": True,
+        "ident": ident,
+        "quiet": True,
+        "verbosity": verbosity,
+        "event_handler": handler,
+        "status_handler": _status_handler,
+        "cmdline": "--check --diff" if check else None,
+    }
+    result = RunResult(
+        status="unstarted",
+        rc=-1,
+        ident=ident,
+        request_id=rid,
+        artifact_dir=run_dir.private / "artifacts" / ident,
+    )
+    return kwargs, result, run_dir
+
+
+def _run_dir(private_data_dir: str | os.PathLike[str] | None, keep_artifacts: bool) -> _Run:
+    """The caller's private data directory, kept; else a new one, removed at the end unless
+    ``keep_artifacts``."""
+    if private_data_dir is not None:
+        return _Run(files.private_dir(private_data_dir), remove=False)
+    return _Run(Path(tempfile.mkdtemp(prefix="novakit-runner-")), remove=not keep_artifacts)
+
+
+def _write_extravars(run_dir: _Run, extravars: dict[str, Any]) -> None:
+    """ansible-runner passes env/extravars to ansible-playbook as -e @file when it is there;
+    handed to ansible-runner instead, they would be on the command line, in `ps` for all."""
+    files.private_dir(run_dir.env_dir)
+    with files.open_private(run_dir.env_dir / "extravars", "w", encoding="utf-8") as fh:
+        json.dump(extravars, fh)
+
+
+def _run_env(rid: str, envvars: dict[str, str] | None) -> dict[str, str]:
+    """ansible-playbook's environment: this interpreter's ansible-playbook, novakit's callback,
+    the run's request id, the caller's NOVAKIT_ settings and ``envvars``, the collections."""
     env = {
         # The ansible-playbook next to this interpreter, so that modules run where novakit is installed.
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -211,49 +264,13 @@ def _prepare(
     collections += [given] if given else []
     if collections:
         env["ANSIBLE_COLLECTIONS_PATH"] = os.pathsep.join(collections)
-    if extravars:
-        # ansible-runner passes env/extravars to ansible-playbook as -e @file when it is there;
-        # handed to ansible-runner instead, they would be on the command line, in `ps` for all.
-        files.private_dir(run_dir.env_dir)
-        with files.open_private(run_dir.env_dir / "extravars", "w", encoding="utf-8") as fh:
-            json.dump(extravars, fh)
+    return env
 
-    def handler(event: dict[str, Any]) -> bool:
-        if event.get("event") == "playbook_on_start":
-            # ansible-playbook has read its extra variables before it starts the playbook.
-            _forget_extravars(run_dir)
-        if on_event is not None:
-            on_event(event)
-        return True  # keep the event in the artifacts
 
-    def status_handler(data: dict[str, Any], runner_config: Any = None) -> None:
-        # "running" comes after ansible-runner has recorded the command and before it starts it.
-        if data.get("status") == "running" and runner_config is not None:
-            _scrub_command(Path(runner_config.artifact_dir))
-
-    kwargs: dict[str, Any] = {
-        "private_data_dir": str(run_dir.private),
-        "playbook": playbook_path(playbook, env),
-        # ansible-runner runs from its private directory: a relative path would name nothing there.
-        "inventory": str(Path(inventory).resolve() if inventory else default_inventory()),
-        # In memory only: with suppress_env_files ansible-runner writes no env/envvars.
-        "envvars": env,
-        "suppress_env_files": True,
-        "ident": ident,
-        "quiet": True,
-        "verbosity": verbosity,
-        "event_handler": handler,
-        "status_handler": status_handler,
-        "cmdline": "--check --diff" if check else None,
-    }
-    result = RunResult(
-        status="unstarted",
-        rc=-1,
-        ident=ident,
-        request_id=rid,
-        artifact_dir=run_dir.private / "artifacts" / ident,
-    )
-    return kwargs, result, run_dir
+def _status_handler(data: dict[str, Any], runner_config: Any = None) -> None:
+    # "running" comes after ansible-runner has recorded the command and before it starts it.
+    if data.get("status") == "running" and runner_config is not None:
+        _scrub_command(Path(runner_config.artifact_dir))
 
 
 def _finish(runner: Any, result: RunResult, run_dir: _Run) -> RunResult:

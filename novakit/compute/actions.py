@@ -82,14 +82,21 @@ def fault_view(fault: InstanceFault, ctx: RequestContext) -> dict[str, Any]:
 # --- actions -----------------------------------------------------------------------
 
 
-def action_start(session: Session, ctx: RequestContext, instance_uuid: str, action: str) -> InstanceAction:
-    existing = session.execute(
+def _request_action(
+    session: Session, ctx: RequestContext, instance_uuid: str, action: str
+) -> InstanceAction | None:
+    """The instance's ``action`` recorded by ``ctx``'s request, if it was."""
+    return session.execute(
         select(InstanceAction).where(
             InstanceAction.instance_uuid == instance_uuid,
             InstanceAction.request_id == ctx.request_id,
             InstanceAction.action == action,
         )
     ).scalar_one_or_none()
+
+
+def action_start(session: Session, ctx: RequestContext, instance_uuid: str, action: str) -> InstanceAction:
+    existing = _request_action(session, ctx, instance_uuid, action)
     if existing is not None:
         return existing
     row = InstanceAction(
@@ -177,17 +184,22 @@ def _action_for(session: Session, ctx: RequestContext, instance_uuid: str) -> In
     return row
 
 
+def _event_columns(event: Event, action_id: int) -> dict[str, Any]:
+    """A host's event as its row holds it (naive UTC times)."""
+    return {
+        "event": event.event,
+        "action_id": action_id,
+        "start_time": event.start_time.replace(tzinfo=None),
+        "finish_time": event.finish_time.replace(tzinfo=None) if event.finish_time else None,
+        "result": event.result,
+        "traceback": event.traceback,
+        "host": event.host,
+        "details": event.details,
+    }
+
+
 def _add_event(session: Session, action: InstanceAction, event: Event) -> InstanceActionEvent:
-    row = InstanceActionEvent(
-        event=event.event,
-        action_id=action.id,
-        start_time=event.start_time.replace(tzinfo=None),
-        finish_time=event.finish_time.replace(tzinfo=None) if event.finish_time else None,
-        result=event.result,
-        traceback=event.traceback,
-        host=event.host,
-        details=event.details,
-    )
+    row = InstanceActionEvent(**_event_columns(event, action.id))
     session.add(row)
     if event.result == "Error":
         action.message = "Error"
@@ -216,33 +228,14 @@ def record_events_many(
     the look-up is then the finishing update itself, returning the actions' ids.
     """
     if finish is not None:
-        uuids = list(events)
-        if not uuids:
+        if not events:
             return
-        params = {"request_id": ctx.request_id, "action": finish, "now": utcnow()}
-        if len(uuids) == 1:
-            rows = session.execute(
-                _FINISH_ONE, {**params, "uuid": uuids[0]}, bind_arguments=ON_INSTANCES
-            ).all()
-        else:
-            rows = session.execute(
-                _FINISH_MANY, {**params, "uuids": uuids}, bind_arguments=ON_INSTANCES
-            ).all()
-        action_ids = dict(rows)
+        action_ids = _finish_actions(session, ctx, list(events), finish)
     events = {uuid: evs for uuid, evs in events.items() if evs}
     if not events:
         return
     if finish is None:
-        action_ids = dict(
-            session.execute(
-                select(InstanceAction.instance_uuid, func.max(InstanceAction.id))
-                .where(
-                    one_of(InstanceAction.instance_uuid, list(events)),
-                    InstanceAction.request_id == ctx.request_id,
-                )
-                .group_by(InstanceAction.instance_uuid)
-            ).all()
-        )
+        action_ids = _latest_actions(session, ctx, list(events))
     missing = sorted(events.keys() - action_ids.keys())
     if missing:
         raise exceptions.NotFound(
@@ -251,20 +244,7 @@ def record_events_many(
         )
     session.execute(
         _INSERT_EVENT,
-        [
-            {
-                "event": event.event,
-                "action_id": action_ids[uuid],
-                "start_time": event.start_time.replace(tzinfo=None),
-                "finish_time": event.finish_time.replace(tzinfo=None) if event.finish_time else None,
-                "result": event.result,
-                "traceback": event.traceback,
-                "host": event.host,
-                "details": event.details,
-            }
-            for uuid, evs in events.items()
-            for event in evs
-        ],
+        [_event_columns(event, action_ids[uuid]) for uuid, evs in events.items() for event in evs],
     )
     failed = [action_ids[uuid] for uuid, evs in events.items() if any(e.result == "Error" for e in evs)]
     if failed:
@@ -274,6 +254,27 @@ def record_events_many(
             .values(message="Error")
             .execution_options(synchronize_session=False)
         )
+
+
+def _finish_actions(session: Session, ctx: RequestContext, uuids: list[str], finish: str) -> dict[str, int]:
+    """The request's ``finish`` actions of the instances finished, by instance: their ids."""
+    params = {"request_id": ctx.request_id, "action": finish, "now": utcnow()}
+    if len(uuids) == 1:
+        rows = session.execute(_FINISH_ONE, {**params, "uuid": uuids[0]}, bind_arguments=ON_INSTANCES).all()
+    else:
+        rows = session.execute(_FINISH_MANY, {**params, "uuids": uuids}, bind_arguments=ON_INSTANCES).all()
+    return dict(rows)  # type: ignore[arg-type]
+
+
+def _latest_actions(session: Session, ctx: RequestContext, uuids: list[str]) -> dict[str, int]:
+    """The latest action of each instance in this request, by instance: its id."""
+    return dict(
+        session.execute(  # type: ignore[arg-type]
+            select(InstanceAction.instance_uuid, func.max(InstanceAction.id))
+            .where(one_of(InstanceAction.instance_uuid, uuids), InstanceAction.request_id == ctx.request_id)
+            .group_by(InstanceAction.instance_uuid)
+        ).all()
+    )
 
 
 def end_task(
@@ -468,13 +469,7 @@ def failure_of(session: Session, ctx: RequestContext, instance_uuid: str, action
     status cannot tell, its action's message (``Error``) does. The answer names the failed
     events and the fault recorded with them, as ``ctx`` may see it.
     """
-    row = session.execute(
-        select(InstanceAction).where(
-            InstanceAction.instance_uuid == instance_uuid,
-            InstanceAction.request_id == ctx.request_id,
-            InstanceAction.action == action,
-        )
-    ).scalar_one_or_none()
+    row = _request_action(session, ctx, instance_uuid, action)
     if row is None or row.message != "Error":
         return None
     steps = [e.event for e in row.events if e.result == "Error"]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -141,13 +142,44 @@ def boot_command(
     column: list[str] | None = COLUMN,
 ) -> None:
     """Boot servers with novakit.cloud.boot through ansible-runner, showing its progress."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
     from novakit import runner
 
     if user_data is not None and not user_data.is_file():
         fail(f"--user-data: no such file: {user_data}")
     text = user_data.read_text() if user_data is not None else None
+    result = _with_progress(
+        lambda on_event: runner.boot(
+            name,
+            flavor=flavor,
+            image=image,
+            count=count,
+            inventory=inventory,
+            user_data=text,
+            check=check,
+            keep_artifacts=keep_artifacts,
+            on_event=on_event,
+        )
+    )
+    servers = result.servers
+    form = guard(lambda: output.chosen(fmt, out))
+    if form in (Format.json, Format.yaml) and not column:
+        output.dump({"ok": result.ok, "request_id": result.request_id, "servers": servers}, form)
+    else:
+        columns = [Col("ID", "id"), Col("Name", "name"), Col("Status", "status"), Col("Host", "host")]
+        columns.append(Col("Networks", "addresses"))
+        guard(lambda: output.emit_list(servers, columns, form, None, column, f"request {result.request_id}"))
+    if result.artifact_dir is not None:
+        err_console.print(
+            f"the run's artifacts are in {result.artifact_dir}", highlight=False, soft_wrap=True
+        )
+    if not result.ok:
+        _boot_failed(result)
+
+
+def _with_progress(run: Callable[[Callable[[dict[str, Any]], None]], Any]) -> Any:
+    """``run(on_event)`` with a spinner naming the playbook's current task."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -162,40 +194,19 @@ def boot_command(
             if event.get("event") == "playbook_on_task_start" and data.get("task"):
                 progress.update(task, description=escape(str(data["task"])))
 
-        result = guard(
-            lambda: runner.boot(
-                name,
-                flavor=flavor,
-                image=image,
-                count=count,
-                inventory=inventory,
-                user_data=text,
-                check=check,
-                keep_artifacts=keep_artifacts,
-                on_event=on_event,
-            )
-        )
-    servers = result.servers
-    form = guard(lambda: output.chosen(fmt, out))
-    if form in (Format.json, Format.yaml) and not column:
-        output.dump({"ok": result.ok, "request_id": result.request_id, "servers": servers}, form)
-    else:
-        columns = [Col("ID", "id"), Col("Name", "name"), Col("Status", "status"), Col("Host", "host")]
-        columns.append(Col("Networks", "addresses"))
-        guard(lambda: output.emit_list(servers, columns, form, None, column, f"request {result.request_id}"))
-    if result.artifact_dir is not None:
-        err_console.print(
-            f"the run's artifacts are in {result.artifact_dir}", highlight=False, soft_wrap=True
-        )
-    if not result.ok:
-        if result.artifact_dir is None:
-            # The run's directory is gone: its output's end says which task failed and why.
-            tail = "\n".join(result.stdout.rstrip().splitlines()[-BOOT_FAILURE_LINES:])
-            err_console.print(escape(tail), highlight=False, soft_wrap=True)
-        err_console.print(
-            f"ansible-playbook failed (rc {result.rc})"
-            + ("" if result.artifact_dir is not None else "; --keep-artifacts keeps the whole run"),
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(1)
+        return guard(lambda: run(on_event))
+
+
+def _boot_failed(result: Any) -> NoReturn:
+    """Say why the boot playbook failed (its output's end, when its directory is gone), exit 1."""
+    if result.artifact_dir is None:
+        # The run's directory is gone: its output's end says which task failed and why.
+        tail = "\n".join(result.stdout.rstrip().splitlines()[-BOOT_FAILURE_LINES:])
+        err_console.print(escape(tail), highlight=False, soft_wrap=True)
+    err_console.print(
+        f"ansible-playbook failed (rc {result.rc})"
+        + ("" if result.artifact_dir is not None else "; --keep-artifacts keeps the whole run"),
+        highlight=False,
+        soft_wrap=True,
+    )
+    raise typer.Exit(1)

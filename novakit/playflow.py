@@ -66,18 +66,8 @@ def schedule(
     reschedules to nothing else) and the hosts of the deletes, so that the
     playbook can set up its build loop once.
     """
-    data = {k: v for k, v in server.items() if v is not None}
-    if "count" in data:
-        data["max_count"] = data.pop("count")
-    if "nics" in data or "networks" in data:
-        from novakit.network.allocation import nic_requests
-
-        # The server module's ``nics`` (openstack.cloud's) and the playbook's ``networks``, one list.
-        data["networks"] = nic_requests(data.pop("networks", None), "networks") + nic_requests(
-            data.pop("nics", None)
-        )
     try:
-        outcome = api.create_servers(ctx, data, dry_run=dry_run, declarative=True)
+        outcome = api.create_servers(ctx, _create_request(server), dry_run=dry_run, declarative=True)
     except exceptions.ValidationError as exc:
         # The playbook's variable is count: the error names it so.
         errors = [("count" if f == "max_count" else f, r) for f, r in exc.errors]
@@ -88,24 +78,7 @@ def schedule(
     # As they were before this step: the servers it recorded did not exist.
     before = states_of([s for s in [*outcome.servers, *outcome.surplus] if s["id"] not in outcome.created])
     if dry_run:
-        chosen = outcome.would_schedule_to
-        known = {s["name"] for s in outcome.servers}
-        gone = {s["name"] for s in (deletes["servers"] if deletes else []) if s["id"] in deleting}
-        planned = {n: {"status": "ACTIVE", "host": h} for n, h in chosen.items() if n not in known}
-        return {
-            "before": before,
-            "after": {**{n: v for n, v in before.items() if n not in gone}, **planned},
-            "changed": outcome.changed or bool(deleting),
-            "request_id": ctx.request_id,
-            "instances": outcome.uuids,
-            "servers": outcome.servers,
-            "requests": [],
-            "would_schedule_to": chosen,
-            "would_create": [n for n in chosen if n not in known],
-            "would_delete": sorted(gone, key=[s["name"] for s in outcome.surplus].index),
-            "hosts": sorted({h for h in chosen.values() if h}),
-            "round_hosts": [],
-        }
+        return _scheduled_in_check_mode(ctx, outcome, deletes, before)
     requests = _schedule_unbuilt(api, ctx, outcome.unbuilt, picked_up=outcome.records is None)
     destroys = [ComputeRequest.model_validate(r) for r in deletes["requests"]] if deletes else []
     everything = [*outcome.uuids, *deleting]
@@ -122,6 +95,47 @@ def schedule(
             for k, v in summary(api, ctx, everything).items()
             if k in ("servers", "report", "failed_servers")
         },
+    }
+
+
+def _create_request(server: dict[str, Any]) -> dict[str, Any]:
+    """The boot play's server as ``create_servers`` takes it: ``count`` is ``max_count``, the
+    server module's ``nics`` (openstack.cloud's) and the playbook's ``networks`` one list."""
+    data = {k: v for k, v in server.items() if v is not None}
+    if "count" in data:
+        data["max_count"] = data.pop("count")
+    if "nics" in data or "networks" in data:
+        from novakit.network.allocation import nic_requests
+
+        data["networks"] = nic_requests(data.pop("networks", None), "networks") + nic_requests(
+            data.pop("nics", None)
+        )
+    return data
+
+
+def _scheduled_in_check_mode(
+    ctx: RequestContext, outcome: Any, deletes: dict[str, Any] | None, before: dict[str, Any]
+) -> dict[str, Any]:
+    """Play 1's answer in check mode: where each new server would go, which would be created
+    and which deleted, and the servers after."""
+    deleting = deletes["instances"] if deletes else []
+    chosen = outcome.would_schedule_to
+    known = {s["name"] for s in outcome.servers}
+    gone = {s["name"] for s in (deletes["servers"] if deletes else []) if s["id"] in deleting}
+    planned = {n: {"status": "ACTIVE", "host": h} for n, h in chosen.items() if n not in known}
+    return {
+        "before": before,
+        "after": {**{n: v for n, v in before.items() if n not in gone}, **planned},
+        "changed": outcome.changed or bool(deleting),
+        "request_id": ctx.request_id,
+        "instances": outcome.uuids,
+        "servers": outcome.servers,
+        "requests": [],
+        "would_schedule_to": chosen,
+        "would_create": [n for n in chosen if n not in known],
+        "would_delete": sorted(gone, key=[s["name"] for s in outcome.surplus].index),
+        "hosts": sorted({h for h in chosen.values() if h}),
+        "round_hosts": [],
     }
 
 

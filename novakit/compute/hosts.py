@@ -713,6 +713,8 @@ def list_hosts(
                 "cached_images": list(node.cached_images or []),
                 "driver": node.driver.get("driver") if node.driver else None,
                 "cell": cell_of.get(node.host),
+                # enforced / none (the operator's word) / unsupported: SecurityGroupFilter reads it
+                "security_groups": (node.stats or {}).get("security_groups", "unsupported"),
             }
         )
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from novakit.compute import hosts
 from novakit.compute.rpc import ComputeRPC
 from novakit.context import RequestContext
 from novakit.heal import heal
@@ -102,6 +103,9 @@ def test_a_host_that_cannot_filter_gets_no_server_with_groups_unless_marked_none
     served = boot(cloud, ctx, "open", security_groups=["default"], **nic)
     assert served["host"] == "compute-2"
     assert _on_host(cloud, served) is None
+    # What the operator sees of each host.
+    said = {h["host"]: h["security_groups"] for h in hosts.list_hosts(cloud.db, cloud.conf)}
+    assert said == {"compute-1": "unsupported", "compute-2": "none", "compute-3": "unsupported"}
 
 
 def test_heal_applies_a_filter_that_differs_again_and_removes_one_of_a_gone_port(

@@ -97,7 +97,8 @@ class NovakitModule:
         A module sees no play variables: the run's request id reaches it through the
         environment only (the callback's id, the AWX job id, the ansible-runner ident).
         """
-        return context_from(self.params, extra_vars=self.extra_vars or None, identity=self.config().identity)
+        extra_vars = getattr(self, "extra_vars", None) or None
+        return context_from(self.params, extra_vars=extra_vars, identity=self.config().identity)
 
     def config(self) -> Any:
         from novakit.config import load_config

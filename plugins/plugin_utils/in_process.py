@@ -144,17 +144,19 @@ class InProcessAction(ActionBase):
         wanted = os.environ.get("NOVAKIT_MODULES_IN_PROCESS", "1") != "0"
         return HAS_NOVAKIT and wanted and connection in LOCAL_CONNECTIONS
 
+    def _run_vars(self, task_vars):
+        """The play's variables that name the run (a module sees none): an AWX job's
+        ``awx_job_id`` names the request even when the novakit callback is not enabled."""
+        return {name: self._templar.template(task_vars[name]) for name in RUN_VARS if name in task_vars}
+
     def _outcome(self, args, task_vars):
         environment: dict[str, Any] = {}
         self._compute_environment_string(raw_environment_out=environment)
         # This worker ends with the task: the task's environment is its own, as a module's would be.
         os.environ.update({str(k): str(v) for k, v in environment.items()})
-        # A module sees no play variables; here an AWX job's ``awx_job_id`` names the request
-        # even when the novakit callback is not enabled.
-        run_vars = {name: self._templar.template(task_vars[name]) for name in RUN_VARS if name in task_vars}
         try:
             runner = self.module(InProcess(args, bool(self._task.check_mode), bool(self._task.diff)))
-            runner.extra_vars = run_vars
+            runner.extra_vars = self._run_vars(task_vars)
             return runner.outcome()
         except Exception as exc:  # what a module process would end with: a failure, not a crash of Ansible
             failed = {"failed": True, "msg": f"{exc.__class__.__name__}: {exc}"}

@@ -200,18 +200,19 @@ def _run_environment(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str]) -
         monkeypatch.setenv(name, value)
 
 
-def _module_id(monkeypatch: pytest.MonkeyPatch, params: dict[str, Any]) -> str:
+def _module_id(monkeypatch: pytest.MonkeyPatch, params: dict[str, Any], run_vars: Any = None) -> str:
     base = _collection(monkeypatch, "module_utils.novakit").NovakitModule
-    module = SimpleNamespace(params=params, config=lambda: load_config())
+    module = SimpleNamespace(params=params, config=lambda: load_config(), extra_vars=run_vars or {})
     return str(base.context(module).request_id)
 
 
 def _action_id(monkeypatch: pytest.MonkeyPatch, args: dict[str, Any], task_vars: dict[str, Any]) -> str:
+    """The id of a module run in Ansible's worker (plugin_utils/in_process.py), seeing the run variables."""
     from ansible.template import Templar
 
     action = _collection(monkeypatch, "action.conductor").ActionModule
     step = SimpleNamespace(_templar=Templar(loader=None))
-    return str(action._context(step, args, task_vars, load_config()).request_id)
+    return _module_id(monkeypatch, args, action._run_vars(step, task_vars))
 
 
 @pytest.mark.parametrize(("extra_vars", "environ", "expected"), RUNS)

@@ -7,7 +7,8 @@ DOCUMENTATION = r"""
 module: quota
 short_description: Set a project's novakit quotas
 description:
-  - Sets a project's hard limits for instances, cores, RAM (MB), volumes and volume gigabytes;
+  - Sets a project's hard limits for instances, cores, RAM (MB), volumes and volume gigabytes,
+    security groups and their rules;
     V(-1) means unlimited.
     Options left out keep their current limit. Limits not set for a project come from the
     configuration (C([quota]) section).
@@ -41,6 +42,14 @@ options:
     description: Most GiB the project's volumes may add up to (Cinder's C(gigabytes)).
     type: int
     version_added: 0.2.0
+  security_groups:
+    description: Most security groups the project may have, its default group included (Neutron's C(security_group), 10).
+    type: int
+    version_added: 0.3.0
+  security_group_rules:
+    description: Most rules the project's security groups may hold together (Neutron's C(security_group_rule), 100).
+    type: int
+    version_added: 0.3.0
   key_pairs:
     description: Most key pairs each user of the project may have (Nova's C(key_pairs), counted per user).
     type: int
@@ -82,6 +91,12 @@ quota:
     gigabytes:
       description: GiB of volumes.
       type: dict
+    security_groups:
+      description: Security groups.
+      type: dict
+    security_group_rules:
+      description: Rules of the security groups.
+      type: dict
     key_pairs:
       description: Key pairs per user (C(in_use) is 0 here; each user's count is checked when it adds one).
       type: dict
@@ -90,7 +105,16 @@ quota:
 
 from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule  # noqa: E402
 
-RESOURCES = ("instances", "cores", "ram", "volumes", "gigabytes", "key_pairs")
+RESOURCES = (
+    "instances",
+    "cores",
+    "ram",
+    "volumes",
+    "gigabytes",
+    "key_pairs",
+    "security_groups",
+    "security_group_rules",
+)
 
 
 class QuotaModule(CatalogModule):

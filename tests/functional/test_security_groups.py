@@ -591,3 +591,11 @@ def test_an_admin_adds_the_servers_own_projects_group(cloud: Cloud, ctx: Request
     assert FilterRule("ingress", "IPv4", "tcp", 8080, 8080) in sg.effective_rules(
         cloud.db, _port_of(cloud, server)
     )
+
+
+def test_the_quota_module_sets_security_group_limits(cloud: Cloud, run: Any) -> None:  # noqa: F811
+    out = run("quota", {"name": "team-a", "security_groups": 3, "security_group_rules": 20})
+    assert out["changed"], out
+    assert out["quota"]["security_groups"] == {"limit": 3, "in_use": 0}
+    assert out["quota"]["security_group_rules"] == {"limit": 20, "in_use": 0}
+    assert not run("quota", {"name": "team-a", "security_groups": 3})["changed"]

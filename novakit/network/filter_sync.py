@@ -14,7 +14,6 @@ so a guest never starts unfiltered.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -25,6 +24,7 @@ from sqlalchemy import select
 from novakit.compute import rounds
 from novakit.compute.messages import ComputeRequest, NetworkSpec, PortFilterSpec
 from novakit.db.models import Port
+from novakit.network import effective_rules as records
 from novakit.network.filter_rules import FilterRule, rules_to_json
 
 if TYPE_CHECKING:
@@ -40,16 +40,9 @@ PortRules = Mapping[str, "list[FilterRule] | None"]
 
 def effective_rules(session: Session, port_uuids: Iterable[str]) -> dict[str, list[FilterRule]]:
     """The rules of each port (by uuid) that carries security groups; a port without groups is
-    left out (it is not filtered). The records' one answer (``security_groups.effective_rules``)."""
+    left out (it is not filtered). The records' one answer (``effective_rules.effective_rules``)."""
     uuids = sorted(set(port_uuids))
-    if not uuids:
-        return {}
-    try:
-        records = importlib.import_module("novakit.network.security_groups")
-    except ImportError:  # the records are not there yet: no port carries groups
-        return {}
-    rules: dict[str, list[FilterRule]] = records.effective_rules(session, uuids)
-    return rules
+    return records.effective_rules(session, uuids) if uuids else {}
 
 
 def with_filters(session: Session, networks: list[NetworkSpec]) -> list[NetworkSpec]:
@@ -115,6 +108,20 @@ def push_filters(rpc: ComputeRPC, request_id: str, ports: Iterable[str] | PortRu
             rules = {p: found.get(p) for p in wanted}
         bound = bound_ports(session, rules)
     return deliver(rpc, requests_for(request_id, bound, rules))
+
+
+def push_members(rpc: ComputeRPC, request_id: str, instance_uuids: Iterable[str]) -> dict[str, str]:
+    """The servers' new ports joined their groups: the other ports whose rules name those groups
+    as remote group get their filters again, with the new members' addresses (Neutron updates a
+    group's members on every port change). For ports that go, the ports to push are known only
+    before the delete: ``affected_ports(session, ports=...)`` then, ``push_filters`` after."""
+    uuids = sorted(set(instance_uuids))
+    if not uuids:
+        return {}
+    with rpc.db.reader() as session:
+        own = set(session.execute(select(Port.uuid).where(Port.device_id.in_(uuids))).scalars())
+        touched = [p.port_id for p in records.affected_ports(session, ports=own) if p.port_id not in own]
+    return push_filters(rpc, request_id, touched) if touched else {}
 
 
 def deliver(rpc: ComputeRPC, requests: list[ComputeRequest]) -> dict[str, str]:

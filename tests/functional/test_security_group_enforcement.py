@@ -82,6 +82,26 @@ def test_a_port_is_filtered_from_its_spawn_and_a_rule_change_reaches_its_host(
     assert _on_host(cloud, web) == _records(cloud, web)
 
 
+def test_the_members_of_a_group_learn_a_new_members_address(cloud: Cloud, ctx: RequestContext) -> None:
+    _net(cloud)
+    nic = {"networks": [{"net_id": "lan"}]}
+    first = boot(cloud, ctx, "first", **nic)  # default: ingress from its members only
+    second = boot(cloud, ctx, "second", **nic)
+    from_second = FilterRule("ingress", "IPv4", remote_ip_prefix=f"{second['addresses'][0]}/32")
+    assert from_second in _records(cloud, first)
+    assert _on_host(cloud, second) == _records(cloud, second)  # built with its rules
+    rpc = ComputeRPC(cloud.db, cloud.conf)
+    assert filter_sync.push_members(rpc, "req-members", [second["id"]]) == {}
+    assert _on_host(cloud, first) == _records(cloud, first)
+    # A member that goes: the others no longer let its address in (asked before the delete).
+    with cloud.db.reader() as session:
+        touched = [p.port_id for p in sg.affected_ports(session, ports=[_port(second)])]
+    cloud.api.delete(ctx, second["id"])
+    assert filter_sync.push_filters(rpc, "req-members", touched) == {}
+    assert from_second not in (_on_host(cloud, first) or set())
+    assert _on_host(cloud, first) == _records(cloud, first)
+
+
 def test_a_host_that_cannot_filter_gets_no_server_with_groups_unless_marked_none(
     cloud: Cloud, ctx: RequestContext
 ) -> None:

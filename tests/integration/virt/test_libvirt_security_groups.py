@@ -147,9 +147,8 @@ def test_groups_decide_who_reaches_whom_and_a_rule_change_applies_live(
         a = create("a", A, "default", ping=B)
         b = create("b", B, "default", ping=A)
         port_ids += [n["port_id"] for s in (a, b) for n in s["nics"]]
-        # b joined default after a was built: a's filter learns its new member (membership push).
-        with sqlite_db.reader() as session:
-            push([p.port_id for p in sg.affected_ports(session, ports=[port_ids[1]])])
+        # b joined default after a was built: a's filter learns its new member.
+        assert filter_sync.push_members(rpc, admin.request_id, [b["id"]]) == {}
         assert f"NOVAKIT-PING {B} ok" in _console(host_area, a, f"NOVAKIT-PING {B} ")
         assert f"NOVAKIT-PING {A} ok" in _console(host_area, b, f"NOVAKIT-PING {A} ")
         a_xml = system_conn.lookupByUUIDString(a["id"]).XMLDesc()

@@ -12,7 +12,7 @@ description:
   - With O(public_key) or O(public_key_file) the key is imported; without either, a new pair is
     generated (ed25519 unless O(algorithm=rsa)) and its private key is returned once, in the
     result's RV(keypair.private_key), and kept nowhere else. Set C(no_log) on the task so that it
-    is not shown: the registered result still holds it.
+    is not shown; the registered result still holds it.
   - A pair's key cannot change once created (as in Nova); another public key for an existing name is
     an error that says so. An existing pair without O(public_key) asked is left as it is.
 version_added: 0.2.0

@@ -124,6 +124,8 @@ class QuotaModule(CatalogModule):
     argument_spec = {
         "name": {"type": "str"},
         **{resource: {"type": "int"} for resource in RESOURCES},
+        # a count of key pairs, not a key
+        "key_pairs": {"type": "int", "no_log": False},
     }
 
     def project(self):

@@ -41,6 +41,12 @@ T = TaskState
 class Flow:
     """One move type, found by the name the state table's row gives it (``flows.FLOWS``)."""
 
+    #: how a move's destination is chosen (``choose_destination``): the action event that
+    #: records it, the task state it expects, the migration's statuses before and after
+    choice_event = "conductor_migrate_server"
+    choice_task: TaskState = T.RESIZE_PREP
+    choice_statuses = ("pre-migrating", "migrating")
+
     def __init__(self, services: Services) -> None:
         self.services = services
         self.db = services.db
@@ -111,54 +117,39 @@ class Flow:
         uuid: str,
         t: Transition,
         mig: str,
-        event: str,
         flavor: dict[str, Any],
         host: str | None,
         source: str,
-        task: TaskState = T.RESIZE_PREP,
-        statuses: tuple[str, str] = ("pre-migrating", "migrating"),
     ) -> str:
-        """``select_destination`` recorded as the action's ``event``; with no destination, the
-        move rolls back (nothing has moved yet) and the error is raised."""
-        try:
-            with actions.instance_event(self.db, ctx, uuid, event):
-                return self.select_destination(ctx, uuid, mig, flavor, host, source, task, statuses)
-        except exceptions.NovakitError as exc:
-            LOG.info("%s of %s: no destination: %s", t.action, uuid, exc.format_message())
-            self.roll_back(ctx, uuid, t, mig, events=[], fault=None)
-            raise
-
-    def select_destination(
-        self,
-        ctx: RequestContext,
-        uuid: str,
-        mig: str,
-        new_flavor: dict[str, Any],
-        host: str | None,
-        source: str,
-        task: TaskState = T.RESIZE_PREP,
-        statuses: tuple[str, str] = ("pre-migrating", "migrating"),
-    ) -> str:
-        """Scheduled as a boot is, with the new flavor, away from ``source`` and in the server's
-        cell; the claim is the instance's, and the migration learns its destination with it
-        (its status goes ``statuses[0]`` -> ``statuses[1]``; the task ``task`` is expected)."""
-        spec = self.move_spec(ctx, uuid, flavor=new_flavor, host=host, source=source)
+        """Scheduled as a boot is, with ``flavor``, away from ``source`` and in the server's
+        cell, recorded as the action's ``choice_event``; the claim is the instance's, and the
+        migration learns its destination with it (its status goes ``choice_statuses[0]`` ->
+        ``[1]``; the task ``choice_task`` is expected). With no destination, the move rolls back
+        (nothing has moved yet) and the error is raised."""
+        before, after = self.choice_statuses
 
         def on_claimed(session: Session, claimed: dict[str, list[Any]]) -> None:
             chosen = claimed[uuid][0].host
-            migrations.set_status(session, mig, statuses[0], statuses[1], dest_compute=chosen)
+            migrations.set_status(session, mig, before, after, dest_compute=chosen)
             db_api.instance_update(
                 session,
                 uuid,
                 {"task_lease_until": self.services.lease_until()},
-                expected_task_state=[task],
+                expected_task_state=[self.choice_task],
                 expected_owner=ctx.request_id,
                 fetch=False,
             )
 
-        selections = self.services.scheduler.select_destinations(
-            spec, [uuid], recheck_quota=False, on_claimed=on_claimed
-        )
+        try:
+            with actions.instance_event(self.db, ctx, uuid, self.choice_event):
+                spec = self.move_spec(ctx, uuid, flavor=flavor, host=host, source=source)
+                selections = self.services.scheduler.select_destinations(
+                    spec, [uuid], recheck_quota=False, on_claimed=on_claimed
+                )
+        except exceptions.NovakitError as exc:
+            LOG.info("%s of %s: no destination: %s", t.action, uuid, exc.format_message())
+            self.roll_back(ctx, uuid, t, mig, events=[], fault=None)
+            raise
         return str(selections[0][0].host)
 
     def take_source_claim(

@@ -33,22 +33,15 @@ T = TaskState
 class Evacuate(Flow):
     """Nova's evacuate (the ``evacuate`` row): rebuilt elsewhere from its image."""
 
+    choice_event = "conductor_rebuild_server"
+    choice_task = T.REBUILDING
+    choice_statuses = ("accepted", "pre-migrating")
+
     @in_cell_of("uuid")
     def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
         t = ACTIONS[action]
         mig, source, flavor = self.take_source_claim(ctx, uuid, "evacuation", "accepted")
-        dest = self.choose_destination(
-            ctx,
-            uuid,
-            t,
-            mig,
-            "conductor_rebuild_server",
-            flavor,
-            options.get("host"),
-            source,
-            T.REBUILDING,
-            ("accepted", "pre-migrating"),
-        )
+        dest = self.choose_destination(ctx, uuid, t, mig, flavor, options.get("host"), source)
         spec, old_vm_state = self.db.run_in_transaction(lambda s: self._spawning(s, ctx, uuid, dest))
         stopped = old_vm_state == VmState.STOPPED.value
         request = ComputeRequest(

@@ -33,22 +33,15 @@ T = TaskState
 class LiveMigrate(Flow):
     """Nova's live migration (the ``live_migrate`` row)."""
 
+    choice_event = "conductor_live_migrate_instance"
+    choice_task = T.MIGRATING
+    choice_statuses = ("queued", "preparing")
+
     @in_cell_of("uuid")
     def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
         t = ACTIONS[action]
         mig, source, flavor = self.take_source_claim(ctx, uuid, "live-migration", "queued")
-        dest = self.choose_destination(
-            ctx,
-            uuid,
-            t,
-            mig,
-            "conductor_live_migrate_instance",
-            flavor,
-            options.get("host"),
-            source,
-            T.MIGRATING,
-            ("queued", "preparing"),
-        )
+        dest = self.choose_destination(ctx, uuid, t, mig, flavor, options.get("host"), source)
         spec = self.spec_of(ctx, uuid)
         events: list[Any] = []
         ready = self.services.call(ctx, dest, "pre_live_migration", action, spec, {})

@@ -70,9 +70,7 @@ class Resize(Flow):
         t = ACTIONS[action]
         new_flavor: dict[str, Any] = options["flavor"]
         mig, source, old_vm_state = self._prep(ctx, uuid, action, new_flavor)
-        dest = self.choose_destination(
-            ctx, uuid, t, mig, "conductor_migrate_server", new_flavor, options.get("host"), source
-        )
+        dest = self.choose_destination(ctx, uuid, t, mig, new_flavor, options.get("host"), source)
         self.services.notifier.emit(f"instance.{t.notify_as}_prep.end", uuid, host=source)
 
         self.services.step(ctx, uuid, T.RESIZE_PREP, T.RESIZE_MIGRATING)
@@ -271,19 +269,13 @@ class RevertResize(Flow):
                 values["power_state"] = _power_after(back, power_on)
             else:
                 values = _revert_failed(session, uuid, mig, source, old_flavor, dest_gone=gone.ok)
-            db_api.instance_update(
-                session,
-                uuid,
-                values,
-                expected_task_state=[T.RESIZE_REVERTING],
-                expected_owner=ctx.request_id,
-                fetch=False,
-            )
             failed = back if back is not None and not back.ok else gone
-            actions.record_outcome(
+            actions.end_task(
                 session,
                 ctx,
                 uuid,
+                values,
+                [T.RESIZE_REVERTING],
                 events=[*gone.events, *(back.events if back is not None else [])],
                 fault=None if ok else failed.fault,
                 finish=t.record_as,

@@ -184,6 +184,20 @@ def _action_for(session: Session, ctx: RequestContext, instance_uuid: str) -> In
     return row
 
 
+def instant_event(event: str, ok: bool, *, host: str | None = None, details: str | None = None) -> Event:
+    """An event that starts and finishes now: a step the controller decided rather than ran (a
+    failed schedule, a build no host answered for)."""
+    now = utcnow()
+    return Event(
+        event=event,
+        start_time=now,
+        finish_time=now,
+        result="Success" if ok else "Error",
+        host=host,
+        details=details,
+    )
+
+
 def _event_columns(event: Event, action_id: int) -> dict[str, Any]:
     """A host's event as its row holds it (naive UTC times)."""
     return {

@@ -257,13 +257,7 @@ class Builds:
 
     def _fail_unscheduled(self, ctx: RequestContext, uuids: list[str], exc: exceptions.NovakitError) -> None:
         fault = fault_from_exception(exc)
-        event = Event(
-            event=SCHEDULE_EVENT,
-            start_time=utcnow(),
-            finish_time=utcnow(),
-            result="Error",
-            details=fault.message,
-        )
+        event = actions.instant_event(SCHEDULE_EVENT, ok=False, details=fault.message)
         for uuid in uuids:
             self._set_error(ctx, uuid, fault, [event], expected=[TaskState.SCHEDULING])
         # What could not be scheduled lives in cell0, with its fault (Nova's super conductor).
@@ -396,15 +390,7 @@ class Builds:
         if not res.events:
             # The host never ran the build (unreachable, no answer): the audit trail still
             # shows an attempt on that host, failed, as for a build that raised there.
-            now = utcnow()
-            event = Event(
-                event=BUILD_EVENT,
-                start_time=now,
-                finish_time=now,
-                result="Error",
-                host=host,
-                details=fault.message,
-            )
+            event = actions.instant_event(BUILD_EVENT, ok=False, host=host, details=fault.message)
             res = res.model_copy(update={"events": [event]})
         if not self._still_building(ctx, spec.uuid, host, res.events, fault):
             return None

@@ -199,7 +199,7 @@ def security_group_rule_create(
         True, "--ingress/--egress", help="traffic to the server (default) or from it"
     ),
     ethertype: str = typer.Option("IPv4", "--ethertype", help="IPv4 (default) or IPv6"),
-    description: str | None = typer.Option(None, "--description"),
+    description: str | None = typer.Option(None, "--description", help="what the rule is for"),
     fmt: Format | None = FORMAT,
     out: Format | None = OUTPUT,
     column: list[str] | None = COLUMN,

@@ -301,6 +301,12 @@ def server_list(
     changes_since: str | None = typer.Option(
         None, help="only servers changed at or after this ISO 8601 time (deleted ones too)"
     ),
+    ip: str | None = typer.Option(
+        None, help="only servers with an IPv4 address this regular expression matches"
+    ),
+    ip6: str | None = typer.Option(
+        None, help="only servers with an IPv6 address this regular expression matches"
+    ),
     sort_column: list[str] | None = output.SORT_COLUMN,
     sort_descending: bool = output.SORT_DESCENDING,
     fmt: Format | None = FORMAT,
@@ -323,6 +329,8 @@ def server_list(
         "project": project,
         "user": user,
         "changes_since": changes_since,
+        "ip": ip,
+        "ip6": ip6,
     }
     caller = ctx()
     servers, down = guard(lambda: api().list_servers_and_down(caller, query))

@@ -11,7 +11,8 @@ every project's only when asking (``all_projects``, policy
 ``servers:all_projects``). Filtering by host is an admin's (policy
 ``host:show``: members never learn host names). ``project`` names one project (another's is
 an admin's, as ``all_projects``), ``user`` one user, ``changes_since`` a time (the servers
-changed since, deleted ones too, as Nova's ``changes-since``). ``deleted`` lists deleted
+changed since, deleted ones too, as Nova's ``changes-since``), ``ip`` and ``ip6`` an address
+(a regular expression matched from the start of a fixed IP, as Nova's). ``deleted`` lists deleted
 servers only; novakit lets a member list its own project's deleted servers
 (Nova keeps that filter for admins; here a project's history is its own and
 shows nothing of others), an admin any project's with ``all_projects``.
@@ -20,6 +21,7 @@ shows nothing of others), an admin any project's with ``all_projects``.
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import re
 from typing import Any, Literal
 
@@ -30,7 +32,7 @@ from sqlalchemy.orm import Session
 from novakit import policy
 from novakit.compute import flavors, images, schemas, states
 from novakit.context import RequestContext
-from novakit.db.models import Image, InstanceMapping
+from novakit.db.models import Image, InstanceMapping, IPAllocation, Port
 
 #: Nova's limit when a listing gives none (``osapi_max_limit``)
 MAX_LIMIT = 1000
@@ -53,6 +55,8 @@ class ServerQuery(schemas._Request):
     project: str | None = None  # another project's servers (an admin's), Nova's project_id filter
     user: str | None = None  # servers its user created, Nova's user_id filter
     changes_since: dt.datetime | None = None  # changed at or after it, deleted ones too
+    ip: str | None = None  # a regular expression one of the server's IPv4 fixed IPs matches (Nova's)
+    ip6: str | None = None  # the same for its IPv6 fixed IPs
 
     @field_validator("changes_since")
     @classmethod
@@ -69,7 +73,7 @@ class ServerQuery(schemas._Request):
             raise ValueError(f"{value!r} is not one of {', '.join(states.STATUSES)}")
         return value.upper() if value is not None else None
 
-    @field_validator("name")
+    @field_validator("name", "ip", "ip6")
     @classmethod
     def _regex(cls, value: str | None) -> str | None:
         if value is not None:
@@ -116,7 +120,30 @@ def filters_of(
         filters["instance_type_id"] = flavors.get(session, q.flavor).id
     if q.image is not None:
         filters["image_ref"] = images.usable(session, ctx, q.image).uuid
+    if q.ip is not None or q.ip6 is not None:
+        # The addresses are the API database's (ports), the servers the cells': the servers whose
+        # address matches are found here, and the cells' query (limit, marker, order) takes their ids.
+        filters["uuids"] = servers_with_ip(session, filters.get("project_id"), q.ip, q.ip6)
     return filters
+
+
+def servers_with_ip(session: Session, project_id: str | None, ip: str | None, ip6: str | None) -> list[str]:
+    """The servers (of the project, if given) with a fixed IP matched from its start by ``ip``
+    (IPv4) or ``ip6`` (IPv6), as Nova matches its ``ip`` and ``ip6`` filters."""
+    stmt = (
+        select(Port.device_id, IPAllocation.ip_address)
+        .join(IPAllocation, IPAllocation.port_id == Port.id)
+        .where(Port.device_id.is_not(None), Port.device_owner.like("compute:%"))
+    )
+    if project_id is not None:
+        stmt = stmt.where(Port.project_id == project_id)
+    wanted = {4: re.compile(ip) if ip is not None else None, 6: re.compile(ip6) if ip6 is not None else None}
+    found = set()
+    for device_id, address in session.execute(stmt):
+        pattern = wanted[ipaddress.ip_address(address).version]
+        if pattern is not None and pattern.match(address):
+            found.add(device_id)
+    return sorted(found)
 
 
 def image_names(session: Session, refs: set[str]) -> dict[str, str]:

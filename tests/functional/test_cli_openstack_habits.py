@@ -169,3 +169,34 @@ def test_host_list_has_the_same_headings_in_every_format(cloud: Run) -> None:  #
     table = cloud("host", "list").stdout
     line = next(ln for ln in table.splitlines() if "Host" in ln and "┃" in ln)
     assert [c.strip() for c in line.strip("┃ ").split("┃")] == headings
+
+
+def test_server_list_by_ip_pages_over_the_matching_servers(cloud: Run) -> None:  # noqa: F811
+    cloud("network", "create", "lan")
+    cloud("subnet", "create", "lan-v4", "--network", "lan", "--subnet-range", "10.31.0.0/24")
+    for name, ip in (("w1", "10.31.0.11"), ("w2", "10.31.0.12"), ("w3", "10.31.0.21"), ("db", "10.31.0.111")):
+        nic = f"net-id=lan,v4-fixed-ip={ip}"
+        cloud("server", "create", name, "--flavor", "m1.small", "--image", "tiny", "--nic", nic)
+
+    def names(*args: str) -> list[str]:
+        return cloud(
+            "server", "list", *args, "--sort-column", "Name", "-f", "value", "-c", "Name"
+        ).stdout.split()
+
+    # Matched from the start of the address, as Nova's ip filter: 10.31.0.1 takes .11, .12 and .111.
+    assert names("--ip", r"10\.31\.0\.1") == ["db", "w1", "w2"]
+    assert names("--ip", r"10\.31\.0\.11$") == ["w1"]
+    assert names("--ip", "192.") == []
+    assert names("--ip6", "fd") == []
+    # Paging runs over the matching servers only: two pages of two, in creation order.
+    first = cloud("server", "list", "--ip", r"10\.31\.0\.1", "--limit", "2", "-f", "json").stdout
+    page = [s["name"] for s in json.loads(first)]
+    assert page == ["w1", "w2"]
+    rest = cloud(
+        "server", "list", "--ip", r"10\.31\.0\.1", "--marker", json.loads(first)[-1]["id"], "-f", "json"
+    )
+    assert [s["name"] for s in json.loads(rest.stdout)] == ["db"]
+    # Another project's servers do not match a member's filter; a bad expression names the field.
+    member = {"NOVAKIT_PROJECT": "team-x", "NOVAKIT_USER": "xavier", "NOVAKIT_ROLES": "member"}
+    assert cloud("server", "list", "--ip", "10.", "-f", "value", "-c", "Name", **member).stdout == ""
+    _one_line_error(cloud("server", "list", "--ip", "10.(", code=1), "ip")

@@ -138,10 +138,10 @@ def servers_with_ip(session: Session, project_id: str | None, ip: str | None, ip
     if project_id is not None:
         stmt = stmt.where(Port.project_id == project_id)
     wanted = {4: re.compile(ip) if ip is not None else None, 6: re.compile(ip6) if ip6 is not None else None}
-    found = set()
+    found: set[str] = set()
     for device_id, address in session.execute(stmt):
         pattern = wanted[ipaddress.ip_address(address).version]
-        if pattern is not None and pattern.match(address):
+        if device_id is not None and pattern is not None and pattern.match(address):
             found.add(device_id)
     return sorted(found)
 

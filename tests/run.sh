@@ -46,13 +46,16 @@ elif [ -n "$new_venv" ] || ! .venv/bin/python -c 'import xdist' 2>/dev/null; the
     .venv/bin/pip install -q -e ".[test]"
 fi
 
+# The tests' PostgreSQL servers' ports (NOVAKIT_PG_PORT, NOVAKIT_PG2_PORT): other ones let a second
+# copy of the suite run on the same machine (its loopback address is shared).
+PG2_PORT="${NOVAKIT_PG2_PORT:-55433}"
 stop_pg=""
 stop_pg2=""
 started_libvirt=""
 cleanup() {
     [ -n "$started_libvirt" ] && tests/services/libvirt.sh stop || true
     [ -n "$stop_pg" ] && tests/services/postgres.sh stop || true
-    [ -n "$stop_pg2" ] && NOVAKIT_PG_INSTANCE=2 NOVAKIT_PG_PORT=55433 tests/services/postgres.sh stop || true
+    [ -n "$stop_pg2" ] && NOVAKIT_PG_INSTANCE=2 NOVAKIT_PG_PORT="$PG2_PORT" tests/services/postgres.sh stop || true
 }
 trap cleanup EXIT
 have_pg() { ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1; }
@@ -66,8 +69,8 @@ if [ -z "$FAST" ] || { [ -z "${NOVAKIT_TEST_PG_URL:-}" ] && have_pg; }; then
 fi
 if [ -z "$FAST" ] || { [ -z "${NOVAKIT_TEST_PG2_URL:-}" ] && have_pg; }; then
     # A second server: the cells tests put a cell's database on it, and stop and start it.
-    answers 55433 || stop_pg2=1
-    NOVAKIT_TEST_PG2_URL="$(NOVAKIT_PG_INSTANCE=2 NOVAKIT_PG_PORT=55433 tests/services/postgres.sh start)"
+    answers "$PG2_PORT" || stop_pg2=1
+    NOVAKIT_TEST_PG2_URL="$(NOVAKIT_PG_INSTANCE=2 NOVAKIT_PG_PORT="$PG2_PORT" tests/services/postgres.sh start)"
     export NOVAKIT_TEST_PG2_URL
 fi
 if [ -z "$FAST" ] && [ -x tests/services/libvirt.sh ]; then

@@ -37,6 +37,11 @@ PORT_COLUMNS = [
     Col("Host", "binding_host"),
     Col("Status", "status"),
 ]
+PORT_SHOW = [
+    *PORT_COLUMNS,
+    Col("Port Security", lambda r: "enabled" if r.get("port_security_enabled") else "disabled"),
+    Col("Security Groups", lambda r: ", ".join(r.get("security_groups") or [])),
+]
 
 
 def _pairs(text: str, option: str, keys: set[str]) -> dict[str, str]:
@@ -195,6 +200,12 @@ def port_create(
     network: str = typer.Option(..., help="network name or id"),
     fixed_ip: str | None = typer.Option(None, help="ip-address=IP (default: the first free address)"),
     mac_address: str | None = typer.Option(None, help="its MAC (default: a new fa:16:3e:xx:xx:xx)"),
+    disable_port_security: bool = typer.Option(
+        False,
+        "--disable-port-security",
+        help="no port security: the port is not filtered and carries no security group "
+        "(default: enabled, with the project's default group)",
+    ),
     fmt: Format | None = FORMAT,
     out: Format | None = OUTPUT,
     column: list[str] | None = COLUMN,
@@ -208,11 +219,12 @@ def port_create(
         "network": network,
         "fixed_ips": [{"ip_address": ip} for ip in ips],
         "mac_address": mac_address,
+        "port_security_enabled": not disable_port_security,
     }
-    guard(lambda: output.validated(PORT_COLUMNS, fmt, out, column))
+    guard(lambda: output.validated(PORT_SHOW, fmt, out, column))
     port = guard(lambda: ports.create(db(), ctx(), data))
     assert port is not None
-    guard(lambda: output.emit_show(port, PORT_COLUMNS, fmt, out, column, f"port {name}"))
+    guard(lambda: output.emit_show(port, PORT_SHOW, fmt, out, column, f"port {name}"))
 
 
 @port_app.command("list")
@@ -242,16 +254,16 @@ def port_show(
 
     found = guard(lambda: ports.show(db(), ctx(), port))
     guard(
-        lambda: output.emit_show(
-            found, PORT_COLUMNS, fmt, out, column, f"port {found['name'] or found['id']}"
-        )
+        lambda: output.emit_show(found, PORT_SHOW, fmt, out, column, f"port {found['name'] or found['id']}")
     )
 
 
 @port_app.command("delete")
 def port_delete(port: str = typer.Argument(..., help="port name or id")) -> None:
-    """Delete a port and free its addresses; refused while a server uses it."""
+    """Delete a port and free its addresses; refused while a server uses it. The ports whose
+    rules let its address in (remote group) get their filters on their hosts at once."""
+    from novakit.cli.security_groups import _push as push_on_change
     from novakit.network import ports
 
-    guard(lambda: ports.delete_port(db(), ctx(), port))
+    guard(lambda: ports.delete_port(db(), ctx(), port, on_change=push_on_change()))
     console.print(f"port {port} deleted")

@@ -122,6 +122,9 @@ def show_fields(admin: bool) -> list[Col]:
         ),
         Col("metadata", "metadata"),
         Col("key_name", "key_name"),
+        Col(
+            "security_groups", lambda r: ", ".join(g["name"] for g in r.get("security_groups") or []) or None
+        ),
         Col("locked", "locked"),
         Col("locked_reason", "locked_reason"),
         Col("project_id", "project_id"),

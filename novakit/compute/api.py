@@ -24,16 +24,17 @@ from novakit.cells import mappings
 from novakit.cells.registry import locate, targeting
 from novakit.compute import actions, hosts, listing, prepare, states
 from novakit.compute.create import CreateAPI
-from novakit.compute.messages import ComputeRequest
 from novakit.compute.states import (
     Transition,
 )
-from novakit.compute.views import server_view
+from novakit.compute.views import security_groups_view, server_view
 from novakit.config import Config, load_config
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import Instance
+from novakit.host.messages import ComputeRequest
+from novakit.network import security_groups
 
 if TYPE_CHECKING:
     from novakit.conductor import Conductor
@@ -81,7 +82,11 @@ class API(CreateAPI):
             with self.db.target_cell(cell), self.db.reader() as session:
                 inst = db_api.instance_get_by_name_or_uuid(session, ctx, ref, deleted=deleted)
                 names = listing.image_names(session, {inst.image_ref} if inst.image_ref else set())
-                return server_view(inst, ctx, names.get(inst.image_ref or ""))
+                view = server_view(inst, ctx, names.get(inst.image_ref or ""))
+            # Its ports (and their groups) are the API database's.
+            groups = security_groups.instance_groups(self.db, view["id"])
+            view["security_groups"] = security_groups_view(groups)
+            return view
         except exceptions.CellDown:
             with self.db.reader() as session:
                 found = mappings.find(session, ctx, ref, deleted=deleted)

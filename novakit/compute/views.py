@@ -53,6 +53,12 @@ def _addresses(inst: Instance) -> list[str]:
     return fixed or list(inst.addresses or [])
 
 
+def security_groups_view(names: list[str]) -> list[dict[str, str]]:
+    """A server's ``security_groups`` as Nova shows them: the groups its ports carry, each once,
+    as ``{"name": ...}`` (server show adds them: its ports are the API database's)."""
+    return [{"name": name} for name in sorted(set(names))]
+
+
 def server_view(inst: Instance, ctx: RequestContext, image_name: str | None = None) -> dict[str, Any]:
     """A server as the caller may see it (Nova's server show, trimmed).
 

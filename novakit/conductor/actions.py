@@ -19,7 +19,6 @@ from sqlalchemy.orm import Session
 from novakit import exceptions
 from novakit.cells.registry import in_cell_of, targeting
 from novakit.compute import actions, hosts, images
-from novakit.compute.messages import ComputeRequest, ComputeResult, InstanceResult
 from novakit.compute.rpc import instance_spec, volume_spec
 from novakit.compute.states import ACTIONS, Transition, VmState
 from novakit.conductor.core import Services, ctx_admin
@@ -27,7 +26,8 @@ from novakit.conductor.flows.release import release_moves
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import InstanceAction, InstanceGroupMember
-from novakit.network import ports
+from novakit.host.messages import ComputeRequest, ComputeResult, InstanceResult
+from novakit.network import filter_sync, ports
 
 LOG = logging.getLogger(__name__)
 
@@ -123,6 +123,7 @@ class Actions:
         expected_owner = owner or ctx.request_id
 
         StateChange = tuple[tuple[str, str | None], tuple[str, str | None]]
+        touched: list[str] = []  # the other members' ports, whose filters lose its addresses
 
         def write(session: Session) -> StateChange:
             inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
@@ -133,6 +134,7 @@ class Actions:
                 )
                 session.execute(delete(InstanceGroupMember).where(InstanceGroupMember.instance_uuid == uuid))
                 # Its ports made for it go with their addresses, the ones it was given are unbound.
+                touched[:] = filter_sync.members_touched(session, [uuid])
                 ports.free_for_instance(session, uuid)
                 new_state: tuple[str, str | None] = (VmState.DELETED.value, None)
             else:
@@ -192,6 +194,7 @@ class Actions:
             placement.remove_allocations(self.db, uuid)
             self._release_volumes(ctx, uuid)
             release_moves(self.services, ctx, uuid)
+            filter_sync.push_filters(self.services.rpc, ctx.request_id, touched)
         self.services.notifier.emit(f"instance.{t.notify_as}.{'end' if ok else 'error'}", uuid, host=host)
 
     def _release_volumes(self, ctx: RequestContext, uuid: str) -> None:

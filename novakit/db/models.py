@@ -34,6 +34,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     text,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -610,6 +611,9 @@ class Port(TimestampMixin, Base):
     # A port the user made and handed to a boot is kept (unbound) when the server goes; one
     # made for the boot goes with the server (Nova's preserve_on_delete).
     preserve_on_delete: Mapped[bool] = mapped_column(Boolean, default=True)
+    # Neutron's port security: enabled, the port's groups decide its traffic (no group: nothing
+    # passes); disabled, nothing is filtered and the port carries no group.
+    port_security_enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
 
 
 class IPAllocation(Base):

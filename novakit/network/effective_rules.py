@@ -136,18 +136,22 @@ def effective_rules(
 ) -> list[FilterRule] | dict[str, list[FilterRule]]:
     """What a port's filter allows: its groups' rules, each ``remote_group`` expanded into one rule
     per fixed IP (as /32 or /128) of the ports carrying that group, of the rule's ethertype; a
-    remote group without members allows nothing. One port (id or uuid): its rules ([] for a port
-    that carries no group). A list of port uuids: uuid -> rules for those that carry a group (a
-    port without groups is left out: it is not filtered)."""
+    remote group without members allows nothing. As Neutron's port security: a port with port
+    security enabled and no group allows nothing ([]: its filter drops everything); a port with
+    port security disabled is not filtered. One port (id or uuid): its rules ([] for a port that
+    carries no group). A list of port uuids: uuid -> rules for those with port security enabled
+    (a port with port security disabled is left out: it is not filtered)."""
     if isinstance(source, Database):
         with source.reader() as session:
             return effective_rules(session, port)  # type: ignore[arg-type]
     session = source
     if isinstance(port, list):
-        rows = session.execute(select(Port.id, Port.uuid).where(Port.uuid.in_(port))).all()
+        rows = session.execute(
+            select(Port.id, Port.uuid).where(Port.uuid.in_(port), Port.port_security_enabled.is_(True))
+        ).all()
         by_id = {pid: uuid for pid, uuid in rows}
         computed = _effective(session, list(by_id))
-        return {by_id[pid]: rules for pid, rules in computed.items() if pid in computed}
+        return {uuid: computed.get(pid, []) for pid, uuid in by_id.items()}
     stmt = (
         select(Port.id).where(Port.id == port)
         if isinstance(port, int)

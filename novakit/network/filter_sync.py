@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from novakit.compute import rounds
-from novakit.compute.messages import ComputeRequest, NetworkSpec, PortFilterSpec
 from novakit.db.models import Port
+from novakit.host.messages import ComputeRequest, NetworkSpec, PortFilterSpec
 from novakit.network import effective_rules as records
 from novakit.network.filter_rules import FilterRule, rules_to_json
 
@@ -39,8 +39,9 @@ PortRules = Mapping[str, "list[FilterRule] | None"]
 
 
 def effective_rules(session: Session, port_uuids: Iterable[str]) -> dict[str, list[FilterRule]]:
-    """The rules of each port (by uuid) that carries security groups; a port without groups is
-    left out (it is not filtered). The records' one answer (``effective_rules.effective_rules``)."""
+    """The rules of each port (by uuid) with port security enabled ([]: no group, everything is
+    dropped); a port with port security disabled is left out (it is not filtered). The records'
+    one answer (``effective_rules.effective_rules``)."""
     uuids = sorted(set(port_uuids))
     return records.effective_rules(session, uuids) if uuids else {}
 
@@ -94,16 +95,19 @@ def requests_for(
 def push_filters(rpc: ComputeRPC, request_id: str, ports: Iterable[str] | PortRules) -> dict[str, str]:
     """Send the filters of ``ports`` to their hosts, live; port uuid -> why it failed there.
 
-    ``ports``: port uuids, whose rules are read now from the records (a port without groups
-    loses its filter), or port uuid -> rules when the caller has them. Ports bound to no host
-    are skipped (their build carries their rules). Call it after the change committed: the
-    host then sees what the records say. A port that failed keeps its old filter until heal.
+    ``ports``: port uuids, whose rules are read now from the records (a port with port security
+    disabled loses its filter; one with no group gets one that drops everything), or port uuid
+    -> rules when the caller has them. Ports bound to no host are skipped (their build carries
+    their rules). Call it after the change committed: the host then sees what the records say.
+    A port that failed keeps its old filter until heal.
     """
+    wanted = sorted(set(ports))
+    if not wanted:
+        return {}
     with rpc.db.reader() as session:
         if isinstance(ports, Mapping):
             rules: dict[str, list[FilterRule] | None] = dict(ports)
         else:
-            wanted = sorted(set(ports))
             found = effective_rules(session, wanted)
             rules = {p: found.get(p) for p in wanted}
         bound = bound_ports(session, rules)
@@ -113,15 +117,26 @@ def push_filters(rpc: ComputeRPC, request_id: str, ports: Iterable[str] | PortRu
 def push_members(rpc: ComputeRPC, request_id: str, instance_uuids: Iterable[str]) -> dict[str, str]:
     """The servers' new ports joined their groups: the other ports whose rules name those groups
     as remote group get their filters again, with the new members' addresses (Neutron updates a
-    group's members on every port change). For ports that go, the ports to push are known only
-    before the delete: ``affected_ports(session, ports=...)`` then, ``push_filters`` after."""
+    group's members on every port change). For servers or ports that go, the ports to push are
+    known only before the delete: ``members_touched`` (or ``affected_ports(session, ports=...)``)
+    then, ``push_filters`` after."""
     uuids = sorted(set(instance_uuids))
     if not uuids:
         return {}
     with rpc.db.reader() as session:
-        own = set(session.execute(select(Port.uuid).where(Port.device_id.in_(uuids))).scalars())
-        touched = [p.port_id for p in records.affected_ports(session, ports=own) if p.port_id not in own]
+        touched = members_touched(session, uuids)
     return push_filters(rpc, request_id, touched) if touched else {}
+
+
+def members_touched(session: Session, instance_uuids: Iterable[str]) -> list[str]:
+    """The other ports whose rules name a group the servers' ports carry as remote group: what
+    the servers' arrival or departure changes. Ask it before their ports go (a delete), then
+    ``push_filters`` them once the change committed."""
+    uuids = sorted(set(instance_uuids))
+    if not uuids:
+        return []
+    own = set(session.execute(select(Port.uuid).where(Port.device_id.in_(uuids))).scalars())
+    return [p.port_id for p in records.affected_ports(session, ports=own) if p.port_id not in own]
 
 
 def deliver(rpc: ComputeRPC, requests: list[ComputeRequest]) -> dict[str, str]:

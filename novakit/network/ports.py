@@ -21,10 +21,10 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
 from novakit.compute import schemas
-from novakit.compute.messages import FixedIp
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import IPAllocation, Network, Port, Subnet
+from novakit.host.messages import FixedIp
 from novakit.network import ipam, networks, security_groups
 
 MAC_BASE = "fa:16:3e"  # Neutron's base_mac: the 0x02 bit of fa says "locally administered"
@@ -42,6 +42,8 @@ class PortCreate(schemas._Request):
     network: str
     fixed_ips: list[FixedIpRequest] = Field(default_factory=list, max_length=1)
     mac_address: str | None = None
+    # Neutron's port security: disabled, the port is not filtered and carries no group.
+    port_security_enabled: bool = True
 
     _check_name = field_validator("name")(
         classmethod(lambda cls, v: schemas._check_name(v) if v is not None else v)
@@ -122,6 +124,7 @@ def view(
         "status": port.status,
         "project_id": port.project_id,
         "security_groups": list(groups or []),  # names (``novakit.network.security_groups``)
+        "port_security_enabled": port.port_security_enabled,
     }
 
 
@@ -134,6 +137,7 @@ def insert_port(
     mac: str | None = None,
     device_id: str | None = None,
     preserve_on_delete: bool = True,
+    port_security_enabled: bool = True,
 ) -> Port:
     """Insert a port with its MAC (``mac``, or a random one drawn again while taken)."""
     for _ in range(_MAC_ATTEMPTS):
@@ -147,6 +151,7 @@ def insert_port(
             device_owner=DEVICE_OWNER if device_id else None,
             status="DOWN",
             preserve_on_delete=preserve_on_delete,
+            port_security_enabled=port_security_enabled,
         )
         try:
             with session.begin_nested():
@@ -180,11 +185,15 @@ def create(
             raise exceptions.IpAddressGenerationFailure(network=network.name)
         if dry_run:
             return None
-        port = insert_port(session, ctx, network, name=req.name, mac=req.mac_address)
+        secured = req.port_security_enabled
+        port = insert_port(
+            session, ctx, network, name=req.name, mac=req.mac_address, port_security_enabled=secured
+        )
         ipam.allocate(session, port.id, network, requested, "fixed_ips[0].ip_address")
-        # Neutron: a new port carries its project's default group.
-        security_groups.bind_port(session, ctx, port, [security_groups.DEFAULT])
-        return view(port, network, fixed_ips(session, [port.id])[port.id], [security_groups.DEFAULT])
+        # Neutron: a new port carries its project's default group, unless it has no port security.
+        groups = [security_groups.DEFAULT] if secured else []
+        security_groups.bind_port(session, ctx, port, groups)
+        return view(port, network, fixed_ips(session, [port.id])[port.id], groups)
 
     if dry_run:
         with db.reader() as session:
@@ -217,9 +226,19 @@ def show(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
         return view(port, network, fixed_ips(session, [port.id])[port.id], groups)
 
 
-def delete_port(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = False) -> None:
+def delete_port(
+    db: Database,
+    ctx: RequestContext,
+    ref: str,
+    *,
+    dry_run: bool = False,
+    on_change: security_groups.OnChange | None = None,
+) -> None:
     """Delete a port and free its addresses; refused while a server uses it (delete the server).
-    ``dry_run``: the checks, in a read, and nothing deleted (check mode)."""
+    ``dry_run``: the checks, in a read, and nothing deleted (check mode). ``on_change``: called,
+    once the delete committed, with the other ports whose filters lose its address (their rules
+    name a group it carried as remote group; ``filter_sync.push_filters`` sends them)."""
+    touched: list[str] = []
 
     def write(session: Session) -> None:
         port = get(session, ctx, ref)
@@ -227,6 +246,9 @@ def delete_port(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = 
             raise exceptions.PortInUse(port=port.name or port.uuid, device_id=port.device_id)
         if dry_run:
             return
+        # Asked before the delete: the groups it carries decide whose rules it was in.
+        affected = security_groups.affected_ports(session, ports=[port.id])
+        touched[:] = [p.port_id for p in affected if p.port_id != port.uuid]
         # Guarded: a boot that took the port meanwhile keeps it.
         gone = session.execute(delete(Port).where(Port.id == port.id, Port.device_id.is_(None)))
         if gone.rowcount != 1:  # type: ignore[attr-defined]
@@ -237,6 +259,8 @@ def delete_port(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = 
             write(session)
         return
     db.run_in_transaction(write)
+    if on_change is not None and touched:
+        on_change(list(touched))
 
 
 def free_for_instance(session: Session, instance_uuid: str) -> None:

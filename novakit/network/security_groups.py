@@ -544,6 +544,8 @@ def for_boot(session: Session, ctx: RequestContext, names: list[str] | None, nic
 def bind_port(session: Session, ctx: RequestContext, port: Port, names: list[str]) -> None:
     """Give a port (new, in this transaction) the groups ``names`` of the caller's project
     (``resolve_for_boot``'s answer); ``default`` is made here on first use."""
+    if names and not port.port_security_enabled:
+        raise no_port_security(port.name or port.uuid, "security_groups")
     ids = []
     for name in names:
         group = (
@@ -556,6 +558,15 @@ def bind_port(session: Session, ctx: RequestContext, port: Port, names: list[str
         session.execute(
             insert(SecurityGroupPortBinding), [{"port_id": port.id, "security_group_id": g} for g in ids]
         )
+
+
+def no_port_security(port: str, field: str) -> exceptions.ValidationError:
+    """Neutron's rule: a port carries security groups only with port security enabled."""
+    return exceptions.ValidationError(
+        field,
+        f"port {port} has port security disabled, and port security must be enabled for a port "
+        "to carry security groups (as in Neutron); a port with port security disabled is not filtered",
+    )
 
 
 def port_groups(session: Session, port_ids: list[int]) -> dict[int, list[str]]:
@@ -577,6 +588,11 @@ def port_groups(session: Session, port_ids: list[int]) -> dict[int, list[str]]:
 def server_groups(db: Database, ctx: RequestContext, server: str) -> list[str]:
     """The names of the groups the server's ports carry (Nova's ``security_groups`` of a server)."""
     instance_uuid, _ = _server(db, ctx, server)
+    return instance_groups(db, instance_uuid)
+
+
+def instance_groups(db: Database, instance_uuid: str) -> list[str]:
+    """The names of the groups the ports of a server (found already, by uuid) carry."""
     with db.reader() as session:
         port_ids = list(session.execute(select(Port.id).where(Port.device_id == instance_uuid)).scalars())
         names = {n for names in port_groups(session, port_ids).values() for n in names}
@@ -610,6 +626,11 @@ def add_to_server(
     def write(session: Session) -> list[str]:
         group = get(session, ctx, group_ref, project_id)
         ports = _server_ports(session, server, instance_uuid)
+        open_port = session.execute(
+            select(Port.name, Port.uuid).where(Port.id.in_(ports), Port.port_security_enabled.is_(False))
+        ).first()
+        if open_port is not None:
+            raise no_port_security(open_port.name or open_port.uuid, "security_group")
         carrying = set(
             session.execute(
                 select(SecurityGroupPortBinding.port_id).where(

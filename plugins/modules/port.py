@@ -12,6 +12,9 @@ description:
     A server's delete unbinds it and keeps it.
   - An existing port (by name, in the caller's project) is left as it is; deleting one a server
     uses fails.
+  - A new port carries its project's C(default) security group, unless it has no port security
+    (O(port_security_enabled=false)), as in Neutron. Deleting a port updates, on their hosts, the
+    filters of the ports whose rules let its address in (a remote group it was a member of).
 version_added: 0.2.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
@@ -42,6 +45,13 @@ options:
   mac_address:
     description: The MAC; default a new C(fa:16:3e:xx:xx:xx).
     type: str
+  port_security_enabled:
+    description:
+      - Neutron's port security. Enabled, the port's security groups decide its traffic, and with
+        no group nothing passes. Disabled, the port is not filtered and carries no security group.
+      - Used when the port is made; an existing port is left as it is.
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -67,12 +77,15 @@ port:
     device_id: null
     binding_host: null
     status: DOWN
+    port_security_enabled: true
+    security_groups: [default]
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule, lookup  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, lookup  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.security_groups import FilteringModule  # noqa: E402
 
 
-class PortModule(CatalogModule):
+class PortModule(FilteringModule):
     resource = "port"
     argument_spec = {
         "name": {"type": "str", "required": True},
@@ -80,6 +93,7 @@ class PortModule(CatalogModule):
         "network": {"type": "str"},
         "fixed_ips": {"type": "list", "elements": "dict", "default": []},
         "mac_address": {"type": "str"},
+        "port_security_enabled": {"type": "bool", "default": True},
     }
     module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["network"])]}
 
@@ -95,14 +109,16 @@ class PortModule(CatalogModule):
         from novakit.network import ports
 
         p = self.params
-        data = {k: p[k] for k in ("name", "network", "fixed_ips", "mac_address")}
+        data = {k: p[k] for k in ("name", "network", "fixed_ips", "mac_address", "port_security_enabled")}
         # Dry run: the real create's checks (address inside and free, MAC free), nothing written.
         return ports.create(self.database(), self.context(), data, dry_run=dry_run)
 
     def delete(self, current, dry_run):
         from novakit.network import ports
 
-        ports.delete_port(self.database(), self.context(), current["id"], dry_run=dry_run)
+        ports.delete_port(
+            self.database(), self.context(), current["id"], dry_run=dry_run, on_change=self.push_filters()
+        )
 
 
 def main():

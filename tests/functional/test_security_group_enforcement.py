@@ -12,15 +12,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
+from novakit import exceptions, playflow
 from novakit.compute import hosts
 from novakit.compute.rpc import ComputeRPC
 from novakit.context import RequestContext
 from novakit.heal import heal
-from novakit.network import filter_sync, networks, subnets
+from novakit.network import filter_sync, networks, ports, subnets
 from novakit.network import security_groups as sg
 from novakit.network.filter_rules import FilterRule, canonical
 from novakit.virt.libvirt import nwfilter
 from tests.functional.cloud import HOSTS, Cloud, boot
+from tests.functional.test_playflow_steps import build_on_hosts
 
 
 def _net(cloud: Cloud) -> None:
@@ -83,6 +87,7 @@ def test_a_port_is_filtered_from_its_spawn_and_a_rule_change_reaches_its_host(
 
 
 def test_the_members_of_a_group_learn_a_new_members_address(cloud: Cloud, ctx: RequestContext) -> None:
+    """No push by hand, no heal: a build tells the old members, a delete makes them forget."""
     _net(cloud)
     nic = {"networks": [{"net_id": "lan"}]}
     first = boot(cloud, ctx, "first", **nic)  # default: ingress from its members only
@@ -90,16 +95,74 @@ def test_the_members_of_a_group_learn_a_new_members_address(cloud: Cloud, ctx: R
     from_second = FilterRule("ingress", "IPv4", remote_ip_prefix=f"{second['addresses'][0]}/32")
     assert from_second in _records(cloud, first)
     assert _on_host(cloud, second) == _records(cloud, second)  # built with its rules
-    rpc = ComputeRPC(cloud.db, cloud.conf)
-    assert filter_sync.push_members(rpc, "req-members", [second["id"]]) == {}
+    assert from_second in (_on_host(cloud, first) or set())  # learnt when second's build was recorded
     assert _on_host(cloud, first) == _records(cloud, first)
-    # A member that goes: the others no longer let its address in (asked before the delete).
-    with cloud.db.reader() as session:
-        touched = [p.port_id for p in sg.affected_ports(session, ports=[_port(second)])]
+    # A member that goes: the others no longer let its address in.
     cloud.api.delete(ctx, second["id"])
-    assert filter_sync.push_filters(rpc, "req-members", touched) == {}
     assert from_second not in (_on_host(cloud, first) or set())
     assert _on_host(cloud, first) == _records(cloud, first)
+
+
+def test_the_boot_playbooks_record_step_tells_the_old_members(cloud: Cloud, ctx: RequestContext) -> None:
+    """The playbook's face: the hosts build, the record step records; the old member's filter
+    lets the new ones in from that record, with no heal."""
+    _net(cloud)
+    first = boot(cloud, ctx, "first", networks=[{"net_id": "lan"}])
+    server = {"name": "more", "flavor": "m1.small", "image": "tiny", "count": 2, "nics": [{"net-id": "lan"}]}
+    scheduled = playflow.run_step(cloud.api, ctx, {"step": "schedule", "server": server})
+    assert scheduled["changed"] and len(scheduled["instances"]) == 2
+    before = _on_host(cloud, first) or set()
+    results = build_on_hosts(cloud, scheduled["requests"])
+    playflow.run_step(
+        cloud.api, ctx, {"step": "record", "requests": scheduled["requests"], "results": results}
+    )
+    new = [cloud.api.get(cloud.admin, uuid) for uuid in scheduled["instances"]]
+    assert [s["status"] for s in new] == ["ACTIVE", "ACTIVE"]
+    let_in = {FilterRule("ingress", "IPv4", remote_ip_prefix=f"{s['addresses'][0]}/32") for s in new}
+    assert not let_in & before
+    assert let_in <= (_on_host(cloud, first) or set())
+    assert _on_host(cloud, first) == _records(cloud, first)
+
+
+def test_a_deleted_ports_address_leaves_the_other_members_filters(cloud: Cloud, ctx: RequestContext) -> None:
+    """A port the user made outlives its server, still a member; its delete is what the others
+    learn (no heal)."""
+    _net(cloud)
+    first = boot(cloud, ctx, "first", networks=[{"net_id": "lan"}])
+    port = ports.create(cloud.db, ctx, {"name": "kept", "network": "lan"})
+    assert port is not None
+    given = boot(cloud, ctx, "given", networks=[{"port_id": "kept"}])
+    from_port = FilterRule("ingress", "IPv4", remote_ip_prefix=f"{port['fixed_ips'][0]['ip_address']}/32")
+    assert from_port in (_on_host(cloud, first) or set())
+    cloud.api.delete(ctx, given["id"])
+    assert from_port in (_on_host(cloud, first) or set())  # unbound, still a member of default
+    ports.delete_port(cloud.db, ctx, "kept", on_change=_push(cloud))
+    assert from_port not in (_on_host(cloud, first) or set())
+    assert _on_host(cloud, first) == _records(cloud, first)
+
+
+def test_port_security_decides_whether_a_port_without_groups_is_filtered(
+    cloud: Cloud, ctx: RequestContext
+) -> None:
+    """Neutron's port security: enabled and no group, everything is dropped (an empty allow
+    list); disabled, the port is not filtered and takes no group."""
+    _net(cloud)
+    server = boot(cloud, ctx, "closed", networks=[{"net_id": "lan"}])
+    sg.remove_from_server(cloud.db, ctx, server["id"], "default", on_change=_push(cloud))
+    assert _on_host(cloud, server) == set() == _records(cloud, server)  # a filter that allows nothing
+
+    port = ports.create(cloud.db, ctx, {"name": "open", "network": "lan", "port_security_enabled": False})
+    assert port is not None
+    assert (port["port_security_enabled"], port["security_groups"]) == (False, [])
+    opened = boot(cloud, ctx, "opened", networks=[{"port_id": "open"}])
+    assert _on_host(cloud, opened) is None  # not filtered
+    assert cloud.api.get(ctx, opened["id"])["security_groups"] == []
+    before = cloud.snapshot()
+    with pytest.raises(exceptions.ValidationError, match="port open has port security disabled"):
+        sg.add_to_server(cloud.db, ctx, opened["id"], "default")
+    assert cloud.snapshot() == before
+    # heal leaves both as they are: each is what the records say.
+    assert not [c for c in heal(cloud.db, cloud.conf).corrections if c.kind == "port_filter"]
 
 
 def test_a_host_that_cannot_filter_gets_no_server_with_groups_unless_marked_none(

@@ -473,6 +473,18 @@ def test_the_command_line_as_openstack_users_type_it(nk: Any) -> None:  # noqa: 
     nk("server", "create", "b", "--flavor", "m1.small", "--image", "tiny", "--nic", "net-id=lan")
     ports = {p["device_id"]: p for p in json.loads(nk("port", "list", "-f", "json").stdout)}
     assert sorted(len(p["security_groups"]) for p in ports.values()) == [1, 2]
+    # server show: the groups its ports carry, as Nova shows them.
+    assert js("server", "show", "a")["security_groups"] == [{"name": "default"}, {"name": "web"}]
+    # A port without port security: no group, and no group may be added to its server.
+    bare = js("port", "create", "bare", "--network", "lan", "--disable-port-security")
+    assert (bare["port_security_enabled"], bare["security_groups"]) == (False, [])
+    assert "Port Security" in nk("port", "show", "bare").stdout
+    nk("server", "create", "d", "--flavor", "m1.small", "--image", "tiny", "--nic", "port-id=bare")
+    assert js("server", "show", "d")["security_groups"] == []
+    refused = nk("server", "add", "security", "group", "d", "web", code=1)
+    assert "port bare has port security disabled" in refused.stderr
+    nk("server", "delete", "d")
+    assert "deleted" in nk("port", "delete", "bare").stdout
     unknown = nk(
         "server",
         "create",
@@ -547,6 +559,71 @@ def test_the_modules_plan_create_keep_and_delete(cloud: Cloud, run: Any) -> None
     cloud.api.delete(owner, "w")
     assert run("security_group", {"name": "web", "state": "absent"})["changed"]
     assert not run("security_group", {"name": "web", "state": "absent"})["changed"]
+
+
+def test_the_port_modules_port_security(cloud: Cloud, run: Any) -> None:  # noqa: F811
+    _net(cloud)
+    bare = {"name": "bare", "network": "lan", "port_security_enabled": False}
+    made = run("port", bare)
+    assert made["changed"] and made["port"]["port_security_enabled"] is False, made
+    assert made["port"]["security_groups"] == []
+    guarded = run("port", {"name": "guarded", "network": "lan"})
+    assert guarded["port"]["port_security_enabled"] is True
+    assert guarded["port"]["security_groups"] == ["default"]
+    assert not run("port", bare)["changed"]
+    assert run("port", {"name": "bare", "state": "absent"})["changed"]
+
+
+def test_port_security_migration_keeps_older_ports_unfiltered(tmp_path: Any) -> None:
+    """0012: a port that carried no group (made before groups existed) keeps working unfiltered,
+    a port that carries groups keeps port security; a new port gets it by default."""
+    from alembic import command
+    from sqlalchemy import create_engine, text
+
+    from novakit.db.migration import alembic_config
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    cfg = alembic_config(url)
+    command.upgrade(cfg, "0011")
+    engine = create_engine(url)
+    now = "2026-01-01 00:00:00"
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO networks (id, uuid, name, shared, is_default, provider, source, "
+                "project_id, created_at) VALUES (1, 'n1', 'lan', 0, 0, 'network', 'default', 'p', :now)"
+            ),
+            {"now": now},
+        )
+        for pid in (1, 2):
+            conn.execute(
+                text(
+                    "INSERT INTO ports (id, uuid, network_id, project_id, mac_address, status, "
+                    "preserve_on_delete, created_at) VALUES (:id, :uuid, 1, 'p', :mac, 'DOWN', 1, :now)"
+                ),
+                {"id": pid, "uuid": f"port-{pid}", "mac": f"fa:16:3e:00:00:0{pid}", "now": now},
+            )
+        conn.execute(
+            text(
+                "INSERT INTO security_groups (id, uuid, name, project_id, created_at) "
+                "VALUES (1, 'g1', 'default', 'p', :now)"
+            ),
+            {"now": now},
+        )
+        conn.execute(text("INSERT INTO security_group_port_bindings VALUES (2, 1)"))
+    command.upgrade(cfg, "0012")
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO ports (id, uuid, network_id, project_id, mac_address, status, "
+                "preserve_on_delete, created_at) "
+                "VALUES (3, 'port-3', 1, 'p', 'fa:16:3e:00:00:03', 'DOWN', 1, :now)"
+            ),
+            {"now": now},
+        )
+        rows = conn.execute(text("SELECT uuid, port_security_enabled FROM ports ORDER BY id")).all()
+    assert [(u, bool(e)) for u, e in rows] == [("port-1", False), ("port-2", True), ("port-3", True)]
+    engine.dispose()
 
 
 def test_boot_playbook_variable_and_server_module_option(cloud: Cloud, ctx: RequestContext, run: Any) -> None:  # noqa: F811

@@ -11,7 +11,8 @@ nothing is compared), heal reads the records after the answer, and:
   again (``port_filter`` correction, ``before``: what the host had);
 * a filter whose port is no longer bound to the host (deleted, or moved elsewhere) is removed.
 
-A port bound to the host that carries no group is left as it is (it is not filtered). A host
+A port bound to the host without port security is left as it is (it is not filtered); one with
+port security and no group gets a filter that drops everything, as the records say. A host
 that does not filter (its driver cannot, or its operator marked it ``security_groups: none``)
 has nothing to compare. The records are read after the host answered, so a port made since
 is never taken for deleted; a rule changed between the read and the apply is pushed by its own

@@ -65,7 +65,8 @@ _BY_ELEMENT = {
 }
 
 
-#: what the filter of a port that left every group allows while its guest still references it
+#: what the filter of a port that is no longer filtered (no port security) allows while its guest
+#: still references it; a port with port security and no group gets no rule: everything is dropped
 OPEN = [
     FilterRule(direction, ethertype) for direction in ("ingress", "egress") for ethertype in ("IPv4", "IPv6")
 ]

@@ -400,8 +400,8 @@ def _claimer(
     import random
 
     from novakit import placement
-    from novakit.compute.messages import FlavorSpec, ImageSpec
     from novakit.config import load_config
+    from novakit.host.messages import FlavorSpec, ImageSpec
     from novakit.scheduler.manager import SchedulerManager
     from novakit.scheduler.request_spec import RequestSpec
 

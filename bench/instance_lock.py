@@ -23,8 +23,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from novakit.compute.manager import ComputeManager, InstanceLocks
-from novakit.compute.messages import ComputeRequest, FlavorSpec, ImageSpec, InstanceSpec
+from novakit.host.manager import ComputeManager, InstanceLocks
+from novakit.host.messages import ComputeRequest, FlavorSpec, ImageSpec, InstanceSpec
 from novakit.virt.driver import load_driver
 
 

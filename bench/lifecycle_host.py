@@ -31,8 +31,8 @@ from pathlib import Path
 import libvirt
 from virt_spawn import URI, bench_driver, tiny, wait_for  # type: ignore[import-not-found]
 
-from novakit.compute.manager import ComputeManager
-from novakit.compute.messages import ComputeRequest, InstanceSpec
+from novakit.host.manager import ComputeManager
+from novakit.host.messages import ComputeRequest, InstanceSpec
 from novakit.virt import guest_ready_line
 from novakit.virt.libvirt import config as vconfig
 from novakit.virt.libvirt.driver import LibvirtDriver

@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from novakit.compute import hosts, images  # noqa: E402
-from novakit.compute.messages import HostResources  # noqa: E402
 from novakit.config import load_config  # noqa: E402
 from novakit.db.engine import Database  # noqa: E402
+from novakit.host.messages import HostResources  # noqa: E402
 
 FLAVORS = 8
 PLAYBOOK = """---

@@ -27,10 +27,10 @@ from typing import Any
 
 from sqlalchemy import insert, select, text
 
-from novakit.compute.messages import FlavorSpec, ImageSpec
 from novakit.config import load_config
 from novakit.db.engine import Database
 from novakit.db.models import Allocation, Base, ResourceProvider
+from novakit.host.messages import FlavorSpec, ImageSpec
 from novakit.placement.fake_fleet import FakeHost, register_fleet
 from novakit.scheduler.manager import SchedulerManager
 from novakit.scheduler.request_spec import RequestSpec

@@ -27,7 +27,7 @@ from typing import Any
 
 import libvirt
 
-from novakit.compute.messages import FlavorSpec, ImageSpec, InstanceSpec
+from novakit.host.messages import FlavorSpec, ImageSpec, InstanceSpec
 from novakit.virt.libvirt import config as vconfig
 from novakit.virt.libvirt.driver import LibvirtDriver
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import libvirt
 
-from novakit.compute.messages import FlavorSpec, ImageSpec, InstanceSpec
+from novakit.host.messages import FlavorSpec, ImageSpec, InstanceSpec
 from novakit.virt import guest_ready_line
 from novakit.virt.libvirt.driver import LibvirtDriver
 

@@ -34,9 +34,9 @@ from typing import Any
 from novakit import exceptions, worker
 from novakit.compute import images, names, states
 from novakit.compute.api import API
-from novakit.compute.messages import ComputeRequest
 from novakit.compute.states import VmState
 from novakit.context import RequestContext
+from novakit.host.messages import ComputeRequest
 
 View = dict[str, Any]
 Settled = Callable[[View | None], bool]

@@ -32,10 +32,10 @@ from novakit.cells import instances as cell_instances
 from novakit.cells.registry import grouped
 from novakit.compute import rounds
 from novakit.compute.api import API, server_view
-from novakit.compute.messages import ComputeRequest, ComputeResult, split_secrets
 from novakit.compute.states import POWER_STATE_NAMES, VmState, resolve, status_from_state
 from novakit.context import RequestContext
 from novakit.db import api as db_api
+from novakit.host.messages import ComputeRequest, ComputeResult, split_secrets
 
 
 def _wire(requests: list[ComputeRequest]) -> list[dict[str, Any]]:

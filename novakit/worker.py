@@ -111,8 +111,8 @@ def run(job: Job) -> None:
     """The job, in this process: what the worker does (and what a test may call directly)."""
     from novakit.compute import rounds
     from novakit.compute.api import API
-    from novakit.compute.messages import ComputeRequest
     from novakit.db.engine import Database
+    from novakit.host.messages import ComputeRequest
 
     conf = load_config(Path(job.config) if job.config else None, db_url=job.db_url)
     api = API(Database.from_config(conf), conf)

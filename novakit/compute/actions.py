@@ -30,14 +30,14 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
 from novakit.cells.registry import in_cell_of, targeting
-from novakit.compute.faults import _truncate, fault_from_exception, fault_is_internal
-from novakit.compute.messages import Event, Fault
 from novakit.compute.states import TaskState
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.api import ON_INSTANCES, one_of
 from novakit.db.engine import Database
 from novakit.db.models import InstanceAction, InstanceActionEvent, InstanceFault, utcnow
+from novakit.host.faults import _truncate, fault_from_exception, fault_is_internal
+from novakit.host.messages import Event, Fault
 
 # The statements of the hot path, built once (building a statement costs more than running it).
 _FINISH = (

@@ -24,7 +24,6 @@ from novakit.cells import mappings
 from novakit.cells.registry import locate, targeting
 from novakit.compute import actions, hosts, listing, prepare, states
 from novakit.compute.create import CreateAPI
-from novakit.compute.messages import ComputeRequest
 from novakit.compute.states import (
     Transition,
 )
@@ -34,6 +33,7 @@ from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import Instance
+from novakit.host.messages import ComputeRequest
 from novakit.network import security_groups
 
 if TYPE_CHECKING:

@@ -18,10 +18,10 @@ from typing import Any
 
 from novakit import exceptions, policy
 from novakit.cells.registry import locate
-from novakit.compute.messages import ComputeRequest
 from novakit.compute.rpc import ComputeRPC, instance_spec
 from novakit.context import RequestContext
 from novakit.db import api as db_api
+from novakit.host.messages import ComputeRequest
 
 #: the most lines a caller may ask for (the libvirt driver returns at most the log's last 100 KiB)
 MAX_LINES = 10000

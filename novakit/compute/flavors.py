@@ -10,10 +10,10 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
 from novakit.compute import schemas
-from novakit.compute.messages import FlavorSpec
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Flavor
+from novakit.host.messages import FlavorSpec
 
 
 def view(f: Flavor) -> dict[str, Any]:

@@ -46,7 +46,6 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
 from novakit.cells.scatter import scatter
-from novakit.compute.messages import ComputeResult, HostResources, InstanceResult
 from novakit.config import Config, PlacementConfig
 from novakit.context import RequestContext
 from novakit.db.engine import Database
@@ -59,6 +58,7 @@ from novakit.db.models import (
     Service,
     utcnow,
 )
+from novakit.host.messages import ComputeResult, HostResources, InstanceResult
 
 if TYPE_CHECKING:
     from novakit.compute.rpc import ComputeRPC
@@ -624,8 +624,8 @@ def heartbeat(
     """
     if ctx is not None:
         policy.authorize(ctx, "host:heartbeat")
-    from novakit.compute.messages import ComputeRequest
     from novakit.compute.rpc import ComputeRPC
+    from novakit.host.messages import ComputeRequest
 
     rpc = rpc or ComputeRPC(db, conf)
     with db.reader() as session:

@@ -27,10 +27,10 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
 from novakit.compute import schemas, views
-from novakit.compute.messages import ImageSpec
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Image, ImageMember
+from novakit.host.messages import ImageSpec
 
 #: What each kind of image is when nobody says (Glance: an admin's images are public).
 SERVER_IMAGE_VISIBILITY = "private"  # snapshots and shelved images: their server's project's

@@ -74,7 +74,6 @@ from novakit.cells import mappings
 from novakit.cells.moves import move_to_cell
 from novakit.cells.registry import UNSCHEDULED, Cell, in_cell_of
 from novakit.compute import actions, flavors
-from novakit.compute.messages import ComputeRequest, Event, UnmanagedGuest
 from novakit.compute.names import hostname_for
 from novakit.compute.rpc import ComputeRPC, instance_spec
 from novakit.compute.states import POWER_STATE_NAMES, PowerState, TaskState, VmState
@@ -91,6 +90,7 @@ from novakit.db.models import (
     InstanceMapping,
     utcnow,
 )
+from novakit.host.messages import ComputeRequest, Event, UnmanagedGuest
 from novakit.placement.allocations import claim_in_session, remove_allocations, why_not_claimable
 from novakit.placement.providers import lookup_provider
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from novakit import exceptions
-from novakit.compute.faults import fault_from_exception, unusable
-from novakit.compute.messages import ComputeRequest, ComputeResult, Fault, InstanceResult
+from novakit.host.faults import fault_from_exception, unusable
+from novakit.host.messages import ComputeRequest, ComputeResult, Fault, InstanceResult
 
 if TYPE_CHECKING:
     from novakit.compute.rpc import ComputeRPC

@@ -4,7 +4,7 @@ Nova casts to a host's queue; novakit calls the host's transport (chosen by
 what the host registered in ``compute_nodes.driver``, see ``novakit.transport``),
 which answers with a ``ComputeResult``. Every hop is a plain function call:
 ``ComputeRPC.send`` -> ``Transport.call`` -> ``ComputeManager.handle``, in this
-process or in ``python -m novakit.compute`` on the host.
+process or in ``python -m novakit.host`` on the host.
 
 A request never raises here: a host that could not run it at all (not
 registered, unreachable, its driver would not start) answers ``unusable``, a
@@ -24,8 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from novakit import exceptions
-from novakit.compute.faults import unusable
-from novakit.compute.messages import (
+from novakit.config import Config
+from novakit.host.faults import unusable
+from novakit.host.messages import (
     ComputeRequest,
     ComputeResult,
     ImageSpec,
@@ -33,7 +34,6 @@ from novakit.compute.messages import (
     NetworkSpec,
     VolumeSpec,
 )
-from novakit.config import Config
 from novakit.transport import Transport, get_transport
 
 if TYPE_CHECKING:

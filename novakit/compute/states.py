@@ -26,9 +26,10 @@ from pydantic import BaseModel
 
 from novakit import exceptions
 from novakit.compute import schemas
+from novakit.host.power import POWER_STATE_NAMES, PowerState
 
 if TYPE_CHECKING:
-    from novakit.compute.messages import InstanceSpec
+    from novakit.host.messages import InstanceSpec
     from novakit.virt.driver import ComputeDriver
 
 
@@ -89,24 +90,6 @@ class TaskState(enum.StrEnum):
     SHELVING_OFFLOADING = "shelving_offloading"
     UNSHELVING = "unshelving"
 
-
-class PowerState(enum.IntEnum):
-    NOSTATE = 0x00
-    RUNNING = 0x01
-    PAUSED = 0x03
-    SHUTDOWN = 0x04  # the VM is powered off
-    CRASHED = 0x06
-    SUSPENDED = 0x07
-
-
-POWER_STATE_NAMES = {
-    PowerState.NOSTATE: "NOSTATE",
-    PowerState.RUNNING: "Running",
-    PowerState.PAUSED: "Paused",
-    PowerState.SHUTDOWN: "Shutdown",
-    PowerState.CRASHED: "Crashed",
-    PowerState.SUSPENDED: "Suspended",
-}
 
 V, T = VmState, TaskState
 

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from novakit import notifications
 from novakit.compute import rounds
-from novakit.compute.messages import ComputeRequest, ComputeResult, InstanceResult
 from novakit.compute.rpc import ComputeRPC, TransportFactory
 from novakit.compute.states import ACTIONS, Transition
 from novakit.conductor.actions import Actions
@@ -42,6 +41,7 @@ from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Instance, RequestSpec
+from novakit.host.messages import ComputeRequest, ComputeResult, InstanceResult
 
 if TYPE_CHECKING:
     from novakit.scheduler.manager import SchedulerManager

@@ -19,7 +19,6 @@ from sqlalchemy.orm import Session
 from novakit import exceptions
 from novakit.cells.registry import in_cell_of, targeting
 from novakit.compute import actions, hosts, images
-from novakit.compute.messages import ComputeRequest, ComputeResult, InstanceResult
 from novakit.compute.rpc import instance_spec, volume_spec
 from novakit.compute.states import ACTIONS, Transition, VmState
 from novakit.conductor.core import Services, ctx_admin
@@ -27,6 +26,7 @@ from novakit.conductor.flows.release import release_moves
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import InstanceAction, InstanceGroupMember
+from novakit.host.messages import ComputeRequest, ComputeResult, InstanceResult
 from novakit.network import filter_sync, ports
 
 LOG = logging.getLogger(__name__)

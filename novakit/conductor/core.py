@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 
 from novakit import notifications
 from novakit.cells.registry import grouped
-from novakit.compute.messages import ComputeRequest, InstanceResult, InstanceSpec
 from novakit.compute.rpc import ComputeRPC, TransportFactory
 from novakit.compute.states import TaskState
 from novakit.config import Config
@@ -24,6 +23,7 @@ from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import utcnow
+from novakit.host.messages import ComputeRequest, InstanceResult, InstanceSpec
 
 if TYPE_CHECKING:
     from novakit.scheduler.manager import SchedulerManager

@@ -178,10 +178,6 @@ from sqlalchemy import select
 
 from novakit import exceptions, policy
 from novakit.compute import hosts as host_records
-from novakit.compute.messages import (
-    ComputeRequest,
-    ComputeResult,
-)
 from novakit.compute.rpc import ComputeRPC
 from novakit.compute.states import TaskState, VmState
 from novakit.config import Config
@@ -205,6 +201,10 @@ from novakit.heal.orphans import Orphans
 from novakit.heal.recovery import TASK_RULES, TaskRecovery
 from novakit.heal.sync import PowerSync
 from novakit.heal.volumes import VolumeRecovery
+from novakit.host.messages import (
+    ComputeRequest,
+    ComputeResult,
+)
 
 __all__ = [
     "RECOVER_EVENT",

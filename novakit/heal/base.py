@@ -14,7 +14,6 @@ from sqlalchemy.orm import Session
 from novakit import exceptions, notifications
 from novakit.cells.registry import Cell
 from novakit.cells.scatter import scatter
-from novakit.compute.messages import Event
 from novakit.compute.rpc import ComputeRPC
 from novakit.compute.states import POWER_STATE_NAMES, PowerState
 from novakit.conductor import Conductor
@@ -23,6 +22,7 @@ from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import Instance, InstanceMapping, utcnow
+from novakit.host.messages import Event
 
 LOG = logging.getLogger(__name__)
 

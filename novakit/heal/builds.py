@@ -12,8 +12,6 @@ from sqlalchemy.orm import Session
 from novakit import exceptions
 from novakit.cells.registry import Cell
 from novakit.compute import actions
-from novakit.compute.faults import fault_from_exception
-from novakit.compute.messages import Fault
 from novakit.compute.states import PowerState, VmState
 from novakit.db import api as db_api
 from novakit.db.models import InstanceAction, InstanceMapping
@@ -26,6 +24,8 @@ from novakit.heal.base import (
     _Seen,
     recover_event,
 )
+from novakit.host.faults import fault_from_exception
+from novakit.host.messages import Fault
 
 LOG = logging.getLogger(__name__)
 

@@ -33,14 +33,14 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from novakit.compute import actions
-from novakit.compute.faults import fault_from_exception
-from novakit.compute.messages import ComputeRequest, Event
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import PowerState, VmState
 from novakit.db import api as db_api
 from novakit.db.models import ComputeNode, utcnow
 from novakit.exceptions import ComputeError
 from novakit.heal.base import Correction, HealerBase, _power, _Seen, recover_event
+from novakit.host.faults import fault_from_exception
+from novakit.host.messages import ComputeRequest, Event
 
 RESUME_EVENT = "compute_resume_guests_state_on_host_boot"
 #: in a node's stats while a heal starts the guests of the boot it took (an ISO time: its lease)

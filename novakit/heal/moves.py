@@ -21,10 +21,10 @@ from typing import Any
 from sqlalchemy import select
 
 from novakit import exceptions
-from novakit.compute.messages import ComputeRequest, FlavorSpec, ImageSpec, InstanceSpec
 from novakit.compute.states import VmState
 from novakit.db.models import Instance, Migration
 from novakit.heal.base import Correction, _power, recover_event, skipped
+from novakit.host.messages import ComputeRequest, FlavorSpec, ImageSpec, InstanceSpec
 from novakit.moves import migrations
 from novakit.placement.allocations import remove_allocations_in_session
 

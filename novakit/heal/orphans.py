@@ -18,12 +18,6 @@ from sqlalchemy import select
 
 from novakit.cells import moves
 from novakit.cells.registry import Cell
-from novakit.compute.messages import (
-    ComputeRequest,
-    FlavorSpec,
-    ImageSpec,
-    InstanceSpec,
-)
 from novakit.context import RequestContext
 from novakit.db.models import Allocation, Instance, InstanceMapping, ResourceProvider
 from novakit.heal.base import (
@@ -34,6 +28,12 @@ from novakit.heal.base import (
     _power,
     _Seen,
     skipped,
+)
+from novakit.host.messages import (
+    ComputeRequest,
+    FlavorSpec,
+    ImageSpec,
+    InstanceSpec,
 )
 
 #: uuids per IN list: well under every backend's limit on bound parameters

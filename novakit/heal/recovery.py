@@ -12,11 +12,6 @@ from sqlalchemy.orm import Session
 from novakit import exceptions
 from novakit.cells.registry import Cell
 from novakit.compute import actions
-from novakit.compute.faults import fault_from_exception
-from novakit.compute.messages import (
-    Event,
-    InstanceResult,
-)
 from novakit.compute.states import ACTIONS, RECOVERY_RULES, PowerState, Recovery, TaskState, VmState
 from novakit.context import RequestContext
 from novakit.db import api as db_api
@@ -33,6 +28,11 @@ from novakit.heal.base import (
     skipped,
 )
 from novakit.heal.moves import MOVE_TASKS, is_unshelve
+from novakit.host.faults import fault_from_exception
+from novakit.host.messages import (
+    Event,
+    InstanceResult,
+)
 
 #: task_state -> (the state table's action, heal's rule): read from the rows (each row's
 #: ``recovery``, next to the action it recovers), not a copy of them

@@ -8,12 +8,6 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions
 from novakit.compute import actions
-from novakit.compute.faults import fault_from_exception
-from novakit.compute.messages import (
-    ComputeRequest,
-    ComputeResult,
-    Event,
-)
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import PowerState, VmState
 from novakit.db import api as db_api
@@ -25,6 +19,12 @@ from novakit.heal.base import (
     HealerBase,
     _power,
     _Seen,
+)
+from novakit.host.faults import fault_from_exception
+from novakit.host.messages import (
+    ComputeRequest,
+    ComputeResult,
+    Event,
 )
 
 

@@ -26,16 +26,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
-from novakit.compute.messages import (
+from novakit.compute.states import VmState
+from novakit.db.models import Volume, VolumeAttachment
+from novakit.heal.base import Correction, HealerBase, HealReport, _Seen
+from novakit.host.messages import (
     ComputeRequest,
     FlavorSpec,
     ImageSpec,
     InstanceResult,
     InstanceSpec,
 )
-from novakit.compute.states import VmState
-from novakit.db.models import Volume, VolumeAttachment
-from novakit.heal.base import Correction, HealerBase, HealReport, _Seen
 from novakit.volume import attachments, volumes
 from novakit.volume.states import TRANSITIONAL, VolumeStatus, abandoned, set_status
 

@@ -17,9 +17,9 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
-from novakit.compute.messages import NetworkSpec
 from novakit.context import RequestContext
 from novakit.db.models import Network, Port
+from novakit.host.messages import NetworkSpec
 from novakit.network import ipam, networks, ports
 
 

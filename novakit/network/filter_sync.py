@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 
 from novakit.compute import rounds
-from novakit.compute.messages import ComputeRequest, NetworkSpec, PortFilterSpec
 from novakit.db.models import Port
+from novakit.host.messages import ComputeRequest, NetworkSpec, PortFilterSpec
 from novakit.network import effective_rules as records
 from novakit.network.filter_rules import FilterRule, rules_to_json
 

@@ -21,10 +21,10 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
 from novakit.compute import schemas
-from novakit.compute.messages import FixedIp
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import IPAllocation, Network, Port, Subnet
+from novakit.host.messages import FixedIp
 from novakit.network import ipam, networks, security_groups
 
 MAC_BASE = "fa:16:3e"  # Neutron's base_mac: the 0x02 bit of fa says "locally administered"

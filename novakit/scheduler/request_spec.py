@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from novakit import exceptions
-from novakit.compute.messages import FlavorSpec, ImageSpec
+from novakit.host.messages import FlavorSpec, ImageSpec
 
 GroupPolicy = Literal["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from novakit import exceptions
-from novakit.compute.messages import ComputeRequest, ComputeResult
+from novakit.host.messages import ComputeRequest, ComputeResult
 
 
 class Transport(Protocol):

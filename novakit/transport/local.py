@@ -6,9 +6,9 @@ import os
 import threading
 from typing import Any
 
-from novakit.compute.faults import unusable
-from novakit.compute.manager import ComputeManager
-from novakit.compute.messages import ComputeRequest, ComputeResult
+from novakit.host.faults import unusable
+from novakit.host.manager import ComputeManager
+from novakit.host.messages import ComputeRequest, ComputeResult
 from novakit.virt.driver import load_driver
 
 _MANAGERS: dict[tuple[str, str, str | None], ComputeManager] = {}

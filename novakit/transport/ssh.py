@@ -1,7 +1,7 @@
 """The compute side on another machine, over SSH with Fabric.
 
 The controller connects as the host's ``ssh`` settings say, runs
-``<python> -m novakit.compute`` there, writes the request (secrets included:
+``<python> -m novakit.host`` there, writes the request (secrets included:
 the channel is encrypted and the far side needs them) to its stdin, closes
 stdin, and reads one ``ComputeResult`` from stdout. Nothing else crosses, and
 the host never needs database credentials, as nova-compute reaches the
@@ -32,8 +32,8 @@ import socket
 from typing import Any
 
 from novakit import exceptions
-from novakit.compute.faults import unusable
-from novakit.compute.messages import ComputeRequest, ComputeResult
+from novakit.host.faults import unusable
+from novakit.host.messages import ComputeRequest, ComputeResult
 
 #: stderr kept in a fault: enough to see the error, short enough for a fault's details
 _STDERR_TAIL = 2000
@@ -55,7 +55,7 @@ class SSHTransport:
         self.max_concurrent_builds = int(driver_info.get("max_concurrent_builds", max_concurrent_builds))
 
     def command(self) -> str:
-        return f"{shlex.quote(self.python)} -m novakit.compute"
+        return f"{shlex.quote(self.python)} -m novakit.host"
 
     def call(self, request: ComputeRequest) -> ComputeResult:
         wire = request.model_copy(

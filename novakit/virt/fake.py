@@ -84,7 +84,7 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions, files
-from novakit.compute.messages import (
+from novakit.host.messages import (
     FlavorSpec,
     HostResources,
     ImageSpec,
@@ -93,7 +93,7 @@ from novakit.compute.messages import (
     UnmanagedGuest,
     VolumeSpec,
 )
-from novakit.compute.states import PowerState
+from novakit.host.power import PowerState
 from novakit.keypairs import fingerprint as key_fingerprint
 from novakit.network.filter_rules import FilterRule, rules_from_json, rules_to_json
 from novakit.virt import admin_password_line, guest_ready_line

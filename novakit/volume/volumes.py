@@ -20,7 +20,6 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy, quota
 from novakit.compute import hosts, images, schemas
-from novakit.compute.messages import ComputeRequest, ComputeResult, Fault, VolumeSpec
 from novakit.context import RequestContext
 from novakit.db.models import (
     Inventory,
@@ -30,6 +29,7 @@ from novakit.db.models import (
     VolumeAttachment,
     utcnow,
 )
+from novakit.host.messages import ComputeRequest, ComputeResult, Fault, VolumeSpec
 from novakit.placement.allocations import claim_in_session, remove_allocations_in_session
 from novakit.volume.states import ATTACHED, VolumeStatus, set_status
 

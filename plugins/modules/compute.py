@@ -205,8 +205,8 @@ class ComputeModule(NovakitModule):
     module_kwargs = {"supports_check_mode": True}
 
     def run(self):
-        from novakit.compute.manager import ComputeManager
-        from novakit.compute.messages import ComputeRequest, join_secrets
+        from novakit.host.manager import ComputeManager
+        from novakit.host.messages import ComputeRequest, join_secrets
         from novakit.virt.driver import load_driver
 
         host = self.params["host"]
@@ -241,7 +241,7 @@ class ComputeModule(NovakitModule):
         }
 
     def _cache_images(self, driver):
-        from novakit.compute.messages import ImageSpec
+        from novakit.host.messages import ImageSpec
 
         if not hasattr(driver, "cache_image"):
             self.fail(

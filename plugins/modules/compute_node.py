@@ -118,7 +118,7 @@ class ComputeNodeModule(NovakitModule):
     def run(self):
         from novakit import exceptions
         from novakit.compute import hosts
-        from novakit.compute.messages import HostResources
+        from novakit.host.messages import HostResources
 
         conf, db, p = self.config(), self.database(), self.params
         ctx = self.context()

@@ -24,8 +24,8 @@ CHURN = 12
 
 def _worker(url: str, mode: str, start: Any, results: Any) -> None:
     from novakit import exceptions
-    from novakit.compute.messages import FlavorSpec, ImageSpec
     from novakit.config import load_config
+    from novakit.host.messages import FlavorSpec, ImageSpec
     from novakit.scheduler.manager import SchedulerManager
     from novakit.scheduler.request_spec import RequestSpec
 

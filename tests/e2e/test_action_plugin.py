@@ -20,11 +20,11 @@ from sqlalchemy.engine import make_url
 
 from novakit.compute import flavors, hosts, images
 from novakit.compute.api import API
-from novakit.compute.messages import HostResources
 from novakit.compute.passwords import sha512_crypt
 from novakit.config import load_config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
+from novakit.host.messages import HostResources
 from novakit.runner import RunResult, run
 from tests.e2e.prepared import BASE_CONFIG, api_for, fleet_env
 from tests.pgdatabases import base_url, own_database

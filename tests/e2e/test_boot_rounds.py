@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import text
 
 from novakit.compute import flavors, hosts, images
-from novakit.compute.messages import HostResources
 from novakit.context import RequestContext
+from novakit.host.messages import HostResources
 from novakit.virt.fake import failure_env_var
 from tests.e2e.prepared import api_for, fleet_env
 from tests.e2e.test_flows import play

@@ -100,7 +100,7 @@ def test_compute_node_install_on_this_machine(root_on_debian: None, tmp_path: Pa
             [
                 str(venv / "bin" / "python"),
                 "-c",
-                "import importlib.metadata as m, importlib.util, json, novakit.compute.manager, novakit;"
+                "import importlib.metadata as m, importlib.util, json, novakit.host.manager, novakit;"
                 "print(json.dumps([novakit.__file__, json.loads(m.distribution('novakit')"
                 ".read_text('direct_url.json'))['url'], importlib.util.find_spec('libvirt') is None]))",
             ],

@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import text
 
 from novakit.compute import flavors, hosts, images
-from novakit.compute.messages import HostResources
 from novakit.context import RequestContext
+from novakit.host.messages import HostResources
 from novakit.runner import RunResult, run
 from tests.e2e.prepared import api_for, fleet_env
 

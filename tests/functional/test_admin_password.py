@@ -20,11 +20,11 @@ import yaml
 from sqlalchemy import text
 
 from novakit import exceptions, playflow
-from novakit.compute.manager import ComputeManager
-from novakit.compute.messages import ComputeRequest, InstanceSpec, join_secrets
 from novakit.compute.passwords import sha512_crypt
 from novakit.context import RequestContext
 from novakit.db.models import Base
+from novakit.host.manager import ComputeManager
+from novakit.host.messages import ComputeRequest, InstanceSpec, join_secrets
 from novakit.virt import admin_password_line
 from novakit.virt.libvirt.configdrive import ConfigDrive
 from tests.functional.cloud import HOSTS, Cloud, boot

@@ -8,9 +8,9 @@ from sqlalchemy import select
 from novakit import exceptions
 from novakit.cells.registry import UNSCHEDULED
 from novakit.compute import actions
-from novakit.compute.faults import fault_from_exception
 from novakit.context import RequestContext
 from novakit.db.models import InstanceAction, InstanceFault
+from novakit.host.faults import fault_from_exception
 from tests.functional.cloud import Cloud, boot
 
 

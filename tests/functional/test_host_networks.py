@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from novakit.compute import hosts
-from novakit.compute.messages import ComputeResult
+from novakit.host.messages import ComputeResult
 
 from .cloud import Cloud
 

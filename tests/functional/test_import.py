@@ -10,11 +10,11 @@ import pytest
 from novakit import exceptions, placement
 from novakit.compute import flavors, hosts
 from novakit.compute.importer import import_guests
-from novakit.compute.messages import ComputeRequest, ComputeResult
 from novakit.compute.rpc import ComputeRPC
 from novakit.compute.states import PowerState
 from novakit.context import RequestContext
 from novakit.heal import heal
+from novakit.host.messages import ComputeRequest, ComputeResult
 from tests.functional.cloud import HOSTS, Cloud
 
 # compute-1: 8 vCPU (ratio 4: 32), 16384 MB (512 reserved, ratio 1: 15872 free), 400 GB disk

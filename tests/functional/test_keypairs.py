@@ -268,7 +268,7 @@ def test_a_rebuild_can_take_a_new_key(cloud: Cloud, ctx: RequestContext) -> None
 
 
 def test_the_config_drive_files_carry_the_key_as_nova_s_do(cloud: Cloud, ctx: RequestContext) -> None:
-    from novakit.compute.messages import FlavorSpec, ImageSpec, InstanceSpec
+    from novakit.host.messages import FlavorSpec, ImageSpec, InstanceSpec
     from novakit.virt.libvirt.configdrive import ConfigDrive
 
     spec = InstanceSpec(

@@ -20,13 +20,13 @@ from novakit import exceptions
 from novakit.cli import app
 from novakit.compute import flavors, hosts, images
 from novakit.compute.api import API
-from novakit.compute.messages import HostResources
 from novakit.conductor import Conductor
 from novakit.config import Config, load_config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import ComputeNode, Service, utcnow
 from novakit.heal import heal
+from novakit.host.messages import HostResources
 from novakit.scheduler.manager import SchedulerManager
 from novakit.scheduler.request_spec import RequestSpec
 from tests.functional.cloud import HOSTS, Cloud, boot
@@ -78,7 +78,7 @@ def _reachable_again(cloud: Cloud, host: str) -> None:
 
 
 def _spec(**extra: Any) -> RequestSpec:
-    from novakit.compute.messages import FlavorSpec, ImageSpec
+    from novakit.host.messages import FlavorSpec, ImageSpec
 
     flavor = FlavorSpec(name="m1.small", vcpus=1, memory_mb=1024, root_gb=10)
     return RequestSpec(

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from novakit import exceptions
-from novakit.compute.messages import NetworkSpec
 from novakit.context import RequestContext
+from novakit.host.messages import NetworkSpec
 from novakit.network import networks, ports, subnets
 from tests.functional.cloud import HOSTS, Cloud, boot
 from tests.functional.test_cli import env, nk  # noqa: F401

@@ -8,10 +8,10 @@ from sqlalchemy import select
 
 from novakit import playflow
 from novakit.cells.registry import UNSCHEDULED, targeting
-from novakit.compute.manager import ComputeManager
-from novakit.compute.messages import ComputeRequest
 from novakit.context import RequestContext
 from novakit.db.models import InstanceFault
+from novakit.host.manager import ComputeManager
+from novakit.host.messages import ComputeRequest
 from tests.functional.cloud import Cloud
 
 

@@ -17,11 +17,11 @@ from sqlalchemy import select
 
 from novakit import exceptions, placement, quota
 from novakit.cells.registry import UNSCHEDULED
-from novakit.compute.messages import ComputeRequest, ComputeResult
 from novakit.compute.states import PowerState
 from novakit.context import RequestContext
 from novakit.db.models import Instance, utcnow
 from novakit.heal import RECOVER_EVENT, heal
+from novakit.host.messages import ComputeRequest, ComputeResult
 from tests.functional.cloud import Cloud, boot
 
 

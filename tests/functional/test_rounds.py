@@ -7,9 +7,9 @@ from sqlalchemy import select
 
 from novakit.cells.registry import targeting
 from novakit.compute import rounds
-from novakit.compute.messages import ComputeResult, InstanceResult
 from novakit.context import RequestContext
 from novakit.db.models import InstanceFault
+from novakit.host.messages import ComputeResult, InstanceResult
 from tests.functional.cloud import Cloud, boot
 
 

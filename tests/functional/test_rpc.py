@@ -12,7 +12,6 @@ from sqlalchemy import update
 from novakit import worker
 from novakit.cells.registry import targeting
 from novakit.compute.api import API
-from novakit.compute.messages import ComputeRequest
 from novakit.compute.rpc import ComputeRPC, instance_spec
 from novakit.compute.states import PowerState
 from novakit.conductor import Conductor
@@ -20,6 +19,7 @@ from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import ComputeNode
 from novakit.heal import heal
+from novakit.host.messages import ComputeRequest
 from novakit.transport import get_transport
 from tests.functional.cloud import Cloud, boot
 

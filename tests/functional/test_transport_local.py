@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from novakit.compute.messages import ComputeRequest, FlavorSpec, ImageSpec, InstanceSpec
+from novakit.host.messages import ComputeRequest, FlavorSpec, ImageSpec, InstanceSpec
 from novakit.transport.local import LocalTransport
 
 

@@ -15,11 +15,11 @@ import pytest
 from novakit import exceptions, playflow, policy
 from novakit.cells.registry import targeting
 from novakit.compute import hosts
-from novakit.compute.messages import ComputeRequest, ComputeResult, Fault, InstanceResult
 from novakit.compute.rpc import instance_spec
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.heal import heal
+from novakit.host.messages import ComputeRequest, ComputeResult, Fault, InstanceResult
 from tests.functional.cloud import Cloud, boot
 
 

@@ -14,8 +14,8 @@ import sys
 import novakit.virt
 
 COMPUTE_SIDE = [
-    "novakit.compute.manager",
-    "novakit.compute.__main__",
+    "novakit.host.manager",
+    "novakit.host.__main__",
     "novakit.transport.ssh",
     *sorted(m.name for m in pkgutil.walk_packages(novakit.virt.__path__, "novakit.virt.")),
 ]
@@ -54,7 +54,7 @@ def test_running_a_request_on_the_compute_side_never_imports_the_database(tmp_pa
     }
     code = (
         "import io, json, sys\n"
-        "from novakit.compute.__main__ import main\n"
+        "from novakit.host.__main__ import main\n"
         "out = io.StringIO()\n"
         "status = main(io.StringIO(sys.argv[1]), out)\n"
         "report = {'status': status, 'result': json.loads(out.getvalue()), 'modules': sorted(sys.modules)}\n"

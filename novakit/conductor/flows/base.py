@@ -22,13 +22,13 @@ from sqlalchemy.orm import Session
 from novakit import exceptions
 from novakit.cells.registry import locate
 from novakit.compute import actions, flavors
-from novakit.compute.messages import InstanceSpec
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import TaskState, Transition, VmState
 from novakit.conductor.core import Services, ctx_admin
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import RequestSpec
+from novakit.host.messages import InstanceSpec
 from novakit.moves import migrations
 from novakit.placement.allocations import move_allocations_in_session, remove_allocations_in_session
 from novakit.scheduler.request_spec import RequestSpec as SchedSpec

@@ -16,13 +16,13 @@ from sqlalchemy.orm import Session
 
 from novakit.cells.registry import in_cell_of
 from novakit.compute import actions
-from novakit.compute.messages import ComputeRequest, InstanceResult
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import ACTIONS, TaskState, VmState
 from novakit.conductor.core import ctx_admin
 from novakit.conductor.flows.base import Flow
 from novakit.context import RequestContext
 from novakit.db import api as db_api
+from novakit.host.messages import ComputeRequest, InstanceResult
 from novakit.moves import migrations
 from novakit.network import ports
 from novakit.placement.allocations import move_allocations_in_session, remove_allocations_in_session

@@ -19,10 +19,10 @@ from sqlalchemy.orm import Session
 
 from novakit.cells.registry import in_cell_of
 from novakit.compute import actions
-from novakit.compute.messages import InstanceResult
 from novakit.compute.states import ACTIONS, TaskState, Transition
 from novakit.conductor.flows.base import Flow
 from novakit.context import RequestContext
+from novakit.host.messages import InstanceResult
 from novakit.moves import migrations
 from novakit.network import ports
 from novakit.placement.allocations import remove_allocations_in_session

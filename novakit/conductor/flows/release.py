@@ -14,11 +14,11 @@ import logging
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from novakit.compute.messages import InstanceSpec
 from novakit.conductor.core import Services, ctx_admin
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import Migration
+from novakit.host.messages import InstanceSpec
 from novakit.moves import migrations
 from novakit.placement.allocations import remove_allocations_in_session
 

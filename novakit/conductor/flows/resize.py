@@ -35,13 +35,13 @@ from sqlalchemy.orm import Session
 from novakit import exceptions
 from novakit.cells.registry import in_cell_of
 from novakit.compute import actions, flavors
-from novakit.compute.messages import InstanceResult
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import ACTIONS, PowerState, TaskState, Transition, VmState
 from novakit.conductor.core import Services, ctx_admin
 from novakit.conductor.flows.base import Flow
 from novakit.context import RequestContext
 from novakit.db import api as db_api
+from novakit.host.messages import InstanceResult
 from novakit.moves import migrations
 from novakit.network import ports
 from novakit.placement.allocations import move_allocations_in_session, remove_allocations_in_session

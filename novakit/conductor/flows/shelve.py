@@ -24,7 +24,6 @@ from sqlalchemy.orm import Session
 from novakit import exceptions
 from novakit.cells.registry import in_cell_of
 from novakit.compute import actions, images
-from novakit.compute.messages import ComputeRequest, ImageSpec, InstanceSpec
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import ACTIONS, PowerState, TaskState, VmState
 from novakit.conductor.core import Services, ctx_admin
@@ -33,6 +32,7 @@ from novakit.conductor.flows.snapshot import drop_queued, queue_image
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import Image
+from novakit.host.messages import ComputeRequest, ImageSpec, InstanceSpec
 from novakit.network import ports
 from novakit.placement.allocations import remove_allocations_in_session
 

@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 
 from novakit.cells.registry import in_cell_of
 from novakit.compute import actions, images
-from novakit.compute.messages import InstanceSpec
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import ACTIONS, TaskState
 from novakit.conductor.core import Services, ctx_admin
@@ -24,6 +23,7 @@ from novakit.conductor.flows.base import Flow
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import Image
+from novakit.host.messages import InstanceSpec
 
 T = TaskState
 

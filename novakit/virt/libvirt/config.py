@@ -19,7 +19,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Literal
 
-from novakit.compute.messages import InstanceSpec
+from novakit.host.messages import InstanceSpec
 
 NOVAKIT_NS = "https://novakit.dev/xmlns/libvirt/instance/1.0"
 DOMAIN_NAME_PREFIX = "novakit-"

@@ -41,7 +41,7 @@ from pathlib import Path
 import pycdlib
 
 from novakit import exceptions
-from novakit.compute.messages import FixedIp, InstanceSpec
+from novakit.host.messages import FixedIp, InstanceSpec
 from novakit.virt.userdata import with_additions
 
 VOLUME_LABEL = "cidata"

@@ -69,7 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions
-from novakit.compute.messages import (
+from novakit.host.messages import (
     FlavorSpec,
     HostResources,
     ImageSpec,
@@ -78,7 +78,7 @@ from novakit.compute.messages import (
     UnmanagedGuest,
     VolumeSpec,
 )
-from novakit.compute.states import PowerState
+from novakit.host.power import PowerState
 from novakit.network.filter_rules import FilterRule, rules_from_json
 from novakit.virt.driver import ComputeDriver, InstanceInfo
 from novakit.virt.libvirt import config as vconfig

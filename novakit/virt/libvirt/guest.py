@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from novakit import exceptions
-from novakit.compute.states import PowerState
+from novakit.host.power import PowerState
 
 # libvirt's virDomainState values (stable ABI), so that this table needs no import.
 VIR_DOMAIN_NOSTATE = 0

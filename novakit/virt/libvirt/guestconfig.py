@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from novakit import exceptions
-from novakit.compute.messages import ImageSpec, InstanceSpec
+from novakit.host.messages import ImageSpec, InstanceSpec
 from novakit.virt.libvirt import config as vconfig
 from novakit.virt.libvirt import images, nwfilter
 from novakit.virt.libvirt.configdrive import ConfigDrive, guest_mac

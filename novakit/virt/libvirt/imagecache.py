@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from novakit import exceptions, files
-from novakit.compute.messages import ImageSpec
+from novakit.host.messages import ImageSpec
 from novakit.virt.libvirt import images
 
 _CHUNK = 1 << 20

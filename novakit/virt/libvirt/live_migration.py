@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from novakit import exceptions
-from novakit.compute.messages import InstanceSpec
-from novakit.compute.states import PowerState
+from novakit.host.messages import InstanceSpec
+from novakit.host.power import PowerState
 from novakit.virt.libvirt import handover, vif
 from novakit.virt.libvirt.disks import CONSOLE_LOG, valid_uuid
 from novakit.virt.libvirt.migration import refuse_volumes

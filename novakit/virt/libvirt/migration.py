@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from novakit import exceptions
-from novakit.compute.messages import FlavorSpec, InstanceSpec
-from novakit.compute.states import PowerState
+from novakit.host.messages import FlavorSpec, InstanceSpec
+from novakit.host.power import PowerState
 from novakit.virt.libvirt import handover, images, vif
 from novakit.virt.libvirt.configdrive import ConfigDrive
 from novakit.virt.libvirt.disks import (

@@ -22,7 +22,7 @@ import xml.etree.ElementTree as ET
 from typing import TYPE_CHECKING
 
 from novakit import exceptions
-from novakit.compute.messages import ImageSpec, InstanceSpec
+from novakit.host.messages import ImageSpec, InstanceSpec
 from novakit.virt.libvirt import config as vconfig
 from novakit.virt.libvirt.disks import RESCUE_DISK, UNRESCUE_XML
 from novakit.virt.libvirt.guest import Guest

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from novakit import exceptions
-from novakit.compute.messages import ImageSpec, InstanceSpec
-from novakit.compute.states import PowerState
+from novakit.host.messages import ImageSpec, InstanceSpec
+from novakit.host.power import PowerState
 from novakit.virt.libvirt import images
 from novakit.virt.libvirt.disks import ROOT_DISK
 from novakit.virt.libvirt.imagecache import cache_key

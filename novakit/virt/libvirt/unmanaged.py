@@ -11,7 +11,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from novakit.compute.messages import InstanceSpec, UnmanagedGuest
+from novakit.host.messages import InstanceSpec, UnmanagedGuest
 from novakit.virt.libvirt import config as vconfig
 from novakit.virt.libvirt.guest import Guest
 

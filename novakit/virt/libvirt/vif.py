@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import xml.etree.ElementTree as ET
 
-from novakit.compute.messages import InstanceSpec
+from novakit.host.messages import InstanceSpec
 from novakit.virt.libvirt.config import NetworkDhcpHost
 from novakit.virt.libvirt.host import Host
 

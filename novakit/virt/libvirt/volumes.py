@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions
-from novakit.compute.messages import VolumeSpec
+from novakit.host.messages import VolumeSpec
 from novakit.virt.libvirt import config as vconfig
 from novakit.virt.libvirt.imagecache import CachedImage
 from novakit.virt.libvirt.lvm import LogicalStorage, LogicalVolumeConfig

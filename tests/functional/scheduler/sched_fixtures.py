@@ -6,9 +6,9 @@ import uuid as uuidlib
 from typing import Any
 
 from novakit.cells.registry import UNSCHEDULED
-from novakit.compute.messages import FlavorSpec, ImageSpec
 from novakit.db.engine import Database
 from novakit.db.models import Instance, InstanceGroup, InstanceGroupMember
+from novakit.host.messages import FlavorSpec, ImageSpec
 from novakit.placement.fake_fleet import FakeHost, register_fleet
 from novakit.scheduler.request_spec import RequestSpec
 

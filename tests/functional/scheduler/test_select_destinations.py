@@ -7,9 +7,9 @@ from sched_fixtures import add_group, add_instance, fleet, request, uuids
 from sqlalchemy import text
 
 from novakit import exceptions, placement
-from novakit.compute.messages import FlavorSpec
 from novakit.config import Config, load_config
 from novakit.db.engine import Database
+from novakit.host.messages import FlavorSpec
 from novakit.placement.fake_fleet import FakeHost, register_fleet
 from novakit.scheduler.manager import SchedulerManager
 from novakit.scheduler.request_spec import InstanceGroupSpec

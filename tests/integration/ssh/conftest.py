@@ -1,6 +1,6 @@
 """An sshd of the tests' own on 127.0.0.1 (tests/services/sshd.sh), for the SSH transport.
 
-The "remote" python is this venv's interpreter, so ``python -m novakit.compute``
+The "remote" python is this venv's interpreter, so ``python -m novakit.host``
 imports the novakit under test. Without openssh-server the tests skip, unless
 ``NOVAKIT_REQUIRE_REAL=1`` says they must run.
 """

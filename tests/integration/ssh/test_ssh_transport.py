@@ -9,10 +9,10 @@ from sqlalchemy import select
 
 from novakit.cells.registry import UNSCHEDULED
 from novakit.compute import hosts
-from novakit.compute.messages import ComputeRequest
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import InstanceFault
+from novakit.host.messages import ComputeRequest
 from novakit.transport import get_transport
 from novakit.transport.ssh import SSHTransport
 from tests.functional.cloud import HOSTS, Cloud, make_cloud
@@ -131,7 +131,7 @@ def test_an_unreachable_ssh_host_is_rescheduled_and_named_in_the_fault(
 def test_broken_ssh_hosts_come_back_as_results_asking_for_a_reschedule(
     sshd: Sshd, tmp_path: Path, closed_port: int
 ) -> None:
-    from novakit.compute.messages import FlavorSpec, ImageSpec, InstanceSpec
+    from novakit.host.messages import FlavorSpec, ImageSpec, InstanceSpec
 
     spec = InstanceSpec(
         uuid="11111111-2222-3333-4444-555555555555",
@@ -184,11 +184,11 @@ def _most_builds_at_once(results: list[object]) -> int:
 def test_max_concurrent_builds_holds_across_separate_ssh_requests_to_one_host(
     sshd: Sshd, tmp_path: Path
 ) -> None:
-    """Each SSH request is its own `python -m novakit.compute` on the host: the limit must count
+    """Each SSH request is its own `python -m novakit.host` on the host: the limit must count
     the builds of the other processes too (Nova's max_concurrent_builds is per host)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from novakit.compute.messages import FlavorSpec, ImageSpec, InstanceSpec
+    from novakit.host.messages import FlavorSpec, ImageSpec, InstanceSpec
 
     def run(limit: int) -> int:
         state_dir = tmp_path / f"limit-{limit}"

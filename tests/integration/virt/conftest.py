@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from novakit.compute.messages import FlavorSpec, ImageSpec, InstanceSpec
+from novakit.host.messages import FlavorSpec, ImageSpec, InstanceSpec
 
 REPO = Path(__file__).resolve().parents[3]
 TINY_IMAGE_DIR = Path(os.environ.get("NOVAKIT_TINY_IMAGE_DIR", REPO / ".state" / "tiny-image"))

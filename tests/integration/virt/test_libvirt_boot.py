@@ -21,9 +21,9 @@ import pytest
 from pydantic import SecretStr
 
 from novakit import exceptions
-from novakit.compute.messages import InstanceSpec
 from novakit.compute.passwords import hash_admin_password
 from novakit.compute.states import PowerState
+from novakit.host.messages import InstanceSpec
 from novakit.keypairs import keys
 from novakit.virt import admin_password_line, guest_ready_line
 from novakit.virt.libvirt.driver import LibvirtDriver

@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 
 from novakit import exceptions
-from novakit.compute.messages import FlavorSpec, ImageSpec, InstanceSpec
 from novakit.compute.states import PowerState
+from novakit.host.messages import FlavorSpec, ImageSpec, InstanceSpec
 from novakit.virt import guest_ready_line
 from novakit.virt.libvirt.driver import LibvirtDriver
 from tests import processes

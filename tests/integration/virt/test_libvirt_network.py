@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from novakit import exceptions
-from novakit.compute.messages import FixedIp, InstanceSpec, NetworkSpec
+from novakit.host.messages import FixedIp, InstanceSpec, NetworkSpec
 from novakit.virt import guest_ready_line
 from novakit.virt.libvirt.config import NetworkDhcpHost
 from novakit.virt.libvirt.driver import LibvirtDriver

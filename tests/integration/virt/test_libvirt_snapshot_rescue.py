@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from novakit import exceptions
-from novakit.compute.messages import ImageSpec, InstanceSpec
 from novakit.compute.states import PowerState
+from novakit.host.messages import ImageSpec, InstanceSpec
 from novakit.virt import guest_ready_line
 from novakit.virt.libvirt.driver import LibvirtDriver
 from tests.integration.virt.conftest import _unavailable, sha256

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from novakit import exceptions
-from novakit.compute.messages import FlavorSpec, ImageSpec, InstanceSpec
 from novakit.compute.states import PowerState
+from novakit.host.messages import FlavorSpec, ImageSpec, InstanceSpec
 from novakit.virt.driver import load_driver
 from novakit.virt.libvirt.config import NOVAKIT_NS, InstanceMetadata
 from novakit.virt.libvirt.driver import LibvirtDriver

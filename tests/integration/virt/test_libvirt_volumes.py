@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from novakit import exceptions
-from novakit.compute.messages import InstanceSpec, VolumeSpec
+from novakit.host.messages import InstanceSpec, VolumeSpec
 from novakit.virt import guest_ready_line
 from novakit.virt.libvirt.driver import LibvirtDriver
 from novakit.virt.libvirt.volumes import volume_name
@@ -126,8 +126,8 @@ def test_a_guest_boots_from_a_new_volume_made_by_the_manager_and_the_volume_outl
     """Boot from volume on the host side: the compute manager makes the root volume from the image
     in the pool, the guest boots from it (no image overlay), and destroying the server (its
     delete with delete_on_termination false) leaves the volume in the pool."""
-    from novakit.compute.manager import ComputeManager
-    from novakit.compute.messages import ComputeRequest
+    from novakit.host.manager import ComputeManager
+    from novakit.host.messages import ComputeRequest
 
     drv = volume_driver
     inst = make_tiny(hostname="bfv-1")

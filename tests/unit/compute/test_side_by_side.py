@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from novakit.compute.manager import ComputeManager
-from novakit.compute.messages import ComputeRequest, InstanceSpec
 from novakit.compute.states import PowerState
+from novakit.host.manager import ComputeManager
+from novakit.host.messages import ComputeRequest, InstanceSpec
 from novakit.virt.fake import FakeDriver
 from tests.unit.virt.conftest import build_instance
 

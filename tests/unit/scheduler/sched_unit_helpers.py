@@ -6,7 +6,7 @@ import datetime as dt
 from collections import Counter
 from typing import Any
 
-from novakit.compute.messages import FlavorSpec, ImageSpec
+from novakit.host.messages import FlavorSpec, ImageSpec
 from novakit.scheduler.host_state import HostState
 from novakit.scheduler.request_spec import RequestSpec
 from novakit.scheduler.resolved import ResolvedSpec

@@ -8,8 +8,8 @@ import pytest
 from sched_unit_helpers import NOW, build_host, build_spec
 
 from novakit import exceptions
-from novakit.compute.messages import FlavorSpec, ImageSpec
 from novakit.config import Config, load_config
+from novakit.host.messages import FlavorSpec, ImageSpec
 from novakit.scheduler.filters import FILTERS
 from novakit.scheduler.request_spec import InstanceGroupSpec
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from novakit import exceptions
-from novakit.compute.messages import FlavorSpec, ImageSpec
+from novakit.host.messages import FlavorSpec, ImageSpec
 from novakit.scheduler.request_spec import InstanceGroupSpec, RequestSpec
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from novakit.compute.messages import FlavorSpec, ImageSpec, InstanceSpec
+from novakit.host.messages import FlavorSpec, ImageSpec, InstanceSpec
 
 
 def build_instance(**overrides: Any) -> InstanceSpec:

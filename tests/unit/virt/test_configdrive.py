@@ -13,7 +13,7 @@ import pytest
 from pydantic import SecretStr
 
 from novakit import exceptions
-from novakit.compute.messages import FixedIp, InstanceSpec, NetworkSpec
+from novakit.host.messages import FixedIp, InstanceSpec, NetworkSpec
 from novakit.virt.libvirt.configdrive import ConfigDrive, guest_mac
 
 MakeInstance = Callable[..., InstanceSpec]

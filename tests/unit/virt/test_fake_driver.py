@@ -14,8 +14,8 @@ import pytest
 from pydantic import SecretStr
 
 from novakit import exceptions
-from novakit.compute.messages import FixedIp, FlavorSpec, InstanceSpec, NetworkSpec
 from novakit.compute.states import PowerState
+from novakit.host.messages import FixedIp, FlavorSpec, InstanceSpec, NetworkSpec
 from novakit.virt import GUEST_READY_MARKER, admin_password_line
 from novakit.virt.driver import load_driver
 from novakit.virt.fake import FakeDriver, failure_env_var
@@ -257,7 +257,7 @@ def test_crash_and_vanish_helpers(driver: FakeDriver, make_instance: MakeInstanc
 
 
 def _spawn_many(state_dir: str, worker: int, count: int) -> None:
-    from novakit.compute.messages import FlavorSpec, ImageSpec
+    from novakit.host.messages import FlavorSpec, ImageSpec
 
     drv = FakeDriver("shared-host", {"state_dir": state_dir})
     for i in range(count):
@@ -316,7 +316,7 @@ def test_threads_power_cycling_concurrently_keep_a_consistent_file(
 
 
 def test_cache_image_lists_the_image_as_cached(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from novakit.compute.messages import ImageSpec
+    from novakit.host.messages import ImageSpec
     from novakit.virt.fake import FakeDriver
 
     driver = FakeDriver("host-a", {"state_dir": str(tmp_path)})

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from novakit import exceptions
-from novakit.compute.messages import ImageSpec
+from novakit.host.messages import ImageSpec
 from novakit.virt.libvirt import images
 from novakit.virt.libvirt.imagecache import ImageCache
 

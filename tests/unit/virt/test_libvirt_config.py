@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
-from novakit.compute.messages import FlavorSpec, InstanceSpec
+from novakit.host.messages import FlavorSpec, InstanceSpec
 from novakit.virt.libvirt import config as vconfig
 from novakit.virt.libvirt.host import bridge_names
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from novakit import exceptions
-from novakit.compute.messages import VolumeSpec
+from novakit.host.messages import VolumeSpec
 from novakit.virt.libvirt import config as vconfig
 from novakit.virt.libvirt.lvm import (
     LogicalPoolConfig,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from novakit.compute.messages import FixedIp, InstanceSpec, NetworkSpec
+from novakit.host.messages import FixedIp, InstanceSpec, NetworkSpec
 from novakit.virt.libvirt.config import NetworkDhcpHost
 from novakit.virt.libvirt.vif import dhcp_hosts
 

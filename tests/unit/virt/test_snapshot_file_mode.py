@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from novakit.compute.messages import InstanceSpec
+from novakit.host.messages import InstanceSpec
 from novakit.virt.fake import FakeDriver
 
 

@@ -1,7 +1,7 @@
 """The compute side: builds and lifecycle operations on one host, through its driver.
 
 This is what runs on a compute host, reached in-process, over SSH
-(``python -m novakit.compute``) or by the Ansible ``compute`` module. It takes
+(``python -m novakit.host``) or by the Ansible ``compute`` module. It takes
 a ``ComputeRequest`` and returns a ``ComputeResult``: what happened to each
 instance, with events and their times, the power state it ended in, and a
 fault if it failed. It never opens the database (a test checks its imports):
@@ -35,7 +35,7 @@ from typing import Any
 
 from novakit import exceptions, files
 from novakit.compute import states
-from novakit.compute.messages import (
+from novakit.host.messages import (
     ComputeRequest,
     ComputeResult,
     Event,
@@ -46,7 +46,7 @@ from novakit.compute.messages import (
     PortFilterSpec,
     VolumeSpec,
 )
-from novakit.compute.states import PowerState
+from novakit.host.power import PowerState
 from novakit.network.filter_rules import rules_from_json, rules_to_json
 from novakit.virt.driver import ComputeDriver
 
@@ -60,7 +60,7 @@ def _now() -> dt.datetime:
 def _fault(exc: BaseException, host: str) -> Fault:
     # Imported here: actions.py is the one place faults are shaped, but it
     # imports the database layer, which the compute side must not load.
-    from novakit.compute.faults import fault_from_exception
+    from novakit.host.faults import fault_from_exception
 
     return fault_from_exception(exc, host)
 
@@ -180,7 +180,7 @@ def _event_name(operation: str) -> str:
 class BuildSlots:
     """At most ``count`` builds at once on one host, across every process that drives it.
 
-    Over SSH each request runs its own ``python -m novakit.compute``, so a semaphore
+    Over SSH each request runs its own ``python -m novakit.host``, so a semaphore
     in one process cannot see the builds of another. A slot is a lock file in the
     driver's lock directory; a build holds one with ``flock``, and the kernel frees it
     when the holder ends, however it ends, so a killed build never keeps its slot.

@@ -10,7 +10,7 @@ import json
 import traceback as tb
 
 from novakit import exceptions
-from novakit.compute.messages import ComputeRequest, ComputeResult, Fault, InstanceResult
+from novakit.host.messages import ComputeRequest, ComputeResult, Fault, InstanceResult
 
 MAX_MESSAGE = 255
 TRACEBACK_PREFIX = "Traceback (most recent call last)"

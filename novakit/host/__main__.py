@@ -1,4 +1,4 @@
-"""``python -m novakit.compute``: one compute request in on stdin, its result out on stdout.
+"""``python -m novakit.host``: one compute request in on stdin, its result out on stdout.
 
 This is what the SSH transport runs on a compute host, Nova's nova-compute
 reduced to one call: the host needs novakit and its hypervisor, never the
@@ -24,8 +24,8 @@ from typing import Any, TextIO
 
 from pydantic import ValidationError
 
-from novakit.compute.manager import ComputeManager
-from novakit.compute.messages import ComputeRequest, ComputeResult
+from novakit.host.manager import ComputeManager
+from novakit.host.messages import ComputeRequest, ComputeResult
 from novakit.virt.driver import load_driver
 
 ENV_DRIVER = "NOVAKIT_COMPUTE_DRIVER"

@@ -2,7 +2,7 @@
 
 These models are the whole contract of the compute side: the conductor sends a
 ``ComputeRequest`` and gets a ``ComputeResult`` back, whether the host is
-reached in-process, over SSH (``python -m novakit.compute``), or by the Ansible
+reached in-process, over SSH (``python -m novakit.host``), or by the Ansible
 ``compute`` module. A compute host never sees the database, so everything it
 needs to build an instance travels in ``InstanceSpec``.
 
@@ -211,7 +211,7 @@ class ComputeRequest(_Model):
     # before the last it ran is refused (``ActionSuperseded``). None: no order to keep.
     issued_at: dt.datetime | None = None
     # How the far side builds its driver when it keeps no configuration of its own
-    # (``python -m novakit.compute`` over SSH): {"driver": "fake", "options": {...},
+    # (``python -m novakit.host`` over SSH): {"driver": "fake", "options": {...},
     # "max_concurrent_builds": 10}. In-process and Ansible callers leave it out.
     driver: dict[str, Any] | None = None
     # apply_port_filters: the ports whose filters to set or remove.

@@ -8,8 +8,11 @@ few minutes (``novakit.ping``): ``a`` and ``b`` reach each other; ``c`` cannot r
 an ICMP ingress rule from a prefix holding ``c``'s address is added to ``default``, and then
 does, without a reboot. A probe on the bridge (a network namespace with an address in the same
 prefix: it can ask again, the guest's ping cannot) sees the same: refused, let in by the rule,
-refused again once the rule is deleted. A port that leaves its last group is no longer filtered.
-No domain is restarted meanwhile. Once the servers are deleted, heal removes their ports' filters.
+refused again once the rule is deleted. ``a`` learns its new member ``b`` from ``b``'s build alone
+(no push by hand, no heal). A port that leaves its last group keeps port security: its filter
+drops everything (Neutron). No domain is restarted meanwhile. Once ``a`` is deleted, ``b``'s
+filter no longer lets ``a``'s address in; once the servers are deleted, heal removes their ports'
+filters.
 """
 
 from __future__ import annotations
@@ -147,8 +150,7 @@ def test_groups_decide_who_reaches_whom_and_a_rule_change_applies_live(
         a = create("a", A, "default", ping=B)
         b = create("b", B, "default", ping=A)
         port_ids += [n["port_id"] for s in (a, b) for n in s["nics"]]
-        # b joined default after a was built: a's filter learns its new member.
-        assert filter_sync.push_members(rpc, admin.request_id, [b["id"]]) == {}
+        # b joined default after a was built: a's filter learnt its new member from b's build.
         assert f"NOVAKIT-PING {B} ok" in _console(host_area, a, f"NOVAKIT-PING {B} ")
         assert f"NOVAKIT-PING {A} ok" in _console(host_area, b, f"NOVAKIT-PING {A} ")
         a_xml = system_conn.lookupByUUIDString(a["id"]).XMLDesc()
@@ -179,14 +181,18 @@ def test_groups_decide_who_reaches_whom_and_a_rule_change_applies_live(
             assert _eventually(lambda: not reaches(A))
             time.sleep(2)
             assert not reaches(A)
-            # c leaves its only group: its port is no longer filtered. Its running guest still
-            # references the filter, so the filter lets everything through instead of going.
+            # c leaves its only group: its port keeps port security, so its filter allows
+            # nothing any more (Neutron): no rule, only the drop of everything else.
             sg.remove_from_server(sqlite_db, admin, c["id"], "others", on_change=push)
-            held_c = driver.list_port_filters()[port_ids[2]]
-            assert canonical(held_c) == canonical(nwfilter.OPEN)
+            assert driver.list_port_filters()[port_ids[2]] == []
         # Nothing was restarted: every domain kept its id.
         assert {n: system_conn.lookupByUUIDString(s["id"]).ID() for n, s in servers.items()} == domain_ids
 
+        # a goes: b's filter stops letting a's address in, from the delete alone.
+        api.delete(admin, servers.pop("a")["id"])
+        held_b = canonical(driver.list_port_filters()[port_ids[1]])
+        assert not [r for r in held_b if r.remote_ip_prefix == f"{A}/32"], held_b
+        assert [r for r in held_b if r.remote_ip_prefix == f"{B}/32"], held_b
         for server in list(servers.values()):
             api.delete(admin, server["id"])
         servers.clear()

@@ -237,7 +237,7 @@ class API(CreateAPI):
                 return inst, None, {}
             _check_lock(ctx, inst, t)
             states.check(t, inst, lambda host: hosts.is_up(hosts.service_in(session, host), self.conf))
-            values, host_options = prepare.step_for(t.action)(self, session, ctx, inst, opts)
+            values, host_options = prepare.step_for(t.action)(self.conf, session, ctx, inst, opts)
             if t.passes:
                 values["task_state"] = t.passes[0]
                 # This request owns the task, on a lease its host call must end within.

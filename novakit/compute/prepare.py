@@ -1,7 +1,7 @@
 """What each action of the state table reads and writes before it starts.
 
 ``API.act`` calls the step of its action inside the transaction that checks it
-(and, as a dry run, inside a read): ``(api, session, ctx, instance, options) ->
+(and, as a dry run, inside a read): ``(conf, session, ctx, instance, options) ->
 (values written with the guarded write that starts the action, options for the
 host)``. A step refuses with the field and the rule; it writes nothing itself.
 
@@ -14,7 +14,7 @@ rows of the table: a test keeps it so).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -23,24 +23,22 @@ from novakit.cells import instances as cell_instances
 from novakit.compute import flavors, hosts, images, passwords
 from novakit.compute import names as naming
 from novakit.compute.states import VmState
+from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db.models import Image, Instance
 from novakit.keypairs import registry as keypairs
 from novakit.moves import migrations
 from novakit.volume import attachments, boot, volumes
 
-if TYPE_CHECKING:
-    from novakit.compute.api import API
-
-# ``(api, session, ctx, instance, options) -> (values written with the guarded write, host options)``
+# ``(conf, session, ctx, instance, options) -> (values written with the guarded write, host options)``
 
 Prepare = Callable[
-    ["API", Session, RequestContext, Instance, dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]
+    [Config, Session, RequestContext, Instance, dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]
 ]
 
 
 def pass_options(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Nothing to look up or write: the options the row's schema validated go to the host
     (a reboot's ``reboot_type``; none for most)."""
@@ -48,14 +46,14 @@ def pass_options(
 
 
 def _prepare_stop(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    timeout = opts["timeout"] if opts.get("timeout") is not None else api.conf.compute.shutdown_timeout
+    timeout = opts["timeout"] if opts.get("timeout") is not None else conf.compute.shutdown_timeout
     return {}, {"timeout": timeout}
 
 
 def _prepare_rebuild(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     image = images.usable(session, ctx, opts["image"])
     boot.check_rebuild_image(session, inst, image)
@@ -88,7 +86,7 @@ def _prepare_volume(action: str) -> Prepare:
     ``act`` goes around them."""
 
     def step(
-        api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+        conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         attachments.check_reserved(session, inst.uuid, opts["volume_id"], action)
         return {}, {"volume_id": opts["volume_id"]}
@@ -97,7 +95,7 @@ def _prepare_volume(action: str) -> Prepare:
 
 
 def _prepare_lock(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     return {
         "locked": True,
@@ -107,20 +105,20 @@ def _prepare_lock(
 
 
 def _prepare_unlock(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     return {"locked": False, "locked_by": None, "locked_reason": None}, {}
 
 
 def _prepare_rename(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     _check_name_free(session, inst, opts["name"])
     return {"display_name": opts["name"], "hostname": naming.hostname_for(opts["name"])}, {}
 
 
 def _prepare_resize(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     new = flavors.snapshot(flavors.get(session, opts["flavor"]))
     old = dict(inst.flavor or {})
@@ -141,12 +139,12 @@ def _prepare_resize(
         "cores": max(0, new["vcpus"] - int(old.get("vcpus", inst.vcpus))),
         "ram": max(0, new["memory_mb"] - int(old.get("memory_mb", inst.memory_mb))),
     }
-    quota.check_quota(session, api.conf, inst.project_id, {k: v for k, v in grow.items() if v})
+    quota.check_quota(session, conf, inst.project_id, {k: v for k, v in grow.items() if v})
     return {}, {"flavor": new}
 
 
 def _prepare_migrate(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     policy.authorize(ctx, "server:migrate")
     host = opts.get("host")
@@ -159,17 +157,17 @@ def _prepare_migrate(
 
 
 def _prepare_live_migrate(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    _, host_options = _prepare_migrate(api, session, ctx, inst, opts)
+    _, host_options = _prepare_migrate(conf, session, ctx, inst, opts)
     return {}, {"host": host_options["host"]}
 
 
 def _prepare_evacuate(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    _, host_options = _prepare_migrate(api, session, ctx, inst, opts)
-    state = hosts.is_up(hosts.service_in(session, str(inst.host)), api.conf)
+    _, host_options = _prepare_migrate(conf, session, ctx, inst, opts)
+    state = hosts.is_up(hosts.service_in(session, str(inst.host)), conf)
     if state.up:
         raise exceptions.ValidationError(
             "server",
@@ -180,7 +178,7 @@ def _prepare_evacuate(
 
 
 def _prepare_resize_answer(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """confirm_resize / revert_resize: only a resize that finished waits for an answer."""
     m = migrations.in_progress(session, inst.uuid)
@@ -195,16 +193,16 @@ def _prepare_resize_answer(
 
 
 def _prepare_revert_resize(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """A revert takes the server back to its old host: a volume attached while it waited in
     resized lives in the new host's pool and cannot go with it (confirm, or detach first)."""
     _check_movable(session, inst)
-    return _prepare_resize_answer(api, session, ctx, inst, opts)
+    return _prepare_resize_answer(conf, session, ctx, inst, opts)
 
 
 def _prepare_rescue(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     # A rescue image the caller names must be one it may use; the server's own is its own.
     image: Image | None
@@ -218,14 +216,14 @@ def _prepare_rescue(
 
 
 def _prepare_create_image(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     images.check_name_free(session, opts["name"], ctx=ctx)
     return {}, {"name": opts["name"], "metadata": opts.get("metadata") or {}}
 
 
 def _prepare_shelve_offload(
-    api: API, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
+    conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     _check_movable(session, inst)
     return {}, {}

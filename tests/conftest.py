@@ -80,7 +80,7 @@ SERIAL = (
 # Tests that share a named thing among themselves only: one worker runs each group (--dist loadgroup).
 GROUPS = {
     "tests/functional/test_cells_upgrade.py": "novakit_upgrade",  # a database of a fixed name
-    "tests/functional/test_cell0_unusable.py": "nk_h6_nocreatedb",  # a role of a fixed name
+    "tests/functional/test_cell0_unusable.py": "nocreatedb",  # one role and database for the file
 }
 
 

@@ -29,7 +29,7 @@ if [ "$(id -u)" = 0 ] && [ -z "$FAST" ]; then
     apt-get update -q
     apt-get install -y -q --no-install-recommends \
         postgresql libvirt-daemon-system libvirt-dev pkg-config qemu-system-x86 qemu-utils \
-        openssh-server netcat-openbsd cpio busybox-static ca-certificates gcc python3-dev python3-venv
+        openssh-server netcat-openbsd iproute2 cpio busybox-static ca-certificates gcc python3-dev python3-venv
 fi
 
 PYTHON="${PYTHON:-python3}"

@@ -108,14 +108,20 @@ class NovakitModule:
     def database(self) -> Any:
         from novakit.db.engine import Database
 
-        return Database.from_config(self.config())
+        return self._opened(Database.from_config(self.config()))
 
     def api(self) -> Any:
         from novakit.compute.api import API
         from novakit.db.engine import Database
 
         conf = self.config()
-        return API(Database.from_config(conf), conf)
+        return API(self._opened(Database.from_config(conf)), conf)
+
+    def _opened(self, db: Any) -> Any:
+        """``db``, closed when the task ends (``outcome``): a module run in Ansible's worker ends
+        with the worker's hard exit, which would leave SQLite's write-ahead log unmerged."""
+        self.__dict__.setdefault("_databases", []).append(db)
+        return db
 
     def fail(self, msg: str, **kwargs: Any) -> None:
         self.ansible.fail_json(msg=msg, **kwargs)
@@ -147,6 +153,9 @@ class NovakitModule:
             }
         except ModuleFailed as exc:
             return {"failed": True, "msg": exc.msg, **exc.details}
+        finally:
+            for db in self.__dict__.pop("_databases", []):
+                db.dispose()
 
     def __call__(self) -> None:
         result = self.outcome()

@@ -178,7 +178,7 @@ class HealModule(NovakitModule):
         if self.params["asked_at"]:
             asked_at = dt.datetime.fromisoformat(self.params["asked_at"]).replace(tzinfo=None)
         report = heal(
-            Database.from_config(conf),
+            self._opened(Database.from_config(conf)),
             conf,
             hosts=self.params["hosts"],
             reports=reports,

@@ -363,9 +363,11 @@ def _findings(cloud: Any, db: Database) -> list[str]:
         "instances": len(with_host),
         "cores": sum(int(f["vcpus"]) for f in held),
         "ram": sum(int(f["memory_mb"]) for f in held),
-        # The storm makes no volumes.
+        # The storm makes no volumes, and no ports: no project gets its default security group.
         "volumes": 0,
         "gigabytes": 0,
+        "security_groups": 0,
+        "security_group_rules": 0,
     }
     if usage != exact:
         out.append(f"quota usage {usage}, the live servers hold {exact}")

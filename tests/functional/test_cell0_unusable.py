@@ -11,6 +11,7 @@ cannot be opened (a directory stands at its path).
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,8 +29,11 @@ from novakit.db.engine import Database
 from tests.conftest import PG_URL, need_real
 from tests.functional.cloud import make_cloud
 
-ROLE = "nk_h6_nocreatedb"
-NAME = "nk_h6_nocreatedb_api"
+# Names of this run's own (a role is the server's, not a database's: two runs or workers on one
+# server must not share it).
+RUN = uuid.uuid4().hex[:8]
+ROLE = f"nk_nocreatedb_{RUN}"
+NAME = f"nk_nocreatedb_{RUN}_api"
 
 
 def _admin_engine() -> Engine:

@@ -71,7 +71,12 @@ def prepare(work: Path) -> dict[str, str]:
         conf,
         "bench-host",
         HostResources(
-            hypervisor_hostname="bench-host", hypervisor_type="fake", vcpus=64, memory_mb=65536, local_gb=400
+            hypervisor_hostname="bench-host",
+            hypervisor_type="fake",
+            vcpus=64,
+            memory_mb=65536,
+            local_gb=400,
+            security_groups="none",  # its ports unfiltered, knowingly: the bench measures the tasks
         ),
         {"driver": "fake", "transport": "local"},
     )

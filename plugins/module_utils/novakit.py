@@ -82,6 +82,8 @@ class NovakitModule:
         self.params = self.ansible.params
         # The play's run variables (awx_job_id...), which only an in-process run sees.
         self.extra_vars: dict[str, Any] = {}
+        # The databases the task opened, closed when it ends (``outcome``).
+        self._databases: list[Any] = []
         if not HAS_NOVAKIT:
             self.ansible.fail_json(msg=missing_required_lib("novakit"), exception=IMPORT_ERROR)
         self.check_mode = self.ansible.check_mode
@@ -120,7 +122,7 @@ class NovakitModule:
     def _opened(self, db: Any) -> Any:
         """``db``, closed when the task ends (``outcome``): a module run in Ansible's worker ends
         with the worker's hard exit, which would leave SQLite's write-ahead log unmerged."""
-        self.__dict__.setdefault("_databases", []).append(db)
+        self._databases.append(db)
         return db
 
     def fail(self, msg: str, **kwargs: Any) -> None:
@@ -154,8 +156,8 @@ class NovakitModule:
         except ModuleFailed as exc:
             return {"failed": True, "msg": exc.msg, **exc.details}
         finally:
-            for db in self.__dict__.pop("_databases", []):
-                db.dispose()
+            while self._databases:
+                self._databases.pop().dispose()
 
     def __call__(self) -> None:
         result = self.outcome()

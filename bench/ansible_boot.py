@@ -25,10 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from novakit.compute import flavors, hosts, images  # noqa: E402
+from novakit.catalog import flavors, images  # noqa: E402
 from novakit.config import load_config  # noqa: E402
 from novakit.context import RequestContext  # noqa: E402
 from novakit.db.engine import Database  # noqa: E402
+from novakit.fleet import hosts  # noqa: E402
 from novakit.host.messages import ComputeRequest, HostResources  # noqa: E402
 from novakit.runner import run  # noqa: E402
 

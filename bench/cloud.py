@@ -18,13 +18,14 @@ from sqlalchemy.exc import OperationalError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from novakit.catalog import flavors, images  # noqa: E402
 from novakit.cells import manage  # noqa: E402
 from novakit.cells.registry import derived_url  # noqa: E402
-from novakit.compute import flavors, hosts, images  # noqa: E402
 from novakit.config import Config, load_config  # noqa: E402
 from novakit.context import RequestContext  # noqa: E402
 from novakit.db.engine import Database  # noqa: E402
 from novakit.db.models import Base  # noqa: E402
+from novakit.fleet import hosts  # noqa: E402
 from novakit.virt.driver import load_driver  # noqa: E402
 
 #: what every benchmark server is built from

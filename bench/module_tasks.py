@@ -25,9 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from novakit.compute import hosts, images  # noqa: E402
+from novakit.catalog import images  # noqa: E402
 from novakit.config import load_config  # noqa: E402
 from novakit.db.engine import Database  # noqa: E402
+from novakit.fleet import hosts  # noqa: E402
 from novakit.host.messages import HostResources  # noqa: E402
 
 FLAVORS = 8

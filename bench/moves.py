@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cloud import FLAVOR, IMAGE, bench_config, fake_hosts, fresh_database  # noqa: E402
 
-from novakit.compute import hosts  # noqa: E402
 from novakit.compute.api import API  # noqa: E402
 from novakit.context import RequestContext  # noqa: E402
+from novakit.fleet import hosts  # noqa: E402
 from novakit.moves.drain import drain_host  # noqa: E402
 
 ADMIN = RequestContext.admin()

@@ -107,7 +107,7 @@ class ComputeConfig(_Section):
     # failed or an admin forced it down, however long it has been idle. With heartbeats on
     # (something runs `novakit host heartbeat` or playbooks/heartbeat.yml on a schedule), a host
     # whose last successful contact is older than service_down_time seconds is down as well
-    # (Nova: service_down_time). See novakit.compute.hosts.is_up.
+    # (Nova: service_down_time). See novakit.fleet.hosts.is_up.
     heartbeats: bool = False
     service_down_time: int = Field(default=60, ge=1)
     # Heal reaps builds stuck in "building" for longer than this.

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions, worker
-from novakit.compute import images, names, states
+from novakit.catalog import images
+from novakit.compute import names, states
 from novakit.compute.api import API
 from novakit.compute.states import VmState
 from novakit.context import RequestContext

@@ -359,7 +359,7 @@ def record_actions(api: API, ctx: RequestContext, pairs: list[rounds.Pair]) -> d
 
 def image_specs(api: API, names: list[str]) -> list[dict[str, Any]]:
     """What a compute host needs to fetch each image into its cache."""
-    from novakit.compute import images
+    from novakit.catalog import images
 
     with api.db.reader() as session:
         return [images.spec(images.get(session, name)).model_dump(mode="json") for name in names]
@@ -382,10 +382,10 @@ def heartbeat(
     A host that answered is up; one that Ansible could not reach, or whose task failed,
     is down with Ansible's message (or the callback plugin's, ``host_failures``); a host
     whose task did not run here (``--limit``) is left alone. What up and down mean is
-    ``novakit.compute.hosts``'s: this step only hands it the answers. Recording a
+    ``novakit.fleet.hosts``'s: this step only hands it the answers. Recording a
     contact is bookkeeping, as a Nova service's report is, so it reports no change.
     """
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
 
     policy.authorize(ctx, "host:heartbeat")
     results, failures = parse_results(raw)

@@ -58,7 +58,7 @@ def flavor_create(
     prop: list[str] | None = typer.Option(None, "--property", help="extra spec key=value (repeat)"),
 ) -> None:
     """Create a flavor (admin only)."""
-    from novakit.compute import flavors
+    from novakit.catalog import flavors
 
     specs = dict(p.split("=", 1) for p in (prop or []) if "=" in p)
     data = {
@@ -86,7 +86,7 @@ def flavor_list(
     column: list[str] | None = COLUMN,
 ) -> None:
     """The flavors servers can be created with (openstack flavor list)."""
-    from novakit.compute import flavors
+    from novakit.catalog import flavors
 
     which = "all" if every else "private" if private else "public"
     rows = guard(lambda: flavors.list_flavors(db(), ctx(), which=which))
@@ -102,7 +102,7 @@ def flavor_show(
     column: list[str] | None = COLUMN,
 ) -> None:
     """One flavor (openstack flavor show)."""
-    from novakit.compute import flavors
+    from novakit.catalog import flavors
 
     f = guard(lambda: flavors.show(db(), ctx(), name))
     guard(lambda: output.emit_show(f, FLAVOR_LONG_COLUMNS, fmt, out, column, f"flavor {f['name']}"))
@@ -111,7 +111,7 @@ def flavor_show(
 @flavor_app.command("delete")
 def flavor_delete(name: str = typer.Argument(..., help="flavor name or id")) -> None:
     """Delete a flavor (admin only); servers built with it keep their copy of it."""
-    from novakit.compute import flavors
+    from novakit.catalog import flavors
 
     guard(lambda: flavors.delete(db(), ctx(), name))
     console.print(f"flavor {name} deleted")
@@ -176,7 +176,7 @@ def image_create(
     visibility: str | None = VISIBILITY,
 ) -> None:
     """Register an image (admin only): a file the compute hosts can read; public unless told."""
-    from novakit.compute import images
+    from novakit.catalog import images
 
     def data() -> dict[str, object]:
         if not location:
@@ -208,7 +208,7 @@ def image_list(
     visibility: str | None = VISIBILITY,
 ) -> None:
     """The images you may boot from (community images only with --community)."""
-    from novakit.compute import images
+    from novakit.catalog import images
 
     wanted = guard(lambda: _visibility(public, private, shared, community, visibility))
     rows = guard(lambda: images.list_images(db(), ctx(), visibility=wanted))
@@ -223,7 +223,7 @@ def image_show(
     column: list[str] | None = COLUMN,
 ) -> None:
     """One image."""
-    from novakit.compute import images
+    from novakit.catalog import images
 
     image = guard(lambda: images.show(db(), ctx(), name))
     guard(lambda: output.emit_show(image, IMAGE_FIELDS, fmt, out, column))
@@ -245,7 +245,7 @@ def image_set(
     ),
 ) -> None:
     """Change an image's visibility (its owner), or accept or reject one shared with you."""
-    from novakit.compute import image_members, images
+    from novakit.catalog import image_members, images
 
     statuses = [s for s, on in (("accepted", accept), ("rejected", reject), ("pending", pending)) if on]
 
@@ -274,7 +274,7 @@ def image_add_project(
     project: str = typer.Argument(..., help="the project to share it with"),
 ) -> None:
     """Share an image with a project; it sees the image once it accepts (image set --accept)."""
-    from novakit.compute import image_members
+    from novakit.catalog import image_members
 
     m = guard(lambda: image_members.add_member(db(), ctx(), image, project))
     console.print(f"image {m['image_id']}: project {m['member_id']} {m['status']}")
@@ -286,7 +286,7 @@ def image_remove_project(
     project: str = typer.Argument(..., help="the project to stop sharing it with"),
 ) -> None:
     """Stop sharing an image with a project."""
-    from novakit.compute import image_members
+    from novakit.catalog import image_members
 
     guard(lambda: image_members.remove_member(db(), ctx(), image, project))
     console.print(f"image {image}: project {project} removed")
@@ -300,7 +300,7 @@ def image_member_list(
     column: list[str] | None = COLUMN,
 ) -> None:
     """The projects an image is shared with (a member sees its own membership only)."""
-    from novakit.compute import image_members
+    from novakit.catalog import image_members
 
     rows = guard(lambda: image_members.list_members(db(), ctx(), image))
     guard(lambda: output.emit_list(rows, MEMBER_COLUMNS, fmt, out, column, "members"))
@@ -309,7 +309,7 @@ def image_member_list(
 @image_app.command("delete")
 def image_delete(name: str = typer.Argument(..., help="image name or id")) -> None:
     """Delete an image (admin only); servers built from it keep running."""
-    from novakit.compute import images
+    from novakit.catalog import images
 
     guard(lambda: images.delete(db(), ctx(), name))
     console.print(f"image {name} deleted")

@@ -39,7 +39,7 @@ def host_add(
     ),
 ) -> None:
     """Register a host from what its driver reports (in this process)."""
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
     from novakit.virt.driver import load_driver
 
     opts: dict[str, Any] = {}
@@ -85,7 +85,7 @@ def host_list(
     fmt: Format | None = FORMAT, out: Format | None = OUTPUT, column: list[str] | None = COLUMN
 ) -> None:
     """Hosts with status, state (and why a host is down), last contact and usage bars."""
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
 
     rows = guard(lambda: hosts.list_hosts(db(), conf(), ctx=ctx()))
     if column or guard(lambda: output.chosen(fmt, out)) != Format.table:
@@ -118,7 +118,7 @@ def host_heartbeat(
 ) -> None:
     """Ask each host for its resources and record the contact (run it on a schedule when
     compute.heartbeats is on); a host that does not answer is recorded down, with why."""
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
 
     rows = guard(lambda: hosts.heartbeat(db(), conf(), host or None, ctx=ctx()))
     if column or guard(lambda: output.chosen(fmt, out)) != Format.table:
@@ -137,7 +137,7 @@ def host_down(
     reason: str | None = typer.Option(None, help="why (shown by host list)"),
 ) -> None:
     """Force a host down (admin only): the scheduler leaves it out until `host up`."""
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
 
     guard(lambda: hosts.set_forced_down(db(), ctx(), name, True, reason))
     console.print(f"host {name} forced down")
@@ -146,7 +146,7 @@ def host_down(
 @host_app.command("up")
 def host_up(name: str = typer.Argument(..., help="the host")) -> None:
     """Lift a forced down (admin only), and a failed contact's mark: the next contact tells again."""
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
 
     guard(lambda: hosts.set_forced_down(db(), ctx(), name, False))
     console.print(f"host {name} up")
@@ -158,7 +158,7 @@ def host_disable(
     reason: str | None = typer.Option(None, help="why (shown by host list)"),
 ) -> None:
     """Take a host out of scheduling (admin only); its servers keep running."""
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
 
     guard(lambda: hosts.set_disabled(db(), ctx(), name, True, reason))
     console.print(f"host {name} disabled")
@@ -167,7 +167,7 @@ def host_disable(
 @host_app.command("enable")
 def host_enable(name: str = typer.Argument(..., help="the host")) -> None:
     """Let the scheduler place servers on a host again (admin only)."""
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
 
     guard(lambda: hosts.set_disabled(db(), ctx(), name, False))
     console.print(f"host {name} enabled")
@@ -179,7 +179,7 @@ def host_delete(name: str = typer.Argument(..., help="the host")) -> None:
 
     Refused while servers are on it or claims hold its resources; delete those first.
     """
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
 
     guard(lambda: hosts.delete_host(db(), ctx(), name))
     console.print(f"host {name} deleted")
@@ -207,7 +207,7 @@ def host_import(
     column: list[str] | None = COLUMN,
 ) -> None:
     """Turn the guests on a host that novakit did not create into servers with claims (admin only)."""
-    from novakit.compute import importer
+    from novakit.fleet import importer
 
     report = guard(
         lambda: importer.import_guests(

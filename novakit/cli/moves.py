@@ -181,7 +181,7 @@ def server_image_create(
     prop: list[str] | None = typer.Option(None, "--property", help="image property KEY=VALUE (repeat)"),
 ) -> None:
     """Snapshot a server's root disk into a new image (a running guest is paused for the copy)."""
-    from novakit.compute import images
+    from novakit.catalog import images
 
     metadata = guard(lambda: _properties(prop))
     _move("create_image", server, {"name": name, "metadata": metadata})
@@ -284,7 +284,7 @@ def host_drain(
     the scheduler as a boot is (its server group, networks, capacity); cold moves are confirmed at
     once. Exits 1, after moving what it can, when a server is left on the host, naming it and why.
     """
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
     from novakit.moves.drain import drain_host
 
     if live and cold:

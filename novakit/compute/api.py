@@ -22,7 +22,7 @@ from novakit import exceptions, policy, scheduler
 from novakit.cells import instances as cell_instances
 from novakit.cells import mappings
 from novakit.cells.registry import locate, targeting
-from novakit.compute import actions, hosts, listing, prepare, states
+from novakit.compute import actions, listing, prepare, states
 from novakit.compute.create import CreateAPI
 from novakit.compute.states import (
     Transition,
@@ -33,6 +33,7 @@ from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import Instance
+from novakit.fleet import hosts
 from novakit.host.messages import ComputeRequest
 from novakit.network import security_groups
 

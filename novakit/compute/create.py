@@ -23,10 +23,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
+from novakit.catalog import flavors, images
 from novakit.cells import instances as cell_instances
 from novakit.cells import mappings
 from novakit.cells.registry import UNSCHEDULED, grouped
-from novakit.compute import actions, flavors, images, listing, passwords, schemas
+from novakit.compute import actions, listing, passwords, schemas
 from novakit.compute import names as naming
 from novakit.compute.states import (
     PowerState,

@@ -30,7 +30,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from novakit import policy
-from novakit.compute import flavors, images, schemas, states
+from novakit.catalog import flavors, images
+from novakit.compute import schemas, states
 from novakit.context import RequestContext
 from novakit.db.models import Image, InstanceMapping, IPAllocation, Port
 

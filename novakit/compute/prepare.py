@@ -19,13 +19,15 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy, quota
+from novakit.catalog import flavors, images
 from novakit.cells import instances as cell_instances
-from novakit.compute import flavors, hosts, images, passwords
 from novakit.compute import names as naming
+from novakit.compute import passwords
 from novakit.compute.states import VmState
 from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db.models import Image, Instance
+from novakit.fleet import hosts
 from novakit.keypairs import registry as keypairs
 from novakit.moves import migrations
 from novakit.volume import attachments, boot, volumes

@@ -122,7 +122,7 @@ def instance_spec(
 
     ``images_seen`` caches image rows across the instances of one request.
     """
-    from novakit.compute import flavors, images
+    from novakit.catalog import flavors, images
     from novakit.network.filter_sync import with_filters
 
     image: ImageSpec

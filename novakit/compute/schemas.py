@@ -382,7 +382,7 @@ class FlavorCreate(_Request):
     _check_name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
 
 
-#: Glance's image visibilities (``novakit.compute.images`` enforces them)
+#: Glance's image visibilities (``novakit.catalog.images`` enforces them)
 VISIBILITIES = ("public", "private", "shared", "community")
 Visibility = Literal["public", "private", "shared", "community"]
 

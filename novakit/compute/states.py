@@ -857,7 +857,7 @@ def resolve(action: str, options: Mapping[str, Any] | None = None) -> tuple[Tran
 
 
 class Liveness(Protocol):
-    """A host's liveness as ``novakit.compute.hosts.is_up`` answers it."""
+    """A host's liveness as ``novakit.fleet.hosts.is_up`` answers it."""
 
     @property
     def up(self) -> bool: ...

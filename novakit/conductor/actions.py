@@ -17,8 +17,9 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
+from novakit.catalog import images
 from novakit.cells.registry import in_cell_of, targeting
-from novakit.compute import actions, hosts, images
+from novakit.compute import actions
 from novakit.compute.rpc import instance_spec, volume_spec
 from novakit.compute.states import ACTIONS, Transition, VmState
 from novakit.conductor.core import Services, ctx_admin
@@ -26,6 +27,7 @@ from novakit.conductor.flows.release import release_moves
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import InstanceAction, InstanceGroupMember
+from novakit.fleet import hosts
 from novakit.host.messages import ComputeRequest, ComputeResult, InstanceResult
 from novakit.network import filter_sync, ports
 

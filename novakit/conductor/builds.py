@@ -30,13 +30,14 @@ from sqlalchemy.orm import Session
 from novakit import exceptions
 from novakit.cells.moves import move_to_cell
 from novakit.cells.registry import UNSCHEDULED, grouped, in_cell_of
-from novakit.compute import actions, hosts
+from novakit.compute import actions
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import PowerState, TaskState, VmState
 from novakit.conductor.core import Services
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import HostMapping, Instance, RequestSpec, utcnow
+from novakit.fleet import hosts
 from novakit.host.faults import fault_from_exception
 from novakit.host.messages import ComputeRequest, ComputeResult, Event, Fault, InstanceResult, InstanceSpec
 from novakit.network import filter_sync, ports

@@ -182,7 +182,7 @@ class Image(TimestampMixin, Base):
     properties: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     status: Mapped[str] = mapped_column(String(32), default="active")
     project_id: Mapped[str | None] = mapped_column(String(255))  # its owner (Glance's ``owner``)
-    # Glance's: public, private, shared (with ImageMember rows), community (novakit.compute.images)
+    # Glance's: public, private, shared (with ImageMember rows), community (novakit.catalog.images)
     visibility: Mapped[str] = mapped_column(String(32), default="public")
 
 

@@ -142,7 +142,7 @@ What it corrects, and why each rule is what it is:
 * **Unmanaged guests** (domains novakit did not create, which no host lists as
   novakit's) are left alone, unless ``import_unmanaged`` is set: then every host
   that answered has them imported as servers with claims, by
-  ``novakit.compute.importer`` (the same decisions as ``novakit host import``),
+  ``novakit.fleet.importer`` (the same decisions as ``novakit host import``),
   into ``import_project`` (default the caller's); each is an ``imported_guest``
   correction, not applied when refused (its ``error`` says why).
 
@@ -177,7 +177,6 @@ from typing import Any
 from sqlalchemy import select
 
 from novakit import exceptions, policy
-from novakit.compute import hosts as host_records
 from novakit.compute.rpc import ComputeRPC
 from novakit.compute.states import TaskState, VmState
 from novakit.config import Config
@@ -185,6 +184,7 @@ from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import ComputeNode, utcnow
+from novakit.fleet import hosts as host_records
 from novakit.heal.base import (
     LOG,
     LOST_RACE,
@@ -409,7 +409,7 @@ def heal(
         if import_unmanaged:
             policy.authorize(ctx, "host:import")
     if import_project is not None:
-        from novakit.compute.importer import validate_project
+        from novakit.fleet.importer import validate_project
 
         import_project = validate_project(import_project)
     return Healer(db, conf, ctx, rpc, clock).run(

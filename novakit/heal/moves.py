@@ -514,7 +514,7 @@ class MoveRecovery:
     def _unshelved(self, uuid: str) -> None:
         """The shelved image of a server whose unshelve heal finished goes, as the unshelve's own
         end deletes it (``novakit.conductor.flows.shelve``)."""
-        from novakit.compute import images
+        from novakit.catalog import images
         from novakit.conductor.flows.shelve import Unshelve
 
         with self.db.reader() as session:

@@ -339,7 +339,7 @@ class Orphans(HealerBase):
         return True
 
     def _import_unmanaged(self, report: HealReport, dry_run: bool, project: str | None) -> list[Correction]:
-        from novakit.compute import importer
+        from novakit.fleet import importer
 
         ctx = RequestContext(project or self.import_project_default, *self._import_as)
         imports, failed = importer.import_hosts(

@@ -133,7 +133,7 @@ class PowerSync(HealerBase):
         return self.rpc.send(req)
 
     def _shelved_image(self, uuid: str) -> bool:
-        from novakit.compute import images
+        from novakit.catalog import images
 
         with self.db.reader() as session:
             return images.shelved_image_of(session, uuid) is not None

@@ -34,7 +34,7 @@ Operation = Literal[
     "list_instances",
     "get_available_resource",
     "console_output",
-    # Brownfield import (``novakit.compute.importer``): the guests novakit does not own, and
+    # Brownfield import (``novakit.fleet.importer``): the guests novakit does not own, and
     # marking one as an instance's so that every later operation finds it.
     "list_unmanaged",
     "adopt",

@@ -21,8 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from novakit import exceptions, policy
-from novakit.compute import hosts
 from novakit.context import RequestContext
+from novakit.fleet import hosts
 
 #: statuses whose servers a drain moves
 _LIVE = ("ACTIVE", "PAUSED")

@@ -53,7 +53,7 @@ class HostState:
     has_service: bool = False
     service_disabled: bool = False
     disabled_reason: str | None = None
-    # What novakit.compute.hosts.is_up decides "up" from (the service's liveness columns).
+    # What novakit.fleet.hosts.is_up decides "up" from (the service's liveness columns).
     forced_down: bool = False
     down_reason: str | None = None
     last_seen_up: dt.datetime | None = None

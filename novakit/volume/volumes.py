@@ -19,7 +19,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy, quota
-from novakit.compute import hosts, images, schemas
+from novakit.catalog import images
+from novakit.compute import schemas
 from novakit.context import RequestContext
 from novakit.db.models import (
     Inventory,
@@ -29,6 +30,7 @@ from novakit.db.models import (
     VolumeAttachment,
     utcnow,
 )
+from novakit.fleet import hosts
 from novakit.host.messages import ComputeRequest, ComputeResult, Fault, VolumeSpec
 from novakit.placement.allocations import claim_in_session, remove_allocations_in_session
 from novakit.volume.states import ATTACHED, VolumeStatus, set_status

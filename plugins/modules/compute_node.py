@@ -117,7 +117,7 @@ class ComputeNodeModule(NovakitModule):
 
     def run(self):
         from novakit import exceptions
-        from novakit.compute import hosts
+        from novakit.fleet import hosts
         from novakit.host.messages import HostResources
 
         conf, db, p = self.config(), self.database(), self.params

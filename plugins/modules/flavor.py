@@ -120,7 +120,7 @@ class FlavorModule(CatalogModule):
     module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["vcpus", "ram"])]}
 
     def find(self):
-        from novakit.compute import flavors
+        from novakit.catalog import flavors
 
         name = self.params["name"]
         return next((f for f in flavors.list_flavors(self.database()) if name in (f["name"], f["id"])), None)
@@ -131,7 +131,7 @@ class FlavorModule(CatalogModule):
         return {**{k: p[k] for k in ("vcpus", "ram", "disk", "ephemeral", "swap")}, "extra_specs": specs}
 
     def create(self, dry_run):
-        from novakit.compute import flavors
+        from novakit.catalog import flavors
 
         w = self.wanted()
         data = {
@@ -146,7 +146,7 @@ class FlavorModule(CatalogModule):
         return flavors.create(self.database(), self.context(), data, dry_run=dry_run)
 
     def delete(self, current, dry_run):
-        from novakit.compute import flavors
+        from novakit.catalog import flavors
 
         flavors.delete(self.database(), self.context(), current["id"], dry_run=dry_run)
 

@@ -106,7 +106,7 @@ class HostMaintenanceModule(NovakitModule):
     module_kwargs = {"supports_check_mode": True}
 
     def run(self):
-        from novakit.compute import hosts
+        from novakit.fleet import hosts
         from novakit.moves import drain
 
         api, ctx, p = self.api(), self.context(), self.params

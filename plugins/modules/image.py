@@ -130,7 +130,7 @@ class ImageModule(CatalogModule):
     }
 
     def find(self):
-        from novakit.compute import images
+        from novakit.catalog import images
 
         name = self.params["name"]
         return next((i for i in images.list_images(self.database()) if name in (i["name"], i["id"])), None)
@@ -147,14 +147,14 @@ class ImageModule(CatalogModule):
         }
 
     def create(self, dry_run):
-        from novakit.compute import images
+        from novakit.catalog import images
 
         return images.create(
             self.database(), self.context(), {"name": self.params["name"], **self.wanted()}, dry_run=dry_run
         )
 
     def update(self, current, changes, dry_run):
-        from novakit.compute import images
+        from novakit.catalog import images
 
         if set(changes) != {"visibility"}:  # only who sees it changes in place
             return super().update(current, changes, dry_run)
@@ -165,7 +165,7 @@ class ImageModule(CatalogModule):
         )
 
     def delete(self, current, dry_run):
-        from novakit.compute import images
+        from novakit.catalog import images
 
         if not dry_run:  # the images catalog has no dry run of a delete: found is all it checks
             images.delete(self.database(), self.context(), current["id"])

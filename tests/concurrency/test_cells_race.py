@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text
 
+from novakit.catalog import flavors
 from novakit.cells import manage
-from novakit.compute import flavors
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import InstanceMapping

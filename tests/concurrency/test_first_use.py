@@ -21,8 +21,8 @@ ROUNDS = 4
 
 def _register(url: str, area: str, host: str, start: Any, results: Any) -> None:
     try:
-        from novakit.compute import hosts
         from novakit.config import load_config
+        from novakit.fleet import hosts
         from novakit.virt.fake import FakeDriver
 
         start.wait()

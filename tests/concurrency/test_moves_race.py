@@ -64,7 +64,8 @@ def test_eight_processes_moving_servers_never_overcommit_and_leave_no_claim(
     db_url: str, tmp_path: Path
 ) -> None:
     from novakit import placement
-    from novakit.compute import flavors, hosts
+    from novakit.catalog import flavors
+    from novakit.fleet import hosts
     from novakit.moves import migrations
     from tests.functional.cloud import make_cloud
 

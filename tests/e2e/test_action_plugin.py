@@ -18,12 +18,13 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from novakit.compute import flavors, hosts, images
+from novakit.catalog import flavors, images
 from novakit.compute.api import API
 from novakit.compute.passwords import sha512_crypt
 from novakit.config import load_config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
+from novakit.fleet import hosts
 from novakit.host.messages import HostResources
 from novakit.runner import RunResult, run
 from tests.e2e.prepared import BASE_CONFIG, api_for, fleet_env

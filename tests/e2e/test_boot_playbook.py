@@ -78,7 +78,7 @@ def test_a_failing_host_in_the_inventory_sends_builds_to_alternates(
 
 
 def test_no_valid_host_is_reported_with_its_reason(tmp_path: Path, env: dict[str, str]) -> None:
-    from novakit.compute import flavors
+    from novakit.catalog import flavors
 
     assert run_playbook("compute_node.yml", tmp_path, env).rc == 0
     api = _api(env)

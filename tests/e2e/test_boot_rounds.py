@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from novakit.compute import flavors, hosts, images
+from novakit.catalog import flavors, images
 from novakit.context import RequestContext
+from novakit.fleet import hosts
 from novakit.host.messages import HostResources
 from novakit.virt.fake import failure_env_var
 from tests.e2e.prepared import api_for, fleet_env

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from novakit.compute import flavors, images
+from novakit.catalog import flavors, images
 from novakit.context import RequestContext
 from tests.e2e.prepared import api_for, fleet_env
 from tests.e2e.runner import run_playbook

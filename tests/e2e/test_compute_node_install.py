@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from novakit.compute import hosts
+from novakit.fleet import hosts
 from tests.conftest import need_real
 from tests.e2e.prepared import BASE_CONFIG, api_for
 from tests.e2e.test_flows import play

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from novakit.compute import flavors, hosts, images
+from novakit.catalog import flavors, images
 from novakit.context import RequestContext
+from novakit.fleet import hosts
 from novakit.host.messages import HostResources
 from novakit.runner import RunResult, run
 from tests.e2e.prepared import api_for, fleet_env

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from novakit import placement
-from novakit.compute import hosts
 from novakit.context import RequestContext
+from novakit.fleet import hosts
 from novakit.heal import heal
 from novakit.virt.fake import failure_env_var
 from tests.e2e.prepared import api_for, fleet_env

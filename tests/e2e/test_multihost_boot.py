@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from novakit.compute import hosts as compute_hosts
 from novakit.context import RequestContext
+from novakit.fleet import hosts as compute_hosts
 from novakit.placement.inventories import get_inventory
 from novakit.virt import guest_ready_line
 from tests.e2e.runner import task_results

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from novakit.catalog import images
 from novakit.cells.registry import UNSCHEDULED
-from novakit.compute import hosts, images
 from novakit.context import RequestContext
 from novakit.db.models import InstanceFault
+from novakit.fleet import hosts
 from novakit.moves import migrations
 from novakit.virt import guest_ready_line
 from tests.e2e.runner import task_results

@@ -8,12 +8,13 @@ from typing import Any
 
 from sqlalchemy import text
 
-from novakit.compute import flavors, hosts, images
+from novakit.catalog import flavors, images
 from novakit.compute.api import API
 from novakit.config import Config, load_config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Base
+from novakit.fleet import hosts
 from novakit.virt.driver import load_driver
 
 HOSTS = {"compute-1": 8, "compute-2": 16, "compute-3": 32}

@@ -106,7 +106,7 @@ def test_renaming_onto_a_taken_name_changes_nothing(cloud: Cloud, ctx: RequestCo
 
 
 def test_bad_flavor_and_image_definitions(cloud: Cloud) -> None:
-    from novakit.compute import flavors, images
+    from novakit.catalog import flavors, images
 
     before = cloud.snapshot()
     for data, field in [

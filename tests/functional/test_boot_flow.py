@@ -88,7 +88,7 @@ def test_an_aborted_build_is_not_rescheduled(cloud: Cloud, ctx: RequestContext) 
 
 
 def test_no_valid_host_explains_itself_and_claims_nothing(cloud: Cloud, ctx: RequestContext) -> None:
-    from novakit.compute import flavors
+    from novakit.catalog import flavors
 
     flavors.create(cloud.db, cloud.admin, {"name": "giant", "vcpus": 1024, "memory_mb": 10**7, "root_gb": 1})
     server = cloud.api.create(ctx, {"name": "too-big", "flavor": "giant", "image": "tiny"})[0]
@@ -104,7 +104,7 @@ def test_no_valid_host_explains_itself_and_claims_nothing(cloud: Cloud, ctx: Req
 
 
 def test_disabled_hosts_get_no_builds(cloud: Cloud, ctx: RequestContext) -> None:
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
 
     for host in ("compute-2", "compute-3"):
         hosts.set_disabled(cloud.db, cloud.admin, host, True, "maintenance")

@@ -10,7 +10,8 @@ import pytest
 from sqlalchemy import text
 
 from novakit import exceptions
-from novakit.compute import images, volume_attach
+from novakit.catalog import images
+from novakit.compute import volume_attach
 from novakit.context import RequestContext
 from novakit.virt.fake import failure_env_var
 from novakit.volume import volumes
@@ -105,7 +106,7 @@ def test_kept_root_volume_survives_delete_and_boots_a_new_server_on_its_host(
 def test_boot_volume_lands_only_on_its_host_and_says_why_when_that_host_is_disabled(
     cloud: Cloud, ctx: RequestContext
 ) -> None:
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
 
     svc = cloud.api.conductor
     vol = volumes.create(svc, ctx, "os", 2, image="tiny", host="compute-1")

@@ -20,9 +20,9 @@ from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.engine import Connection, Engine
 from typer.testing import CliRunner, Result
 
+from novakit.catalog import flavors
 from novakit.cells.registry import UNSCHEDULED, derived_url
 from novakit.cli import app
-from novakit.compute import flavors
 from novakit.context import RequestContext
 from novakit.db import migration
 from novakit.db.engine import Database

@@ -20,9 +20,9 @@ from sqlalchemy import select, text
 from typer.testing import CliRunner
 
 from novakit import exceptions
+from novakit.catalog import flavors
 from novakit.cells import manage
 from novakit.cli import app
-from novakit.compute import flavors
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Base, InstanceMapping
@@ -355,7 +355,7 @@ def test_a_bad_cell_is_refused_with_what_is_wrong_and_nothing_changes(
         manage.delete_cell(cloud.db, admin, "cell2")
     with pytest.raises(exceptions.CellInUse):
         manage.delete_cell(cloud.db, admin, "cell0")
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
 
     driver_info = cloud.driver_info("compute-3")
     from novakit.virt.driver import load_driver

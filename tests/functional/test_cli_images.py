@@ -155,7 +155,7 @@ def test_the_library_refuses_a_bad_host_name_before_writing_anything(
 ) -> None:
     """Every face registers through ``register_host`` (the compute_node module, heartbeats)."""
     from novakit import exceptions
-    from novakit.compute import hosts
+    from novakit.fleet import hosts
     from novakit.host.messages import HostResources
     from tests.functional.cloud import make_cloud
 

@@ -137,7 +137,7 @@ def test_a_min_count_of_zero_is_refused_by_its_rule(cloud: Run) -> None:  # noqa
 
 
 def test_flavor_show_and_list_as_openstack(cloud: Run, db_url: str) -> None:  # noqa: F811
-    from novakit.compute import flavors
+    from novakit.catalog import flavors
     from novakit.context import RequestContext
     from novakit.db.engine import Database
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from novakit import desired, exceptions
-from novakit.compute import flavors, images
+from novakit.catalog import flavors, images
 from novakit.context import RequestContext
 from novakit.virt.fake import failure_env_var
 from tests.functional.cloud import HOSTS, Cloud, boot

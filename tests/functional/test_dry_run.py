@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from novakit import exceptions
-from novakit.compute import flavors, images
+from novakit.catalog import flavors, images
 from novakit.compute.states import ACTION_NAMES
 from novakit.context import RequestContext
 from tests.functional.cloud import Cloud, boot

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from novakit.compute import hosts
 from novakit.compute.states import PowerState
 from novakit.config import load_config
 from novakit.context import RequestContext
+from novakit.fleet import hosts
 from novakit.heal import heal
 from novakit.heal.host_boot import RESUME_EVENT
 from novakit.virt import guest_ready_line

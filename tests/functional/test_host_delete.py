@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from novakit import exceptions
-from novakit.compute import hosts
 from novakit.db.engine import Database
+from novakit.fleet import hosts
 from novakit.placement import allocations, providers
 from tests.functional.cloud import Cloud
 

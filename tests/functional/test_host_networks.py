@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from novakit.compute import hosts
+from novakit.fleet import hosts
 from novakit.host.messages import ComputeResult
 
 from .cloud import Cloud

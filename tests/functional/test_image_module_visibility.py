@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from ansible.module_utils import basic
 
-from novakit.compute import images
+from novakit.catalog import images
 from novakit.context import RequestContext
 from tests.functional.cloud import Cloud
 

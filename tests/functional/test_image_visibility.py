@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import create_engine, insert, select
 
 from novakit import exceptions
-from novakit.compute import image_members, images
+from novakit.catalog import image_members, images
 from novakit.context import RequestContext
 from novakit.db import migration
 from novakit.db.models import Image

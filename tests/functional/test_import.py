@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 
 from novakit import exceptions, placement
-from novakit.compute import flavors, hosts
-from novakit.compute.importer import import_guests
+from novakit.catalog import flavors
 from novakit.compute.rpc import ComputeRPC
 from novakit.compute.states import PowerState
 from novakit.context import RequestContext
+from novakit.fleet import hosts
+from novakit.fleet.importer import import_guests
 from novakit.heal import heal
 from novakit.host.messages import ComputeRequest, ComputeResult
 from tests.functional.cloud import HOSTS, Cloud

@@ -116,7 +116,8 @@ def test_a_lock_committed_between_the_check_and_the_write_still_holds(
 
 
 def test_non_admins_cannot_manage_flavors_images_or_hosts(cloud: Cloud, ctx: RequestContext) -> None:
-    from novakit.compute import flavors, hosts, images
+    from novakit.catalog import flavors, images
+    from novakit.fleet import hosts
 
     before = cloud.snapshot()
     with pytest.raises(exceptions.PolicyNotAuthorized):

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from novakit import exceptions, placement
-from novakit.compute import hosts
 from novakit.config import load_config
 from novakit.context import RequestContext
+from novakit.fleet import hosts
 from novakit.heal import heal
 from novakit.moves import migrations
 from novakit.moves.drain import drain_host
@@ -157,7 +157,7 @@ def test_drain_empties_a_host_live_where_possible_and_cold_otherwise(
 
 
 def test_drain_reports_a_server_that_fits_nowhere(cloud: Cloud, ctx: RequestContext) -> None:
-    from novakit.compute import flavors
+    from novakit.catalog import flavors
 
     flavors.create(cloud.db, cloud.admin, {"name": "big", "vcpus": 32, "memory_mb": 1024, "root_gb": 10})
     server = boot(cloud, ctx, "big", flavor="big")

@@ -67,7 +67,7 @@ def _guests(cloud: Cloud, uuid: str) -> dict[str, int]:
 
 
 def _shelved_images(cloud: Cloud) -> list[dict[str, Any]]:
-    from novakit.compute import images
+    from novakit.catalog import images
 
     return [
         i for i in images.list_images(cloud.db) if (i.get("properties") or {}).get("image_type") == "shelved"

@@ -158,7 +158,7 @@ def test_bad_resizes_are_refused_naming_the_field_and_change_nothing(
 def test_a_smaller_disk_and_confirming_what_is_not_resized_are_refused(
     cloud: Cloud, ctx: RequestContext
 ) -> None:
-    from novakit.compute import flavors
+    from novakit.catalog import flavors
 
     flavors.create(cloud.db, cloud.admin, {"name": "m1.tiny", "vcpus": 1, "memory_mb": 512, "root_gb": 5})
     boot(cloud, ctx, "web")
@@ -174,7 +174,7 @@ def test_a_smaller_disk_and_confirming_what_is_not_resized_are_refused(
 def test_a_flavor_that_fits_nowhere_is_no_valid_host_and_the_claim_goes_back(
     cloud: Cloud, ctx: RequestContext
 ) -> None:
-    from novakit.compute import flavors
+    from novakit.catalog import flavors
 
     flavors.create(cloud.db, cloud.admin, {"name": "huge", "vcpus": 64, "memory_mb": 1024, "root_gb": 10})
     server = boot(cloud, ctx, "web")

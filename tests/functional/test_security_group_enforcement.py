@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from novakit import exceptions, playflow
-from novakit.compute import hosts
 from novakit.compute.rpc import ComputeRPC
 from novakit.context import RequestContext
+from novakit.fleet import hosts
 from novakit.heal import heal
 from novakit.network import filter_sync, networks, ports, subnets
 from novakit.network import security_groups as sg

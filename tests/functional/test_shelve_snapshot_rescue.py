@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from novakit import exceptions, placement
-from novakit.compute import images
+from novakit.catalog import images
 from novakit.config import load_config
 from novakit.context import RequestContext
 from novakit.virt.fake import failure_env_var
@@ -144,7 +144,7 @@ def test_unshelve_with_no_room_is_no_valid_host_and_leaves_it_offloaded(
     cloud.api.act(ctx, "web", "shelve")
     for host in ("compute-1", "compute-2", "compute-3"):
         cloud.api.conductor.scheduler  # noqa: B018 - built before hosts go away
-        from novakit.compute import hosts
+        from novakit.fleet import hosts
 
         hosts.set_disabled(cloud.db, cloud.admin, host, True, "maintenance")
     before = cloud.snapshot()

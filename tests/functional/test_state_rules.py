@@ -11,9 +11,9 @@ from sqlalchemy import text
 
 from novakit import exceptions
 from novakit.cells.registry import UNSCHEDULED
-from novakit.compute import hosts
 from novakit.context import RequestContext
 from novakit.db import api as db_api
+from novakit.fleet import hosts
 from tests.functional.cloud import Cloud, boot
 
 

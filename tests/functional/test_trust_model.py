@@ -14,10 +14,10 @@ import pytest
 
 from novakit import exceptions, playflow, policy
 from novakit.cells.registry import targeting
-from novakit.compute import hosts
 from novakit.compute.rpc import instance_spec
 from novakit.context import RequestContext
 from novakit.db import api as db_api
+from novakit.fleet import hosts
 from novakit.heal import heal
 from novakit.host.messages import ComputeRequest, ComputeResult, Fault, InstanceResult
 from tests.functional.cloud import Cloud, boot
@@ -129,7 +129,7 @@ def test_hosts_and_their_usage_are_the_operators(cloud: Cloud, ctx: RequestConte
 def test_a_members_own_server_shows_no_host_and_no_valid_host_shows_no_reasons(
     cloud: Cloud, ctx: RequestContext
 ) -> None:
-    from novakit.compute import flavors
+    from novakit.catalog import flavors
 
     mine = boot(cloud, ctx, "mine")
     shown = cloud.api.get(ctx, mine["id"])

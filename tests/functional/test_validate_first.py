@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from novakit import exceptions
-from novakit.compute import flavors, hosts, images
+from novakit.catalog import flavors, images
 from novakit.config import load_config
 from novakit.context import RequestContext
+from novakit.fleet import hosts
 from tests.functional.cloud import Cloud, boot
 
 OK = {"name": "web", "flavor": "m1.small", "image": "tiny"}

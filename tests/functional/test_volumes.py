@@ -98,7 +98,7 @@ def test_bad_input_is_refused_naming_the_field_and_nothing_is_written(
 def test_a_taken_name_an_unknown_image_and_a_size_below_the_image_are_refused(
     cloud: Cloud, ctx: RequestContext
 ) -> None:
-    from novakit.compute import images
+    from novakit.catalog import images
 
     svc = cloud.api.conductor
     images.create(cloud.db, cloud.admin, {"name": "big", "min_disk": 8})

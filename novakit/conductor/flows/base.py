@@ -20,8 +20,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
+from novakit.catalog import flavors
 from novakit.cells.registry import locate
-from novakit.compute import actions, flavors
+from novakit.compute import actions
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import TaskState, Transition, VmState
 from novakit.conductor.core import Services, ctx_admin

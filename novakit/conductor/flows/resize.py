@@ -33,8 +33,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
+from novakit.catalog import flavors
 from novakit.cells.registry import in_cell_of
-from novakit.compute import actions, flavors
+from novakit.compute import actions
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import ACTIONS, PowerState, TaskState, Transition, VmState
 from novakit.conductor.core import Services, ctx_admin

@@ -14,8 +14,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from novakit.catalog import images
 from novakit.cells.registry import in_cell_of
-from novakit.compute import actions, images
+from novakit.compute import actions
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import ACTIONS, TaskState
 from novakit.conductor.core import Services, ctx_admin

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from novakit.compute import hosts
+from novakit.fleet import hosts
 from novakit.scheduler.filters.base import PASS, BaseFilter, FilterResult, reject
 from novakit.scheduler.host_state import HostState
 from novakit.scheduler.resolved import ResolvedSpec
 
 
 class ComputeFilter(BaseFilter):
-    """Up or down is ``novakit.compute.hosts.is_up``'s to say (Nova's filter asks its servicegroup
+    """Up or down is ``novakit.fleet.hosts.is_up``'s to say (Nova's filter asks its servicegroup
     API the same way): a failed last contact, an admin's force-down, and, only with
     ``compute.heartbeats`` on, a heartbeat older than ``service_down_time``. Idle time alone
     never drops a host."""

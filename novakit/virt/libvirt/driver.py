@@ -50,7 +50,7 @@ through the libvirt connection (``storage.RemoteStorage``); the image cache
 stays local and verifies each image before its one upload. There an instance
 owns every volume named ``<uuid>.*`` instead of a directory.
 
-A guest novakit did not create (a brownfield import, ``novakit.compute.importer``)
+A guest novakit did not create (a brownfield import, ``novakit.fleet.importer``)
 keeps its name and disks; ``adopt`` writes novakit's ``<metadata>`` element into
 it, and from then on it is the instance whose uuid is the domain's uuid (Nova's
 instance uuid is the libvirt domain uuid too). Destroying it removes the domain,

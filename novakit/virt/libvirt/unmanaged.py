@@ -1,6 +1,6 @@
 """Guests novakit did not create: what a brownfield import reads of one, and its adoption.
 
-``describe`` is read-only: an import (``novakit.compute.importer``) shows it to the operator
+``describe`` is read-only: an import (``novakit.fleet.importer``) shows it to the operator
 before anything changes. ``write_metadata`` is the whole of adoption on the host: novakit's
 ``<metadata>`` element written into the domain (its definition, and the running guest), after
 which the driver owns it as the instance whose uuid is the domain's uuid.

@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from novakit.compute import flavors, images
+from novakit.catalog import flavors, images
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from tests.e2e.testbed.bed import Testbed

@@ -8,10 +8,10 @@ from pathlib import Path
 from sqlalchemy import select
 
 from novakit.cells.registry import UNSCHEDULED
-from novakit.compute import hosts
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import InstanceFault
+from novakit.fleet import hosts
 from novakit.host.messages import ComputeRequest
 from novakit.transport import get_transport
 from novakit.transport.ssh import SSHTransport

@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 
 from novakit import placement
-from novakit.compute import flavors, hosts
+from novakit.catalog import flavors
 from novakit.compute.api import API
-from novakit.compute.importer import import_guests
 from novakit.config import load_config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
+from novakit.fleet import hosts
+from novakit.fleet.importer import import_guests
 from novakit.heal import heal
 from novakit.virt.driver import load_driver
 

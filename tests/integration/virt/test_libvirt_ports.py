@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 
-from novakit.compute import flavors, hosts
+from novakit.catalog import flavors
 from novakit.compute.api import API
 from novakit.config import load_config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
+from novakit.fleet import hosts
 from novakit.network import networks, ports, subnets
 from novakit.virt import guest_ready_line
 from novakit.virt.driver import load_driver

@@ -28,12 +28,12 @@ from typing import Any
 
 import pytest
 
-from novakit.compute import hosts
 from novakit.compute.api import API
 from novakit.compute.rpc import ComputeRPC
 from novakit.config import load_config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
+from novakit.fleet import hosts
 from novakit.heal import heal
 from novakit.network import filter_sync, networks, subnets
 from novakit.network import security_groups as sg

@@ -8,7 +8,7 @@ Who sees an image is Glance's visibility, decided here and nowhere else: ``scope
 any image query to what a caller may see, ``usable`` finds one image by name or id the way
 every boot, rebuild, rescue and show does. An image is ``public`` (everyone),
 ``private`` (its owner project), ``shared`` (its owner, and the projects it was shared with
-that accepted: ``novakit.compute.image_members``) or ``community`` (everyone who names it; a
+that accepted: ``novakit.catalog.image_members``) or ``community`` (everyone who names it; a
 listing shows community images only when asked for them). An admin sees every image.
 Another project's image that the caller may not see looks exactly like one that does not
 exist. Snapshots and shelved images are private to their server's project; an image an admin

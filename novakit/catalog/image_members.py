@@ -3,7 +3,7 @@
 The image's owner (or an admin) adds a project to an image whose visibility is ``shared``;
 the membership starts ``pending``. The member project accepts or rejects it (or sets it back
 to pending); only an ``accepted`` membership lets the member see and use the image
-(``novakit.compute.images.scoped``). The owner lists and removes members; a member lists its
+(``novakit.catalog.images.scoped``). The owner lists and removes members; a member lists its
 own membership only. A project that is neither owner nor member finds no such image.
 """
 
@@ -15,7 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
-from novakit.compute import images, schemas
+from novakit.catalog import images
+from novakit.compute import schemas
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Image, ImageMember

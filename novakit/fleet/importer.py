@@ -70,10 +70,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
+from novakit.catalog import flavors
 from novakit.cells import mappings
 from novakit.cells.moves import move_to_cell
 from novakit.cells.registry import UNSCHEDULED, Cell, in_cell_of
-from novakit.compute import actions, flavors
+from novakit.compute import actions
 from novakit.compute.names import hostname_for
 from novakit.compute.rpc import ComputeRPC, instance_spec
 from novakit.compute.states import POWER_STATE_NAMES, PowerState, TaskState, VmState

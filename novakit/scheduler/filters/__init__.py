@@ -6,7 +6,6 @@ switch a filter off.
 
 from __future__ import annotations
 
-from novakit import exceptions
 from novakit.config import Config, register_check
 from novakit.scheduler.filters.aggregate_instance_extra_specs_filter import AggregateInstanceExtraSpecsFilter
 from novakit.scheduler.filters.base import PASS, BaseFilter, FilterResult, reject
@@ -22,6 +21,7 @@ from novakit.scheduler.filters.security_group_filter import SecurityGroupFilter
 from novakit.scheduler.filters.server_group_affinity_filter import ServerGroupAffinityFilter
 from novakit.scheduler.filters.server_group_anti_affinity_filter import ServerGroupAntiAffinityFilter
 from novakit.scheduler.filters.volume_host_filter import VolumeHostFilter
+from novakit.scheduler.registry import check_names
 
 FILTERS: dict[str, type[BaseFilter]] = {
     cls.name: cls
@@ -46,12 +46,7 @@ FILTERS: dict[str, type[BaseFilter]] = {
 def check_filter_names(conf: Config) -> None:
     """The one check of ``scheduler.enabled_filters``: ConfigError names the unknown ones and the
     known ones. ``load_config`` runs it (``register_check`` below), and so does ``build_filters``."""
-    unknown = [name for name in conf.scheduler.enabled_filters if name not in FILTERS]
-    if unknown:
-        raise exceptions.ConfigError(
-            option="scheduler.enabled_filters",
-            reason=f"unknown filter(s) {', '.join(unknown)}; known filters: {', '.join(sorted(FILTERS))}",
-        )
+    check_names("scheduler.enabled_filters", conf.scheduler.enabled_filters, FILTERS, "filter")
 
 
 register_check(check_filter_names)

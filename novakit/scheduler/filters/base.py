@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from novakit.config import Config
 from novakit.scheduler.host_state import HostState
+from novakit.scheduler.request_spec import InstanceGroupSpec
 from novakit.scheduler.resolved import ResolvedSpec
 
 
@@ -50,4 +51,43 @@ class BaseFilter:
         return True
 
     def host_passes(self, host: HostState, spec: ResolvedSpec) -> FilterResult:
+        raise NotImplementedError
+
+
+class HostLimitFilter(BaseFilter):
+    """A host passes while a count it holds is below a configured maximum. Instances of this request
+    placed earlier count, so the filter runs per instance."""
+
+    per_instance = True
+    # The SchedulerConfig field holding the maximum, and what ``counted`` counts (for the reason).
+    limit_option: ClassVar[str] = ""
+    what: ClassVar[str] = ""
+
+    def counted(self, host: HostState) -> int:
+        raise NotImplementedError
+
+    def host_passes(self, host: HostState, spec: ResolvedSpec) -> FilterResult:
+        limit = getattr(self.conf.scheduler, self.limit_option)
+        count = self.counted(host)
+        if count < limit:
+            return PASS
+        return reject(f"{count} {self.what}, {self.limit_option} is {limit}")
+
+
+class ServerGroupFilter(BaseFilter):
+    """Enabled for requests whose server group has ``group_policy``; ``group_passes`` decides with
+    that group. Where earlier instances of this request landed counts, so it runs per instance."""
+
+    per_instance = True
+    group_policy: ClassVar[str] = ""
+
+    def enabled_for(self, spec: ResolvedSpec) -> bool:
+        return spec.group_policy == self.group_policy
+
+    def host_passes(self, host: HostState, spec: ResolvedSpec) -> FilterResult:
+        group = spec.request.instance_group
+        assert group is not None  # a group policy implies a group
+        return self.group_passes(host, spec, group)
+
+    def group_passes(self, host: HostState, spec: ResolvedSpec, group: InstanceGroupSpec) -> FilterResult:
         raise NotImplementedError

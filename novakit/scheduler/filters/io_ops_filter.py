@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from novakit.scheduler.filters.base import PASS, BaseFilter, FilterResult, reject
+from novakit.scheduler.filters.base import HostLimitFilter
 from novakit.scheduler.host_state import HostState
-from novakit.scheduler.resolved import ResolvedSpec
 
 
-class IoOpsFilter(BaseFilter):
+class IoOpsFilter(HostLimitFilter):
     name = "IoOpsFilter"
-    per_instance = True
+    limit_option = "max_io_ops_per_host"
+    what = "concurrent I/O-heavy tasks"
 
-    def host_passes(self, host: HostState, spec: ResolvedSpec) -> FilterResult:
-        limit = self.conf.scheduler.max_io_ops_per_host
-        if host.num_io_ops < limit:
-            return PASS
-        return reject(f"{host.num_io_ops} concurrent I/O-heavy tasks, max_io_ops_per_host is {limit}")
+    def counted(self, host: HostState) -> int:
+        return host.num_io_ops

@@ -5,17 +5,14 @@ Instances of this request placed earlier count, so the filter runs per instance.
 
 from __future__ import annotations
 
-from novakit.scheduler.filters.base import PASS, BaseFilter, FilterResult, reject
+from novakit.scheduler.filters.base import HostLimitFilter
 from novakit.scheduler.host_state import HostState
-from novakit.scheduler.resolved import ResolvedSpec
 
 
-class NumInstancesFilter(BaseFilter):
+class NumInstancesFilter(HostLimitFilter):
     name = "NumInstancesFilter"
-    per_instance = True
+    limit_option = "max_instances_per_host"
+    what = "instances"
 
-    def host_passes(self, host: HostState, spec: ResolvedSpec) -> FilterResult:
-        limit = self.conf.scheduler.max_instances_per_host
-        if host.num_instances < limit:
-            return PASS
-        return reject(f"{host.num_instances} instances, max_instances_per_host is {limit}")
+    def counted(self, host: HostState) -> int:
+        return host.num_instances

@@ -6,21 +6,17 @@ this one, pin the host; the first instance of a new group may go anywhere.
 
 from __future__ import annotations
 
-from novakit.scheduler.filters.base import PASS, BaseFilter, FilterResult, reject
+from novakit.scheduler.filters.base import PASS, FilterResult, ServerGroupFilter, reject
 from novakit.scheduler.host_state import HostState
+from novakit.scheduler.request_spec import InstanceGroupSpec
 from novakit.scheduler.resolved import ResolvedSpec
 
 
-class ServerGroupAffinityFilter(BaseFilter):
+class ServerGroupAffinityFilter(ServerGroupFilter):
     name = "ServerGroupAffinityFilter"
-    per_instance = True
+    group_policy = "affinity"
 
-    def enabled_for(self, spec: ResolvedSpec) -> bool:
-        return spec.group_policy == "affinity"
-
-    def host_passes(self, host: HostState, spec: ResolvedSpec) -> FilterResult:
-        group = spec.request.instance_group
-        assert group is not None
+    def group_passes(self, host: HostState, spec: ResolvedSpec, group: InstanceGroupSpec) -> FilterResult:
         pinned = {h for h, members in spec.group_hosts.items() if members} | set(spec.batch_hosts)
         if not pinned or host.host in pinned:
             return PASS

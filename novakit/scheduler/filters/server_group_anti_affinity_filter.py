@@ -6,21 +6,17 @@ one count, so a multi-create spreads across hosts.
 
 from __future__ import annotations
 
-from novakit.scheduler.filters.base import PASS, BaseFilter, FilterResult, reject
+from novakit.scheduler.filters.base import PASS, FilterResult, ServerGroupFilter, reject
 from novakit.scheduler.host_state import HostState
+from novakit.scheduler.request_spec import InstanceGroupSpec
 from novakit.scheduler.resolved import ResolvedSpec
 
 
-class ServerGroupAntiAffinityFilter(BaseFilter):
+class ServerGroupAntiAffinityFilter(ServerGroupFilter):
     name = "ServerGroupAntiAffinityFilter"
-    per_instance = True
+    group_policy = "anti-affinity"
 
-    def enabled_for(self, spec: ResolvedSpec) -> bool:
-        return spec.group_policy == "anti-affinity"
-
-    def host_passes(self, host: HostState, spec: ResolvedSpec) -> FilterResult:
-        group = spec.request.instance_group
-        assert group is not None
+    def group_passes(self, host: HostState, spec: ResolvedSpec, group: InstanceGroupSpec) -> FilterResult:
         limit = group.max_server_per_host
         if host.group_members + 1 <= limit:
             return PASS

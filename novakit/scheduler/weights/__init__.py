@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from novakit import exceptions
 from novakit.config import Config, register_check
+from novakit.scheduler.registry import check_names
 from novakit.scheduler.weights.affinity import ServerGroupSoftAffinityWeigher
 from novakit.scheduler.weights.anti_affinity import ServerGroupSoftAntiAffinityWeigher
 from novakit.scheduler.weights.base import BaseWeigher, normalize
@@ -36,13 +36,7 @@ def _names(conf: Config) -> list[str]:
 def check_weigher_names(conf: Config) -> None:
     """The one check of ``scheduler.weighers``: ConfigError names unknown ones and lists the known
     ones. ``load_config`` runs it (``register_check`` below), and so does ``build_weighers``."""
-    unknown = [name for name in _names(conf) if name not in WEIGHERS]
-    if unknown:
-        raise exceptions.ConfigError(
-            option="scheduler.weighers",
-            reason=f"unknown weigher(s) {', '.join(unknown)}; "
-            f"known weighers: all, {', '.join(sorted(WEIGHERS))}",
-        )
+    check_names("scheduler.weighers", _names(conf), WEIGHERS, "weigher", listed=["all"])
 
 
 register_check(check_weigher_names)

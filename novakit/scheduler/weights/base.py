@@ -36,8 +36,27 @@ class BaseWeigher:
 
     def weigh(self, host: HostState, spec: ResolvedSpec) -> float:
         """The raw value; it must depend only on the host's state and the request, because the
-        scheduler computes it once per host and again only for a host it placed an instance on."""
-        raise NotImplementedError
+        scheduler computes it once per host and again only for a host it placed an instance on.
+        A weigher that names a ``resource_class`` weighs its free capacity."""
+        if self.resource_class is None:
+            raise NotImplementedError
+        return host.free(self.resource_class)
+
+
+class ServerGroupWeigher(BaseWeigher):
+    """Weighs the members of the request's server group already on a host, for the groups of one
+    ``group_policy`` only; it never rejects a host (the affinity filters do)."""
+
+    group_policy: ClassVar[str] = ""
+    # +1: more members weigh more (a positive multiplier gathers the group); -1: fewer members weigh
+    # more (a positive multiplier spreads it, as Nova's soft-anti-affinity weigher does).
+    member_sign: ClassVar[int] = 1
+
+    def enabled_for(self, spec: ResolvedSpec) -> bool:
+        return spec.group_policy == self.group_policy
+
+    def weigh(self, host: HostState, spec: ResolvedSpec) -> float:
+        return self.member_sign * host.group_members
 
 
 def normalize(values: Sequence[float]) -> list[float]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from novakit.scheduler.host_state import HostState
-from novakit.scheduler.resolved import ResolvedSpec
 from novakit.scheduler.weights.base import BaseWeigher
 
 
@@ -11,6 +9,3 @@ class CPUWeigher(BaseWeigher):
     name = "CPUWeigher"
     multiplier_option = "cpu_weight_multiplier"
     resource_class = "VCPU"
-
-    def weigh(self, host: HostState, spec: ResolvedSpec) -> float:
-        return host.free("VCPU")

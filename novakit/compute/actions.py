@@ -37,7 +37,7 @@ from novakit.db.api import ON_INSTANCES, one_of
 from novakit.db.engine import Database
 from novakit.db.models import InstanceAction, InstanceActionEvent, InstanceFault, utcnow
 from novakit.host.faults import _truncate, fault_from_exception, fault_is_internal
-from novakit.host.messages import Event, Fault
+from novakit.host.messages import Event, Fault, InstanceResult
 
 # The statements of the hot path, built once (building a statement costs more than running it).
 _FINISH = (
@@ -324,6 +324,7 @@ def record_outcome(
     fault: Fault | None = None,
     finish: str | None = None,
     message: str | None = None,
+    answer: InstanceResult | None = None,
 ) -> None:
     """What became of an instance's action, in the caller's transaction (with its state write).
 
@@ -331,7 +332,9 @@ def record_outcome(
     ``events``: what happened, with the times it happened (a host's, or the
     controller's own); ``fault``: why it failed; ``finish``: the action that
     this ends; ``message``: why it ended as it did, when that is not the
-    events' (its state write lost to another writer).
+    events' (its state write lost to another writer); ``answer``: the host's
+    answer that ends the task, its events after ``events`` and, when it failed,
+    its fault.
 
     An owner whose state write lost a race still records what its host did:
     it calls this again in a transaction of its own, after the failed one,
@@ -339,6 +342,9 @@ def record_outcome(
     """
     if start is not None:
         action_start(session, ctx, instance_uuid, start)
+    if answer is not None:
+        events = [*events, *answer.events]
+        fault = fault if answer.ok else answer.fault
     record_host_events(session, ctx, instance_uuid, list(events))
     if fault is not None:
         record_fault(session, instance_uuid, fault)

@@ -26,82 +26,62 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, cast
 
 from novakit import notifications
 from novakit.compute import rounds
-from novakit.compute.rpc import ComputeRPC, TransportFactory
+from novakit.compute.rpc import ComputeRPC
 from novakit.compute.states import ACTIONS, Transition
 from novakit.conductor.actions import Actions
 from novakit.conductor.builds import Builds
-from novakit.conductor.core import Clock, Services
+from novakit.conductor.core import Clock, ServiceOptions, Services
 from novakit.conductor.flows import FLOWS, Flow
 from novakit.conductor.flows.release import release_moves
 from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Instance, RequestSpec
-from novakit.host.messages import ComputeRequest, ComputeResult, InstanceResult
+from novakit.host.messages import ComputeRequest, ComputeResult
 
 if TYPE_CHECKING:
     from novakit.scheduler.manager import SchedulerManager
 
 __all__ = ["Conductor", "Services"]
 
+V = TypeVar("V")
+
+
+class _OfServices(Generic[V]):
+    """An attribute of the conductor that is its ``Services``' (one object holds it: reading
+    and setting it on the conductor reads and sets it there)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, conductor: Conductor, owner: type | None = None) -> V:
+        return cast(V, getattr(conductor.services, self.name))
+
+    def __set__(self, conductor: Conductor, value: V) -> None:
+        setattr(conductor.services, self.name, value)
+
 
 class Conductor:
     """The builds, the actions and the flows, over one ``Services``."""
 
-    def __init__(
-        self,
-        db: Database,
-        conf: Config,
-        *,
-        scheduler: SchedulerManager | None = None,
-        transport_factory: TransportFactory | None = None,
-        clock: Clock | None = None,
-    ) -> None:
-        self.services = Services(
-            db, conf, scheduler=scheduler, transport_factory=transport_factory, clock=clock
-        )
+    def __init__(self, db: Database, conf: Config, **options: Unpack[ServiceOptions]) -> None:
+        self.services = Services(db, conf, **options)
         self.db = db
         self.builds = Builds(self.services)
         self.actions = Actions(self.services)
         self.flows: dict[str, Flow] = {name: flow(self.services) for name, flow in FLOWS.items()}
 
-    # --- the services, as callers and tests reach them -------------------------------------
+    # --- the services, as callers and tests reach them: read and set on ``services`` ----------
 
-    @property
-    def conf(self) -> Config:
-        return self.services.conf
-
-    @conf.setter
-    def conf(self, conf: Config) -> None:
-        self.services.conf = conf
-
-    @property
-    def rpc(self) -> ComputeRPC:
-        return self.services.rpc
-
-    @rpc.setter
-    def rpc(self, rpc: ComputeRPC) -> None:
-        self.services.rpc = rpc
-
-    @property
-    def clock(self) -> Clock:
-        return self.services.clock
-
-    @clock.setter
-    def clock(self, clock: Clock) -> None:
-        self.services.clock = clock
-
-    @property
-    def notifier(self) -> notifications.Notifier:
-        return self.services.notifier
-
-    @property
-    def scheduler(self) -> SchedulerManager:
-        return self.services.scheduler
+    conf: _OfServices[Config] = _OfServices()
+    rpc: _OfServices[ComputeRPC] = _OfServices()
+    clock: _OfServices[Clock] = _OfServices()
+    notifier: _OfServices[notifications.Notifier] = _OfServices()
+    scheduler: _OfServices[SchedulerManager] = _OfServices()
 
     def lease_until(self, extra_seconds: float = 0) -> dt.datetime:
         return self.services.lease_until(extra_seconds)
@@ -190,15 +170,3 @@ class Conductor:
         self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
     ) -> None:
         self.actions.record_action_result(ctx, request, result)
-
-    def finish_action(
-        self,
-        ctx: RequestContext,
-        uuid: str,
-        action: str,
-        res: InstanceResult | None,
-        host: str | None = None,
-        *,
-        owner: str | None = None,
-    ) -> None:
-        self.actions.finish_action(ctx, uuid, action, res, host, owner=owner)

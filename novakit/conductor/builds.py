@@ -37,6 +37,7 @@ from novakit.conductor.core import Services
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import HostMapping, Instance, RequestSpec, utcnow
+from novakit.fleet import aggregates as fleet_aggregates
 from novakit.fleet import hosts
 from novakit.host.faults import fault_from_exception
 from novakit.host.messages import ComputeRequest, ComputeResult, Event, Fault, InstanceResult, InstanceSpec
@@ -229,10 +230,13 @@ class Builds:
         cell_of = _cells_of_hosts(session, placed)
         images_seen: dict[str, Any] = {}
         now = utcnow()
+        zones: dict[str, str] = {}  # the zone each chosen host is in: what its servers record
         for uuid, choices in placed:
             chosen = choices[0]
             inst, rs = found[uuid]
-            if not _record_host(session, uuid, chosen, now, lease):
+            if chosen.host not in zones:
+                zones[chosen.host] = fleet_aggregates.zone_of_host(session, self.services.conf, chosen.host)
+            if not _record_host(session, uuid, chosen, now, lease, zones[chosen.host]):
                 gone.append(uuid)
                 remove_allocations_in_session(session, uuid)
                 continue
@@ -462,6 +466,9 @@ class Builds:
         alternates: list[dict[str, Any]],
         tried: list[str],
     ) -> bool:
+        with self.db.reader() as api_session:  # zones are the API database's
+            zone = fleet_aggregates.zone_of_host(api_session, self.services.conf, alt["host"])
+
         def write(session: Session) -> None:
             inst = db_api.instance_update(
                 session,
@@ -469,6 +476,7 @@ class Builds:
                 {
                     "host": alt["host"],
                     "node": alt.get("nodename", alt["host"]),
+                    "availability_zone": zone,
                     "task_state": TaskState.SCHEDULING,
                     "task_lease_until": self.services.lease_until(),  # the next round's host call
                 },
@@ -581,14 +589,22 @@ def _cells_of_hosts(session: Session, placed: list[tuple[str, list[Any]]]) -> di
     )
 
 
-def _record_host(session: Session, uuid: str, chosen: Any, now: dt.datetime, lease: dt.datetime) -> bool:
+def _record_host(
+    session: Session, uuid: str, chosen: Any, now: dt.datetime, lease: dt.datetime, zone: str
+) -> bool:
     """The chosen host written on a building instance, with the round's lease; False when it
     was deleted (or changed) meanwhile, and nothing was written."""
     try:
         db_api.instance_update(
             session,
             uuid,
-            {"host": chosen.host, "node": chosen.nodename, "scheduled_at": now, "task_lease_until": lease},
+            {
+                "host": chosen.host,
+                "node": chosen.nodename,
+                "availability_zone": zone,
+                "scheduled_at": now,
+                "task_lease_until": lease,
+            },
             expected_task_state=[TaskState.SCHEDULING],
             expected_vm_state=[VmState.BUILDING],
             fetch=False,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from sqlalchemy.orm import Session
 
@@ -35,6 +35,14 @@ Clock = Callable[[], dt.datetime]
 def ctx_admin(ctx: RequestContext) -> RequestContext:
     """The conductor acts for the system once the API has checked the caller."""
     return RequestContext("admin", "admin", ["admin"], ctx.request_id)
+
+
+class ServiceOptions(TypedDict, total=False):
+    """What a conductor may be given besides the database and the configuration (``Services``)."""
+
+    scheduler: SchedulerManager | None
+    transport_factory: TransportFactory | None
+    clock: Clock | None
 
 
 class Services:

@@ -116,7 +116,9 @@ class TaskRecovery(HealerBase):
         else:
             assert action is not None
             res = self._outcome(s, task_ctx, action, step, power, options, event)
-            self.conductor.finish_action(task_ctx, s.uuid, action, res, host, owner=self.ctx.request_id)
+            self.conductor.actions.finish_action(
+                task_ctx, s.uuid, action, res, host, owner=self.ctx.request_id
+            )
         c.applied = True
         c.after = self._state_now(s.uuid)
         return c

@@ -47,6 +47,8 @@ class Flow:
     choice_event = "conductor_migrate_server"
     choice_task: TaskState = T.RESIZE_PREP
     choice_statuses = ("pre-migrating", "migrating")
+    #: the type of the migration a move off its host records (``claim_elsewhere``)
+    migration_type = "migration"
 
     def __init__(self, services: Services) -> None:
         self.services = services
@@ -153,10 +155,14 @@ class Flow:
             raise
         return str(selections[0][0].host)
 
-    def take_source_claim(
-        self, ctx: RequestContext, uuid: str, kind: str, status: str
-    ) -> tuple[str, str, dict[str, Any]]:
-        """Record the move and hand the instance's claim on its host to it, in one transaction."""
+    def claim_elsewhere(
+        self, ctx: RequestContext, uuid: str, t: Transition, options: dict[str, Any]
+    ) -> tuple[str, str, str]:
+        """A move of the server with its own flavor: the migration (``migration_type``, status
+        ``choice_statuses[0]``) recorded and handed the instance's claim on its host, in one
+        transaction, then its destination chosen (``choose_destination``, ``options``' host if
+        named). Returns the migration, the source and the destination."""
+        kind, status = self.migration_type, self.choice_statuses[0]
 
         def write(session: Session) -> tuple[str, str, dict[str, Any]]:
             inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
@@ -164,8 +170,8 @@ class Flow:
             move_allocations_in_session(session, uuid, m.uuid)
             return m.uuid, str(inst.host), dict(inst.flavor or {})
 
-        out: tuple[str, str, dict[str, Any]] = self.db.run_in_transaction(write)
-        return out
+        mig, source, flavor = self.db.run_in_transaction(write)
+        return mig, source, self.choose_destination(ctx, uuid, t, mig, flavor, options.get("host"), source)
 
     def roll_back(
         self,

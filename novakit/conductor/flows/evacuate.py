@@ -36,12 +36,12 @@ class Evacuate(Flow):
     choice_event = "conductor_rebuild_server"
     choice_task = T.REBUILDING
     choice_statuses = ("accepted", "pre-migrating")
+    migration_type = "evacuation"
 
     @in_cell_of("uuid")
     def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
         t = ACTIONS[action]
-        mig, source, flavor = self.take_source_claim(ctx, uuid, "evacuation", "accepted")
-        dest = self.choose_destination(ctx, uuid, t, mig, flavor, options.get("host"), source)
+        mig, source, dest = self.claim_elsewhere(ctx, uuid, t, options)
         spec, old_vm_state = self.db.run_in_transaction(lambda s: self._spawning(s, ctx, uuid, dest))
         stopped = old_vm_state == VmState.STOPPED.value
         request = ComputeRequest(
@@ -66,14 +66,7 @@ class Evacuate(Flow):
             else:
                 values = _left_in_error(session, uuid, mig, source)
             actions.end_task(
-                session,
-                ctx,
-                uuid,
-                values,
-                [T.REBUILD_SPAWNING],
-                events=built.events,
-                fault=None if built.ok else built.fault,
-                finish=t.record_as,
+                session, ctx, uuid, values, [T.REBUILD_SPAWNING], answer=built, finish=t.record_as
             )
 
         self.db.run_in_transaction(done)

@@ -36,12 +36,12 @@ class LiveMigrate(Flow):
     choice_event = "conductor_live_migrate_instance"
     choice_task = T.MIGRATING
     choice_statuses = ("queued", "preparing")
+    migration_type = "live-migration"
 
     @in_cell_of("uuid")
     def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
         t = ACTIONS[action]
-        mig, source, flavor = self.take_source_claim(ctx, uuid, "live-migration", "queued")
-        dest = self.choose_destination(ctx, uuid, t, mig, flavor, options.get("host"), source)
+        mig, source, dest = self.claim_elsewhere(ctx, uuid, t, options)
         spec = self.spec_of(ctx, uuid)
         events: list[Any] = []
         ready = self.services.call(ctx, dest, "pre_live_migration", action, spec, {})
@@ -76,7 +76,7 @@ class LiveMigrate(Flow):
         # Past this point the guest runs on the destination whatever the last step said: the
         # records follow the guest; a failed last step is recorded as the action's error.
 
-        self._landed(ctx, uuid, t, mig, dest, [*events, *landed.events], landed)
+        self._landed(ctx, uuid, t, mig, dest, events, landed)
 
     def _landed(
         self,
@@ -89,7 +89,8 @@ class LiveMigrate(Flow):
         landed: InstanceResult,
     ) -> None:
         """The records follow the guest to ``dest``: the migration's claim on the source goes,
-        the ports are bound there; a failed last step is the action's error."""
+        the ports are bound there; a failed last step (``landed``, after ``events``) is the
+        action's error."""
 
         def done(session: Session) -> None:
             remove_allocations_in_session(session, mig)
@@ -99,14 +100,7 @@ class LiveMigrate(Flow):
             if landed.power_state is not None:
                 values["power_state"] = landed.power_state
             actions.end_task(
-                session,
-                ctx,
-                uuid,
-                values,
-                [T.MIGRATING],
-                events=events,
-                fault=None if landed.ok else landed.fault,
-                finish=t.record_as,
+                session, ctx, uuid, values, [T.MIGRATING], events=events, answer=landed, finish=t.record_as
             )
 
         self.db.run_in_transaction(done)

@@ -223,9 +223,7 @@ class ConfirmResize(Flow):
                 expected_task_state=[None],
                 fetch=False,
             )
-            actions.record_outcome(
-                session, ctx, uuid, events=res.events, fault=None if res.ok else res.fault, finish=t.record_as
-            )
+            actions.record_outcome(session, ctx, uuid, answer=res, finish=t.record_as)
 
         self.db.run_in_transaction(done)
         self.services.notifier.emit(

@@ -78,15 +78,9 @@ class Shelve(Flow):
                 drop_queued(session, image)
                 if res.power_state is not None:
                     values["power_state"] = res.power_state
+            finish = None if offload_now else t.record_as
             actions.end_task(
-                session,
-                ctx,
-                uuid,
-                values,
-                [T.SHELVING_IMAGE_UPLOADING],
-                events=res.events,
-                fault=None if res.ok else res.fault,
-                finish=None if offload_now else t.record_as,
+                session, ctx, uuid, values, [T.SHELVING_IMAGE_UPLOADING], answer=res, finish=finish
             )
 
         self.db.run_in_transaction(done)
@@ -227,19 +221,9 @@ def offload(
     def done(session: Session) -> None:
         values: dict[str, Any] = {"task_state": None}
         if res.ok:
-            values.update(vm_state=VmState.SHELVED_OFFLOADED, host=None, node=None)
-            remove_allocations_in_session(session, uuid)
-            ports.bind_host(session, [uuid], None)
-        actions.end_task(
-            session,
-            ctx,
-            uuid,
-            values,
-            [T.SHELVING_OFFLOADING],
-            events=res.events,
-            fault=None if res.ok else res.fault,
-            finish=record_as,
-        )
+            values.update(vm_state=VmState.SHELVED_OFFLOADED)
+            _let_go_of_host(session, uuid, values)
+        actions.end_task(session, ctx, uuid, values, [T.SHELVING_OFFLOADING], answer=res, finish=record_as)
 
     services.db.run_in_transaction(done)
     services.notifier.emit(f"instance.shelve_offload.{'end' if res.ok else 'error'}", uuid, host=host)
@@ -262,9 +246,7 @@ def _end_unshelve(
         values.update(vm_state=VmState.ACTIVE, power_state=power if power is not None else 1)
         ports.set_status(session, [uuid], "ACTIVE")
     elif undo:  # the spawn failed on the new host: the server is offloaded again, claim and all
-        values.update(host=None, node=None)
-        remove_allocations_in_session(session, uuid)
-        ports.bind_host(session, [uuid], None)
+        _let_go_of_host(session, uuid, values)
     actions.end_task(
         session,
         ctx,
@@ -275,3 +257,10 @@ def _end_unshelve(
         fault=fault,
         finish=record_as,
     )
+
+
+def _let_go_of_host(session: Session, uuid: str, values: dict[str, Any]) -> None:
+    """An offloaded server holds no host: no claim, no port bound to one (``values`` say so)."""
+    values.update(host=None, node=None)
+    remove_allocations_in_session(session, uuid)
+    ports.bind_host(session, [uuid], None)

@@ -55,9 +55,7 @@ class Snapshot(Flow):
                 expected_owner=ctx.request_id,
                 fetch=False,
             )
-            actions.record_outcome(
-                session, ctx, uuid, events=res.events, fault=None if res.ok else res.fault, finish=t.record_as
-            )
+            actions.record_outcome(session, ctx, uuid, answer=res, finish=t.record_as)
 
         self.db.run_in_transaction(done)
         self.services.notifier.emit(f"instance.snapshot.{'end' if res.ok else 'error'}", uuid, host=host)

@@ -15,7 +15,6 @@ version_added: 0.1.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
   - novakit.cloud.common
 options:
   host:
@@ -53,6 +52,29 @@ options:
   reserved_host_disk_mb:
     description: Disk kept for the host itself (default 0).
     type: int
+  availability_zone:
+    description:
+      - The availability zone the host is in - the aggregate named after the zone, made with that
+        zone when missing (as C(openstack aggregate create --zone east east)); the host leaves any
+        aggregate of another zone. Left as it is when not given.
+      - The role's variable C(novakit_availability_zone).
+    type: str
+  aggregates:
+    description:
+      - The aggregates without a zone the host is in, exactly - each a name, or a dict of C(name) and
+        C(metadata) (keys set on the aggregate, other keys left alone). Missing ones are made. Left
+        as they are when not given.
+      - Only this host's membership changes, so the hosts of an inventory may run it at once.
+      - The role's variable C(novakit_aggregates).
+    type: list
+    elements: raw
+  traits:
+    description:
+      - The custom traits (C(CUSTOM_*)) the host carries, exactly; the traits its driver reports
+        are the driver's. Left as they are when not given.
+      - The role's variable C(novakit_traits).
+    type: list
+    elements: str
 """
 
 EXAMPLES = r"""
@@ -70,6 +92,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+placement:
+  description: The host's zone, aggregates and custom traits, for the options given.
+  returned: when O(availability_zone), O(aggregates) or O(traits) is given
+  type: dict
+  sample: {availability_zone: east, aggregates: [east, ssd], custom_traits: [CUSTOM_SSD]}
 host:
   description: The registered host.
   returned: always
@@ -111,6 +138,9 @@ class ComputeNodeModule(NovakitModule):
         "reserved_host_memory_mb": {"type": "int"},
         "reserved_host_cpus": {"type": "int"},
         "reserved_host_disk_mb": {"type": "int"},
+        "availability_zone": {"type": "str"},
+        "aggregates": {"type": "list", "elements": "raw"},
+        "traits": {"type": "list", "elements": "str"},
     }
 
     module_kwargs = {"supports_check_mode": True}
@@ -147,14 +177,66 @@ class ComputeNodeModule(NovakitModule):
             **overrides,
         }
         changed = before != after
+        asked = placement_asked(p)
+        # Where the host goes is tried first in a transaction rolled back (for a registered host):
+        # what the real run would refuse is refused before anything is written.
+        planned = place(db, ctx, p["host"], asked, registered=before is not None, dry=True) if asked else None
         if self.check_mode:
             hosts.check_register(ctx, p["host"])  # as register_host does for the real run: policy, name
-            return self.with_diff({"changed": changed, "host": p["host"]}, before, after)
-        # Registering also beats the host's heartbeat, so it runs even when nothing changed.
-        out = hosts.register_host(
-            db, conf, p["host"], resources, p["driver"], overrides, ctx=ctx, cell=p["cell"]
-        )
+            out = {"host": p["host"]}
+        else:
+            # Registering also beats the host's heartbeat, so it runs even when nothing changed.
+            out = hosts.register_host(
+                db, conf, p["host"], resources, p["driver"], overrides, ctx=ctx, cell=p["cell"]
+            )
+            if asked:
+                planned = place(db, ctx, p["host"], asked, registered=True, dry=False)
+        if planned is not None:
+            was, out["placement"] = planned
+            changed = changed or was != out["placement"]
+            before, after = {**(before or {}), **was}, {**after, **out["placement"]}
         return self.with_diff({"changed": changed, **out}, before, after)
+
+
+def placement_asked(p):
+    """The zone, aggregates and traits the task asks for (None: left as they are)."""
+    from ansible_collections.novakit.cloud.plugins.module_utils.aggregates import aggregate_entries
+
+    from novakit.fleet.traits import check_custom_traits
+    from novakit.placement.aggregates import check_zone_name
+
+    # Refused before the host is registered, so that bad input writes nothing.
+    asked = {k: p[k] for k in ("availability_zone", "traits") if p[k] is not None}
+    if "availability_zone" in asked:
+        check_zone_name(asked["availability_zone"])
+    if "traits" in asked:
+        check_custom_traits(asked["traits"])
+    if p["aggregates"] is not None:
+        asked["aggregates"] = aggregate_entries(p["aggregates"])
+    return asked
+
+
+def place(db, ctx, host, asked, *, registered, dry):
+    """The host's zone, aggregates and traits before and after putting it where ``asked`` says;
+    in check mode the real changes, rolled back (a host not registered yet: what is asked)."""
+    from ansible_collections.novakit.cloud.plugins.module_utils import aggregates as ops
+
+    if dry and not registered:
+        planned = {k: v for k, v in asked.items() if k != "traits"}
+        if "traits" in asked:
+            planned["custom_traits"] = sorted(set(asked["traits"]))
+        if "aggregates" in asked:
+            zone = {asked["availability_zone"]} if "availability_zone" in asked else set()
+            planned["aggregates"] = sorted({e["name"] for e in asked["aggregates"]} | zone)
+        return {}, planned
+    if not dry:
+        before = ops.host_place(db, ctx, host, asked)
+        ops.place_host(db, ctx, host, asked)
+        return before, ops.host_place(db, ctx, host, asked)
+    with ops.rolled_back(db) as dry_db:
+        before = ops.host_place(dry_db, ctx, host, asked)
+        ops.place_host(dry_db, ctx, host, asked)
+        return before, ops.host_place(dry_db, ctx, host, asked)
 
 
 def main():

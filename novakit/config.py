@@ -72,6 +72,8 @@ class SchedulerConfig(_Section):
     claim_retries: int = Field(default=10, ge=1, le=1000)
     # Hosts in no availability-zone aggregate are in this zone (Nova: default_availability_zone).
     default_availability_zone: str = "nova"
+    # The zone a create that names none is placed in (Nova: default_schedule_zone); None: any.
+    default_schedule_zone: str | None = None
     # "No valid host" lists at most this many rejected hosts per step (counts are always complete).
     explain_max_hosts: int = Field(default=200, ge=1)
 

@@ -42,6 +42,7 @@ from novakit.db.engine import Database
 from novakit.db.models import Instance, InstanceGroup, InstanceGroupMember, RequestSpec
 from novakit.keypairs import registry as keypairs
 from novakit.placement import aggregates as placement_aggregates
+from novakit.placement.providers import find_provider
 
 
 class CreateAPI:
@@ -267,8 +268,7 @@ class CreateAPI:
         assert image is not None  # given, or the boot volume's
         group = self._group(session, ctx, req.server_group or req.scheduler_hints.group)
         key_data = None if req.key_name is None else keypairs.for_boot(session, ctx, req.key_name).public_key
-        if req.availability_zone is not None:
-            self._check_az(session, req.availability_zone)
+        where = self._requested_zone(session, ctx, req.availability_zone)
         for ref in [*req.scheduler_hints.same_host, *req.scheduler_hints.different_host]:
             # Wherever the server lives: its mapping says it is one the caller may see.
             if (
@@ -294,7 +294,8 @@ class CreateAPI:
             user_id=ctx.user_id,
             flavor=flavors.spec(flavors.snapshot(flavor)),
             image=images.spec(image),
-            availability_zone=req.availability_zone,
+            availability_zone=where.zone,
+            requested_host=where.host,
             num_instances=count,
             min_count=req.min_count,
             instance_group=None,
@@ -365,7 +366,8 @@ class CreateAPI:
             common = {
                 "project_id": ctx.project_id,
                 "user_id": ctx.user_id,
-                "availability_zone": req.availability_zone,
+                # The zone asked for until the scheduler places it (then its host's zone).
+                "availability_zone": spec["availability_zone"],
                 "reservation_id": reservation,
                 "flavor": snapshot,
                 "instance_type_id": flavor.id,
@@ -456,9 +458,27 @@ class CreateAPI:
             raise exceptions.ServerGroupNotFound(group_id=ref)
         return group
 
-    def _check_az(self, session: Session, zone: str) -> None:
-        """The zone is known, by the scheduler's own answer (``resolve_zone``)."""
-        placement_aggregates.resolve_zone(session, zone, self.conf.scheduler.default_availability_zone)
+    def _requested_zone(
+        self, session: Session, ctx: RequestContext, value: str | None
+    ) -> placement_aggregates.RequestedZone:
+        """Nova's ``availability_zone``: ``zone`` (known by the scheduler's own answer,
+        ``resolve_zone``), ``zone:host`` or ``zone::node`` (a named host: admin only, and in that
+        zone); none asked is ``scheduler.default_schedule_zone``."""
+        where = placement_aggregates.parse_requested_zone(value, self.conf.scheduler.default_schedule_zone)
+        if where.host is not None:
+            policy.authorize(ctx, "server:forced_host")
+            if find_provider(session, where.host) is None:
+                raise exceptions.ValidationError("availability_zone", f"no compute host {where.host!r}")
+        if where.zone is not None:
+            default = self.conf.scheduler.default_availability_zone
+            placement_aggregates.resolve_zone(session, where.zone, default)
+            if where.host is not None:
+                zone = placement_aggregates.zone_of_provider(session, where.host, default)
+                if zone != where.zone:
+                    raise exceptions.ValidationError(
+                        "availability_zone", f"host {where.host} is in zone {zone}, not {where.zone}"
+                    )
+        return where
 
     def _family(self, ctx: RequestContext, name: str) -> dict[str, Instance]:
         """The caller's live servers named ``name`` or ``name-<anything>``, by name, in every cell

@@ -80,7 +80,9 @@ def server_view(inst: Instance, ctx: RequestContext, image_name: str | None = No
         "host": inst.host if policy.allowed(ctx, "host:show") else None,
         "node": inst.node if policy.allowed(ctx, "host:show") else None,
         "host_id": host_id(inst.project_id, inst.host),
+        # The zone it was placed in (its host's then; changing zones moves no server).
         "availability_zone": inst.availability_zone,
+        "OS-EXT-AZ:availability_zone": inst.availability_zone,  # Nova's name for it
         "flavor": dict(inst.flavor or {}),
         "image": inst.image_ref,
         "image_name": image_name,

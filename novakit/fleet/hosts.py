@@ -58,6 +58,10 @@ from novakit.db.models import (
     Service,
     utcnow,
 )
+from novakit.fleet.traits import custom_traits as custom_traits
+from novakit.fleet.traits import is_operators
+from novakit.fleet.traits import set_traits as set_traits
+from novakit.fleet.traits import unset_traits as unset_traits
 from novakit.host.messages import ComputeResult, HostResources, InstanceResult
 
 if TYPE_CHECKING:
@@ -718,6 +722,27 @@ def list_hosts(
             }
         )
     return out
+
+
+def show_host(db: Database, conf: Config, host: str, *, ctx: RequestContext | None = None) -> dict[str, Any]:
+    """One host as ``list_hosts`` shows it, with its traits (the driver's and the operator's
+    custom ones), its aggregates and its availability zone (``novakit host show``)."""
+    from novakit.placement import aggregates as placement_aggregates
+    from novakit.placement import traits as placement_traits
+
+    row = next((r for r in list_hosts(db, conf, ctx=ctx) if r["host"] == host), None)
+    if row is None:
+        raise exceptions.ComputeHostNotFound(host=host)
+    traits = placement_traits.get_traits(db, host)
+    with db.reader() as session:
+        zone = placement_aggregates.zone_of_provider(session, host, conf.scheduler.default_availability_zone)
+    return {
+        **row,
+        "availability_zone": zone,
+        "aggregates": [a.name for a in placement_aggregates.get_provider_aggregates(db, host)],
+        "traits": sorted(t for t in traits if t != placement_traits.COMPUTE_STATUS_DISABLED),
+        "custom_traits": sorted(t for t in traits if is_operators(t)),
+    }
 
 
 def _usage_by_host(session: Session) -> dict[tuple[str, str], int]:

@@ -184,6 +184,7 @@ from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import ComputeNode, utcnow
+from novakit.fleet import aggregates as fleet_aggregates
 from novakit.fleet import hosts as host_records
 from novakit.heal.base import (
     LOG,
@@ -329,6 +330,7 @@ class Healer(
         if import_unmanaged:
             report.corrections.extend(self._import_unmanaged(report, dry_run, import_project))
         report.down_cells = {cell.name: why for cell, why in self.down.items()}
+        report.zones_without_enabled_host = fleet_aggregates.zones_without_enabled_host(self.db, self.conf)
         return report
 
     # ------------------------------------------------------------------ reading

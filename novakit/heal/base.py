@@ -107,6 +107,8 @@ class HealReport(BaseModel):
     unreachable: dict[str, str] = Field(default_factory=dict)  # host -> why
     # cell -> why its database did not answer: its servers and the hosts mapped to it were left alone
     down_cells: dict[str, str] = Field(default_factory=dict)
+    # Availability zones none of whose hosts is enabled and up: nothing can be placed there
+    zones_without_enabled_host: list[str] = Field(default_factory=list)
     corrections: list[Correction] = Field(default_factory=list)
 
 

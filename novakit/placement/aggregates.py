@@ -4,6 +4,12 @@ Requests narrow candidates with ``member_of`` (any of a list of aggregates) and
 with an availability zone; both become EXISTS clauses of the candidate query.
 As in Nova, a host belongs to at most one availability zone; hosts in no zone
 are in the default zone (``SchedulerConfig.default_availability_zone``).
+
+These two tables are the only store of host aggregates: Nova keeps its own
+aggregates in the API database and mirrors them into Placement, here the
+operator's aggregates (``novakit.fleet.aggregates``) are written straight into
+``placement_aggregates`` and ``resource_provider_aggregates`` in one transaction,
+so ``member_of``, the zones and the aggregates an operator sees cannot disagree.
 """
 
 from __future__ import annotations
@@ -46,6 +52,15 @@ def _view(row: Any) -> AggregateView:
 def find_aggregate(session: Session, name_or_uuid: str) -> AggregateView | None:
     row = session.execute(text(_SELECT + "WHERE name = :k OR uuid = :k"), {"k": name_or_uuid}).first()
     return _view(row) if row else None
+
+
+def aggregate_by_id(session: Session, aggregate_id: int) -> AggregateView | None:
+    row = session.execute(text(_SELECT + "WHERE id = :i"), {"i": aggregate_id}).first()
+    return _view(row) if row else None
+
+
+def all_aggregates(session: Session) -> list[AggregateView]:
+    return [_view(r) for r in session.execute(text(_SELECT + "ORDER BY id"))]
 
 
 def ensure_aggregate(
@@ -196,6 +211,73 @@ def resolve_zone(session: Session, zone: str, default_zone: str) -> ZoneRequest:
     raise exceptions.ValidationError(
         "availability_zone", f"unknown zone {zone!r}; known zones: {', '.join(known)}"
     )
+
+
+_ZONE_FIELD = "availability_zone"
+
+
+def check_zone_name(zone: Any, field: str = _ZONE_FIELD) -> str:
+    """An availability zone's name: 1 to 255 printable characters, no ``:`` (create's
+    ``zone:host:node`` form uses it), as Nova's API schema says."""
+    if not isinstance(zone, str) or not zone.strip():
+        raise exceptions.ValidationError(field, "must be a non-empty zone name")
+    if len(zone) > 255:
+        raise exceptions.ValidationError(field, f"must be at most 255 characters, got {len(zone)}")
+    if not zone.isprintable():
+        raise exceptions.ValidationError(field, f"must not contain control characters, got {zone!r}")
+    if ":" in zone:
+        raise exceptions.ValidationError(
+            field, f"must not contain ':' (create's zone:host form), got {zone!r}"
+        )
+    return zone
+
+
+class RequestedZone(BaseModel):
+    """What a create's ``availability_zone`` asks: a zone (or none) and, for an admin, a host."""
+
+    zone: str | None = None
+    host: str | None = None
+
+
+def parse_requested_zone(value: str | None, default_schedule_zone: str | None) -> RequestedZone:
+    """Nova's forms: ``zone``, ``zone:host``, ``zone::node`` and ``zone:host:node`` (a node is
+    its host here: one node per host). An empty zone part, or none asked, is
+    ``default_schedule_zone`` (which may be None: anywhere)."""
+    zone: str | None = value
+    host: str | None = None
+    if value is not None and ":" in value:
+        parts = value.split(":")
+        if len(parts) > 3:
+            raise exceptions.ValidationError(
+                _ZONE_FIELD, f"must be zone, zone:host, zone::node or zone:host:node, got {value!r}"
+            )
+        zone, host = parts[0], (parts[1] or (parts[2] if len(parts) == 3 else "")) or None
+        if len(parts) == 3 and parts[1] and parts[2] and parts[1] != parts[2]:
+            raise exceptions.ValidationError(
+                _ZONE_FIELD, f"node {parts[2]!r} is not host {parts[1]!r}'s (one node per host)"
+            )
+        if host is None:
+            raise exceptions.ValidationError(_ZONE_FIELD, f"names no host after ':', got {value!r}")
+    if not zone:
+        zone = default_schedule_zone
+    if zone is not None:
+        check_zone_name(zone)
+    return RequestedZone(zone=zone, host=host)
+
+
+def zone_of_provider(session: Session, provider_name: str, default_zone: str) -> str:
+    """The availability zone host ``provider_name`` is in now: its zone aggregate's, else the
+    default zone (what a server placed there records, Nova's ``OS-EXT-AZ:availability_zone``)."""
+    row = session.execute(
+        text(
+            "SELECT pa.availability_zone FROM placement_aggregates pa "
+            "JOIN resource_provider_aggregates rpa ON rpa.aggregate_id = pa.id "
+            "JOIN resource_providers rp ON rp.id = rpa.resource_provider_id "
+            "WHERE rp.name = :h AND pa.availability_zone IS NOT NULL ORDER BY pa.id"
+        ),
+        {"h": provider_name},
+    ).first()
+    return str(row[0]) if row else default_zone
 
 
 def list_availability_zones(db: Database) -> list[str]:

@@ -46,6 +46,10 @@ class CandidateRequest:
     member_of: list[list[int]] = field(default_factory=list)
     # "In none of these aggregates": the default availability zone is "no zone aggregate".
     not_member_of: list[int] = field(default_factory=list)
+    # What each ``member_of`` group (and ``not_member_of``) stands for, for explanations:
+    # "availability zone east", "aggregate rack-1".
+    member_of_names: list[str] = field(default_factory=list)
+    not_member_of_name: str = ""
     exclude_hosts: list[str] = field(default_factory=list)
     # Hosts left out for a reason of their own (their cell is disabled or down): host -> reason.
     excluded: dict[str, str] = field(default_factory=dict)
@@ -271,12 +275,13 @@ def explain(
         if not reason and req.forbidden_trait_ids and not flags.pop(0):
             reason = "has a forbidden trait"
         if not reason:
-            for _group in req.member_of:
+            for n, _group in enumerate(req.member_of):
                 if not flags.pop(0):
-                    reason = "not in the requested aggregate / availability zone"
+                    named = req.member_of_names[n] if n < len(req.member_of_names) else ""
+                    reason = f"not in {named or 'the requested aggregate / availability zone'}"
                     break
         if not reason and req.not_member_of and not flags.pop(0):
-            reason = "in another availability zone"
+            reason = f"not in {req.not_member_of_name or 'the default availability zone'}"
         if not reason:
             rows = [
                 (None, rc, *row[4 + WIDTH * n : 4 + WIDTH * (n + 1)])

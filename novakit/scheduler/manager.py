@@ -267,14 +267,17 @@ class SchedulerManager:
                     raise exceptions.ValidationError("member_of", f"unknown aggregate {name!r}")
                 agg_ids.append(agg.id)
             query.member_of.append(agg_ids)
+            query.member_of_names.append(f"aggregate {' or '.join(group)}")
         if spec.availability_zone:
             zone = placement_aggregates.resolve_zone(
                 session, spec.availability_zone, self.conf.scheduler.default_availability_zone
             )
             if zone.member_of:
                 query.member_of.append(zone.member_of)
+                query.member_of_names.append(f"availability zone {zone.zone}")
             else:
                 query.not_member_of = zone.not_member_of
+                query.not_member_of_name = f"availability zone {zone.zone} (in another zone)"
         if spec.requested_host:
             if find_provider(session, spec.requested_host) is None:
                 raise exceptions.ComputeHostNotFound(host=spec.requested_host)

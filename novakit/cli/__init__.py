@@ -7,7 +7,8 @@ command takes ``-f table|json|yaml|value|csv`` and ``-c COLUMN`` (``novakit.cli.
 ``--output json`` is kept). Errors are one line on stderr and exit status 1; a ``server create``
 whose servers end in error prints them (with their faults) and exits with status 1 too.
 
-One module per noun: ``hosts``, ``cells``, ``catalog`` (flavors, images), ``keypairs``, ``servers``,
+One module per noun: ``hosts``, ``aggregates`` (aggregates, availability zones),
+``cells``, ``catalog`` (flavors, images), ``keypairs``, ``servers``,
 ``groups`` (server groups), ``networks`` (networks, subnets, ports), ``security_groups`` (groups, rules, a
 server's groups), ``moves`` (resize, migrate, evacuate,
 shelve, snapshot, rescue, ``migration list``, ``host drain``), ``ops`` (db, states, heal, boot);
@@ -17,6 +18,7 @@ shelve, snapshot, rescue, ``migration list``, ``host drain``), ``ops`` (db, stat
 from __future__ import annotations
 
 from novakit.cli import (
+    aggregates,
     catalog,
     cells,
     groups,
@@ -33,7 +35,20 @@ from novakit.cli.base import app
 
 __all__ = ["app", "main"]
 # imported for the commands they register
-_COMMANDS = (catalog, cells, groups, hosts, keypairs, moves, networks, ops, security_groups, servers, volumes)
+_COMMANDS = (
+    aggregates,
+    catalog,
+    cells,
+    groups,
+    hosts,
+    keypairs,
+    moves,
+    networks,
+    ops,
+    security_groups,
+    servers,
+    volumes,
+)
 
 
 def main() -> None:

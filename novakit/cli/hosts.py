@@ -129,6 +129,10 @@ def host_heartbeat(
         heard = "answered" if r["answered"] else "did not answer"
         why = f" ({escape(r['down_reason'])})" if r["down_reason"] else ""
         console.print(f"host {r['host']} {heard}: {r['state']}{why}", highlight=False)
+    from novakit.fleet import aggregates
+
+    for zone in guard(lambda: aggregates.zones_without_enabled_host(db(), conf())):
+        console.print(f"availability zone {zone} has no enabled host that is up", highlight=False)
 
 
 @host_app.command("down")
@@ -183,6 +187,54 @@ def host_delete(name: str = typer.Argument(..., help="the host")) -> None:
 
     guard(lambda: hosts.delete_host(db(), ctx(), name))
     console.print(f"host {name} deleted")
+
+
+HOST_FIELDS = [
+    Col("host", "host"),
+    Col("status", "status"),
+    Col("disabled_reason", "disabled_reason"),
+    Col("state", "state"),
+    Col("down_reason", "down_reason"),
+    Col("availability_zone", "availability_zone"),
+    Col("aggregates", lambda r: ", ".join(r["aggregates"])),
+    Col("traits", lambda r: ", ".join(r["traits"])),
+    Col("instances", "instances"),
+    Col("capacity", "capacity"),
+    Col("used", "used"),
+    Col("driver", "driver"),
+    Col("cell", "cell"),
+    Col("last_contact_at", "last_contact_at"),
+]
+
+
+@host_app.command("show")
+@output.shows(HOST_FIELDS, "host {host}")
+def host_show(name: str = typer.Argument(..., help="the host")) -> dict[str, Any]:
+    """One host: status, state, zone, aggregates, traits (the driver's and CUSTOM_ ones), usage."""
+    from novakit.fleet import hosts
+
+    return hosts.show_host(db(), conf(), name, ctx=ctx())
+
+
+TRAIT = typer.Option(..., "--trait", help="a custom trait, CUSTOM_[A-Z0-9_]+ (repeat)")
+
+
+@host_app.command("set")
+def host_set(name: str = typer.Argument(..., help="the host"), trait: list[str] = TRAIT) -> None:
+    """Give a host custom traits (admin only): a flavor's trait:CUSTOM_X=required lands there."""
+    from novakit.fleet import hosts
+
+    now = guard(lambda: hosts.set_traits(db(), ctx(), name, trait))
+    console.print(f"host {name} custom traits: {', '.join(now) or '-'}")
+
+
+@host_app.command("unset")
+def host_unset(name: str = typer.Argument(..., help="the host"), trait: list[str] = TRAIT) -> None:
+    """Remove custom traits from a host (admin only); the driver's traits are its own."""
+    from novakit.fleet import hosts
+
+    now = guard(lambda: hosts.unset_traits(db(), ctx(), name, trait))
+    console.print(f"host {name} custom traits: {', '.join(now) or '-'}")
 
 
 IMPORT_COLUMNS = [

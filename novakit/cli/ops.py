@@ -105,6 +105,8 @@ def heal_command(
     console.print(f"{len(report.corrections)} correction(s) on {len(report.hosts)} host(s)", highlight=False)
     for name, why in sorted(report.unreachable.items()):
         err_console.print(f"host {name} did not answer: {escape(why)}", highlight=False, soft_wrap=True)
+    for zone in report.zones_without_enabled_host:
+        err_console.print(f"availability zone {zone} has no enabled host that is up", highlight=False)
     for name, why in sorted(report.down_cells.items()):
         err_console.print(
             f"cell {name} did not answer (its servers and hosts were left as they are): {escape(why)}",

@@ -107,7 +107,8 @@ def show_fields(admin: bool) -> list[Col]:
         Col("power_state", "power_state_name"),
         *([Col("host", "host")] if admin else []),
         Col("host_id", "host_id"),
-        Col("availability_zone", "availability_zone"),
+        # The zone it was placed in (its host's then), as Nova names it.
+        Col("OS-EXT-AZ:availability_zone", "availability_zone"),
         Col("addresses", "addresses"),
         Col(
             "flavor",

@@ -151,15 +151,6 @@ def aggregate_entries(given: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def operators_traits(db: Any, host: str) -> list[str]:
-    """The host's custom traits that are the operator's: not those of its driver's capabilities
-    that have a custom name (``CUSTOM_ADMIN_PASSWORD``), which only the driver sets."""
-    from novakit.fleet import hosts
-
-    have = hosts.custom_traits(db, host)
-    return sorted(set(have) - set(hosts.capability_traits(have)))
-
-
 def host_place(db: Any, ctx: Any, host: str, asked: dict[str, Any]) -> dict[str, Any]:
     """Where ``host`` is now, for the keys of ``asked``: its zone, its aggregates (those of its
     zone too), its custom traits (``custom_traits``: ``traits`` are the driver's, in compute_node)."""
@@ -174,7 +165,7 @@ def host_place(db: Any, ctx: Any, host: str, asked: dict[str, Any]) -> dict[str,
         if asked.get("aggregates") is not None:
             out["aggregates"] = sorted(a["name"] for a in mine)
     if asked.get("traits") is not None:
-        out["custom_traits"] = operators_traits(db, host)
+        out["custom_traits"] = hosts.custom_traits(db, host)
     return out
 
 
@@ -221,7 +212,7 @@ def place_host(db: Any, ctx: Any, host: str, asked: dict[str, Any]) -> None:
                 aggregate = aggregates.update(db, ctx, aggregate["uuid"], metadata=changed)
             add_host(db, ctx, aggregate, host)
     if traits is not None:
-        have = set(operators_traits(db, host))
+        have = set(hosts.custom_traits(db, host))
         if set(traits) - have:
             hosts.set_traits(db, ctx, host, sorted(set(traits) - have))
         if have - set(traits):

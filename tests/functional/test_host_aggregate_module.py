@@ -109,10 +109,11 @@ PLACED = {
 }
 
 
-def _register(cloud: Cloud, run: Any, host: str, *, check: bool = False, **extra: Any) -> dict[str, Any]:
+def _register(cloud: Cloud, module: Any, host: str, *, check: bool = False, **extra: Any) -> dict[str, Any]:
+    """compute_node for ``host`` as the role runs it, with what its driver reports."""
     resources = cloud.fake(host).get_available_resource().model_dump(mode="json")
     args = {"host": host, "resources": resources, "driver": cloud.driver_info(host), **extra}
-    return run("compute_node", args, check=check)
+    return module("compute_node", args, check=check)
 
 
 def test_compute_node_puts_its_host_in_its_zone_aggregates_and_traits(cloud: Cloud, run: Any) -> None:  # noqa: F811

@@ -7,10 +7,7 @@ C(attributes) win over a fragment's).
 
 from __future__ import annotations
 
-
-class ModuleDocFragment:
-    DOCUMENTATION = r"""
-options: {}
+ATTRIBUTES = r"""
 attributes:
   check_mode:
     support: full
@@ -23,3 +20,7 @@ attributes:
   platform:
     platforms: posix
 """
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = ATTRIBUTES

@@ -4,7 +4,9 @@ update or delete, or nothing.
 
 A module says only what differs between resources: how to find one (``find``), which of its
 fields the task asks for (``wanted``), and the library calls (``create``, ``update``, ``delete``),
-each of which takes ``dry_run``. Check mode is that same call with ``dry_run=True``: the library
+each of which takes ``dry_run``. A resource whose library module has the usual three calls
+(``show`` by name or id, ``create`` of the wanted fields, ``delete`` by id, over the API database)
+names that module (``library``) and writes none of them. Check mode is that same call with ``dry_run=True``: the library
 runs every check it would run for real, in a read, and writes nothing, so a task that the real
 run would refuse is refused in check mode with the same message. ``--diff`` is one helper
 (``diff_of``): the resource before and after, as plain views.
@@ -55,8 +57,9 @@ def diff_of(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict
 
 
 class CatalogModule(NovakitModule):
-    """Subclass: set ``resource`` (the result's key), ``argument_spec``; implement ``find``,
-    ``wanted``, ``create`` and ``delete`` (and ``update`` for a resource that can change)."""
+    """Subclass: set ``resource`` (the result's key), ``argument_spec``; implement ``wanted``, and
+    ``library`` or those of ``find``, ``create`` and ``delete`` whose library calls are not the
+    usual ones (and ``update`` for a resource that can change)."""
 
     resource = ""
     #: what the refusal of a change says to do, for a resource that cannot change in place
@@ -70,9 +73,13 @@ class CatalogModule(NovakitModule):
 
     # --- what a resource says -----------------------------------------------------------
 
+    def library(self) -> Any:
+        """The library module whose ``show``, ``create`` and ``delete`` the usual calls are."""
+        raise NotImplementedError
+
     def find(self) -> dict[str, Any] | None:
         """The resource as it is, by the task's name (or id), or None."""
-        raise NotImplementedError
+        return lookup(self.library().show, self.database(), self.params["name"])
 
     def wanted(self) -> dict[str, Any]:
         """The fields the task asks for, under the view's keys."""
@@ -82,7 +89,12 @@ class CatalogModule(NovakitModule):
         return differences(current, wanted, unset_is_wanted=self.unset_is_wanted)
 
     def create(self, dry_run: bool) -> dict[str, Any] | None:
-        raise NotImplementedError
+        """The new resource (in a dry run, as planned), made of the task's name and wanted fields."""
+        data = {"name": self.params["name"], **self.wanted()}
+        made: dict[str, Any] | None = self.library().create(
+            self.database(), self.context(), data, dry_run=dry_run
+        )
+        return made
 
     def update(
         self, current: dict[str, Any], changes: dict[str, tuple[Any, Any]], dry_run: bool
@@ -95,7 +107,7 @@ class CatalogModule(NovakitModule):
         return None
 
     def delete(self, current: dict[str, Any], dry_run: bool) -> None:
-        raise NotImplementedError
+        self.library().delete(self.database(), self.context(), current["id"], dry_run=dry_run)
 
     # --- the cycle ----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -179,6 +180,43 @@ def failure(exc: Any) -> dict[str, Any]:
     return {}
 
 
+# --- the state table's actions (the conductor and server_action modules) -------------------
+
+# ``novakit.compute.states.ACTION_NAMES``, written out: a module's argument spec is read before
+# novakit is imported, and ansible-doc reads the choices in each module's documentation as written
+# (tests/unit/test_module_choices.py keeps the three equal to the table).
+ACTION_NAMES = [
+    "delete",
+    "stop",
+    "start",
+    "reboot",
+    "pause",
+    "unpause",
+    "suspend",
+    "resume",
+    "rebuild",
+    "resize",
+    "migrate",
+    "confirm_resize",
+    "revert_resize",
+    "live_migrate",
+    "evacuate",
+    "create_image",
+    "shelve",
+    "shelve_offload",
+    "unshelve",
+    "rescue",
+    "unrescue",
+    "lock",
+    "unlock",
+    "rename",
+]
+# The actions of the server module's O(state) (delete, and the power states' paths); server_action
+# offers the others (``states.MODULE_ACTIONS``).
+SERVER_STATE_ACTIONS = ("delete", "stop", "start", "pause", "unpause", "suspend", "resume")
+MODULE_ACTIONS = [a for a in ACTION_NAMES if a not in SERVER_STATE_ACTIONS]
+
+
 # --- wait and timeout (the server and server_action modules) -----------------------
 
 # Documented once, in the novakit.cloud.wait doc fragment.
@@ -188,9 +226,21 @@ WAIT_ARGS: dict[str, Any] = {
 }
 
 
-def background(module: NovakitModule) -> Any:
-    """The task's O(wait) and O(timeout), and where its worker finds the configuration (``novakit.desired``)."""
+def desired_result(
+    module: NovakitModule, call: Callable[..., Any], *args: Any, **kwargs: Any
+) -> dict[str, Any]:
+    """The task's result of one of ``novakit.desired``'s calls (``ensure``, ``ensure_count``, ``perform``).
+
+    The call gets the task's dry run (check mode) and its O(wait) and O(timeout) with where its
+    worker finds the configuration; the result carries the diff of the server(s) when asked.
+    """
     from novakit.desired import Background
 
     p = module.params
-    return Background(wait=p["wait"], timeout=p["timeout"], config=p.get("config"), db_url=p.get("db_url"))
+    background = Background(
+        wait=p["wait"], timeout=p["timeout"], config=p.get("config"), db_url=p.get("db_url")
+    )
+    out = call(
+        module.api(), module.context(), *args, dry_run=module.check_mode, background=background, **kwargs
+    )
+    return module.with_diff(out.result(), *out.diff())

@@ -41,7 +41,6 @@ version_added: 0.1.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
   - novakit.cloud.common
 attributes:
   check_mode:
@@ -361,6 +360,7 @@ image_specs:
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import (  # noqa: E402
+    ACTION_NAMES,
     NovakitModule,
     host_failures_from_env,
 )
@@ -376,35 +376,7 @@ class ConductorModule(NovakitModule):
         "results": {"type": "dict"},
         "unreachable": {"type": "list", "elements": "str", "default": []},
         "instances": {"type": "list", "elements": "str"},
-        "action": {
-            "type": "str",
-            "choices": [
-                "delete",
-                "stop",
-                "start",
-                "reboot",
-                "pause",
-                "unpause",
-                "suspend",
-                "resume",
-                "rebuild",
-                "resize",
-                "migrate",
-                "confirm_resize",
-                "revert_resize",
-                "live_migrate",
-                "evacuate",
-                "create_image",
-                "shelve",
-                "shelve_offload",
-                "unshelve",
-                "rescue",
-                "unrescue",
-                "lock",
-                "unlock",
-                "rename",
-            ],
-        },
+        "action": {"type": "str", "choices": ACTION_NAMES},
         "servers": {"type": "list", "elements": "str"},
         "options": {"type": "dict", "default": {}, "no_log": False},
         "images": {"type": "list", "elements": "str"},

@@ -14,21 +14,12 @@ version_added: 0.1.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-attributes:
-  diff_mode:
-    support: full
+  - novakit.cloud.common.catalog
 options:
   name:
     description: Flavor name.
     type: str
     required: true
-  state:
-    description: Whether the flavor should exist.
-    type: str
-    choices: [present, absent]
-    default: present
   vcpus:
     description: vCPUs.
     type: int
@@ -119,11 +110,15 @@ class FlavorModule(CatalogModule):
     }
     module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["vcpus", "ram"])]}
 
-    def find(self):
+    def library(self):
         from novakit.catalog import flavors
 
+        return flavors
+
+    def find(self):
         name = self.params["name"]
-        return next((f for f in flavors.list_flavors(self.database()) if name in (f["name"], f["id"])), None)
+        listed = self.library().list_flavors(self.database())
+        return next((f for f in listed if name in (f["name"], f["id"])), None)
 
     def wanted(self):
         p = self.params
@@ -131,8 +126,6 @@ class FlavorModule(CatalogModule):
         return {**{k: p[k] for k in ("vcpus", "ram", "disk", "ephemeral", "swap")}, "extra_specs": specs}
 
     def create(self, dry_run):
-        from novakit.catalog import flavors
-
         w = self.wanted()
         data = {
             "name": self.params["name"],
@@ -143,12 +136,7 @@ class FlavorModule(CatalogModule):
             "swap": w["swap"],
             "extra_specs": w["extra_specs"],
         }
-        return flavors.create(self.database(), self.context(), data, dry_run=dry_run)
-
-    def delete(self, current, dry_run):
-        from novakit.catalog import flavors
-
-        flavors.delete(self.database(), self.context(), current["id"], dry_run=dry_run)
+        return self.library().create(self.database(), self.context(), data, dry_run=dry_run)
 
 
 def main():

@@ -14,21 +14,12 @@ version_added: 0.1.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-attributes:
-  diff_mode:
-    support: full
+  - novakit.cloud.common.catalog
 options:
   name:
     description: Image name.
     type: str
     required: true
-  state:
-    description: Whether the image should be registered.
-    type: str
-    choices: [present, absent]
-    default: present
   location:
     description: Path or C(file://) URL of the image file on the compute hosts.
     type: str
@@ -129,11 +120,15 @@ class ImageModule(CatalogModule):
         "visibility": {"type": "str", "choices": ["public", "private", "shared", "community"]},
     }
 
-    def find(self):
+    def library(self):
         from novakit.catalog import images
 
+        return images
+
+    def find(self):
         name = self.params["name"]
-        return next((i for i in images.list_images(self.database()) if name in (i["name"], i["id"])), None)
+        listed = self.library().list_images(self.database())
+        return next((i for i in listed if name in (i["name"], i["id"])), None)
 
     def wanted(self):
         p = self.params
@@ -146,29 +141,18 @@ class ImageModule(CatalogModule):
             **({"visibility": p["visibility"]} if p["visibility"] else {}),
         }
 
-    def create(self, dry_run):
-        from novakit.catalog import images
-
-        return images.create(
-            self.database(), self.context(), {"name": self.params["name"], **self.wanted()}, dry_run=dry_run
-        )
-
     def update(self, current, changes, dry_run):
-        from novakit.catalog import images
-
         if set(changes) != {"visibility"}:  # only who sees it changes in place
             return super().update(current, changes, dry_run)
         if dry_run:
             return None
-        return images.set_visibility(
+        return self.library().set_visibility(
             self.database(), self.context(), current["id"], self.params["visibility"]
         )
 
     def delete(self, current, dry_run):
-        from novakit.catalog import images
-
         if not dry_run:  # the images catalog has no dry run of a delete: found is all it checks
-            images.delete(self.database(), self.context(), current["id"])
+            self.library().delete(self.database(), self.context(), current["id"])
 
 
 def main():

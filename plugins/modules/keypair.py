@@ -19,21 +19,12 @@ version_added: 0.2.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-attributes:
-  diff_mode:
-    support: full
+  - novakit.cloud.common.catalog
 options:
   name:
     description: Key pair name (unique per user).
     type: str
     required: true
-  state:
-    description: Whether the key pair should exist.
-    type: str
-    choices: [present, absent]
-    default: present
   public_key:
     description: OpenSSH public key to import (C(TYPE BASE64 [COMMENT]), one line).
     type: str

@@ -16,21 +16,12 @@ version_added: 0.2.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-attributes:
-  diff_mode:
-    support: full
+  - novakit.cloud.common.catalog
 options:
   name:
     description: Network name.
     type: str
     required: true
-  state:
-    description: Whether the network should exist.
-    type: str
-    choices: [present, absent]
-    default: present
   provider:
     description: V(network) (a libvirt network) or V(bridge) (a host bridge).
     type: str
@@ -64,7 +55,7 @@ network:
   sample: {id: 2b7c..., name: lan, provider: network, source: default, is_default: true, mtu: null, shared: true, subnets: [lan-v4]}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule, lookup  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule  # noqa: E402
 
 
 class NetworkModule(CatalogModule):
@@ -79,10 +70,11 @@ class NetworkModule(CatalogModule):
         "mtu": {"type": "int"},
     }
 
-    def find(self):
+    def library(self):
         from novakit.network import networks
 
-        return lookup(networks.show, self.database(), self.params["name"])
+        # Its create's dry run runs the real create's checks (policy, the one default), writing nothing.
+        return networks
 
     def wanted(self):
         p = self.params
@@ -92,19 +84,6 @@ class NetworkModule(CatalogModule):
             "is_default": p["is_default"],
             "mtu": p["mtu"],
         }
-
-    def create(self, dry_run):
-        from novakit.network import networks
-
-        # Dry run: the real create's checks (policy, the one default), nothing written.
-        return networks.create(
-            self.database(), self.context(), {"name": self.params["name"], **self.wanted()}, dry_run=dry_run
-        )
-
-    def delete(self, current, dry_run):
-        from novakit.network import networks
-
-        networks.delete(self.database(), self.context(), current["id"], dry_run=dry_run)
 
 
 def main():

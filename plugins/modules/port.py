@@ -19,21 +19,12 @@ version_added: 0.2.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-attributes:
-  diff_mode:
-    support: full
+  - novakit.cloud.common.catalog
 options:
   name:
     description: Port name.
     type: str
     required: true
-  state:
-    description: Whether the port should exist.
-    type: str
-    choices: [present, absent]
-    default: present
   network:
     description: The network's name or id.
     type: str

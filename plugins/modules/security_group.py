@@ -20,21 +20,12 @@ version_added: 0.3.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-attributes:
-  diff_mode:
-    support: full
+  - novakit.cloud.common.catalog
 options:
   name:
     description: Group name, unique in its project (or the group's id).
     type: str
     required: true
-  state:
-    description: Whether the group should exist.
-    type: str
-    choices: [present, absent]
-    default: present
   description:
     description: What the group is for.
     type: str

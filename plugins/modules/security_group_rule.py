@@ -20,21 +20,12 @@ version_added: 0.3.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-attributes:
-  diff_mode:
-    support: full
+  - novakit.cloud.common.catalog
 options:
   security_group:
     description: The group's name or id.
     type: str
     required: true
-  state:
-    description: Whether the rule should exist.
-    type: str
-    choices: [present, absent]
-    default: present
   direction:
     description: V(ingress) (traffic to the servers) or V(egress) (traffic from them).
     type: str

@@ -26,7 +26,6 @@ version_added: 0.1.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
   - novakit.cloud.common
   - novakit.cloud.wait
 attributes:
@@ -335,7 +334,7 @@ worker_log:
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import (  # noqa: E402
     WAIT_ARGS,
     NovakitModule,
-    background,
+    desired_result,
 )
 
 # The options a new server is created with (``schemas.ServerCreate``'s fields).
@@ -400,30 +399,12 @@ class ServerModule(NovakitModule):
         create["boot_volume"] = p["boot_volume"]
         create["delete_on_termination"] = p["terminate_volume"]
         create["user_data"] = desired.encode_user_data(p["user_data"])
+        options = {"timeout": p["shutdown_timeout"]}
         if p["count"] is not None:
-            many = desired.ensure_count(
-                self.api(),
-                self.context(),
-                p["name"],
-                p["count"],
-                p["state"],
-                create=create,
-                options={"timeout": p["shutdown_timeout"]},
-                dry_run=self.check_mode,
-                background=background(self),
+            return desired_result(
+                self, desired.ensure_count, p["name"], p["count"], p["state"], create=create, options=options
             )
-            return self.with_diff(many.result(), *many.diff())
-        out = desired.ensure(
-            self.api(),
-            self.context(),
-            p["name"],
-            p["state"],
-            create=create,
-            options={"timeout": p["shutdown_timeout"]},
-            dry_run=self.check_mode,
-            background=background(self),
-        )
-        return self.with_diff(out.result(), *out.diff())
+        return desired_result(self, desired.ensure, p["name"], p["state"], create=create, options=options)
 
 
 def main():

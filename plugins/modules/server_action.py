@@ -30,7 +30,6 @@ version_added: 0.1.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
   - novakit.cloud.common
   - novakit.cloud.wait
 attributes:
@@ -49,8 +48,8 @@ options:
     description: The operation.
     type: str
     required: true
-    choices: [reboot, rebuild, resize, confirm_resize, revert_resize, migrate, live_migrate, evacuate, shelve,
-              shelve_offload, unshelve, create_image, rescue, unrescue, lock, unlock, rename]
+    choices: [reboot, rebuild, resize, migrate, confirm_resize, revert_resize, live_migrate, evacuate, create_image,
+              shelve, shelve_offload, unshelve, rescue, unrescue, lock, unlock, rename]
   reboot_type:
     description: V(soft) asks the guest; V(hard) resets it (and also works from stopped, paused or error).
     type: str
@@ -224,9 +223,10 @@ worker_log:
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import (  # noqa: E402
+    MODULE_ACTIONS,
     WAIT_ARGS,
     NovakitModule,
-    background,
+    desired_result,
 )
 
 #: each module option by the state table's name for it; an action takes its own of them
@@ -257,27 +257,7 @@ class ServerActionModule(NovakitModule):
         "action": {
             "type": "str",
             "required": True,
-            # Literal, as in DOCUMENTATION, for ansible-doc: the state table's actions that are no
-            # power state of the server module (states.MODULE_ACTIONS); a unit test keeps them equal.
-            "choices": [
-                "reboot",
-                "rebuild",
-                "resize",
-                "confirm_resize",
-                "revert_resize",
-                "migrate",
-                "live_migrate",
-                "evacuate",
-                "shelve",
-                "shelve_offload",
-                "unshelve",
-                "create_image",
-                "rescue",
-                "unrescue",
-                "lock",
-                "unlock",
-                "rename",
-            ],
+            "choices": MODULE_ACTIONS,
         },
         "reboot_type": {"type": "str", "choices": ["soft", "hard"], "default": "soft"},
         "image": {"type": "str"},
@@ -312,16 +292,7 @@ class ServerActionModule(NovakitModule):
         options = {table_name: p[option] for option, table_name in names.items()}
         if "user_data" in options:
             options["user_data"] = desired.encode_user_data(options["user_data"])
-        out = desired.perform(
-            self.api(),
-            self.context(),
-            p["server"],
-            p["action"],
-            options,
-            dry_run=self.check_mode,
-            background=background(self),
-        )
-        return self.with_diff(out.result(), *out.diff())
+        return desired_result(self, desired.perform, p["server"], p["action"], options)
 
 
 def main():

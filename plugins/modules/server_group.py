@@ -19,18 +19,12 @@ version_added: 0.1.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
+  - novakit.cloud.common.catalog
 options:
   name:
     description: Group name, unique in the project (or the group's uuid).
     type: str
     required: true
-  state:
-    description: Whether the group should exist.
-    type: str
-    choices: [present, absent]
-    default: present
   policy:
     description: Placement policy; required to create the group.
     type: str

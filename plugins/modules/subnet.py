@@ -18,21 +18,12 @@ version_added: 0.2.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-attributes:
-  diff_mode:
-    support: full
+  - novakit.cloud.common.catalog
 options:
   name:
     description: Subnet name.
     type: str
     required: true
-  state:
-    description: Whether the subnet should exist.
-    type: str
-    choices: [present, absent]
-    default: present
   network_name:
     description: The network's name or id.
     type: str
@@ -82,7 +73,7 @@ subnet:
     allocation_pools: [{start: 192.168.122.100, end: 192.168.122.199}]
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule, lookup  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule  # noqa: E402
 
 
 class SubnetModule(CatalogModule):
@@ -104,10 +95,11 @@ class SubnetModule(CatalogModule):
     }
     cannot_change = "delete it first to change them"
 
-    def find(self):
+    def library(self):
         from novakit.network import subnets
 
-        return lookup(subnets.show, self.database(), self.params["name"])
+        # Its create's dry run runs the real create's checks (range, pools, overlap), writing nothing.
+        return subnets
 
     def wanted(self):
         p = self.params
@@ -128,19 +120,6 @@ class SubnetModule(CatalogModule):
         if wanted["network"] not in (current["network"], current["network_id"]):
             changes["network"] = (current["network"], wanted["network"])
         return changes
-
-    def create(self, dry_run):
-        from novakit.network import subnets
-
-        # Dry run: the real create's checks (range, pools, overlap), nothing written.
-        return subnets.create(
-            self.database(), self.context(), {"name": self.params["name"], **self.wanted()}, dry_run=dry_run
-        )
-
-    def delete(self, current, dry_run):
-        from novakit.network import subnets
-
-        subnets.delete(self.database(), self.context(), current["id"], dry_run=dry_run)
 
 
 def main():

@@ -18,18 +18,12 @@ version_added: 0.1.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
+  - novakit.cloud.common.catalog
 options:
   name:
     description: Volume name, unique among the project's live volumes (or the volume's uuid).
     type: str
     required: true
-  state:
-    description: Whether the volume should exist.
-    type: str
-    choices: [present, absent]
-    default: present
   size:
     description: Size in GiB (at least 1); required to create the volume.
     type: int

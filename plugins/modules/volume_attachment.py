@@ -16,8 +16,7 @@ version_added: 0.1.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
+  - novakit.cloud.common.catalog
 options:
   server:
     description: Server name or id.
@@ -31,10 +30,7 @@ options:
     description: The device in the guest (C(vdb) .. C(vdz)); default the next free one.
     type: str
   state:
-    description: Whether the volume should be attached to the server.
-    type: str
-    choices: [present, absent]
-    default: present
+    description: Whether the volume should be attached to the server (V(absent) detaches it).
 """
 
 EXAMPLES = r"""
@@ -51,6 +47,7 @@ volume:
   type: dict
 """
 
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG  # noqa: E402
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
 
 
@@ -59,7 +56,7 @@ class VolumeAttachmentModule(NovakitModule):
         "server": {"type": "str", "required": True},
         "volume": {"type": "str", "required": True},
         "device": {"type": "str"},
-        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "state": STATE_ARG,
     }
     module_kwargs = {"supports_check_mode": True}
 

@@ -52,6 +52,8 @@ class SchedulerConfig(_Section):
             "NetworkFilter",
             "VolumeHostFilter",
             "SecurityGroupFilter",
+            # Runs only for a flavor with aggregate_instance_extra_specs: keys (issue 31).
+            "AggregateInstanceExtraSpecsFilter",
         ]
     )
     # Names of novakit.scheduler.weights.WEIGHERS (checked there), or ["all"].

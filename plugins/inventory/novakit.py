@@ -10,7 +10,8 @@ description:
     address (C(ansible_host) is the first fixed IP of its ports when it has ports, so a play right
     after the boot reaches it), with its uuid, status, compute host, flavor, image, availability
     zone, server groups and metadata as C(novakit_*) variables.
-  - Groups them by compute host (C(novakit_host_<host>)), availability zone (C(novakit_az_<zone>)),
+  - Groups them by compute host (C(novakit_host_<host>)), the availability zone they were placed in
+    (C(novakit_az_<zone>); a server on no host, never placed or shelved offloaded, is in none),
     status (C(novakit_status_<status>)) and server group (C(novakit_group_<name>)); C(compose),
     C(groups) and C(keyed_groups) add more.
   - The inventory file's name must end in C(novakit.yml) or C(novakit.yaml).
@@ -126,7 +127,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
             wanted = [_group_name("novakit_status", server["status"].lower())]
             if server["host"]:
                 wanted.append(_group_name("novakit_host", server["host"]))
-            if server["availability_zone"]:
+            # The zone it was placed in (Nova's OS-EXT-AZ:availability_zone, kept when its host
+            # later changes zone); a server on no host has at most the zone it asked for: no group.
+            if server["host"] and server["availability_zone"]:
                 wanted.append(_group_name("novakit_az", server["availability_zone"]))
             wanted += [_group_name("novakit_group", g) for g in hostvars["novakit_server_groups"]]
             for group in wanted:

@@ -5,11 +5,17 @@ second identical run reports no change."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
+from novakit.catalog import flavors
 from novakit.fleet import aggregates, hosts
-from tests.functional.cloud import Cloud
-from tests.functional.test_catalog_modules import run  # noqa: F401  (the fixture)
+from tests.functional.cloud import Cloud, boot
+from tests.functional.test_catalog_modules import ROOT, run  # noqa: F401  (the fixture)
 
 EAST = {
     "name": "east",
@@ -169,3 +175,45 @@ def test_compute_node_refuses_a_trait_that_is_not_custom_and_writes_nothing(clou
     bad = _register(cloud, run, "compute-1", aggregates=[{"name": "x", "size": 1}])
     assert bad.get("failed") and "aggregates[0]" in bad["msg"], bad
     assert cloud.snapshot() == state
+
+
+def test_the_inventory_groups_servers_by_the_zone_they_were_placed_in(cloud: Cloud, tmp_path: Path) -> None:
+    aggregates.create(cloud.db, cloud.admin, "east", availability_zone="east")
+    aggregates.add_host(cloud.db, cloud.admin, "east", "compute-1")
+    flavors.create(cloud.db, cloud.admin, {"name": "huge", "vcpus": 64, "memory_mb": 1024, "root_gb": 1})
+    placed = boot(cloud, cloud.admin, "in-east", availability_zone="east")
+    anywhere = boot(cloud, cloud.admin, "anywhere")
+    nowhere = cloud.api.create(
+        cloud.admin, {"name": "nowhere", "flavor": "huge", "image": "tiny", "availability_zone": "east"}
+    )[0]
+    assert nowhere["status"] == "ERROR" and not cloud.api.get(cloud.admin, "nowhere")["host"]
+    # A host leaving the zone moves no server: in-east keeps the zone it was placed in.
+    aggregates.remove_host(cloud.db, cloud.admin, "east", "compute-1")
+
+    source = tmp_path / "servers.novakit.yml"
+    source.write_text("plugin: novakit.cloud.novakit\n")
+    listing = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(source), "--list"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            **os.environ,
+            "NOVAKIT_DB_URL": cloud.db.url,
+            "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "playbooks" / "collections"),
+            "ANSIBLE_INVENTORY_ENABLED": "novakit.cloud.novakit",
+        },
+    )
+    inventory = json.loads(listing.stdout)
+    zones = {
+        g.removeprefix("novakit_az_"): sorted(v["hosts"])
+        for g, v in inventory.items()
+        if g.startswith("novakit_az_")
+    }
+    default = cloud.conf.scheduler.default_availability_zone
+    expected: dict[str, list[str]] = {"east": ["in-east"]}
+    expected.setdefault(anywhere["OS-EXT-AZ:availability_zone"], []).append("anywhere")
+    assert placed["OS-EXT-AZ:availability_zone"] == "east"
+    assert anywhere["OS-EXT-AZ:availability_zone"] == ("east" if anywhere["host"] == "compute-1" else default)
+    # The server that was never placed is in no zone's group.
+    assert zones == {k: sorted(v) for k, v in expected.items()}, inventory

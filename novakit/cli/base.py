@@ -92,8 +92,12 @@ class _Typer(typer.Typer):
         return super().command(*args, **kwargs)
 
 
-def group(help_text: str) -> typer.Typer:
-    return _Typer(help=help_text, no_args_is_help=True, cls=_Group)
+def group(help_text: str, parent: typer.Typer | None = None, name: str | None = None) -> typer.Typer:
+    """A group of commands; with ``parent``, mounted under it as ``name``."""
+    commands = _Typer(help=help_text, no_args_is_help=True, cls=_Group)
+    if parent is not None:
+        parent.add_typer(commands, name=name)
+    return commands
 
 
 app = _Typer(
@@ -101,34 +105,52 @@ app = _Typer(
     no_args_is_help=True,
     cls=_OneLineErrors,
 )
-db_app = group("Database schema.")
-host_app = group("Compute hosts: register, list, enable/disable, force down, delete.")
-flavor_app = group("Flavors: the sizes servers are built with.")
-image_app = group("Images: the disks servers are built from.")
-server_app = group("Servers: create, list, show, act on them, read their audit trail and console.")
-server_group_app = group("Server groups: affinity and anti-affinity policies for the servers in them.")
-cell_app = group("Cells: the databases servers live in (Nova's cells v2), as nova-manage cell_v2.")
-app.add_typer(db_app, name="db")
-app.add_typer(cell_app, name="cell")
-app.add_typer(host_app, name="host")
-app.add_typer(flavor_app, name="flavor")
-app.add_typer(image_app, name="image")
-app.add_typer(server_app, name="server")
-server_app.add_typer(server_group_app, name="group")
-volume_app = group("Volumes: disks in a host's storage pool that outlive servers (Cinder's volumes).")
-server_add_app = group("Add a volume or a security group to a server.")
-server_remove_app = group("Remove a volume or a security group from a server.")
-app.add_typer(volume_app, name="volume")
-server_app.add_typer(server_add_app, name="add")
-server_app.add_typer(server_remove_app, name="remove")
-network_app = group("Networks: the libvirt networks and bridges servers' ports are on (Neutron's networks).")
-subnet_app = group("Subnets: a network's address range, gateway, DNS servers and allocation pools.")
-port_app = group("Ports: a MAC and fixed IPs on a network, for a server (Neutron's ports).")
-app.add_typer(network_app, name="network")
-app.add_typer(subnet_app, name="subnet")
-app.add_typer(port_app, name="port")
-migration_app = group("Migrations: servers moved between hosts.")
-app.add_typer(migration_app, name="migration")
+#: The command groups below the root, by their path on the command line, in the order ``--help``
+#: lists them: what it says of each. A group's parent is its path less the last word; the
+#: module named for the noun adds its commands (and groups of its own, as ``security group``).
+GROUPS = {
+    "db": "Database schema.",
+    "cell": "Cells: the databases servers live in (Nova's cells v2), as nova-manage cell_v2.",
+    "host": "Compute hosts: register, list, enable/disable, force down, delete.",
+    "flavor": "Flavors: the sizes servers are built with.",
+    "image": "Images: the disks servers are built from.",
+    "server": "Servers: create, list, show, act on them, read their audit trail and console.",
+    "server group": "Server groups: affinity and anti-affinity policies for the servers in them.",
+    "volume": "Volumes: disks in a host's storage pool that outlive servers (Cinder's volumes).",
+    "server add": "Add a volume or a security group to a server.",
+    "server remove": "Remove a volume or a security group from a server.",
+    "network": "Networks: the libvirt networks and bridges servers' ports are on (Neutron's networks).",
+    "subnet": "Subnets: a network's address range, gateway, DNS servers and allocation pools.",
+    "port": "Ports: a MAC and fixed IPs on a network, for a server (Neutron's ports).",
+    "migration": "Migrations: servers moved between hosts.",
+}
+
+
+def _mounted(groups: dict[str, str]) -> dict[str, typer.Typer]:
+    """Each group of ``groups`` made and mounted under its parent, by path ("": the root)."""
+    mounted: dict[str, typer.Typer] = {"": app}
+    for path, help_text in groups.items():
+        parent, _, name = path.rpartition(" ")
+        mounted[path] = group(help_text, mounted[parent], name)
+    return mounted
+
+
+_MOUNTED = _mounted(GROUPS)
+
+db_app = _MOUNTED["db"]
+cell_app = _MOUNTED["cell"]
+host_app = _MOUNTED["host"]
+flavor_app = _MOUNTED["flavor"]
+image_app = _MOUNTED["image"]
+server_app = _MOUNTED["server"]
+server_group_app = _MOUNTED["server group"]
+volume_app = _MOUNTED["volume"]
+server_add_app = _MOUNTED["server add"]
+server_remove_app = _MOUNTED["server remove"]
+network_app = _MOUNTED["network"]
+subnet_app = _MOUNTED["subnet"]
+port_app = _MOUNTED["port"]
+migration_app = _MOUNTED["migration"]
 
 # Piped output (a log, `| less`) gets a wide table rather than rich's 80-column default,
 # so uuids and host names are not cut; COLUMNS still wins when set.
@@ -160,6 +182,17 @@ def main_options(
     STATE.conf = guard(lambda: load_config(config, db_url=db_url))
     given = {"project": project, "user": user, "roles": role, "request_id": request_id}
     STATE.ctx = guard(lambda: context_from(given, identity=conf().identity))
+
+
+def key_values(given: list[str] | None, option: str = "--property") -> dict[str, str]:
+    """``KEY=VALUE`` items of a repeated option; one without ``=`` or a key is refused, never dropped."""
+    pairs: dict[str, str] = {}
+    for item in given or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise exceptions.ValidationError(option, f"{item!r} must be KEY=VALUE")
+        pairs[key] = value
+    return pairs
 
 
 def guard(fn: Callable[[], T]) -> T:

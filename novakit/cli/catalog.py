@@ -6,8 +6,9 @@ import typer
 
 from novakit import exceptions
 from novakit.cli import output
-from novakit.cli.base import console, ctx, db, flavor_app, group, guard, image_app
-from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
+from novakit.cli.base import console, ctx, db, flavor_app, group, guard, image_app, key_values
+from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format, Record
+from novakit.cli.verbs import Noun
 
 FLAVOR_COLUMNS = [
     Col("ID", "id"),
@@ -43,6 +44,8 @@ IMAGE_FIELDS = [
     *IMAGE_COLUMNS[4:],
     Col("Properties", "properties"),
 ]
+FLAVOR = Noun(flavor_app, "flavor", FLAVOR_LONG_COLUMNS, "novakit.catalog.flavors", "name")
+IMAGE = Noun(image_app, "image", IMAGE_FIELDS, "novakit.catalog.images", "name")
 MEMBER_COLUMNS = [Col("Image ID", "image_id"), Col("Member ID", "member_id"), Col("Status", "status")]
 
 
@@ -94,37 +97,18 @@ def flavor_list(
     guard(lambda: output.emit_list(rows, columns, fmt, out, column, "flavors"))
 
 
-@flavor_app.command("show")
-def flavor_show(
-    name: str = typer.Argument(..., help="flavor name or id"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
-    """One flavor (openstack flavor show)."""
-    from novakit.catalog import flavors
-
-    f = guard(lambda: flavors.show(db(), ctx(), name))
-    guard(lambda: output.emit_show(f, FLAVOR_LONG_COLUMNS, fmt, out, column, f"flavor {f['name']}"))
-
-
-@flavor_app.command("delete")
-def flavor_delete(name: str = typer.Argument(..., help="flavor name or id")) -> None:
-    """Delete a flavor (admin only); servers built with it keep their copy of it."""
-    from novakit.catalog import flavors
-
-    guard(lambda: flavors.delete(db(), ctx(), name))
-    console.print(f"flavor {name} deleted")
+FLAVOR.show("One flavor (openstack flavor show).", lambda flavors, name: flavors.show(db(), ctx(), name))
+FLAVOR.delete(
+    "Delete a flavor (admin only); servers built with it keep their copy of it.",
+    lambda flavors, name: flavors.delete(db(), ctx(), name),
+)
 
 
 # --- images (openstack image ...) -----------------------------------------------------------
 
-image_add_app = group("Add a project to an image (share it).")
-image_remove_app = group("Remove a project from an image (stop sharing it).")
-image_member_app = group("The projects an image is shared with.")
-image_app.add_typer(image_add_app, name="add")
-image_app.add_typer(image_remove_app, name="remove")
-image_app.add_typer(image_member_app, name="member")
+image_add_app = group("Add a project to an image (share it).", image_app, "add")
+image_remove_app = group("Remove a project from an image (stop sharing it).", image_app, "remove")
+image_member_app = group("The projects an image is shared with.", image_app, "member")
 
 PUBLIC = typer.Option(False, "--public", help="visible to every project")
 PRIVATE = typer.Option(False, "--private", help="visible to its owner project only")
@@ -147,17 +131,6 @@ def _visibility(public: bool, private: bool, shared: bool, community: bool, give
             "visibility", f"give one of --public, --private, --shared, --community (got {', '.join(named)})"
         )
     return named[0] if named else None
-
-
-def _image_properties(given: list[str] | None) -> dict[str, str]:
-    """``--property KEY=VALUE`` items; one without ``=`` or a key is refused, never dropped."""
-    props: dict[str, str] = {}
-    for item in given or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise exceptions.ValidationError("--property", f"{item!r} must be KEY=VALUE")
-        props[key] = value
-    return props
 
 
 @image_app.command("create")
@@ -187,7 +160,7 @@ def image_create(
             "location": location,
             "disk_format": disk_format,
             "checksum": checksum,
-            "properties": _image_properties(prop),
+            "properties": key_values(prop),
             **({"visibility": wanted} if wanted is not None else {}),
         }
 
@@ -197,36 +170,26 @@ def image_create(
 
 
 @image_app.command("list")
+@output.lists(IMAGE_COLUMNS, "images")
 def image_list(
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
     public: bool = PUBLIC,
     private: bool = PRIVATE,
     shared: bool = SHARED,
     community: bool = COMMUNITY,
     visibility: str | None = VISIBILITY,
-) -> None:
+) -> list[Record]:
     """The images you may boot from (community images only with --community)."""
     from novakit.catalog import images
 
-    wanted = guard(lambda: _visibility(public, private, shared, community, visibility))
-    rows = guard(lambda: images.list_images(db(), ctx(), visibility=wanted))
-    guard(lambda: output.emit_list(rows, IMAGE_COLUMNS, fmt, out, column, "images"))
+    wanted = _visibility(public, private, shared, community, visibility)
+    return images.list_images(db(), ctx(), visibility=wanted)
 
 
-@image_app.command("show")
-def image_show(
-    name: str = typer.Argument(..., help="image name or id"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
-    """One image."""
-    from novakit.catalog import images
+IMAGE.show("One image.", lambda images, name: images.show(db(), ctx(), name), title=None)
 
-    image = guard(lambda: images.show(db(), ctx(), name))
-    guard(lambda: output.emit_show(image, IMAGE_FIELDS, fmt, out, column))
+
+def _say_membership(m: Record) -> None:
+    console.print(f"image {m['image_id']}: project {m['member_id']} {m['status']}")
 
 
 @image_app.command("set")
@@ -264,8 +227,9 @@ def image_set(
         i = guard(lambda: images.set_visibility(db(), ctx(), name, wanted))
         console.print(f"image {i['name']} is {i['visibility']}")
     if statuses:
-        m = guard(lambda: image_members.set_member_status(db(), ctx(), name, statuses[0], project))
-        console.print(f"image {m['image_id']}: project {m['member_id']} {m['status']}")
+        _say_membership(
+            guard(lambda: image_members.set_member_status(db(), ctx(), name, statuses[0], project))
+        )
 
 
 @image_add_app.command("project")
@@ -276,8 +240,7 @@ def image_add_project(
     """Share an image with a project; it sees the image once it accepts (image set --accept)."""
     from novakit.catalog import image_members
 
-    m = guard(lambda: image_members.add_member(db(), ctx(), image, project))
-    console.print(f"image {m['image_id']}: project {m['member_id']} {m['status']}")
+    _say_membership(guard(lambda: image_members.add_member(db(), ctx(), image, project)))
 
 
 @image_remove_app.command("project")
@@ -293,23 +256,15 @@ def image_remove_project(
 
 
 @image_member_app.command("list")
-def image_member_list(
-    image: str = typer.Argument(..., help="image name or id"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+@output.lists(MEMBER_COLUMNS, "members")
+def image_member_list(image: str = typer.Argument(..., help="image name or id")) -> list[Record]:
     """The projects an image is shared with (a member sees its own membership only)."""
     from novakit.catalog import image_members
 
-    rows = guard(lambda: image_members.list_members(db(), ctx(), image))
-    guard(lambda: output.emit_list(rows, MEMBER_COLUMNS, fmt, out, column, "members"))
+    return image_members.list_members(db(), ctx(), image)
 
 
-@image_app.command("delete")
-def image_delete(name: str = typer.Argument(..., help="image name or id")) -> None:
-    """Delete an image (admin only); servers built from it keep running."""
-    from novakit.catalog import images
-
-    guard(lambda: images.delete(db(), ctx(), name))
-    console.print(f"image {name} deleted")
+IMAGE.delete(
+    "Delete an image (admin only); servers built from it keep running.",
+    lambda images, name: images.delete(db(), ctx(), name),
+)

@@ -6,7 +6,8 @@ import typer
 
 from novakit.cli import output
 from novakit.cli.base import cell_app, console, ctx, db, guard
-from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
+from novakit.cli.output import Col, Record
+from novakit.cli.verbs import Noun
 
 CELL_COLUMNS = [
     Col("Name", "name"),
@@ -18,9 +19,11 @@ CELL_COLUMNS = [
     Col("Status", "status"),
 ]
 CELL = typer.Argument(..., help="cell name or uuid")
+CELL_NOUN = Noun(cell_app, "cell", CELL_COLUMNS, "novakit.cells.manage", argument=CELL)
 
 
 @cell_app.command("create")
+@output.shows(CELL_COLUMNS, "cell {name}")
 def cell_create(
     name: str = typer.Argument(..., help="the cell's name"),
     db_url: str = typer.Option(
@@ -30,49 +33,28 @@ def cell_create(
         False, "--migrate", help="give an empty (or older) database the cell schema"
     ),
     disabled: bool = typer.Option(False, "--disabled", help="map it disabled: no new servers go there"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+) -> Record:
     """Map a cell to its database (admin only); the database is checked first."""
     from novakit.cells import manage
 
-    cell = guard(lambda: manage.create_cell(db(), ctx(), name, db_url, migrate=migrate, disabled=disabled))
-    guard(lambda: output.emit_show(cell, CELL_COLUMNS, fmt, out, column, f"cell {name}"))
+    return manage.create_cell(db(), ctx(), name, db_url, migrate=migrate, disabled=disabled)
 
 
 @cell_app.command("list")
-def cell_list(
-    fmt: Format | None = FORMAT, out: Format | None = OUTPUT, column: list[str] | None = COLUMN
-) -> None:
+@output.lists(CELL_COLUMNS, "cells")
+def cell_list() -> list[Record]:
     """The cells, their databases (passwords hidden), hosts, servers and whether they answer."""
     from novakit.cells import manage
 
-    rows = guard(lambda: manage.list_cells(db(), ctx()))
-    guard(lambda: output.emit_list(rows, CELL_COLUMNS, fmt, out, column, "cells"))
+    return manage.list_cells(db(), ctx())
 
 
-@cell_app.command("show")
-def cell_show(
-    cell: str = CELL,
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
-    """One cell."""
-    from novakit.cells import manage
-
-    found = guard(lambda: manage.show_cell(db(), ctx(), cell))
-    guard(lambda: output.emit_show(found, CELL_COLUMNS, fmt, out, column, f"cell {found['name']}"))
-
-
-@cell_app.command("delete")
-def cell_delete(cell: str = CELL) -> None:
-    """Unmap an empty cell (refused while hosts or servers are in it, and for cell0)."""
-    from novakit.cells import manage
-
-    gone = guard(lambda: manage.delete_cell(db(), ctx(), cell))
-    console.print(f"cell {gone['name']} deleted", highlight=False)
+CELL_NOUN.show("One cell.", lambda manage, cell: manage.show_cell(db(), ctx(), cell))
+CELL_NOUN.delete(
+    "Unmap an empty cell (refused while hosts or servers are in it, and for cell0).",
+    lambda manage, cell: manage.delete_cell(db(), ctx(), cell),
+    lambda gone, _cell: gone["name"],
+)
 
 
 @cell_app.command("discover-hosts")

@@ -6,8 +6,9 @@ from __future__ import annotations
 import typer
 
 from novakit.cli import output
-from novakit.cli.base import console, ctx, db, guard, server_group_app
-from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
+from novakit.cli.base import ctx, db, server_group_app
+from novakit.cli.output import Col, Record
+from novakit.cli.verbs import Noun
 
 GROUP_COLUMNS = [
     Col("ID", "id"),
@@ -18,65 +19,46 @@ GROUP_COLUMNS = [
     Col("Project ID", "project_id"),
     Col("User ID", "user_id"),
 ]
-GROUP = typer.Argument(..., help="server group name or id")
+SERVER_GROUP = Noun(server_group_app, "server group", GROUP_COLUMNS, "novakit.compute.server_groups", "group")
 
 
 @server_group_app.command("create")
+@output.shows(GROUP_COLUMNS, "server group {name}")
 def group_create(
     name: str = typer.Argument(..., help="the group's name (unique among your project's groups)"),
     policy: str = typer.Option(..., help="affinity, anti-affinity, soft-affinity or soft-anti-affinity"),
     max_server_per_host: int | None = typer.Option(
         None, help="anti-affinity only: at most this many members on one host"
     ),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+) -> Record:
     """Create a server group; servers join it at create (server create --group)."""
     from novakit.compute import server_groups
 
     rules = {"max_server_per_host": max_server_per_host} if max_server_per_host is not None else {}
-    guard(lambda: output.validated(GROUP_COLUMNS, fmt, out, column))
-    group = guard(lambda: server_groups.create(db(), ctx(), name, policy, rules))
-    guard(lambda: output.emit_show(group, GROUP_COLUMNS, fmt, out, column, f"server group {name}"))
+    return server_groups.create(db(), ctx(), name, policy, rules)
 
 
 @server_group_app.command("list")
+@output.lists(GROUP_COLUMNS[:5], "server groups")
 def group_list(
     all_projects: bool = typer.Option(False, "--all-projects", help="every project's groups (admin only)"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+) -> list[Record]:
     """List your project's server groups."""
     from novakit import policy
     from novakit.compute import server_groups
 
     caller = ctx()
     if all_projects:
-        guard(lambda: policy.authorize(caller, "servers:all_projects"))
-    rows = guard(lambda: server_groups.list_groups(db(), caller, all_projects=all_projects))
-    guard(lambda: output.emit_list(rows, GROUP_COLUMNS[:5], fmt, out, column, "server groups"))
+        policy.authorize(caller, "servers:all_projects")
+    return server_groups.list_groups(db(), caller, all_projects=all_projects)
 
 
-@server_group_app.command("show")
-def group_show(
-    group: str = GROUP,
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
-    """Show a server group: its policy, rules and members."""
-    from novakit.compute import server_groups
-
-    found = guard(lambda: server_groups.get(db(), ctx(), group))
-    guard(lambda: output.emit_show(found, GROUP_COLUMNS, fmt, out, column, f"server group {found['name']}"))
-
-
-@server_group_app.command("delete")
-def group_delete(group: str = GROUP) -> None:
-    """Delete a server group; its members keep running, outside any group."""
-    from novakit.compute import server_groups
-
-    gone = guard(lambda: server_groups.delete_group(db(), ctx(), group))
-    console.print(f"server group {gone['name']} deleted")
+SERVER_GROUP.show(
+    "Show a server group: its policy, rules and members.",
+    lambda server_groups, group: server_groups.get(db(), ctx(), group),
+)
+SERVER_GROUP.delete(
+    "Delete a server group; its members keep running, outside any group.",
+    lambda server_groups, group: server_groups.delete_group(db(), ctx(), group),
+    lambda gone, _group: gone["name"],
+)

@@ -19,8 +19,9 @@ from novakit.cli.base import app as root_app
 from novakit.cli.base import conf, console, ctx, db, err_console, fail, group, guard
 from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
 
-keypair_app = group("Key pairs: the SSH keys servers are booted with (Nova's os-keypairs).")
-root_app.add_typer(keypair_app, name="keypair")
+keypair_app = group(
+    "Key pairs: the SSH keys servers are booted with (Nova's os-keypairs).", root_app, "keypair"
+)
 
 COLUMNS = [Col("Name", "name"), Col("Fingerprint", "fingerprint"), Col("Type", "type")]
 FIELDS = [*COLUMNS, Col("User", "user_id"), Col("Created At", "created_at"), Col("Public Key", "public_key")]

@@ -16,7 +16,6 @@ from typing import Any
 
 import typer
 
-from novakit import exceptions
 from novakit.cli import output
 from novakit.cli.base import (
     api,
@@ -28,14 +27,16 @@ from novakit.cli.base import (
     group,
     guard,
     host_app,
+    key_values,
     migration_app,
     server_app,
 )
 from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
 from novakit.cli.servers import SERVER, complete_server
 
-server_image_app = group("Server images: snapshots of a server's root disk, bootable as any image.")
-server_app.add_typer(server_image_app, name="image")
+server_image_app = group(
+    "Server images: snapshots of a server's root disk, bootable as any image.", server_app, "image"
+)
 
 #: the first argument of ``server resize`` that answers a finished resize, and its action
 ANSWERS = {"confirm": "confirm_resize", "revert": "revert_resize"}
@@ -164,16 +165,6 @@ def server_unshelve(server: str = SERVER) -> None:
 # ------------------------------------------------------------------ snapshot, rescue
 
 
-def _properties(given: list[str] | None) -> dict[str, str] | None:
-    props: dict[str, str] = {}
-    for item in given or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise exceptions.ValidationError("--property", f"{item!r} is not KEY=VALUE")
-        props[key] = value
-    return props or None
-
-
 @server_image_app.command("create")
 def server_image_create(
     server: str = SERVER,
@@ -183,7 +174,7 @@ def server_image_create(
     """Snapshot a server's root disk into a new image (a running guest is paused for the copy)."""
     from novakit.catalog import images
 
-    metadata = guard(lambda: _properties(prop))
+    metadata = guard(lambda: key_values(prop) or None)
     _move("create_image", server, {"name": name, "metadata": metadata})
 
     def made() -> dict[str, Any]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import functools
+from types import ModuleType
 
 import typer
 
 from novakit.cli import output
-from novakit.cli.base import console, ctx, db, guard, network_app, port_app, subnet_app
-from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
+from novakit.cli.base import ctx, db, network_app, port_app, subnet_app
+from novakit.cli.output import Col, Record
+from novakit.cli.verbs import Noun
 
 NETWORK_COLUMNS = [
     Col("ID", "id"),
@@ -37,11 +38,15 @@ PORT_COLUMNS = [
     Col("Host", "binding_host"),
     Col("Status", "status"),
 ]
+NETWORK = Noun(network_app, "network", NETWORK_COLUMNS, "novakit.network.networks")
+SUBNET = Noun(subnet_app, "subnet", SUBNET_COLUMNS, "novakit.network.subnets")
 PORT_SHOW = [
     *PORT_COLUMNS,
     Col("Port Security", lambda r: "enabled" if r.get("port_security_enabled") else "disabled"),
     Col("Security Groups", lambda r: ", ".join(r.get("security_groups") or [])),
 ]
+
+PORT = Noun(port_app, "port", PORT_SHOW, "novakit.network.ports")
 
 
 def _pairs(text: str, option: str, keys: set[str]) -> dict[str, str]:
@@ -63,63 +68,41 @@ def _pairs(text: str, option: str, keys: set[str]) -> dict[str, str]:
 
 
 @network_app.command("create")
+@output.shows(NETWORK_COLUMNS, "network {name}")
 def network_create(
     name: str = typer.Argument(..., help="the network's name"),
     provider: str = typer.Option("network", help="network (a libvirt network) or bridge (a host bridge)"),
     source: str | None = typer.Option(None, help="its name on the hosts (default: the network's name)"),
     default: bool = typer.Option(False, "--default", help="servers that name no network get a port on it"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+) -> Record | None:
     """Create a network (admin only)."""
     from novakit.network import networks
 
     data = {"name": name, "provider": provider, "source": source, "is_default": default}
-    guard(lambda: output.validated(NETWORK_COLUMNS, fmt, out, column))
-    net = guard(lambda: networks.create(db(), ctx(), data))
-    assert net is not None
-    guard(lambda: output.emit_show(net, NETWORK_COLUMNS, fmt, out, column, f"network {name}"))
+    return networks.create(db(), ctx(), data)
 
 
 @network_app.command("list")
-def network_list(
-    fmt: Format | None = FORMAT, out: Format | None = OUTPUT, column: list[str] | None = COLUMN
-) -> None:
+@output.lists(NETWORK_COLUMNS, "networks")
+def network_list() -> list[Record]:
     """The networks servers can be plugged into."""
     from novakit.network import networks
 
-    rows = guard(lambda: networks.list_networks(db()))
-    guard(lambda: output.emit_list(rows, NETWORK_COLUMNS, fmt, out, column, "networks"))
+    return networks.list_networks(db())
 
 
-@network_app.command("show")
-def network_show(
-    network: str = typer.Argument(..., help="network name or id"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
-    """Show a network and its subnets."""
-    from novakit.network import networks
-
-    net = guard(lambda: networks.show(db(), network))
-    guard(lambda: output.emit_show(net, NETWORK_COLUMNS, fmt, out, column, f"network {net['name']}"))
-
-
-@network_app.command("delete")
-def network_delete(network: str = typer.Argument(..., help="network name or id")) -> None:
-    """Delete a network and its subnets (admin only); refused while ports are on it."""
-    from novakit.network import networks
-
-    guard(lambda: networks.delete(db(), ctx(), network))
-    console.print(f"network {network} deleted")
+NETWORK.show("Show a network and its subnets.", lambda networks, network: networks.show(db(), network))
+NETWORK.delete(
+    "Delete a network and its subnets (admin only); refused while ports are on it.",
+    lambda networks, network: networks.delete(db(), ctx(), network),
+)
 
 
 # --- subnets -----------------------------------------------------------------------
 
 
 @subnet_app.command("create")
+@output.shows(SUBNET_COLUMNS, "subnet {name}")
 def subnet_create(
     name: str = typer.Argument(..., help="the subnet's name"),
     network: str = typer.Option(..., help="network name or id"),
@@ -129,17 +112,11 @@ def subnet_create(
     allocation_pool: list[str] | None = typer.Option(
         None, help="start=IP,end=IP (repeat; default: the range less network, broadcast and gateway)"
     ),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+) -> Record | None:
     """Create a subnet on a network (admin only)."""
     from novakit.network import subnets
 
-    pools = [
-        guard(functools.partial(_pairs, p, "allocation_pool", {"start", "end"}))
-        for p in allocation_pool or []
-    ]
+    pools = [_pairs(p, "allocation_pool", {"start", "end"}) for p in allocation_pool or []]
     data = {
         "name": name,
         "network": network,
@@ -148,53 +125,30 @@ def subnet_create(
         "dns_nameservers": list(dns_nameserver or []),
         "allocation_pools": pools,
     }
-    guard(lambda: output.validated(SUBNET_COLUMNS, fmt, out, column))
-    sub = guard(lambda: subnets.create(db(), ctx(), data))
-    assert sub is not None
-    guard(lambda: output.emit_show(sub, SUBNET_COLUMNS, fmt, out, column, f"subnet {name}"))
+    return subnets.create(db(), ctx(), data)
 
 
 @subnet_app.command("list")
-def subnet_list(
-    network: str | None = typer.Option(None, help="only this network's subnets"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+@output.lists(SUBNET_COLUMNS, "subnets")
+def subnet_list(network: str | None = typer.Option(None, help="only this network's subnets")) -> list[Record]:
     """The subnets of every network (or of one)."""
     from novakit.network import subnets
 
-    rows = guard(lambda: subnets.list_subnets(db(), network))
-    guard(lambda: output.emit_list(rows, SUBNET_COLUMNS, fmt, out, column, "subnets"))
+    return subnets.list_subnets(db(), network)
 
 
-@subnet_app.command("show")
-def subnet_show(
-    subnet: str = typer.Argument(..., help="subnet name or id"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
-    """Show a subnet."""
-    from novakit.network import subnets
-
-    sub = guard(lambda: subnets.show(db(), subnet))
-    guard(lambda: output.emit_show(sub, SUBNET_COLUMNS, fmt, out, column, f"subnet {sub['name']}"))
-
-
-@subnet_app.command("delete")
-def subnet_delete(subnet: str = typer.Argument(..., help="subnet name or id")) -> None:
-    """Delete a subnet (admin only); refused while any of its addresses is allocated."""
-    from novakit.network import subnets
-
-    guard(lambda: subnets.delete(db(), ctx(), subnet))
-    console.print(f"subnet {subnet} deleted")
+SUBNET.show("Show a subnet.", lambda subnets, subnet: subnets.show(db(), subnet))
+SUBNET.delete(
+    "Delete a subnet (admin only); refused while any of its addresses is allocated.",
+    lambda subnets, subnet: subnets.delete(db(), ctx(), subnet),
+)
 
 
 # --- ports -------------------------------------------------------------------------
 
 
 @port_app.command("create")
+@output.shows(PORT_SHOW, "port {name}")
 def port_create(
     name: str = typer.Argument(..., help="the port's name"),
     network: str = typer.Option(..., help="network name or id"),
@@ -206,14 +160,11 @@ def port_create(
         help="no port security: the port is not filtered and carries no security group "
         "(default: enabled, with the project's default group)",
     ),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+) -> Record | None:
     """Create a port, to hand to a server at create (server create --nic port-id=PORT)."""
     from novakit.network import ports
 
-    ips = [guard(lambda: _pairs(fixed_ip, "fixed_ip", {"ip-address"}))["ip-address"]] if fixed_ip else []
+    ips = [_pairs(fixed_ip, "fixed_ip", {"ip-address"})["ip-address"]] if fixed_ip else []
     data = {
         "name": name,
         "network": network,
@@ -221,49 +172,36 @@ def port_create(
         "mac_address": mac_address,
         "port_security_enabled": not disable_port_security,
     }
-    guard(lambda: output.validated(PORT_SHOW, fmt, out, column))
-    port = guard(lambda: ports.create(db(), ctx(), data))
-    assert port is not None
-    guard(lambda: output.emit_show(port, PORT_SHOW, fmt, out, column, f"port {name}"))
+    return ports.create(db(), ctx(), data)
 
 
 @port_app.command("list")
+@output.lists(PORT_COLUMNS, "ports")
 def port_list(
     network: str | None = typer.Option(None, help="only this network's ports"),
     server: str | None = typer.Option(None, help="only this server's ports (its id)"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+) -> list[Record]:
     """Your project's ports (an admin's: every project's)."""
     from novakit.network import ports
 
-    rows = guard(lambda: ports.list_ports(db(), ctx(), network=network, device_id=server))
-    guard(lambda: output.emit_list(rows, PORT_COLUMNS, fmt, out, column, "ports"))
+    return ports.list_ports(db(), ctx(), network=network, device_id=server)
 
 
-@port_app.command("show")
-def port_show(
-    port: str = typer.Argument(..., help="port name or id"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
-    """Show a port: its MAC, fixed IPs, server and host."""
-    from novakit.network import ports
-
-    found = guard(lambda: ports.show(db(), ctx(), port))
-    guard(
-        lambda: output.emit_show(found, PORT_SHOW, fmt, out, column, f"port {found['name'] or found['id']}")
-    )
+PORT.show(
+    "Show a port: its MAC, fixed IPs, server and host.",
+    lambda ports, port: ports.show(db(), ctx(), port),
+    lambda found: f"port {found['name'] or found['id']}",
+)
 
 
-@port_app.command("delete")
-def port_delete(port: str = typer.Argument(..., help="port name or id")) -> None:
-    """Delete a port and free its addresses; refused while a server uses it. The ports whose
-    rules let its address in (remote group) get their filters on their hosts at once."""
+def _delete_port(ports: ModuleType, port: str) -> None:
     from novakit.cli.security_groups import _push as push_on_change
-    from novakit.network import ports
 
-    guard(lambda: ports.delete_port(db(), ctx(), port, on_change=push_on_change()))
-    console.print(f"port {port} deleted")
+    ports.delete_port(db(), ctx(), port, on_change=push_on_change())
+
+
+PORT.delete(
+    "Delete a port and free its addresses; refused while a server uses it. The ports whose "
+    "rules let its address in (remote group) get their filters on their hosts at once.",
+    _delete_port,
+)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import functools
+import inspect
 import io
 import json
 import sys
@@ -29,7 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from novakit import exceptions
-from novakit.cli.base import console
+from novakit.cli.base import console, guard
 
 
 class Format(StrEnum):
@@ -178,8 +180,37 @@ def _csv(cols: Sequence[Col], rows: list[dict[str, Any]]) -> None:
     sys.stdout.write(buffer.getvalue())
 
 
+Record = dict[str, Any]
+
+
+def _machine_readable(
+    form: Format, cols: Sequence[Col], records: list[Record], wanted: Any, one: bool
+) -> bool:
+    """``records`` (``one``: a single record's fields) in a format for programs or the shell;
+    False when ``form`` is the table, which lists and shows draw differently."""
+    if form in (Format.json, Format.yaml):
+        picked = [{c.header: c.value(r) for c in cols} for r in records] if wanted else records
+        dump(picked[0] if one else picked, form)
+    elif form == Format.value:
+        if one:
+            lines = [text(c.value(records[0])) for c in cols]
+        else:
+            lines = [" ".join(text(c.value(r)) for c in cols) for r in records]
+        sys.stdout.write("".join(line + "\n" for line in lines))
+    elif form == Format.csv:
+        _csv(cols, records)
+    elif form == Format.shell:
+        if not one:
+            raise exceptions.ValidationError("format", "shell prints one record: use it with a show command")
+        for c in cols:
+            sys.stdout.write(f"{_shell_name(c.header)}={_shell_quote(text(c.value(records[0])))}\n")
+    else:
+        return False
+    return True
+
+
 def emit_list(
-    rows: list[dict[str, Any]],
+    rows: list[Record],
     columns: Sequence[Col],
     fmt: Format | None,
     output: Format | None = None,
@@ -187,30 +218,21 @@ def emit_list(
     title: str | None = None,
 ) -> None:
     """Rows in the chosen format; ``columns`` are the table's (and what ``-c`` chooses from)."""
-    form = chosen(fmt, output)
-    cols = select(columns, wanted)
-    if form in (Format.json, Format.yaml):
-        dump(rows if not wanted else [{c.header: c.value(r) for c in cols} for r in rows], form)
-    elif form == Format.value:
-        for r in rows:
-            sys.stdout.write(" ".join(text(c.value(r)) for c in cols) + "\n")
-    elif form == Format.csv:
-        _csv(cols, rows)
-    elif form == Format.shell:
-        raise exceptions.ValidationError("format", "shell prints one record: use it with a show command")
-    else:
-        table = Table(title=title)
-        for c in cols:
-            # A narrow terminal folds a value over lines rather than cutting it: an id cut short
-            # ("611b94b3…") cannot be pasted into the next command.
-            table.add_column(c.header, overflow="fold")
-        for r in rows:
-            table.add_row(*(Text(text(c.value(r))) for c in cols))
-        console.print(table)
+    form, cols = chosen(fmt, output), select(columns, wanted)
+    if _machine_readable(form, cols, rows, wanted, one=False):
+        return
+    table = Table(title=title)
+    for c in cols:
+        # A narrow terminal folds a value over lines rather than cutting it: an id cut short
+        # ("611b94b3…") cannot be pasted into the next command.
+        table.add_column(c.header, overflow="fold")
+    for r in rows:
+        table.add_row(*(Text(text(c.value(r))) for c in cols))
+    console.print(table)
 
 
 def emit_show(
-    record: dict[str, Any],
+    record: Record,
     fields: Sequence[Col],
     fmt: Format | None,
     output: Format | None = None,
@@ -218,25 +240,106 @@ def emit_show(
     title: str | None = None,
 ) -> None:
     """One record: a Field/Value table, or its fields in the chosen format."""
-    form = chosen(fmt, output)
-    cols = select(fields, wanted)
-    if form in (Format.json, Format.yaml):
-        dump(record if not wanted else {c.header: c.value(record) for c in cols}, form)
-    elif form == Format.value:
-        for c in cols:
-            sys.stdout.write(text(c.value(record)) + "\n")
-    elif form == Format.csv:
-        _csv(cols, [record])
-    elif form == Format.shell:
-        for c in cols:
-            sys.stdout.write(f"{_shell_name(c.header)}={_shell_quote(text(c.value(record)))}\n")
-    else:
-        table = Table(title=title)
-        table.add_column("Field")
-        table.add_column("Value", overflow="fold")
-        for c in cols:
-            table.add_row(c.header, Text(text(c.value(record))))
-        console.print(table)
+    form, cols = chosen(fmt, output), select(fields, wanted)
+    if _machine_readable(form, cols, [record], wanted, one=True):
+        return
+    table = Table(title=title)
+    table.add_column("Field")
+    table.add_column("Value", overflow="fold")
+    for c in cols:
+        table.add_row(c.header, Text(text(c.value(record))))
+    console.print(table)
+
+
+# --- the commands that print: the output options and the printing, once ------------------------
+
+#: ``-f``/``-o``/``-c`` as the last parameters of a command that prints records
+_OUTPUT_PARAMETERS = [
+    inspect.Parameter("fmt", inspect.Parameter.KEYWORD_ONLY, default=FORMAT, annotation=Format | None),
+    inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=OUTPUT, annotation=Format | None),
+    inspect.Parameter("column", inspect.Parameter.KEYWORD_ONLY, default=COLUMN, annotation=list[str] | None),
+]
+
+Title = str | Callable[[Record], str] | None
+
+
+def _title(title: Title, record: Record) -> str | None:
+    """A table's title: a template filled from the record (``"network {name}"``), or a function of it."""
+    if title is None:
+        return None
+    return title(record) if callable(title) else title.format_map(record)
+
+
+def _printing(
+    fetch: Callable[..., Any], emit: Callable[[Any, Format | None, Format | None, list[str] | None], None]
+) -> Callable[..., None]:
+    """``fetch`` as a typer command that also takes the output options and prints what it returns.
+
+    typer reads a command's parameters from its signature: the command's is ``fetch``'s own
+    followed by ``--format``, ``--output`` and ``--column``, so that every printing command takes
+    them alike without writing them out.
+    """
+    signature = inspect.signature(fetch, eval_str=True)
+    parameters = [*signature.parameters.values(), *_OUTPUT_PARAMETERS]
+
+    @functools.wraps(fetch)
+    def command(
+        *args: Any,
+        fmt: Format | None = None,
+        out: Format | None = None,
+        column: list[str] | None = None,
+        **kw: Any,
+    ) -> None:
+        emit(lambda: fetch(*args, **kw), fmt, out, column)
+
+    command.__signature__ = signature.replace(parameters=parameters, return_annotation=None)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in parameters}
+    return command
+
+
+def shows(
+    fields: Sequence[Col] | Callable[[], Sequence[Col]],
+    title: Title = None,
+    failed: Callable[[Record], bool] | None = None,
+) -> Callable[[Callable[..., Record | None]], Callable[..., None]]:
+    """A command that makes or reads one record and shows it (``emit_show``) with ``fields``
+    (or those a function gives, when they depend on the caller).
+
+    The output options are checked before the command acts: one that creates something must
+    not do its work and then fail on a misspelt ``-c`` (the work would be done, the exit 1).
+    ``failed``: the record tells of a failure (a volume in error): shown, then exit status 1.
+    """
+
+    def decorate(fetch: Callable[..., Record | None]) -> Callable[..., None]:
+        def emit(
+            call: Callable[[], Record | None], fmt: Format | None, out: Format | None, column: Any
+        ) -> None:
+            cols = fields() if callable(fields) else fields
+            guard(lambda: validated(cols, fmt, out, column))
+            record = guard(call)
+            assert record is not None
+            guard(lambda: emit_show(record, cols, fmt, out, column, _title(title, record)))
+            if failed is not None and failed(record):
+                raise typer.Exit(1)
+
+        return _printing(fetch, emit)
+
+    return decorate
+
+
+def lists(columns: Sequence[Col], title: str) -> Callable[[Callable[..., list[Record]]], Callable[..., None]]:
+    """A command that lists records and prints them (``emit_list``) under ``title``."""
+
+    def decorate(fetch: Callable[..., list[Record]]) -> Callable[..., None]:
+        def emit(
+            call: Callable[[], list[Record]], fmt: Format | None, out: Format | None, column: Any
+        ) -> None:
+            rows = guard(call)
+            guard(lambda: emit_list(rows, columns, fmt, out, column, title))
+
+        return _printing(fetch, emit)
+
+    return decorate
 
 
 def _shell_name(header: str) -> str:

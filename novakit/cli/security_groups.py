@@ -26,20 +26,26 @@ from novakit.cli.base import (
     server_add_app,
     server_remove_app,
 )
-from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
+from novakit.cli.output import Col, Record
+from novakit.cli.verbs import Noun
 
-security_app = group("Security groups (Neutron's): which traffic may reach a server's ports and leave them.")
-security_group_app = group("Security groups: a project's named sets of allow rules, carried by ports.")
-security_group_rule_app = group(
-    "Rules of a security group: direction, ethertype, protocol, ports, remote end."
+security_app = group(
+    "Security groups (Neutron's): which traffic may reach a server's ports and leave them.", app, "security"
 )
-app.add_typer(security_app, name="security")
-security_app.add_typer(security_group_app, name="group")
-security_group_app.add_typer(security_group_rule_app, name="rule")
-_server_add_security = group("Add a security group to a server.")
-_server_remove_security = group("Remove a security group from a server.")
-server_add_app.add_typer(_server_add_security, name="security")
-server_remove_app.add_typer(_server_remove_security, name="security")
+security_group_app = group(
+    "Security groups: a project's named sets of allow rules, carried by ports.", security_app, "group"
+)
+security_group_rule_app = group(
+    "Rules of a security group: direction, ethertype, protocol, ports, remote end.",
+    security_group_app,
+    "rule",
+)
+_server_add_security = group("Add a security group to a server.", server_add_app, "security")
+_server_remove_security = group("Remove a security group from a server.", server_remove_app, "security")
+
+
+GROUP_REF = typer.Argument(..., metavar="GROUP", help="group name or id")
+SERVER = typer.Argument(..., help="server name or id")
 
 
 def _port_range(r: dict[str, Any]) -> str:
@@ -86,6 +92,16 @@ GROUP_SHOW = [
     *GROUP_COLUMNS,
     Col("Rules", lambda g: "\n".join(_rule_line(r) for r in g["security_group_rules"])),
 ]
+_LIBRARY = "novakit.network.security_groups"
+SECURITY_GROUP = Noun(security_group_app, "security group", GROUP_SHOW, _LIBRARY, "group_ref", GROUP_REF)
+RULE = Noun(
+    security_group_rule_app,
+    "security group rule",
+    RULE_COLUMNS,
+    _LIBRARY,
+    "rule_id",
+    typer.Argument(..., metavar="RULE", help="rule id"),
+)
 
 
 def _push() -> Any:
@@ -107,58 +123,34 @@ def _push() -> Any:
 
 
 @security_group_app.command("create")
+@output.shows(GROUP_SHOW, "security group {name}")
 def security_group_create(
     name: str = typer.Argument(..., help="the group's name (unique in its project)"),
     description: str | None = typer.Option(None, "--description", help="what the group is for"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+) -> Record | None:
     """Create a security group; it starts with Neutron's egress rules (anywhere, IPv4 and IPv6)."""
     from novakit.network import security_groups
 
-    guard(lambda: output.validated(GROUP_SHOW, fmt, out, column))
-    made = guard(
-        lambda: security_groups.create_group(db(), conf(), ctx(), {"name": name, "description": description})
-    )
-    assert made is not None
-    guard(lambda: output.emit_show(made, GROUP_SHOW, fmt, out, column, f"security group {name}"))
+    return security_groups.create_group(db(), conf(), ctx(), {"name": name, "description": description})
 
 
 @security_group_app.command("list")
-def security_group_list(
-    fmt: Format | None = FORMAT, out: Format | None = OUTPUT, column: list[str] | None = COLUMN
-) -> None:
+@output.lists(GROUP_COLUMNS, "security groups")
+def security_group_list() -> list[Record]:
     """Your project's security groups (an admin: every project's); your default group is made on first use."""
     from novakit.network import security_groups
 
-    rows = guard(lambda: security_groups.list_groups(db(), ctx()))
-    guard(lambda: output.emit_list(rows, GROUP_COLUMNS, fmt, out, column, "security groups"))
+    return security_groups.list_groups(db(), ctx())
 
 
-@security_group_app.command("show")
-def security_group_show(
-    group_ref: str = typer.Argument(..., metavar="GROUP", help="group name or id"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
-    """Show a security group and its rules."""
-    from novakit.network import security_groups
-
-    found = guard(lambda: security_groups.show_group(db(), ctx(), group_ref))
-    guard(lambda: output.emit_show(found, GROUP_SHOW, fmt, out, column, f"security group {found['name']}"))
-
-
-@security_group_app.command("delete")
-def security_group_delete(
-    group_ref: str = typer.Argument(..., metavar="GROUP", help="group name or id"),
-) -> None:
-    """Delete a security group and its rules; refused while a port carries it, and for default."""
-    from novakit.network import security_groups
-
-    guard(lambda: security_groups.delete_group(db(), ctx(), group_ref, on_change=_push()))
-    console.print(f"security group {group_ref} deleted")
+SECURITY_GROUP.show(
+    "Show a security group and its rules.",
+    lambda groups, group_ref: groups.show_group(db(), ctx(), group_ref),
+)
+SECURITY_GROUP.delete(
+    "Delete a security group and its rules; refused while a port carries it, and for default.",
+    lambda groups, group_ref: groups.delete_group(db(), ctx(), group_ref, on_change=_push()),
+)
 
 
 # --- rules ---------------------------------------------------------------------------------
@@ -181,6 +173,7 @@ def _dst_port(text: str | None) -> tuple[int | None, int | None]:
 
 
 @security_group_rule_app.command("create")
+@output.shows(RULE_COLUMNS, "security group rule {id}")
 def security_group_rule_create(
     group_ref: str = typer.Argument(..., metavar="GROUP", help="the group the rule is added to"),
     protocol: str | None = typer.Option(
@@ -200,15 +193,11 @@ def security_group_rule_create(
     ),
     ethertype: str = typer.Option("IPv4", "--ethertype", help="IPv4 (default) or IPv6"),
     description: str | None = typer.Option(None, "--description", help="what the rule is for"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+) -> Record | None:
     """Add a rule to a security group; the filters of the ports carrying it change at once."""
     from novakit.network import security_groups
 
-    guard(lambda: output.validated(RULE_COLUMNS, fmt, out, column))
-    low, high = guard(lambda: _dst_port(dst_port))
+    low, high = _dst_port(dst_port)
     data = {
         "security_group": group_ref,
         "direction": "ingress" if ingress else "egress",
@@ -220,56 +209,32 @@ def security_group_rule_create(
         "remote_group": remote_group,
         "description": description,
     }
-    rule = guard(lambda: security_groups.create_rule(db(), conf(), ctx(), data, on_change=_push()))
-    assert rule is not None
-    guard(lambda: output.emit_show(rule, RULE_COLUMNS, fmt, out, column, f"security group rule {rule['id']}"))
+    return security_groups.create_rule(db(), conf(), ctx(), data, on_change=_push())
 
 
 @security_group_rule_app.command("list")
+@output.lists(RULE_COLUMNS, "security group rules")
 def security_group_rule_list(
     group_ref: str | None = typer.Argument(None, metavar="[GROUP]", help="only this group's rules"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+) -> list[Record]:
     """The rules of a group, or of every group you see."""
     from novakit.network import security_groups
 
-    rows = guard(lambda: security_groups.list_rules(db(), ctx(), group_ref))
-    guard(lambda: output.emit_list(rows, RULE_COLUMNS, fmt, out, column, "security group rules"))
+    return security_groups.list_rules(db(), ctx(), group_ref)
 
 
-@security_group_rule_app.command("show")
-def security_group_rule_show(
-    rule_id: str = typer.Argument(..., metavar="RULE", help="rule id"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
-    """Show a rule."""
-    from novakit.network import security_groups
-
-    rule = guard(lambda: security_groups.show_rule(db(), ctx(), rule_id))
-    guard(lambda: output.emit_show(rule, RULE_COLUMNS, fmt, out, column, f"security group rule {rule_id}"))
-
-
-@security_group_rule_app.command("delete")
-def security_group_rule_delete(rule_id: str = typer.Argument(..., metavar="RULE", help="rule id")) -> None:
-    """Delete a rule; the filters of the ports carrying its group change at once."""
-    from novakit.network import security_groups
-
-    guard(lambda: security_groups.delete_rule(db(), ctx(), rule_id, on_change=_push()))
-    console.print(f"security group rule {rule_id} deleted")
+RULE.show("Show a rule.", lambda groups, rule_id: groups.show_rule(db(), ctx(), rule_id), "{noun} {id}")
+RULE.delete(
+    "Delete a rule; the filters of the ports carrying its group change at once.",
+    lambda groups, rule_id: groups.delete_rule(db(), ctx(), rule_id, on_change=_push()),
+)
 
 
 # --- a server's groups ---------------------------------------------------------------------
 
 
 @_server_add_security.command("group")
-def server_add_security_group(
-    server: str = typer.Argument(..., help="server name or id"),
-    group_ref: str = typer.Argument(..., metavar="GROUP", help="group name or id"),
-) -> None:
+def server_add_security_group(server: str = SERVER, group_ref: str = GROUP_REF) -> None:
     """Every port of the server carries the group from now on (its filters change live)."""
     from novakit.network import security_groups
 
@@ -278,10 +243,7 @@ def server_add_security_group(
 
 
 @_server_remove_security.command("group")
-def server_remove_security_group(
-    server: str = typer.Argument(..., help="server name or id"),
-    group_ref: str = typer.Argument(..., metavar="GROUP", help="group name or id"),
-) -> None:
+def server_remove_security_group(server: str = SERVER, group_ref: str = GROUP_REF) -> None:
     """No port of the server carries the group any more (its filters change live)."""
     from novakit.network import security_groups
 

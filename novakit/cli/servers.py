@@ -355,22 +355,15 @@ def server_list(
     guard(lambda: output.emit_list(servers, columns, fmt, out, column, "servers"))
 
 
+DELETED = typer.Option(False, "--deleted", help="a deleted server (of a name: the last deleted)")
+
+
 @server_app.command("show")
-def server_show(
-    server: str = SERVER,
-    deleted: bool = typer.Option(False, "--deleted", help="a deleted server (of a name: the last deleted)"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+@output.shows(lambda: show_fields(policy.allowed(ctx(), "host:show")), "{name}")
+def server_show(server: str = SERVER, deleted: bool = DELETED) -> dict[str, Any]:
     """Show one server: its states, host, addresses, flavor, image, metadata and last fault."""
-    caller = ctx()
-    s = guard(lambda: api().get(caller, server, deleted=deleted))
-    guard(
-        lambda: output.emit_show(
-            s, show_fields(policy.allowed(caller, "host:show")), fmt, out, column, s["name"]
-        )
-    )
+    found: dict[str, Any] = api().get(ctx(), server, deleted=deleted)
+    return found
 
 
 EVENT_COLUMNS = [
@@ -388,7 +381,7 @@ EVENT_COLUMNS = [
 @server_app.command("events")
 def server_events(
     server: str = SERVER,
-    deleted: bool = typer.Option(False, "--deleted", help="a deleted server (of a name: the last deleted)"),
+    deleted: bool = DELETED,
     fmt: Format | None = FORMAT,
     out: Format | None = OUTPUT,
     column: list[str] | None = COLUMN,
@@ -503,28 +496,24 @@ def server_reboot(
     _action("reboot", server, {"reboot_type": "HARD" if hard else "SOFT"})
 
 
-@server_app.command("pause")
-def server_pause(servers: list[str] = SERVERS) -> None:
-    """Pause servers: their vCPUs stop, their memory stays."""
-    _each("pause", servers)
+#: The actions that take servers and nothing else, each a command of its name: its help.
+PLAIN_ACTIONS = {
+    "pause": "Pause servers: their vCPUs stop, their memory stays.",
+    "unpause": "Unpause paused servers.",
+    "suspend": "Suspend servers: their memory is saved to disk.",
+    "resume": "Resume suspended servers from their saved memory.",
+}
 
 
-@server_app.command("unpause")
-def server_unpause(servers: list[str] = SERVERS) -> None:
-    """Unpause paused servers."""
-    _each("unpause", servers)
+def _plain_action(action: str, help_text: str) -> None:
+    def command(servers: list[str] = SERVERS) -> None:
+        _each(action, servers)
+
+    server_app.command(action, help=help_text)(command)
 
 
-@server_app.command("suspend")
-def server_suspend(servers: list[str] = SERVERS) -> None:
-    """Suspend servers: their memory is saved to disk."""
-    _each("suspend", servers)
-
-
-@server_app.command("resume")
-def server_resume(servers: list[str] = SERVERS) -> None:
-    """Resume suspended servers from their saved memory."""
-    _each("resume", servers)
+for _action_name, _help in PLAIN_ACTIONS.items():
+    _plain_action(_action_name, _help)
 
 
 @server_app.command("lock")

@@ -10,7 +10,8 @@ import typer
 
 from novakit.cli import output
 from novakit.cli.base import api, console, ctx, guard, server_add_app, server_remove_app, volume_app
-from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
+from novakit.cli.output import Col, Record
+from novakit.cli.verbs import Noun
 
 
 def _attached_to(r: dict[str, Any]) -> str:
@@ -33,9 +34,11 @@ VOLUME_COLUMNS = [
 ]
 VOLUME = typer.Argument(..., help="volume name or id")
 SERVER = typer.Argument(..., help="server name or id")
+VOLUME_NOUN = Noun(volume_app, "volume", VOLUME_COLUMNS, "novakit.volume.volumes", argument=VOLUME)
 
 
 @volume_app.command("create")
+@output.shows(VOLUME_COLUMNS, "volume {name}", failed=lambda vol: vol["status"] == "error")
 def volume_create(
     name: str = typer.Argument(..., help="the volume's name (unique among your project's live volumes)"),
     size: int = typer.Option(..., "--size", help="size in GiB (at least 1)"),
@@ -46,50 +49,28 @@ def volume_create(
     description: str | None = typer.Option(
         None, "--description", help="a line about the volume, shown by volume show"
     ),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+) -> Record:
     """Create a volume in a host's storage pool; it ends available, or error with the reason."""
     from novakit.volume import volumes
 
-    guard(lambda: output.validated(VOLUME_COLUMNS, fmt, out, column))
-    svc = api().conductor
-    vol = guard(
-        lambda: volumes.create(svc, ctx(), name, size, image=image, host=host, description=description)
-    )
-    guard(lambda: output.emit_show(vol, VOLUME_COLUMNS, fmt, out, column, f"volume {name}"))
-    if vol["status"] == "error":
-        raise typer.Exit(1)
+    return volumes.create(api().conductor, ctx(), name, size, image=image, host=host, description=description)
 
 
 @volume_app.command("list")
+@output.lists(VOLUME_COLUMNS[:6], "volumes")
 def volume_list(
     all_projects: bool = typer.Option(False, "--all-projects", help="every project's volumes (admin only)"),
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
+) -> list[Record]:
     """List your project's volumes."""
     from novakit.volume import volumes
 
-    caller = ctx()
-    rows = guard(lambda: volumes.list_volumes(api().conductor, caller, all_projects=all_projects))
-    guard(lambda: output.emit_list(rows, VOLUME_COLUMNS[:6], fmt, out, column, "volumes"))
+    return volumes.list_volumes(api().conductor, ctx(), all_projects=all_projects)
 
 
-@volume_app.command("show")
-def volume_show(
-    volume: str = VOLUME,
-    fmt: Format | None = FORMAT,
-    out: Format | None = OUTPUT,
-    column: list[str] | None = COLUMN,
-) -> None:
-    """Show a volume: its status, size, host and attachments."""
-    from novakit.volume import volumes
-
-    found = guard(lambda: volumes.show(api().conductor, ctx(), volume))
-    guard(lambda: output.emit_show(found, VOLUME_COLUMNS, fmt, out, column, f"volume {found['name']}"))
+VOLUME_NOUN.show(
+    "Show a volume: its status, size, host and attachments.",
+    lambda volumes, volume: volumes.show(api().conductor, ctx(), volume),
+)
 
 
 @volume_app.command("delete")

@@ -34,6 +34,11 @@ def lookup(show: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any] | 
         return None
 
 
+def named(listed: list[dict[str, Any]], ref: str) -> dict[str, Any] | None:
+    """The view in ``listed`` whose name or id is ``ref``, or None."""
+    return next((view for view in listed if ref in (view["name"], view["id"])), None)
+
+
 def differences(
     current: dict[str, Any] | None, wanted: dict[str, Any], *, unset_is_wanted: bool = False
 ) -> dict[str, tuple[Any, Any]]:

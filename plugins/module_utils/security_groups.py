@@ -10,7 +10,16 @@ from ansible_collections.novakit.cloud.plugins.module_utils.catalog import Catal
 
 
 class FilteringModule(CatalogModule):
-    """A catalog module whose changes alter ports' filters."""
+    """A catalog module whose changes alter ports' filters: its library's delete (``deleter``)
+    takes the ``on_change`` that pushes them."""
+
+    def deleter(self) -> Any:
+        """The library's delete of the resource by id (with ``dry_run`` and ``on_change``)."""
+        raise NotImplementedError
+
+    def delete(self, current: dict[str, Any], dry_run: bool) -> None:
+        db, ctx = self.database(), self.context()
+        self.deleter()(db, ctx, current["id"], dry_run=dry_run, on_change=self.push_filters())
 
     def push_filters(self) -> Any:
         """The ``on_change`` of the library's calls."""

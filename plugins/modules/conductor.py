@@ -198,52 +198,10 @@ round_hosts:
   elements: str
   sample: [compute-large, compute-small, compute-3]
 servers:
-  description: The servers as they are now.
+  description: The servers as they are now, with the keys of RV(novakit.cloud.server#module:server).
   returned: except for steps images and heartbeat
   type: list
   elements: dict
-  contains:
-    id:
-      description: The server's uuid.
-      type: str
-    name:
-      description: Its name.
-      type: str
-    status:
-      description: The status a user sees (V(BUILD), V(ACTIVE), V(SHUTOFF), V(ERROR)...).
-      type: str
-    vm_state:
-      description: Nova's vm_state.
-      type: str
-    task_state:
-      description: The task in progress, or null when none.
-      type: str
-    power_state_name:
-      description: The power state's name (C(Running), C(Shutdown)...).
-      type: str
-    host:
-      description: The compute host it runs on; null before it is scheduled.
-      type: str
-    flavor:
-      description: The flavor as it was when the server was created.
-      type: dict
-    image:
-      description: The uuid of the image it runs.
-      type: str
-    addresses:
-      description: Its IP addresses.
-      type: list
-      elements: str
-    locked:
-      description: Whether it is locked.
-      type: bool
-    project_id:
-      description: The project that owns it.
-      type: str
-    fault:
-      description: In ERROR, its last fault (C(code), C(message), C(created), C(host)).
-      type: dict
-      returned: when the server is in ERROR
   sample: [{id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4, name: web-1, status: ACTIVE, host: compute-large, addresses: [10.0.0.5]}]
 report:
   description: One line per server - C(name - STATUS on host), with the fault if any.
@@ -252,27 +210,12 @@ report:
   elements: str
   sample: ["web-1: ACTIVE on compute-large"]
 published:
-  description: The servers of RV(servers) as the boot playbook publishes them with C(set_stats).
+  description:
+    - The servers of RV(servers) as the boot playbook publishes them with C(set_stats) - of each, the
+      keys C(id), C(name), C(host), C(addresses) and C(status) of RV(novakit.cloud.server#module:server).
   returned: when step is schedule, record or summary
   type: list
   elements: dict
-  contains:
-    id:
-      description: The server's uuid.
-      type: str
-    name:
-      description: Its name.
-      type: str
-    host:
-      description: Its compute host.
-      type: str
-    addresses:
-      description: Its IP addresses.
-      type: list
-      elements: str
-    status:
-      description: Its status.
-      type: str
   sample: [{id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4, name: web-1, host: compute-large, addresses: [10.0.0.5], status: ACTIVE}]
 would_schedule_to:
   description: In check mode, for O(step=schedule), the host the scheduler would choose per server name (null where none would).
@@ -302,24 +245,15 @@ would_delete:
   elements: str
   sample: [web-5, web-4]
 failed_servers:
-  description: >-
-    For O(step=record_action), the servers whose action failed, with the fault message; for
-    O(step=action), the servers whose move (resize, migration, shelve, snapshot: carried out
-    in this step) failed, with its error; for O(step=schedule) and O(step=record), the
-    servers of the boot that are in error.
+  description:
+    - For O(step=record_action), the servers whose action failed, with the fault message; for
+      O(step=action), the servers whose move (resize, migration, shelve, snapshot, carried out
+      in this step) failed, with its error; for O(step=schedule) and O(step=record), the
+      servers of the boot that are in error.
+    - Each is the server's C(id) and C(name), and the C(message) that says why it failed there.
   returned: when step is schedule, record, action or record_action
   type: list
   elements: dict
-  contains:
-    id:
-      description: The server's uuid.
-      type: str
-    name:
-      description: Its name.
-      type: str
-    message:
-      description: Why the action failed there.
-      type: str
   sample:
     - id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4
       name: web-1
@@ -336,26 +270,12 @@ down:
   type: dict
   sample: {compute-dead: "Ansible: host compute-dead unreachable: Failed to connect to the host via ssh"}
 image_specs:
-  description: For O(step=images), one image description per image, for the C(compute) module's O(novakit.cloud.compute#module:images).
+  description:
+    - For O(step=images), one image description per image, for the C(compute) module's O(novakit.cloud.compute#module:images)
+      - of each, the keys C(id), C(name), C(disk_format), C(checksum) and C(location) of RV(novakit.cloud.image#module:image).
   returned: when step is images
   type: list
   elements: dict
-  contains:
-    id:
-      description: The image's uuid.
-      type: str
-    name:
-      description: Its name.
-      type: str
-    disk_format:
-      description: Its disk format.
-      type: str
-    checksum:
-      description: sha256 of the file.
-      type: str
-    location:
-      description: Where the file is on the compute hosts.
-      type: str
   sample: [{id: 9d8bbd3c-5a69-4f4e-b6b4-0d2f3a1c9e11, name: tiny, disk_format: qcow2, location: /var/lib/novakit/images/tiny.qcow2}]
 """
 

@@ -55,31 +55,15 @@ EXAMPLES = r"""
 
 RETURN = r"""
 flavor:
-  description: The flavor, when it exists (not in check mode for a new one).
+  description:
+    - The flavor, when it exists (not in check mode for a new one).
+    - Its C(name), C(vcpus), C(ram), C(disk), C(ephemeral) and C(swap) are as the options of those names say.
   returned: when state is present
   type: dict
   contains:
     id:
       description: The flavor's id (C(flavorid)).
       type: str
-    name:
-      description: Its name.
-      type: str
-    vcpus:
-      description: vCPUs.
-      type: int
-    ram:
-      description: RAM in MB.
-      type: int
-    disk:
-      description: Root disk in GB.
-      type: int
-    ephemeral:
-      description: Ephemeral disk in GB.
-      type: int
-    swap:
-      description: Swap in MB.
-      type: int
     extra_specs:
       description: Its extra specs.
       type: dict
@@ -92,7 +76,7 @@ flavor:
   sample: {id: 6f1e..., name: m1.small, vcpus: 1, ram: 2048, disk: 20, ephemeral: 0, swap: 0, extra_specs: {}, is_public: true, description: null}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule, named  # noqa: E402
 
 
 class FlavorModule(CatalogModule):
@@ -116,9 +100,8 @@ class FlavorModule(CatalogModule):
         return flavors
 
     def find(self):
-        name = self.params["name"]
-        listed = self.library().list_flavors(self.database())
-        return next((f for f in listed if name in (f["name"], f["id"])), None)
+        # Every flavor, a private one too: a name is the catalog's, whoever may list it.
+        return named(self.library().list_flavors(self.database()), self.params["name"])
 
     def wanted(self):
         p = self.params

@@ -103,7 +103,7 @@ image:
   sample: {id: 9d8bbd3c-5a69-4f4e-b6b4-0d2f3a1c9e11, name: tiny, disk_format: qcow2, location: /var/lib/novakit/images/tiny.qcow2, status: active}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule, named  # noqa: E402
 
 
 class ImageModule(CatalogModule):
@@ -126,9 +126,8 @@ class ImageModule(CatalogModule):
         return images
 
     def find(self):
-        name = self.params["name"]
-        listed = self.library().list_images(self.database())
-        return next((i for i in listed if name in (i["name"], i["id"])), None)
+        # Every active image, another project's too: the name is checked against them all.
+        return named(self.library().list_images(self.database()), self.params["name"])
 
     def wanted(self):
         p = self.params

@@ -104,12 +104,10 @@ class PortModule(FilteringModule):
         # Dry run: the real create's checks (address inside and free, MAC free), nothing written.
         return ports.create(self.database(), self.context(), data, dry_run=dry_run)
 
-    def delete(self, current, dry_run):
+    def deleter(self):
         from novakit.network import ports
 
-        ports.delete_port(
-            self.database(), self.context(), current["id"], dry_run=dry_run, on_change=self.push_filters()
-        )
+        return ports.delete_port
 
 
 def main():

@@ -83,12 +83,10 @@ class SecurityGroupModule(FilteringModule):
             self.database(), self.config(), self.context(), data, dry_run=dry_run
         )
 
-    def delete(self, current, dry_run):
+    def deleter(self):
         from novakit.network import security_groups
 
-        security_groups.delete_group(
-            self.database(), self.context(), current["id"], dry_run=dry_run, on_change=self.push_filters()
-        )
+        return security_groups.delete_group
 
 
 def main():

@@ -148,12 +148,10 @@ class SecurityGroupRuleModule(FilteringModule):
             on_change=self.push_filters(),
         )
 
-    def delete(self, current, dry_run):
+    def deleter(self):
         from novakit.network import security_groups
 
-        security_groups.delete_rule(
-            self.database(), self.context(), current["id"], dry_run=dry_run, on_change=self.push_filters()
-        )
+        return security_groups.delete_rule
 
 
 def main():

@@ -158,43 +158,11 @@ RETURN = r"""
 server:
   description:
     - The server after the operation (with O(wait=false), as the operation started), with the keys
-      of RV(novakit.cloud.server#module:server).
+      of RV(novakit.cloud.server#module:server) - the new C(name) after a rename, the new C(host) after
+      a move (none once offloaded), the new C(image) after a rebuild; C(status) V(VERIFY_RESIZE) after a
+      resize or cold migration until it is confirmed or reverted.
   returned: always
   type: dict
-  contains:
-    id:
-      description: The server's uuid.
-      type: str
-    name:
-      description: Its name (the new one after a rename).
-      type: str
-    status:
-      description:
-        - The status a user sees - V(ACTIVE), V(REBOOT), V(HARD_REBOOT), V(REBUILD), V(SHUTOFF), V(VERIFY_RESIZE),
-          V(SHELVED_OFFLOADED), V(RESCUE), V(ERROR)...
-      type: str
-    vm_state:
-      description: Nova's vm_state.
-      type: str
-    task_state:
-      description: The task in progress, or null when none.
-      type: str
-    host:
-      description: The compute host it runs on (the new one after a move; none once offloaded).
-      type: str
-    image:
-      description: The uuid of the image it runs (the new one after a rebuild).
-      type: str
-    locked:
-      description: Whether it is locked.
-      type: bool
-    locked_reason:
-      description: Why it was locked.
-      type: str
-    fault:
-      description: In ERROR, its last fault (C(code), C(message), C(created), C(host)).
-      type: dict
-      returned: when the server is in ERROR
   sample:
     id: 0b3f6a51-4a5e-4ab3-9a55-2f0f1ce7c2a4
     name: web-1

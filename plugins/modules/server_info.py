@@ -75,47 +75,6 @@ servers:
   type: list
   elements: dict
   contains:
-    id:
-      description: The server's uuid.
-      type: str
-    name:
-      description: Its name.
-      type: str
-    status:
-      description: The status a user sees (V(BUILD), V(ACTIVE), V(SHUTOFF), V(ERROR)...).
-      type: str
-    vm_state:
-      description: Nova's vm_state.
-      type: str
-    task_state:
-      description: The task in progress, or null when none.
-      type: str
-    power_state_name:
-      description: The power state's name (C(Running), C(Shutdown)...).
-      type: str
-    host:
-      description: The compute host it runs on; null before it is scheduled.
-      type: str
-    flavor:
-      description: The flavor as it was when the server was created.
-      type: dict
-    image:
-      description: The uuid of the image it runs.
-      type: str
-    addresses:
-      description: Its IP addresses.
-      type: list
-      elements: str
-    locked:
-      description: Whether it is locked.
-      type: bool
-    project_id:
-      description: The project that owns it.
-      type: str
-    fault:
-      description: In ERROR, its last fault (C(code), C(message), C(created), C(host)).
-      type: dict
-      returned: when the server is in ERROR
     actions:
       description:
         - With O(with_actions), the server's instance actions, oldest first - C(action), C(request_id),

@@ -4,7 +4,7 @@
 traits a host may be given.
 
 Check mode runs the real calls in one database transaction that is rolled back at the end
-(``rolled_back``): every check and refusal of a real run, in the same words, and nothing written.
+(``dry_run``): every check and refusal of a real run, in the same words, and nothing written.
 
 Many hosts may apply their inventory variables at once (``place_host``): each one touches only
 its own membership and its own traits, and an aggregate another host made a moment earlier is
@@ -13,9 +13,13 @@ found and used, not made twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import random
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class _Discarded(Exception):
@@ -56,6 +60,28 @@ def rolled_back(db: Any) -> Iterator[Any]:
             raise _Discarded
     except _Discarded:
         pass
+
+
+def dry_run(db: Any, fn: Callable[[Any], T], *, retries: int = 10) -> T:
+    """``fn(dry)``, ``dry`` being ``db`` in one transaction that is rolled back (``rolled_back``).
+
+    Its row locks are held until it ends, so two dry runs that take the same aggregates in
+    another order may deadlock on PostgreSQL: the one that loses is run again, as the library
+    runs a transaction again (``Database.run_in_transaction``).
+    """
+    from sqlalchemy.exc import DBAPIError
+
+    from novakit.db.engine import is_transient
+
+    for attempt in range(retries + 1):
+        try:
+            with rolled_back(db) as dry:
+                return fn(dry)
+        except DBAPIError as exc:
+            if attempt >= retries or not is_transient(exc):
+                raise
+            time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def find(db: Any, ctx: Any, ref: str) -> dict[str, Any] | None:
@@ -188,7 +214,7 @@ def place_host(db: Any, ctx: Any, host: str, asked: dict[str, Any]) -> None:
     if zone is not None or entries is not None:
         mine = [a for a in aggregates.list_aggregates(db, ctx) if host in a["hosts"]]
     if zone is not None:
-        target, _ = ensure(db, ctx, zone, availability_zone=zone)
+        target = ensure(db, ctx, zone, availability_zone=zone)[0]
         if target["availability_zone"] != zone:
             raise exceptions.ValidationError(
                 "availability_zone",
@@ -201,11 +227,12 @@ def place_host(db: Any, ctx: Any, host: str, asked: dict[str, Any]) -> None:
                 remove_host(db, ctx, other, host)
         add_host(db, ctx, target, host)
     if entries is not None:
+        # By name, so that hosts running at once take shared aggregates in one order.
         wanted = {e["name"] for e in entries}
-        for other in mine:
+        for other in sorted(mine, key=lambda a: a["name"]):
             if other["availability_zone"] is None and other["name"] not in wanted:
                 remove_host(db, ctx, other, host)
-        for entry in entries:
+        for entry in sorted(entries, key=lambda e: e["name"]):
             aggregate, made = ensure(db, ctx, entry["name"], metadata=entry["metadata"] or None)
             changed = {k: v for k, v in entry["metadata"].items() if aggregate["metadata"].get(k) != v}
             if changed and not made:

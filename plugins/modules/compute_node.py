@@ -233,10 +233,13 @@ def place(db, ctx, host, asked, *, registered, dry):
         before = ops.host_place(db, ctx, host, asked)
         ops.place_host(db, ctx, host, asked)
         return before, ops.host_place(db, ctx, host, asked)
-    with ops.rolled_back(db) as dry_db:
+
+    def tried(dry_db):
         before = ops.host_place(dry_db, ctx, host, asked)
         ops.place_host(dry_db, ctx, host, asked)
         return before, ops.host_place(dry_db, ctx, host, asked)
+
+    return ops.dry_run(db, tried)
 
 
 def main():

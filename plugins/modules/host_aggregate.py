@@ -14,13 +14,14 @@ description:
     a host may be in several aggregates but in one zone only (refused with the reason).
   - The scheduler reads the same aggregates (Placement's C(member_of), the zone of C(server create),
     flavor extra specs C(aggregate_instance_extra_specs:KEY)).
+  - O(state=absent) takes the aggregate's hosts out first, then deletes it (the library refuses
+    to delete an aggregate that holds hosts).
   - Admin only. Runs on the controller.
 version_added: 0.2.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
+  - novakit.cloud.common.catalog
 attributes:
   check_mode:
     support: full
@@ -33,13 +34,6 @@ options:
     description: The aggregate's name (or its uuid or id, to find an existing one).
     type: str
     required: true
-  state:
-    description:
-      - Whether the aggregate should exist.
-      - V(absent) takes its hosts out first, then deletes it.
-    type: str
-    choices: [present, absent]
-    default: present
   availability_zone:
     description:
       - The availability zone the aggregate makes (C(openstack aggregate create --zone)).
@@ -139,11 +133,13 @@ class HostAggregateModule(CatalogModule):
         db = super().database()
         # The task's calls first in one transaction rolled back: check mode's answer, and a
         # real run refused on its third call writes nothing of its first two.
-        with ops.rolled_back(db) as dry:
-            self._db = dry
-            planned = super().run()
+        planned = ops.dry_run(db, self._run_on)
         if self.check_mode:
             return planned
+        self._db = db
+        return super().run()
+
+    def _run_on(self, db):
         self._db = db
         return super().run()
 

@@ -29,7 +29,12 @@ HOSTS: dict[str, dict[str, Any]] = {
         "novakit_aggregates": [{"name": "fast", "metadata": {"ssd": "true"}}, "gpu"],
         "novakit_traits": ["CUSTOM_SSD", "CUSTOM_GPU"],
     },
-    "rack-b1": {"novakit_availability_zone": "west", "novakit_aggregates": ["gpu"], "novakit_traits": []},
+    # gpu and fast in the other order than rack-a2's: hosts at once take shared aggregates in one order
+    "rack-b1": {
+        "novakit_availability_zone": "west",
+        "novakit_aggregates": ["gpu", "fast"],
+        "novakit_traits": [],
+    },
     "rack-b2": {"novakit_availability_zone": "west"},
     "spare": {},  # no variable: left in the default zone, in no aggregate, with no custom trait
 }
@@ -78,7 +83,7 @@ def test_compute_node_playbook_makes_zones_aggregates_and_traits(tmp_path: Path,
         assert {n: (a["availability_zone"], a["hosts"], a["metadata"]) for n, a in made.items()} == {
             "east": ("east", ["rack-a1", "rack-a2"], {}),
             "west": ("west", ["rack-b1", "rack-b2"], {}),
-            "fast": (None, ["rack-a1", "rack-a2"], {"ssd": "true"}),
+            "fast": (None, ["rack-a1", "rack-a2", "rack-b1"], {"ssd": "true"}),
             "gpu": (None, ["rack-a2", "rack-b1"], {}),
         }
         zones = {z["zone"]: z for z in aggregates.list_zones(db, admin, conf, long=True)}

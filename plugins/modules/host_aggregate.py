@@ -17,7 +17,7 @@ description:
   - O(state=absent) takes the aggregate's hosts out first, then deletes it (the library refuses
     to delete an aggregate that holds hosts).
   - Admin only. Runs on the controller.
-version_added: 0.2.0
+version_added: 0.3.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes

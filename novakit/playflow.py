@@ -472,7 +472,7 @@ def run_step(
     The compute requests it returns carry no secrets: those of the schedule and
     action steps come apart in ``secrets`` (``split_secrets``).
     """
-    out = _run_step(api, ctx, params, check_mode=check_mode, host_failures=host_failures)
+    out = _run_step(api, ctx, params, check_mode, host_failures)
     if diff:
         _add_diff(api, ctx, params, out)
     if out.get("requests"):
@@ -505,9 +505,8 @@ def _run_step(
     api: API,
     ctx: RequestContext,
     params: dict[str, Any],
-    *,
-    check_mode: bool = False,
-    host_failures: dict[str, str] | None = None,
+    check_mode: bool,
+    host_failures: dict[str, str] | None,
 ) -> dict[str, Any]:
     step = params["step"]
     if step not in STEPS:

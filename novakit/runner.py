@@ -50,7 +50,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from novakit import context, files
 
@@ -167,26 +167,37 @@ def playbook_path(playbook: str | os.PathLike[str], env: dict[str, str] | None =
     raise exceptions.ValidationError("playbook", f"no playbook {text!r}; {listed}")
 
 
-def _prepare(
-    playbook: str | os.PathLike[str],
-    *,
-    inventory: str | os.PathLike[str] | None,
-    extravars: dict[str, Any] | None,
-    envvars: dict[str, str] | None,
-    private_data_dir: str | os.PathLike[str] | None,
-    keep_artifacts: bool,
-    ident: str | None,
-    request_id: str | None,
-    verbosity: int,
-    check: bool,
-    on_event: EventHandler | None,
-) -> tuple[dict[str, Any], RunResult, _Run]:
-    ident = ident or uuid.uuid4().hex
-    run_dir = _run_dir(private_data_dir, keep_artifacts)
+class RunOptions(TypedDict, total=False):
+    """How ``run`` and ``run_async`` run a playbook (each may be left out).
+
+    ``inventory`` (default: the embedded local one), ``extravars``, ``envvars`` (added to the
+    run's environment), ``private_data_dir`` (the caller's, kept; default: a temporary one),
+    ``keep_artifacts`` (keep the temporary one), ``ident`` (default: a new uuid),
+    ``request_id`` (the run's; default: the ident's), ``verbosity``, ``check`` (check mode with
+    diff), ``on_event`` (called with every ansible-runner event as it happens)."""
+
+    inventory: str | os.PathLike[str] | None
+    extravars: dict[str, Any] | None
+    envvars: dict[str, str] | None
+    private_data_dir: str | os.PathLike[str] | None
+    keep_artifacts: bool
+    ident: str | None
+    request_id: str | None
+    verbosity: int
+    check: bool
+    on_event: EventHandler | None
+
+
+def _prepare(playbook: str | os.PathLike[str], options: RunOptions) -> tuple[dict[str, Any], RunResult, _Run]:
+    ident = options.get("ident") or uuid.uuid4().hex
+    run_dir = _run_dir(options.get("private_data_dir"), options.get("keep_artifacts", False))
     _forget_secrets(run_dir)
-    extravars = dict(extravars or {})
-    if request_id:
-        extravars["novakit_request_id"] = request_id
+    extravars = dict(options.get("extravars") or {})
+    if options.get("request_id"):
+        extravars["novakit_request_id"] = options.get("request_id")
+    envvars = options.get("envvars")
+    on_event = options.get("on_event")
+    inventory = options.get("inventory")
     # The rule every plugin follows (the caller's id, NOVAKIT_REQUEST_ID, an AWX job id), else the ident.
     rid = context.run_request_id(
         extravars, {**os.environ, **(envvars or {})}
@@ -213,10 +224,10 @@ def _prepare(
         "suppress_env_files": True,
         "ident": ident,
         "quiet": True,
-        "verbosity": verbosity,
+        "verbosity": options.get("verbosity", 0),
         "event_handler": handler,
         "status_handler": _status_handler,
-        "cmdline": "--check --diff" if check else None,
+        "cmdline": "--check --diff" if options.get("check") else None,
     }
     result = RunResult(
         status="unstarted",
@@ -345,89 +356,51 @@ def _scrub_command(artifact_dir: Path) -> None:
     os.replace(tmp, path)
 
 
-def run(
-    playbook: str | os.PathLike[str],
-    *,
-    inventory: str | os.PathLike[str] | None = None,
-    extravars: dict[str, Any] | None = None,
-    envvars: dict[str, str] | None = None,
-    private_data_dir: str | os.PathLike[str] | None = None,
-    keep_artifacts: bool = False,
-    ident: str | None = None,
-    request_id: str | None = None,
-    verbosity: int = 0,
-    check: bool = False,
-    on_event: EventHandler | None = None,
-) -> RunResult:
-    """Run one of the playbooks (``boot``, ``delete``, ``server_action``, ...) and wait for it.
+def run(playbook: str | os.PathLike[str], **options: Unpack[RunOptions]) -> RunResult:
+    """Run one of the playbooks (``boot``, ``delete``, ``server_action``, ...) and wait for it
+    (``options``: ``RunOptions``).
 
     The run's directory goes when it ends unless ``keep_artifacts`` or ``private_data_dir``
     is given; the result carries its events and output either way.
     """
-    import ansible_runner
-
-    kwargs, result, run_dir = _prepare(
-        playbook,
-        inventory=inventory,
-        extravars=extravars,
-        envvars=envvars,
-        private_data_dir=private_data_dir,
-        keep_artifacts=keep_artifacts,
-        ident=ident,
-        request_id=request_id,
-        verbosity=verbosity,
-        check=check,
-        on_event=on_event,
-    )
-    try:
-        runner = ansible_runner.run(**kwargs)
-    except BaseException:
-        _abandon(run_dir, result)
-        raise
-    return _finish(runner, result, run_dir)
+    _thread, wait = _start(playbook, options, wait_here=True)
+    return wait()
 
 
 def run_async(
-    playbook: str | os.PathLike[str],
-    *,
-    inventory: str | os.PathLike[str] | None = None,
-    extravars: dict[str, Any] | None = None,
-    envvars: dict[str, str] | None = None,
-    private_data_dir: str | os.PathLike[str] | None = None,
-    keep_artifacts: bool = False,
-    ident: str | None = None,
-    request_id: str | None = None,
-    verbosity: int = 0,
-    check: bool = False,
-    on_event: EventHandler | None = None,
+    playbook: str | os.PathLike[str], **options: Unpack[RunOptions]
 ) -> tuple[threading.Thread, Callable[[], RunResult]]:
-    """Start a run in a thread; returns the thread and a function that waits and returns the result.
+    """Start a run in a thread (``options``: ``RunOptions``); returns the thread and a function
+    that waits and returns the result.
 
     Call the function: it is what removes the run's directory (or scrubs a kept one).
     """
+    thread, wait = _start(playbook, options, wait_here=False)
+    assert thread is not None
+    return thread, wait
+
+
+def _start(
+    playbook: str | os.PathLike[str], options: RunOptions, *, wait_here: bool
+) -> tuple[threading.Thread | None, Callable[[], RunResult]]:
+    """Start the run (``wait_here``: and wait for it, in this thread); the thread it runs in
+    (none when waited for here) and the function that finishes it."""
     import ansible_runner
 
-    kwargs, result, run_dir = _prepare(
-        playbook,
-        inventory=inventory,
-        extravars=extravars,
-        envvars=envvars,
-        private_data_dir=private_data_dir,
-        keep_artifacts=keep_artifacts,
-        ident=ident,
-        request_id=request_id,
-        verbosity=verbosity,
-        check=check,
-        on_event=on_event,
-    )
+    kwargs, result, run_dir = _prepare(playbook, options)
+    thread: threading.Thread | None = None
     try:
-        thread, runner = ansible_runner.run_async(**kwargs)
+        if wait_here:
+            runner = ansible_runner.run(**kwargs)
+        else:
+            thread, runner = ansible_runner.run_async(**kwargs)
     except BaseException:
         _abandon(run_dir, result)
         raise
 
     def wait() -> RunResult:
-        thread.join()
+        if thread is not None:
+            thread.join()
         return _finish(runner, result, run_dir)
 
     return thread, wait
@@ -444,15 +417,11 @@ def boot(
     admin_password: str | None = None,
     availability_zone: str | None = None,
     server_group: str | None = None,
-    inventory: str | os.PathLike[str] | None = None,
-    request_id: str | None = None,
-    check: bool = False,
-    private_data_dir: str | os.PathLike[str] | None = None,
-    keep_artifacts: bool = False,
-    on_event: EventHandler | None = None,
+    **options: Unpack[RunOptions],
 ) -> RunResult:
     """Have ``count`` servers ``server_name-1`` ... ``-N`` (no count: one, ``server_name``) through
-    the boot playbook (``novakit.cloud.boot``) and return the result.
+    the boot playbook (``novakit.cloud.boot``) and return the result (``options``: ``run``'s,
+    ``RunOptions``; the boot's variables go with its ``extravars``).
 
     ``on_event`` receives every ansible-runner event (a dict with ``event``,
     ``event_data`` (``task``, ``host``, ``res``...), ``stdout``, ``counter``) as it
@@ -471,13 +440,5 @@ def boot(
         "server_group": server_group,
     }
     extravars.update({k: v for k, v in optional.items() if v is not None})
-    return run(
-        "boot",
-        inventory=inventory,
-        extravars=extravars,
-        request_id=request_id,
-        check=check,
-        private_data_dir=private_data_dir,
-        keep_artifacts=keep_artifacts,
-        on_event=on_event,
-    )
+    options["extravars"] = {**(options.get("extravars") or {}), **extravars}
+    return run("boot", **options)

@@ -382,38 +382,33 @@ def instance_event(
     """
     start = utcnow()
     extra: dict[str, Any] = {}
-    try:
-        yield extra
-    except BaseException as exc:
-        fault = fault_from_exception(exc, host)
+
+    def finish(fault: Fault | None) -> None:
+        """The event, ended now (``fault``: it failed so; its fault kept when asked to)."""
         event = Event(
             event=event_name,
             start_time=start,
             finish_time=utcnow(),
-            result="Error",
+            result="Success" if fault is None else "Error",
             host=host,
             details=extra.get("details"),
-            traceback=fault.details if fault_is_internal(fault.details) else None,
+            traceback=fault.details if fault is not None and fault_is_internal(fault.details) else None,
         )
 
         def write(session: Session) -> None:
             _add_event(session, _action_for(session, ctx, instance_uuid), event)
-            if fault_on_error:
+            if fault is not None and fault_on_error:
                 record_fault(session, instance_uuid, fault)
 
         with targeting(db, instance_uuid):
             db.run_in_transaction(write)
+
+    try:
+        yield extra
+    except BaseException as exc:
+        finish(fault_from_exception(exc, host))
         raise
-    event = Event(
-        event=event_name,
-        start_time=start,
-        finish_time=utcnow(),
-        result="Success",
-        host=host,
-        details=extra.get("details"),
-    )
-    with targeting(db, instance_uuid):
-        db.run_in_transaction(lambda s: _add_event(s, _action_for(s, ctx, instance_uuid), event))
+    finish(None)
 
 
 def list_actions(session: Session, instance_uuid: str) -> list[InstanceAction]:

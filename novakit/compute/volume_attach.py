@@ -19,9 +19,11 @@ A detach is the mirror. A dry run (check mode) is steps 1 and 2's checks, with n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from novakit import exceptions
 from novakit.context import RequestContext
@@ -31,11 +33,16 @@ if TYPE_CHECKING:
     from novakit.compute.api import API
 
 
-def _server(api: API, ctx: RequestContext, ref: str, action: str, volume_id: str) -> dict[str, Any]:
-    """The server's checks of ``action`` (a dry run of ``act``), and what the volume's steps need
-    of the server. (A volume already reserved for this server passes the dry run; the
-    reservation then refuses it as not ``available``.)"""
+def _server(
+    api: API, ctx: RequestContext, ref: str, action: str, volume_ref: str
+) -> tuple[str, dict[str, Any]]:
+    """The volume's id; the server's checks of ``action`` (a dry run of ``act``), and what the
+    volume's steps need of the server. (A volume already reserved for this server passes the
+    dry run; the reservation then refuses it as not ``available``.)"""
     from novakit.cells import instances as cell_instances
+
+    with api.db.reader() as session:
+        volume_id = volumes.get(session, ctx, volume_ref).uuid
 
     try:
         outcome = api.act(ctx, ref, action, {"volume_id": volume_id}, dry_run=True)
@@ -47,7 +54,7 @@ def _server(api: API, ctx: RequestContext, ref: str, action: str, volume_id: str
     if not found:
         raise exceptions.InstanceNotFound(instance_id=ref)
     inst = found[0]
-    return {
+    return volume_id, {
         "id": inst.uuid,
         "name": inst.display_name,
         "host": inst.host,
@@ -67,14 +74,14 @@ def attach(
 ) -> dict[str, Any]:
     """Attach a volume to a server (``server add volume``); returns the volume as ``show`` does."""
     db = api.db
-    with db.reader() as session:
-        volume_id = volumes.get(session, ctx, volume_ref).uuid
-    server = _server(api, ctx, server_ref, "attach_volume", volume_id)
+    volume_id, server = _server(api, ctx, server_ref, "attach_volume", volume_ref)
     if dry_run:
-        with db.reader() as session:
+
+        def check(session: Session) -> None:
             attachments.check_attach(session, ctx, server, volume_ref)
             attachments.choose_device(session, server, device)
-        return volumes.show(api.conductor, ctx, volume_id)
+
+        return _checked(api, ctx, volume_id, check)
     try:
         row_id, chosen = db.run_in_transaction(
             lambda s: attachments.reserve(s, ctx, server, volume_ref, device)
@@ -104,13 +111,9 @@ def detach(
 ) -> dict[str, Any]:
     """Detach a volume from a server (``server remove volume``); returns the volume."""
     db = api.db
-    with db.reader() as session:
-        volume_id = volumes.get(session, ctx, volume_ref).uuid
-    server = _server(api, ctx, server_ref, "detach_volume", volume_id)
+    volume_id, server = _server(api, ctx, server_ref, "detach_volume", volume_ref)
     if dry_run:
-        with db.reader() as session:
-            attachments.check_detach(session, ctx, server, volume_ref)
-        return volumes.show(api.conductor, ctx, volume_id)
+        return _checked(api, ctx, volume_id, lambda s: attachments.check_detach(s, ctx, server, volume_ref))
     row_id = db.run_in_transaction(lambda s: attachments.begin_detach(s, ctx, server, volume_ref))
     try:
         outcome = api.act(ctx, server["id"], "detach_volume", {"volume_id": volume_id}, defer=True)
@@ -121,6 +124,15 @@ def detach(
     db.run_in_transaction(lambda s: attachments.end_detach(s, row_id, still_attached=not ok))
     if not ok:
         raise exceptions.VolumeBackendError(volume=volume_ref, reason=f"detaching failed: {fault}")
+    return volumes.show(api.conductor, ctx, volume_id)
+
+
+def _checked(
+    api: API, ctx: RequestContext, volume_id: str, check: Callable[[Session], object]
+) -> dict[str, Any]:
+    """Check mode: the real run's checks, nothing written; the volume as it is."""
+    with api.db.reader() as session:
+        check(session)
     return volumes.show(api.conductor, ctx, volume_id)
 
 

@@ -89,7 +89,8 @@ class Builds:
         host's cell and each that could not be placed into cell0 (Nova's super conductor).
         """
         with self.db.target_cell(UNSCHEDULED):
-            requests, infos = self._schedule_waiting(ctx, instance_uuids, records)
+            found = records if records is not None else self._waiting_records(instance_uuids)
+            requests, infos = self._schedule_waiting(ctx, instance_uuids, found)
         placed = [spec.uuid for req in requests for spec in req.instances]
         by_host = {spec.uuid: req.host for req in requests for spec in req.instances}
         cells = self.db.cells.host_cells(set(by_host.values()))
@@ -103,15 +104,12 @@ class Builds:
         return requests, infos
 
     def _schedule_waiting(
-        self,
-        ctx: RequestContext,
-        instance_uuids: list[str],
-        records: dict[str, tuple[Instance, RequestSpec]] | None = None,
+        self, ctx: RequestContext, instance_uuids: list[str], found: dict[str, tuple[Instance, RequestSpec]]
     ) -> tuple[list[ComputeRequest], dict[str, dict[str, Any]]]:
-        """``first_round`` with the API database's instance tables targeted."""
+        """``first_round`` with the API database's instance tables targeted, over the waiting
+        servers ``found`` (a deleted one is not there)."""
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
-        found = records if records is not None else self._waiting_records(instance_uuids)
         uuids = [u for u in instance_uuids if u in found]
         if not uuids:
             return [], {}

@@ -89,6 +89,17 @@ class _Recorder:
         ev.finish_time = _now()
         ev.result = "Success"
 
+    def ran(self, name: str, work: Callable[[], object]) -> bool:
+        """Run ``work`` as the event ``name``: whether it worked (then ``result.ok``; when it
+        raised, the event and the fault say why)."""
+        try:
+            with self.event(name):
+                work()
+        except Exception:
+            return False
+        self.result.ok = True
+        return True
+
 
 # The lifecycle operations (stop, start, reboot, pause, ...) are the state table's: each row
 # names its operation and the driver call that runs it (``states.host_calls``).
@@ -432,58 +443,39 @@ class ComputeManager:
             raise
 
     def rebuild_instance(self, instance: InstanceSpec, options: dict[str, Any]) -> InstanceResult:
+        def rebuild() -> None:
+            # Before the destroy: a rebuild this host cannot do leaves the guest as it was.
+            self.driver.check_instance_supported(instance)
+            self.driver.destroy(instance)
+            self.driver.spawn(instance)
+            if instance.preserve_power_off:
+                self.driver.power_off(instance, timeout=0)
+
         rec = _Recorder(self.host, instance.uuid)
-        try:
-            with rec.event("compute_rebuild_instance"):
-                # Before the destroy: a rebuild this host cannot do leaves the guest as it was.
-                self.driver.check_instance_supported(instance)
-                self.driver.destroy(instance)
-                self.driver.spawn(instance)
-                if instance.preserve_power_off:
-                    self.driver.power_off(instance, timeout=0)
-        except Exception:
-            return rec.result
-        rec.result.ok = True
-        self._observe(instance, rec.result)
+        if rec.ran("compute_rebuild_instance", rebuild):
+            self._observe(instance, rec.result)
         return rec.result
 
     # --- lifecycle ----------------------------------------------------------------
 
     def lifecycle(self, op: str, instance: InstanceSpec, options: dict[str, Any]) -> InstanceResult:
         run = states.host_calls()[op]
-        event_name, call = run.event, run.call
         rec = _Recorder(self.host, instance.uuid)
-        try:
-            with rec.event(event_name):
-                call(self.driver, instance, options)
-        except Exception:
-            self._observe(instance, rec.result, quiet=True)
-            return rec.result
-        rec.result.ok = True
-        self._observe(instance, rec.result)
+        ok = rec.ran(run.event, lambda: run.call(self.driver, instance, options))
+        self._observe(instance, rec.result, quiet=not ok)
         return rec.result
 
     def terminate_instance(self, instance: InstanceSpec) -> InstanceResult:
         rec = _Recorder(self.host, instance.uuid)
-        try:
-            with rec.event("compute_terminate_instance"):
-                self.driver.destroy(instance)
-        except Exception:
-            return rec.result
-        rec.result.ok = True
-        rec.result.power_state = int(PowerState.NOSTATE)
+        if rec.ran("compute_terminate_instance", lambda: self.driver.destroy(instance)):
+            rec.result.power_state = int(PowerState.NOSTATE)
         return rec.result
 
     def adopt_instance(self, instance: InstanceSpec) -> InstanceResult:
         """Make a guest novakit did not create ``instance``'s (a brownfield import)."""
         rec = _Recorder(self.host, instance.uuid)
-        try:
-            with rec.event("compute_import_instance"):
-                self.driver.adopt(instance)
-        except Exception:
-            return rec.result
-        rec.result.ok = True
-        self._observe(instance, rec.result, quiet=True)
+        if rec.ran("compute_import_instance", lambda: self.driver.adopt(instance)):
+            self._observe(instance, rec.result, quiet=True)
         return rec.result
 
     # --- moves ------------------------------------------------------------------------
@@ -512,15 +504,13 @@ class ComputeManager:
     def volume_action(self, op: str, instance: InstanceSpec, volumes: list[VolumeSpec]) -> InstanceResult:
         """Attach or detach ``volumes`` to or from ``instance``; one event for all of them."""
         event_name, call = _VOLUME_OPS[op]
+
+        def each() -> None:
+            for volume in volumes:
+                call(self.driver, instance, volume)
+
         rec = _Recorder(self.host, instance.uuid)
-        try:
-            with rec.event(event_name):
-                for volume in volumes:
-                    call(self.driver, instance, volume)
-        except Exception:
-            self._observe(instance, rec.result, quiet=True)
-            return rec.result
-        rec.result.ok = True
+        rec.ran(event_name, each)
         self._observe(instance, rec.result, quiet=True)
         return rec.result
 
@@ -528,16 +518,9 @@ class ComputeManager:
         """Make or remove one volume in its pool. The result is keyed by the volume's id (no
         server is involved): ``ok``, and the fault that says why when not."""
         rec = _Recorder(self.host, volume.id)
-        try:
-            with rec.event(op):
-                if op == "volume_create":
-                    self.driver.create_volume(volume)
-                else:
-                    self.driver.delete_volume(volume)
-        except Exception:
+        call = self.driver.create_volume if op == "volume_create" else self.driver.delete_volume
+        if not rec.ran(op, lambda: call(volume)):
             LOG.info("%s of volume %s failed on %s", op, volume.id, self.host)
-            return rec.result
-        rec.result.ok = True
         return rec.result
 
     # --- security groups --------------------------------------------------------------
@@ -545,18 +528,17 @@ class ComputeManager:
     def apply_port_filter(self, port: PortFilterSpec) -> InstanceResult:
         """Set (or, for ``rules`` None, remove) one port's filter. Keyed by the port's id; a host
         that does not filter (``none``, ``unsupported``) has nothing to do and says ok."""
+
+        def apply() -> None:
+            if self.driver.port_filter_mode() == "enforced":
+                if port.rules is None:
+                    self.driver.remove_port_filter(port.port_id)
+                else:
+                    self.driver.apply_port_filter(port, rules_from_json(port.rules))
+
         rec = _Recorder(self.host, port.port_id)
-        try:
-            with rec.event("compute_apply_port_filter"):
-                if self.driver.port_filter_mode() == "enforced":
-                    if port.rules is None:
-                        self.driver.remove_port_filter(port.port_id)
-                    else:
-                        self.driver.apply_port_filter(port, rules_from_json(port.rules))
-        except Exception:
+        if not rec.ran("compute_apply_port_filter", apply):
             LOG.info("filter of port %s not applied on %s", port.port_id, self.host)
-            return rec.result
-        rec.result.ok = True
         return rec.result
 
     def list_port_filters(self) -> dict[str, list[dict[str, Any]]] | None:

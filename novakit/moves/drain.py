@@ -70,19 +70,8 @@ def evacuate_host(api: Any, ctx: RequestContext, host: str, *, dry_run: bool = F
         hosts.set_disabled(api.db, ctx, host, True, "evacuated: its host is down (novakit)", keep_reason=True)
     rows = []
     for server in sorted(api.list(ctx, host=host, all_projects=True), key=lambda s: s["name"]):
-        row: dict[str, Any] = {
-            "id": server["id"],
-            "name": server["name"],
-            "status": server["status"],
-            "from": host,
-            "to": None,
-            "how": "evacuate",
-            "result": "skipped",
-            "reason": None,
-        }
-        if server.get("task_state"):
-            row["reason"] = f"a task is running ({server['task_state']})"
-        else:
+        row = _row(server, host, "evacuate")
+        if row["reason"] is None:
             try:
                 out = api.act(ctx, server["id"], "evacuate", dry_run=dry_run)
                 if dry_run:
@@ -98,22 +87,28 @@ def evacuate_host(api: Any, ctx: RequestContext, host: str, *, dry_run: bool = F
     return {"host": host, "disabled": not dry_run, "dry_run": dry_run, "servers": rows}
 
 
-def _move_one(
-    api: Any, ctx: RequestContext, host: str, server: dict[str, Any], live: bool | None, dry_run: bool
-) -> dict[str, Any]:
-    row: dict[str, Any] = {
+def _row(server: dict[str, Any], host: str, how: str | None) -> dict[str, Any]:
+    """A server's row of a drain or an evacuation, skipped until it moves: skipped with the
+    reason when a task is running on it."""
+    task = server.get("task_state")
+    return {
         "id": server["id"],
         "name": server["name"],
         "status": server["status"],
         "from": host,
         "to": None,
-        "how": None,
+        "how": how,
         "result": "skipped",
-        "reason": None,
+        "reason": f"a task is running ({task})" if task else None,
     }
+
+
+def _move_one(
+    api: Any, ctx: RequestContext, host: str, server: dict[str, Any], live: bool | None, dry_run: bool
+) -> dict[str, Any]:
+    row = _row(server, host, None)
     status = server["status"]
-    if server.get("task_state"):
-        row["reason"] = f"a task is running ({server['task_state']})"
+    if row["reason"] is not None:
         return row
     ways: list[str] = []
     if live is not False and status in _LIVE:

@@ -218,12 +218,7 @@ def end_attach(
 ) -> None:
     """An ``attaching`` volume: ``in-use`` if the guest has it, else ``available`` with its
     attachment removed."""
-    if attached:
-        set_status(session, volume_row_id, "attached", unchanged_since=unchanged_since)
-        _set_attach_status(session, volume_row_id, "attached")
-    else:
-        set_status(session, volume_row_id, "attach_failed", unchanged_since=unchanged_since)
-        _soft_delete_attachments(session, volume_row_id)
+    _settle(session, volume_row_id, "attached" if attached else "attach_failed", attached, unchanged_since)
 
 
 def end_detach(
@@ -235,11 +230,19 @@ def end_detach(
 ) -> None:
     """A ``detaching`` volume: ``in-use`` again if the guest still has it, else ``available``
     with its attachment removed."""
-    if still_attached:
-        set_status(session, volume_row_id, "detach_failed", unchanged_since=unchanged_since)
+    step = "detach_failed" if still_attached else "detached"
+    _settle(session, volume_row_id, step, still_attached, unchanged_since)
+
+
+def _settle(
+    session: Session, volume_row_id: int, step: str, attached: bool, unchanged_since: dt.datetime | None
+) -> None:
+    """The volume's ``step`` (``volume.states``) taken; its attachment kept, as attached, while
+    the guest has it, else removed."""
+    set_status(session, volume_row_id, step, unchanged_since=unchanged_since)
+    if attached:
         _set_attach_status(session, volume_row_id, "attached")
     else:
-        set_status(session, volume_row_id, "detached", unchanged_since=unchanged_since)
         _soft_delete_attachments(session, volume_row_id)
 
 

@@ -14,6 +14,7 @@ Recovering an interrupted move is heal's (``novakit.heal.moves``), read from the
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
@@ -21,10 +22,10 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions
 from novakit.catalog import flavors
-from novakit.cells.registry import locate
+from novakit.cells.registry import in_cell_of, locate
 from novakit.compute import actions
 from novakit.compute.rpc import instance_spec
-from novakit.compute.states import TaskState, Transition, VmState
+from novakit.compute.states import ACTIONS, TaskState, Transition, VmState
 from novakit.conductor.core import Services, ctx_admin
 from novakit.context import RequestContext
 from novakit.db import api as db_api
@@ -39,16 +40,23 @@ LOG = logging.getLogger(__name__)
 T = TaskState
 
 
+@dataclass(frozen=True)
+class Choice:
+    """How a move's destination is chosen and recorded: the action ``event`` that records it,
+    the ``task`` state it expects, the migration's ``statuses`` before and after, and the
+    ``migration_type`` a move off its host records (``claim_elsewhere``)."""
+
+    event: str
+    task: TaskState
+    statuses: tuple[str, str]
+    migration_type: str = "migration"
+
+
 class Flow:
     """One move type, found by the name the state table's row gives it (``flows.FLOWS``)."""
 
-    #: how a move's destination is chosen (``choose_destination``): the action event that
-    #: records it, the task state it expects, the migration's statuses before and after
-    choice_event = "conductor_migrate_server"
-    choice_task: TaskState = T.RESIZE_PREP
-    choice_statuses = ("pre-migrating", "migrating")
-    #: the type of the migration a move off its host records (``claim_elsewhere``)
-    migration_type = "migration"
+    #: how a move's destination is chosen and recorded (``choose_destination``, ``claim_elsewhere``)
+    choice = Choice("conductor_migrate_server", T.RESIZE_PREP, ("pre-migrating", "migrating"))
 
     def __init__(self, services: Services) -> None:
         self.services = services
@@ -125,11 +133,11 @@ class Flow:
         source: str,
     ) -> str:
         """Scheduled as a boot is, with ``flavor``, away from ``source`` and in the server's
-        cell, recorded as the action's ``choice_event``; the claim is the instance's, and the
-        migration learns its destination with it (its status goes ``choice_statuses[0]`` ->
-        ``[1]``; the task ``choice_task`` is expected). With no destination, the move rolls back
+        cell, recorded as the action's ``choice.event``; the claim is the instance's, and the
+        migration learns its destination with it (its status goes ``choice.statuses[0]`` ->
+        ``[1]``; the task ``choice.task`` is expected). With no destination, the move rolls back
         (nothing has moved yet) and the error is raised."""
-        before, after = self.choice_statuses
+        before, after = self.choice.statuses
 
         def on_claimed(session: Session, claimed: dict[str, list[Any]]) -> None:
             chosen = claimed[uuid][0].host
@@ -138,13 +146,13 @@ class Flow:
                 session,
                 uuid,
                 {"task_lease_until": self.services.lease_until()},
-                expected_task_state=[self.choice_task],
+                expected_task_state=[self.choice.task],
                 expected_owner=ctx.request_id,
                 fetch=False,
             )
 
         try:
-            with actions.instance_event(self.db, ctx, uuid, self.choice_event):
+            with actions.instance_event(self.db, ctx, uuid, self.choice.event):
                 spec = self.move_spec(ctx, uuid, flavor=flavor, host=host, source=source)
                 selections = self.services.scheduler.select_destinations(
                     spec, [uuid], recheck_quota=False, on_claimed=on_claimed
@@ -158,11 +166,11 @@ class Flow:
     def claim_elsewhere(
         self, ctx: RequestContext, uuid: str, t: Transition, options: dict[str, Any]
     ) -> tuple[str, str, str]:
-        """A move of the server with its own flavor: the migration (``migration_type``, status
-        ``choice_statuses[0]``) recorded and handed the instance's claim on its host, in one
+        """A move of the server with its own flavor: the migration (``choice.migration_type``,
+        status ``choice.statuses[0]``) recorded and handed the instance's claim on its host, in one
         transaction, then its destination chosen (``choose_destination``, ``options``' host if
         named). Returns the migration, the source and the destination."""
-        kind, status = self.migration_type, self.choice_statuses[0]
+        kind, status = self.choice.migration_type, self.choice.statuses[0]
 
         def write(session: Session) -> tuple[str, str, dict[str, Any]]:
             inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
@@ -200,3 +208,21 @@ class Flow:
 
         self.db.run_in_transaction(write)
         self.services.notifier.emit(f"instance.{t.notify_as}.error", uuid)
+
+
+class OffItsHost(Flow):
+    """A move of a server, with its own flavor, to a host the scheduler chooses (live migration,
+    evacuation): claimed and placed by ``claim_elsewhere``, then carried on by the flow's
+    ``move``; its dry run is ``plan_elsewhere``."""
+
+    @in_cell_of("uuid")
+    def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
+        t = ACTIONS[action]
+        mig, source, dest = self.claim_elsewhere(ctx, uuid, t, options)
+        self.move(ctx, uuid, t, mig, source, dest)
+
+    def move(self, ctx: RequestContext, uuid: str, t: Transition, mig: str, source: str, dest: str) -> None:
+        raise NotImplementedError
+
+    def dry_run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> str | None:
+        return self.plan_elsewhere(ctx, uuid, options)

@@ -14,12 +14,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from novakit.cells.registry import in_cell_of
 from novakit.compute import actions
 from novakit.compute.rpc import instance_spec
-from novakit.compute.states import ACTIONS, TaskState, VmState
+from novakit.compute.states import TaskState, Transition, VmState
 from novakit.conductor.core import ctx_admin
-from novakit.conductor.flows.base import Flow
+from novakit.conductor.flows.base import Choice, OffItsHost
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.host.messages import ComputeRequest, InstanceResult
@@ -30,25 +29,19 @@ from novakit.placement.allocations import move_allocations_in_session, remove_al
 T = TaskState
 
 
-class Evacuate(Flow):
+class Evacuate(OffItsHost):
     """Nova's evacuate (the ``evacuate`` row): rebuilt elsewhere from its image."""
 
-    choice_event = "conductor_rebuild_server"
-    choice_task = T.REBUILDING
-    choice_statuses = ("accepted", "pre-migrating")
-    migration_type = "evacuation"
+    choice = Choice("conductor_rebuild_server", T.REBUILDING, ("accepted", "pre-migrating"), "evacuation")
 
-    @in_cell_of("uuid")
-    def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
-        t = ACTIONS[action]
-        mig, source, dest = self.claim_elsewhere(ctx, uuid, t, options)
+    def move(self, ctx: RequestContext, uuid: str, t: Transition, mig: str, source: str, dest: str) -> None:
         spec, old_vm_state = self.db.run_in_transaction(lambda s: self._spawning(s, ctx, uuid, dest))
         stopped = old_vm_state == VmState.STOPPED.value
         request = ComputeRequest(
             request_id=ctx.request_id,
             host=dest,
             operation="build",
-            action=action,
+            action=t.action,
             instances=[spec],
         )
         result = self.services.rpc.send(request)
@@ -56,7 +49,7 @@ class Evacuate(Flow):
             uuid=uuid, ok=False, fault=result.error
         )
         if built.ok and stopped:  # a stopped server is evacuated stopped, as Nova does
-            off = self.services.call(ctx, dest, "stop", action, spec, {"timeout": 0})
+            off = self.services.call(ctx, dest, "stop", t.action, spec, {"timeout": 0})
             built.events += off.events
             built.power_state = off.power_state
 
@@ -91,9 +84,6 @@ class Evacuate(Flow):
         ports.bind_host(session, [uuid], dest, "BUILD")
         inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
         return instance_spec(session, inst), inst.vm_state
-
-    def dry_run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> str | None:
-        return self.plan_elsewhere(ctx, uuid, options)
 
 
 def _rebuilt(session: Session, uuid: str, mig: str, built: InstanceResult, stopped: bool) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,53 @@ CAPABILITY_TRAITS: dict[str, str] = {
     # spawn hands ``InstanceSpec.admin_password_hash`` to the guest (through the config drive)
     "supports_admin_password": "CUSTOM_ADMIN_PASSWORD",
 }
+
+
+@dataclass(frozen=True)
+class PowerChange:
+    """A power change that keeps the guest's memory: the state it ends in (a guest there already
+    is left as it is, so a retry succeeds) and the states it starts from. From any other state it
+    fails: InstanceNotRunning when ``not_running``, else a 409 naming the state it needs."""
+
+    target: PowerState
+    sources: tuple[PowerState, ...]
+    not_running: bool
+
+
+POWER_CHANGES: dict[str, PowerChange] = {
+    "pause": PowerChange(PowerState.PAUSED, (PowerState.RUNNING,), not_running=True),
+    "unpause": PowerChange(PowerState.RUNNING, (PowerState.PAUSED,), not_running=False),
+    "suspend": PowerChange(PowerState.SUSPENDED, (PowerState.RUNNING, PowerState.PAUSED), not_running=True),
+    "resume": PowerChange(PowerState.RUNNING, (PowerState.SUSPENDED,), not_running=False),
+}
+
+
+def power_change_needed(action: str, instance_uuid: str, current: PowerState) -> bool:
+    """Whether a driver must act for ``action`` on a guest in ``current``: False when the guest
+    is at the target already, True from a state the action starts from, its error otherwise."""
+    change = POWER_CHANGES[action]
+    if current == change.target:
+        return False
+    if current in change.sources:
+        return True
+    if change.not_running:
+        raise exceptions.InstanceNotRunning(instance_uuid=instance_uuid)
+    needed = change.sources[0]
+    raise exceptions.ComputeError(
+        reason=f"cannot {action} instance {instance_uuid}: its guest is {current.name}, not {needed.name}",
+        code=409,
+    )
+
+
+def _power_change(action: str) -> Callable[[ComputeDriver, InstanceSpec], None]:
+    def method(self: ComputeDriver, instance: InstanceSpec) -> None:
+        self.change_power(instance, action)
+
+    method.__name__ = method.__qualname__ = action
+    method.__doc__ = (
+        f"``change_power(instance, {action!r})``: the guest ends {POWER_CHANGES[action].target.name}."
+    )
+    return method
 
 
 class ComputeDriver:
@@ -157,21 +205,20 @@ class ComputeDriver:
         """
         raise NotImplementedError
 
-    def pause(self, instance: InstanceSpec) -> None:
-        """Post-condition: the guest is PAUSED (vCPUs stopped, memory kept)."""
+    def change_power(self, instance: InstanceSpec, action: str) -> None:
+        """Pause, unpause, suspend or resume the guest: ``POWER_CHANGES[action]``, decided by
+        ``power_change_needed``. Post-condition: the guest is in the action's ``target`` state.
+
+        pause: PAUSED (vCPUs stopped, memory kept); unpause: RUNNING; suspend: the guest's memory
+        saved to disk, SUSPENDED (libvirt: managed save); resume: RUNNING from its saved memory.
+        """
         raise NotImplementedError
 
-    def unpause(self, instance: InstanceSpec) -> None:
-        """Post-condition: the guest is RUNNING."""
-        raise NotImplementedError
-
-    def suspend(self, instance: InstanceSpec) -> None:
-        """Save the guest's memory to disk. Post-condition: SUSPENDED (libvirt: managed save)."""
-        raise NotImplementedError
-
-    def resume(self, instance: InstanceSpec) -> None:
-        """Post-condition: the guest is RUNNING from its saved memory."""
-        raise NotImplementedError
+    # The host's calls (the state table's ``host_call``), one per row of POWER_CHANGES.
+    pause = _power_change("pause")
+    unpause = _power_change("unpause")
+    suspend = _power_change("suspend")
+    resume = _power_change("resume")
 
     def get_info(self, instance: InstanceSpec) -> InstanceInfo:
         """Raises InstanceNotFound if the hypervisor has no such guest."""

@@ -97,7 +97,7 @@ from novakit.host.power import PowerState
 from novakit.keypairs import fingerprint as key_fingerprint
 from novakit.network.filter_rules import FilterRule, rules_from_json, rules_to_json
 from novakit.virt import admin_password_line, guest_ready_line
-from novakit.virt.driver import ComputeDriver, InstanceInfo
+from novakit.virt.driver import POWER_CHANGES, ComputeDriver, InstanceInfo, power_change_needed
 
 FAILURE_MODES = (
     "none",
@@ -473,45 +473,12 @@ class FakeDriver(ComputeDriver):
             _console(guest, "reboot: Restarting system")
             _boot_console(guest, instance.uuid)
 
-    def pause(self, instance: InstanceSpec) -> None:
+    def change_power(self, instance: InstanceSpec, action: str) -> None:
         with self._locked_state() as state:
             guest = self._guest(state, instance.uuid)
             self._settle(guest)
-            if guest["power_state"] == PowerState.PAUSED:
-                return
-            if guest["power_state"] != PowerState.RUNNING:
-                raise exceptions.InstanceNotRunning(instance_uuid=instance.uuid)
-            guest["power_state"] = int(PowerState.PAUSED)
-
-    def unpause(self, instance: InstanceSpec) -> None:
-        with self._locked_state() as state:
-            guest = self._guest(state, instance.uuid)
-            self._settle(guest)
-            if guest["power_state"] == PowerState.RUNNING:
-                return
-            if guest["power_state"] != PowerState.PAUSED:
-                raise _wrong_state(instance.uuid, "unpause", guest["power_state"], PowerState.PAUSED)
-            guest["power_state"] = int(PowerState.RUNNING)
-
-    def suspend(self, instance: InstanceSpec) -> None:
-        with self._locked_state() as state:
-            guest = self._guest(state, instance.uuid)
-            self._settle(guest)
-            if guest["power_state"] == PowerState.SUSPENDED:
-                return
-            if guest["power_state"] not in (PowerState.RUNNING, PowerState.PAUSED):
-                raise exceptions.InstanceNotRunning(instance_uuid=instance.uuid)
-            guest["power_state"] = int(PowerState.SUSPENDED)
-
-    def resume(self, instance: InstanceSpec) -> None:
-        with self._locked_state() as state:
-            guest = self._guest(state, instance.uuid)
-            self._settle(guest)
-            if guest["power_state"] == PowerState.RUNNING:
-                return
-            if guest["power_state"] != PowerState.SUSPENDED:
-                raise _wrong_state(instance.uuid, "resume", guest["power_state"], PowerState.SUSPENDED)
-            guest["power_state"] = int(PowerState.RUNNING)
+            if power_change_needed(action, instance.uuid, PowerState(guest["power_state"])):
+                guest["power_state"] = int(POWER_CHANGES[action].target)
 
     def get_info(self, instance: InstanceSpec) -> InstanceInfo:
         with self._locked_state() as state:
@@ -841,15 +808,6 @@ class FakeDriver(ComputeDriver):
         with self._locked_state() as state:
             self._guest(state, uuid)
             del state["instances"][uuid]
-
-
-def _wrong_state(uuid: str, action: str, current: int, needed: PowerState) -> exceptions.ComputeError:
-    return exceptions.ComputeError(
-        reason=(
-            f"cannot {action} instance {uuid}: its guest is {PowerState(current).name}, not {needed.name}"
-        ),
-        code=409,
-    )
 
 
 def _disk_line(device: str, size_gb: int) -> str:

@@ -42,7 +42,8 @@ def _q(tag: str) -> str:
     return f"{{{NOVAKIT_NS}}}{tag}"
 
 
-def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
+def sub_element(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
+    """A child ``tag`` of ``parent`` with ``attrs`` and, when given, ``text`` (escaped on output)."""
     elem = ET.SubElement(parent, tag, attrs)
     if text is not None:
         elem.text = text
@@ -93,11 +94,11 @@ class InstanceMetadata:
 
     def to_element(self) -> ET.Element:
         root = ET.Element(_q("instance"))
-        _sub(root, _q("uuid"), self.uuid)
-        _sub(root, _q("name"), _clean_text(self.name))
-        _sub(root, _q("hostname"), _clean_text(self.hostname))
-        _sub(root, _q("creationTime"), self.creation_time)
-        _sub(
+        sub_element(root, _q("uuid"), self.uuid)
+        sub_element(root, _q("name"), _clean_text(self.name))
+        sub_element(root, _q("hostname"), _clean_text(self.hostname))
+        sub_element(root, _q("creationTime"), self.creation_time)
+        sub_element(
             root,
             _q("flavor"),
             name=_clean_text(self.flavor_name),
@@ -107,8 +108,8 @@ class InstanceMetadata:
             ephemeral_gb=str(self.ephemeral_gb),
             swap_mb=str(self.swap_mb),
         )
-        _sub(root, _q("owner"), project=_clean_text(self.project_id), user=_clean_text(self.user_id))
-        _sub(root, _q("image"), id=_clean_text(self.image_id))
+        sub_element(root, _q("owner"), project=_clean_text(self.project_id), user=_clean_text(self.user_id))
+        sub_element(root, _q("image"), id=_clean_text(self.image_id))
         return root
 
     @classmethod
@@ -164,16 +165,16 @@ class GuestDisk:
     def to_element(self) -> ET.Element:
         disk = ET.Element("disk", type=self.source_type, device=self.device)
         # No cache mode: "none" needs O_DIRECT, which tmpfs and some overlay filesystems lack.
-        _sub(disk, "driver", name="qemu", type=self.driver_type)
+        sub_element(disk, "driver", name="qemu", type=self.driver_type)
         if self.source_type == "block":
-            _sub(disk, "source", dev=self.source_path)
+            sub_element(disk, "source", dev=self.source_path)
         else:
-            _sub(disk, "source", file=self.source_path)
-        _sub(disk, "target", dev=self.target_dev, bus=self.target_bus)
+            sub_element(disk, "source", file=self.source_path)
+        sub_element(disk, "target", dev=self.target_dev, bus=self.target_bus)
         if self.readonly:
-            _sub(disk, "readonly")
+            sub_element(disk, "readonly")
         if self.serial:
-            _sub(disk, "serial", _clean_text(self.serial))
+            sub_element(disk, "serial", _clean_text(self.serial))
         return disk
 
 
@@ -192,16 +193,16 @@ class GuestInterface:
     def to_element(self) -> ET.Element:
         iface = ET.Element("interface", type=self.net_type)
         if self.mac:
-            _sub(iface, "mac", address=self.mac)
+            sub_element(iface, "mac", address=self.mac)
         if self.net_type == "network":
-            _sub(iface, "source", network=self.source)
+            sub_element(iface, "source", network=self.source)
         elif self.net_type == "bridge":
-            _sub(iface, "source", bridge=self.source)
-        _sub(iface, "model", type=self.model)
+            sub_element(iface, "source", bridge=self.source)
+        sub_element(iface, "model", type=self.model)
         if self.filter:
-            ref = _sub(iface, "filterref", filter=self.filter)
+            ref = sub_element(iface, "filterref", filter=self.filter)
             for name, value in sorted(self.filter_params.items()):
-                _sub(ref, "parameter", name=name, value=value)
+                sub_element(ref, "parameter", name=name, value=value)
         return iface
 
 
@@ -264,10 +265,10 @@ class GuestSerialLog:
     def to_elements(self) -> list[ET.Element]:
         serial = ET.Element("serial", type="pty")
         # Appended, so the console of a rebooted guest still shows the boot before.
-        _sub(serial, "log", file=self.log_path, append="on")
-        _sub(serial, "target", port="0")
+        sub_element(serial, "log", file=self.log_path, append="on")
+        sub_element(serial, "target", port="0")
         console = ET.Element("console", type="pty")
-        _sub(console, "target", type="serial", port="0")
+        sub_element(console, "target", type="serial", port="0")
         return [serial, console]
 
 
@@ -298,38 +299,38 @@ class LibvirtConfigGuest:
 
     def to_element(self) -> ET.Element:
         dom = ET.Element("domain", type=self.domain_type)
-        _sub(dom, "name", self.name)
-        _sub(dom, "uuid", self.uuid)
+        sub_element(dom, "name", self.name)
+        sub_element(dom, "uuid", self.uuid)
         if self.title:
             # libvirt refuses a title with a newline in it.
-            _sub(dom, "title", " ".join(_clean_text(self.title).splitlines()))
+            sub_element(dom, "title", " ".join(_clean_text(self.title).splitlines()))
         if self.metadata is not None:
-            meta = _sub(dom, "metadata")
+            meta = sub_element(dom, "metadata")
             meta.append(self.metadata.to_element())
-        _sub(dom, "memory", str(self.memory_mb), unit="MiB")
-        _sub(dom, "currentMemory", str(self.memory_mb), unit="MiB")
-        _sub(dom, "vcpu", str(self.vcpus), placement="static")
-        os_elem = _sub(dom, "os")
+        sub_element(dom, "memory", str(self.memory_mb), unit="MiB")
+        sub_element(dom, "currentMemory", str(self.memory_mb), unit="MiB")
+        sub_element(dom, "vcpu", str(self.vcpus), placement="static")
+        os_elem = sub_element(dom, "os")
         type_attrs = {k: v for k, v in (("arch", self.arch), ("machine", self.machine)) if v}
-        _sub(os_elem, "type", self.os_type, **type_attrs)
+        sub_element(os_elem, "type", self.os_type, **type_attrs)
         if self.kernel:
-            _sub(os_elem, "kernel", self.kernel)
+            sub_element(os_elem, "kernel", self.kernel)
             if self.initrd:
-                _sub(os_elem, "initrd", self.initrd)
+                sub_element(os_elem, "initrd", self.initrd)
             if self.cmdline:
-                _sub(os_elem, "cmdline", _clean_text(self.cmdline))
+                sub_element(os_elem, "cmdline", _clean_text(self.cmdline))
         else:
-            _sub(os_elem, "boot", dev="hd")
-        features = _sub(dom, "features")
-        _sub(features, "acpi")
-        _sub(features, "apic")
-        _sub(dom, "clock", offset="utc")
-        _sub(dom, "on_poweroff", self.on_poweroff)
-        _sub(dom, "on_reboot", self.on_reboot)
-        _sub(dom, "on_crash", self.on_crash)
-        devices = _sub(dom, "devices")
+            sub_element(os_elem, "boot", dev="hd")
+        features = sub_element(dom, "features")
+        sub_element(features, "acpi")
+        sub_element(features, "apic")
+        sub_element(dom, "clock", offset="utc")
+        sub_element(dom, "on_poweroff", self.on_poweroff)
+        sub_element(dom, "on_reboot", self.on_reboot)
+        sub_element(dom, "on_crash", self.on_crash)
+        devices = sub_element(dom, "devices")
         if self.emulator:
-            _sub(devices, "emulator", self.emulator)
+            sub_element(devices, "emulator", self.emulator)
         for disk in self.disks:
             devices.append(disk.to_element())
         for iface in self.interfaces:
@@ -337,7 +338,7 @@ class LibvirtConfigGuest:
         if self.serial_log is not None:
             devices.extend(self.serial_log.to_elements())
         # No balloon: novakit does not overcommit memory, and it is one less device to boot.
-        _sub(devices, "memballoon", model="none")
+        sub_element(devices, "memballoon", model="none")
         return dom
 
     def to_xml(self) -> str:

@@ -541,21 +541,9 @@ class LibvirtDriver(ComputeDriver):
         with self._operation("reboot", instance) as guest:
             guest.reboot(soft=reboot_type.upper() == "SOFT", timeout=self.reboot_timeout)
 
-    def pause(self, instance: InstanceSpec) -> None:
-        with self._operation("pause", instance) as guest:
-            guest.pause()
-
-    def unpause(self, instance: InstanceSpec) -> None:
-        with self._operation("unpause", instance) as guest:
-            guest.unpause()
-
-    def suspend(self, instance: InstanceSpec) -> None:
-        with self._operation("suspend", instance) as guest:
-            guest.suspend()
-
-    def resume(self, instance: InstanceSpec) -> None:
-        with self._operation("resume", instance) as guest:
-            guest.resume()
+    def change_power(self, instance: InstanceSpec, action: str) -> None:
+        with self._operation(action, instance) as guest:
+            guest.change_power(action)
 
     # --- looking ----------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from novakit import exceptions
 from novakit.host.power import PowerState
+from novakit.virt.driver import power_change_needed
 
 # libvirt's virDomainState values (stable ABI), so that this table needs no import.
 VIR_DOMAIN_NOSTATE = 0
@@ -150,41 +151,15 @@ class Guest:
         self.force_off()
         self.start()
 
-    def pause(self) -> None:
-        state = self.get_power_state()
-        if state == PowerState.PAUSED:
+    def change_power(self, action: str) -> None:
+        """``POWER_CHANGES[action]`` on this domain. SUSPENDED is the memory saved by libvirt
+        (managed save), restored by ``start``."""
+        if not power_change_needed(action, self.uuid, self.get_power_state()):
             return
-        if state != PowerState.RUNNING:
-            raise exceptions.InstanceNotRunning(instance_uuid=self.uuid)
-        self.domain.suspend()
-
-    def unpause(self) -> None:
-        state = self.get_power_state()
-        if state == PowerState.RUNNING:
-            return
-        if state != PowerState.PAUSED:
-            raise self.wrong_state("unpause", state, "PAUSED")
-        self.domain.resume()
-
-    def suspend(self) -> None:
-        """SUSPENDED: the memory saved by libvirt (managed save), restored by ``start``."""
-        state = self.get_power_state()
-        if state == PowerState.SUSPENDED:
-            return
-        if state not in (PowerState.RUNNING, PowerState.PAUSED):
-            raise exceptions.InstanceNotRunning(instance_uuid=self.uuid)
-        self.domain.managedSave(0)
-
-    def resume(self) -> None:
-        state = self.get_power_state()
-        if state == PowerState.RUNNING:
-            return
-        if state != PowerState.SUSPENDED:
-            raise self.wrong_state("resume", state, "SUSPENDED")
-        self.start()
-
-    def wrong_state(self, action: str, current: PowerState, needed: str) -> exceptions.ComputeError:
-        return exceptions.ComputeError(
-            reason=f"cannot {action} instance {self.uuid}: its guest is {current.name}, not {needed}",
-            code=409,
-        )
+        steps: dict[str, Callable[[], object]] = {
+            "pause": self.domain.suspend,
+            "unpause": self.domain.resume,
+            "suspend": lambda: self.domain.managedSave(0),
+            "resume": self.start,
+        }
+        steps[action]()

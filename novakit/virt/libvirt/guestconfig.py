@@ -13,6 +13,7 @@ here defines or starts a domain.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from novakit import exceptions
@@ -46,25 +47,17 @@ def parse_networks(value: Any) -> list[tuple[str, str]]:
     return parsed
 
 
+@dataclass
 class GuestConfigBuilder:
     """The driver's options that shape every domain, and the stores its disks come from."""
 
-    def __init__(
-        self,
-        image_cache: ImageCache,
-        volume_pool: VolumePool,
-        domain_type: str,
-        emulator: str | None,
-        default_networks: list[tuple[str, str]],
-        port_filters: bool = False,
-    ) -> None:
-        self.image_cache = image_cache
-        # Whether a NIC whose port has security-group rules references its network filter.
-        self.port_filters = port_filters
-        self.volume_pool = volume_pool
-        self.domain_type = domain_type
-        self.emulator = emulator
-        self.default_networks = default_networks
+    image_cache: ImageCache
+    volume_pool: VolumePool
+    domain_type: str
+    emulator: str | None
+    default_networks: list[tuple[str, str]]
+    # Whether a NIC whose port has security-group rules references its network filter.
+    port_filters: bool = False
 
     def fetch_image(self, image: ImageSpec, role: str) -> CachedImage:
         """The verified cached copy of ``image``; a kernel or ramdisk must be a raw file."""

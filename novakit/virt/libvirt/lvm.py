@@ -29,18 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from novakit import exceptions
-from novakit.virt.libvirt.storage import RemoteStorage
+from novakit.virt.libvirt.config import sub_element
+from novakit.virt.libvirt.storage import RemoteStorage, pool_xml, volume_element
 
 OPTION = "volume_group"
 # LVM's rule for VG names (lvm(8), "VALID NAMES"); also keeps ``/dev/<vg>`` inside /dev.
 _VG_NAME = re.compile(r"^(?!-)[A-Za-z0-9+_.-]{1,127}$")
-
-
-def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
-    elem = ET.SubElement(parent, tag, attrs)
-    if text is not None:
-        elem.text = text
-    return elem
 
 
 def check_volume_group_name(name: str) -> str:
@@ -68,14 +62,10 @@ class LogicalPoolConfig:
         return f"/dev/{self.volume_group}"
 
     def to_xml(self) -> str:
-        pool = ET.Element("pool", type="logical")
-        _sub(pool, "name", self.name)
-        source = _sub(pool, "source")
-        _sub(source, "name", self.volume_group)
-        _sub(source, "format", type="lvm2")
-        target = _sub(pool, "target")
-        _sub(target, "path", self.path)
-        return ET.tostring(pool, encoding="unicode")
+        source = ET.Element("source")
+        sub_element(source, "name", self.volume_group)
+        sub_element(source, "format", type="lvm2")
+        return pool_xml("logical", self.name, self.path, source)
 
 
 @dataclass
@@ -86,10 +76,8 @@ class LogicalVolumeConfig:
     capacity: int
 
     def to_xml(self) -> str:
-        vol = ET.Element("volume", type="block")
-        _sub(vol, "name", self.name)
-        _sub(vol, "capacity", str(self.capacity), unit="bytes")
-        _sub(vol, "allocation", str(self.capacity), unit="bytes")
+        # Thick: all of it allocated up front.
+        vol = volume_element("block", self.name, self.capacity, allocation=self.capacity)
         return ET.tostring(vol, encoding="unicode")
 
 

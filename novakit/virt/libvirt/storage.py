@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from novakit import exceptions, files
+from novakit.virt.libvirt.config import sub_element
 from novakit.virt.libvirt.imagecache import CachedImage, cache_key
 
 DEFAULT_POOL = "novakit"
@@ -60,11 +61,24 @@ SHARED_MODE = "0644"
 CONSOLE_HEADER = b"novakit console log\n"
 
 
-def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) -> ET.Element:
-    elem = ET.SubElement(parent, tag, attrs)
-    if text is not None:
-        elem.text = text
-    return elem
+def pool_xml(pool_type: str, name: str, path: str, source: ET.Element | None = None) -> str:
+    """A storage pool's definition: its name, the ``source`` a pool type may have, its target."""
+    pool = ET.Element("pool", type=pool_type)
+    sub_element(pool, "name", name)
+    if source is not None:
+        pool.append(source)
+    target = sub_element(pool, "target")
+    sub_element(target, "path", path)
+    return ET.tostring(pool, encoding="unicode")
+
+
+def volume_element(volume_type: str, name: str, capacity: int, allocation: int) -> ET.Element:
+    """A storage volume's definition as far as every type of volume shares it (sizes in bytes)."""
+    vol = ET.Element("volume", type=volume_type)
+    sub_element(vol, "name", name)
+    sub_element(vol, "capacity", str(capacity), unit="bytes")
+    sub_element(vol, "allocation", str(allocation), unit="bytes")
+    return vol
 
 
 @dataclass
@@ -75,11 +89,7 @@ class StoragePoolConfig:
     path: str
 
     def to_xml(self) -> str:
-        pool = ET.Element("pool", type="dir")
-        _sub(pool, "name", self.name)
-        target = _sub(pool, "target")
-        _sub(target, "path", self.path)
-        return ET.tostring(pool, encoding="unicode")
+        return pool_xml("dir", self.name, self.path)
 
 
 @dataclass
@@ -101,18 +111,15 @@ class StorageVolumeConfig:
     def to_xml(self) -> str:
         if self.backing_path is not None and not self.backing_format:
             raise ValueError("an overlay must state its backing store's format")
-        vol = ET.Element("volume", type="file")
-        _sub(vol, "name", self.name)
-        _sub(vol, "capacity", str(self.capacity), unit="bytes")
-        _sub(vol, "allocation", str(self.allocation), unit="bytes")
-        target = _sub(vol, "target")
-        _sub(target, "format", type=self.format)
-        perms = _sub(target, "permissions")
-        _sub(perms, "mode", self.mode)
+        vol = volume_element("file", self.name, self.capacity, self.allocation)
+        target = sub_element(vol, "target")
+        sub_element(target, "format", type=self.format)
+        perms = sub_element(target, "permissions")
+        sub_element(perms, "mode", self.mode)
         if self.backing_path is not None:
-            backing = _sub(vol, "backingStore")
-            _sub(backing, "path", self.backing_path)
-            _sub(backing, "format", type=str(self.backing_format))
+            backing = sub_element(vol, "backingStore")
+            sub_element(backing, "path", self.backing_path)
+            sub_element(backing, "format", type=str(self.backing_format))
         return ET.tostring(vol, encoding="unicode")
 
 
@@ -272,13 +279,8 @@ class RemoteStorage:
             digest.update(chunk)
             return chunk
 
-        try:
+        with finishing(self.libvirt, stream):
             stream.sendAll(reader, None)
-            stream.finish()
-        except BaseException:
-            with contextlib.suppress(self.libvirt.libvirtError):
-                stream.abort()
-            raise
 
     def download_file(self, name: str, dest: Path) -> bool:
         """Copy a volume's whole file into the local file ``dest`` (0600); False if there is no
@@ -308,13 +310,8 @@ class RemoteStorage:
             chunks.append(data)
             return len(data)
 
-        try:
+        with finishing(self.libvirt, stream):
             stream.recvAll(writer, None)
-            stream.finish()
-        except BaseException:
-            with contextlib.suppress(self.libvirt.libvirtError):
-                stream.abort()
-            raise
         return b"".join(chunks)
 
     # --- base images ------------------------------------------------------------------
@@ -454,6 +451,19 @@ class RemoteStorage:
         return errors
 
 
+@contextlib.contextmanager
+def finishing(libvirt: Any, stream: Any) -> Iterator[None]:
+    """Around a stream's transfer: finish the stream after it, or on any failure abort it (the
+    daemon then drops its end) and raise."""
+    try:
+        yield
+        stream.finish()
+    except BaseException:
+        with contextlib.suppress(libvirt.libvirtError):
+            stream.abort()
+        raise
+
+
 def download(libvirt: Any, conn: Any, vol: Any, dest: Path) -> None:
     """Stream a volume's bytes over ``conn`` (the daemon that has the volume) into ``dest``."""
     stream = conn.newStream(0)
@@ -463,13 +473,8 @@ def download(libvirt: Any, conn: Any, vol: Any, dest: Path) -> None:
         def writer(_stream: Any, data: bytes, _opaque: Any) -> int:
             return out.write(data)
 
-        try:
+        with finishing(libvirt, stream):
             stream.recvAll(writer, None)
-            stream.finish()
-        except BaseException:
-            with contextlib.suppress(libvirt.libvirtError):
-                stream.abort()
-            raise
 
 
 def upload_bytes(libvirt: Any, conn: Any, vol: Any, data: bytes, offset: int = 0) -> None:
@@ -477,13 +482,8 @@ def upload_bytes(libvirt: Any, conn: Any, vol: Any, data: bytes, offset: int = 0
     stream = conn.newStream(0)
     vol.upload(stream, offset, len(data), 0)
     src = io.BytesIO(data)
-    try:
+    with finishing(libvirt, stream):
         stream.sendAll(lambda _s, nbytes, _o: src.read(min(nbytes, _CHUNK)), None)
-        stream.finish()
-    except BaseException:
-        with contextlib.suppress(libvirt.libvirtError):
-            stream.abort()
-        raise
 
 
 def _message(exc: Exception) -> str:

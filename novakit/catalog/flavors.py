@@ -66,10 +66,7 @@ def create(
         session.flush()
         return view(row)
 
-    if dry_run:
-        with db.reader() as session:
-            return write(session)
-    return db.run_in_transaction(write)
+    return db.run_or_dry_run(write, dry_run=dry_run)
 
 
 def list_flavors(
@@ -109,11 +106,7 @@ def delete(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = False
         if not dry_run:
             session.delete(row)
 
-    if dry_run:
-        with db.reader() as session:
-            write(session)
-        return
-    db.run_in_transaction(write)
+    db.run_or_dry_run(write, dry_run=dry_run)
 
 
 def snapshot(f: Flavor) -> dict[str, Any]:

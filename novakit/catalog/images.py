@@ -160,10 +160,7 @@ def create(db: Database, ctx: RequestContext, data: dict[str, Any], dry_run: boo
         session.flush()
         return view(row, ctx)
 
-    if dry_run:
-        with db.reader() as session:
-            return write(session)
-    return db.run_in_transaction(write)
+    return db.run_or_dry_run(write, dry_run=dry_run)
 
 
 def list_images(

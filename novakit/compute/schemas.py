@@ -136,6 +136,17 @@ class SchedulerHints(_Request):
         return _check_uuid(v) if v is not None else None
 
 
+def ipv4_address(value: str) -> str:
+    """``value`` as an IPv4 address, for a field validator (a ValueError says what it is not)."""
+    try:
+        addr = ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address") from None
+    if addr.version != 4:
+        raise ValueError(f"{value} is not an IPv4 address")
+    return str(addr)
+
+
 class NetworkRequest(_Request):
     """One NIC: a novakit network (``net_id``, with Nova's ``v4-fixed-ip`` as ``fixed_ip``), a
     port (``port_id``), or a host-side network plugged in directly (``type`` and ``source``)."""
@@ -149,15 +160,7 @@ class NetworkRequest(_Request):
     @field_validator("fixed_ip")
     @classmethod
     def _fixed_ip(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        try:
-            addr = ipaddress.ip_address(v)
-        except ValueError:
-            raise ValueError(f"{v!r} is not an IP address") from None
-        if addr.version != 4:
-            raise ValueError(f"{v} is not an IPv4 address")
-        return str(addr)
+        return ipv4_address(v) if v is not None else None
 
     @pydantic.model_validator(mode="after")
     def _one_form(self) -> NetworkRequest:

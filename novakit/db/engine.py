@@ -457,6 +457,14 @@ class Database:
                 time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
         raise AssertionError("unreachable")
 
+    def run_or_dry_run(self, fn: Callable[[Session], T], *, dry_run: bool) -> T:
+        """``run_in_transaction(fn)``, or with ``dry_run`` ``fn`` in a read: check mode runs the same
+        checks, and ``fn`` itself stops before it writes."""
+        if dry_run:
+            with self.reader() as session:
+                return fn(session)
+        return self.run_in_transaction(fn)
+
     # --- schema -----------------------------------------------------------------
 
     def current_revision(self) -> str | None:

@@ -99,11 +99,8 @@ def create(
         quota.check_user_count(session, conf, ctx.project_id, user_id, "key_pairs", 0, lock=True)
         return view(row)
 
-    if dry_run:
-        with db.reader() as session:
-            return write(session)
     try:
-        made = db.run_in_transaction(write)
+        made = db.run_or_dry_run(write, dry_run=dry_run)
     except IntegrityError:
         # Another call made a pair of that name between the check and the insert.
         raise exceptions.KeyPairExists(name=req.name, user_id=user_id) from None
@@ -149,11 +146,7 @@ def delete(
         if not dry_run:
             session.delete(row)
 
-    if dry_run:
-        with db.reader() as session:
-            write(session)
-        return
-    db.run_in_transaction(write)
+    db.run_or_dry_run(write, dry_run=dry_run)
 
 
 def for_boot(session: Session, ctx: RequestContext, key_name: str, field: str = "key_name") -> KeyPair:

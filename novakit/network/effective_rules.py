@@ -80,9 +80,9 @@ def affected_ports(
     Groups by id or uuid, ports by id or uuid. Call it in the transaction of the change, before a
     removal (what was there decides who is touched) or after an addition.
     """
-    group_ids = _group_ids(session, rules_of)
-    member_ids = _group_ids(session, members_of)
-    port_ids = _port_ids(session, ports)
+    group_ids = _row_ids(session, SecurityGroup, rules_of)
+    member_ids = _row_ids(session, SecurityGroup, members_of)
+    port_ids = _row_ids(session, Port, ports)
     if port_ids:
         member_ids |= set(
             session.execute(
@@ -102,21 +102,15 @@ def affected_ports(
     return [AffectedPort(port_id=u, host=h, instance_uuid=d) for u, h, d in rows]
 
 
-def _group_ids(session: Session, refs: Iterable[int | str]) -> set[int]:
+def _row_ids(
+    session: Session, model: type[SecurityGroup] | type[Port], refs: Iterable[int | str]
+) -> set[int]:
+    """The row ids of ``refs``: each one a row id already, or a uuid."""
     refs = list(refs)
     ids = {r for r in refs if isinstance(r, int)}
     uuids = [r for r in refs if isinstance(r, str)]
     if uuids:
-        ids |= set(session.execute(select(SecurityGroup.id).where(SecurityGroup.uuid.in_(uuids))).scalars())
-    return ids
-
-
-def _port_ids(session: Session, refs: Iterable[int | str]) -> set[int]:
-    refs = list(refs)
-    ids = {r for r in refs if isinstance(r, int)}
-    uuids = [r for r in refs if isinstance(r, str)]
-    if uuids:
-        ids |= set(session.execute(select(Port.id).where(Port.uuid.in_(uuids))).scalars())
+        ids |= set(session.execute(select(model.id).where(model.uuid.in_(uuids))).scalars())
     return ids
 
 

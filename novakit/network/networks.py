@@ -74,6 +74,11 @@ def _subnet_names(session: Session, network_id: int) -> list[str]:
     )
 
 
+def _name_taken(name: str) -> exceptions.Conflict:
+    # Said by the check before the insert and by the unique key that catches a create racing it.
+    return exceptions.Conflict(reason=f"a network named {name!r} exists; network names are unique")
+
+
 def create(
     db: Database, ctx: RequestContext, data: dict[str, Any], *, dry_run: bool = False
 ) -> dict[str, Any] | None:
@@ -84,7 +89,7 @@ def create(
 
     def write(session: Session) -> dict[str, Any] | None:
         if session.execute(select(Network.id).where(Network.name == req.name)).first() is not None:
-            raise exceptions.Conflict(reason=f"a network named {req.name!r} exists; network names are unique")
+            raise _name_taken(req.name)
         if req.is_default:
             current = get_default(session)
             if current is not None:
@@ -105,20 +110,15 @@ def create(
         session.flush()
         return view(row)
 
-    if dry_run:
-        with db.reader() as session:
-            return write(session)
     try:
-        return db.run_in_transaction(write)
+        return db.run_or_dry_run(write, dry_run=dry_run)
     except IntegrityError:
         # Another create took the name or the default between the check and the insert.
         with db.reader() as session:
             current = get_default(session)
         if req.is_default and current is not None and current.name != req.name:
             raise exceptions.DefaultNetworkExists(network=current.name) from None
-        raise exceptions.Conflict(
-            reason=f"a network named {req.name!r} exists; network names are unique"
-        ) from None
+        raise _name_taken(req.name) from None
 
 
 def list_networks(db: Database) -> list[dict[str, Any]]:
@@ -154,8 +154,4 @@ def delete(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = False
             session.delete(subnet)
         session.delete(net)
 
-    if dry_run:
-        with db.reader() as session:
-            write(session)
-        return
-    db.run_in_transaction(write)
+    db.run_or_dry_run(write, dry_run=dry_run)

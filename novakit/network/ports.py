@@ -195,10 +195,7 @@ def create(
         security_groups.bind_port(session, ctx, port, groups)
         return view(port, network, fixed_ips(session, [port.id])[port.id], groups)
 
-    if dry_run:
-        with db.reader() as session:
-            return write(session)
-    return db.run_in_transaction(write)
+    return db.run_or_dry_run(write, dry_run=dry_run)
 
 
 def list_ports(
@@ -254,11 +251,7 @@ def delete_port(
         if gone.rowcount != 1:  # type: ignore[attr-defined]
             raise exceptions.PortInUse(port=port.name or port.uuid, device_id="(another server)")
 
-    if dry_run:
-        with db.reader() as session:
-            write(session)
-        return
-    db.run_in_transaction(write)
+    db.run_or_dry_run(write, dry_run=dry_run)
     if on_change is not None and touched:
         on_change(list(touched))
 

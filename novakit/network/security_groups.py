@@ -30,6 +30,7 @@ by name, so a twin would be ambiguous).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid as uuidlib
 from collections.abc import Callable
 from typing import Any
@@ -216,16 +217,12 @@ def _first_use(db: Database, project_id: str) -> None:
 def _rule_row(
     group: SecurityGroup, fields: RuleFields, remote_group_id: int | None, description: str | None
 ) -> SecurityGroupRule:
+    # RuleFields' fields are the rule's columns, by name.
     return SecurityGroupRule(
         uuid=str(uuidlib.uuid4()),
         security_group_id=group.id,
         project_id=group.project_id,
-        direction=fields.direction,
-        ethertype=fields.ethertype,
-        protocol=fields.protocol,
-        port_range_min=fields.port_range_min,
-        port_range_max=fields.port_range_max,
-        remote_ip_prefix=fields.remote_ip_prefix,
+        **dataclasses.asdict(fields),
         remote_group_id=remote_group_id,
         description=description,
         fingerprint=fields.fingerprint(remote_group_id),
@@ -233,6 +230,14 @@ def _rule_row(
 
 
 # --- groups --------------------------------------------------------------------------------
+
+
+def _name_taken(name: str, project_id: str) -> exceptions.Conflict:
+    # Said by the check before the insert and by the unique key that catches a create racing it.
+    return exceptions.Conflict(
+        reason=f"a security group named {name!r} exists in project {project_id}; "
+        "group names are unique per project"
+    )
 
 
 def create_group(
@@ -259,10 +264,7 @@ def create_group(
             )
         ).first()
         if taken is not None:
-            raise exceptions.Conflict(
-                reason=f"a security group named {req.name!r} exists in project {project_id}; "
-                "group names are unique per project"
-            )
+            raise _name_taken(req.name, project_id)
         quota.check_quota(session, conf, project_id, deltas)
         if dry_run:
             return None
@@ -278,16 +280,10 @@ def create_group(
         quota.recheck(session, conf, project_id, deltas)
         return group_view(session, group)
 
-    if dry_run:
-        with db.reader() as session:
-            return write(session)
     try:
-        return db.run_in_transaction(write)
+        return db.run_or_dry_run(write, dry_run=dry_run)
     except IntegrityError:
-        raise exceptions.Conflict(
-            reason=f"a security group named {req.name!r} exists in project {project_id}; "
-            "group names are unique per project"
-        ) from None
+        raise _name_taken(req.name, project_id) from None
 
 
 def list_groups(db: Database, ctx: RequestContext, *, project_id: str | None = None) -> list[dict[str, Any]]:
@@ -349,12 +345,8 @@ def delete_group(
         session.execute(delete(SecurityGroup).where(SecurityGroup.id == group.id))
         return port_uuids(session, affected)
 
-    if dry_run:
-        with db.reader() as session:
-            write(session)
-        return
     try:
-        changed = db.run_in_transaction(write)
+        changed = db.run_or_dry_run(write, dry_run=dry_run)
     except IntegrityError:
         # A port took the group between the count and the delete (its binding's key holds it).
         raise exceptions.SecurityGroupInUse(group=ref, reason="a port took it meanwhile") from None
@@ -404,11 +396,8 @@ def create_rule(
         quota.recheck(session, conf, group.project_id, deltas)
         return rule_view(rule, group, remote), port_uuids(session, carriers(session, [group.id]))
 
-    if dry_run:
-        with db.reader() as session:
-            return write(session)[0]
     try:
-        view, changed = db.run_in_transaction(write)
+        view, changed = db.run_or_dry_run(write, dry_run=dry_run)
     except IntegrityError:
         # The same rule committed by another request between the check and the insert, or the
         # group deleted meanwhile: read which.
@@ -492,11 +481,7 @@ def delete_rule(
             raise exceptions.SecurityGroupRuleNotFound(rule=ref)
         return port_uuids(session, affected)
 
-    if dry_run:
-        with db.reader() as session:
-            write(session)
-        return
-    _notify(on_change, db.run_in_transaction(write))
+    _notify(on_change, db.run_or_dry_run(write, dry_run=dry_run))
 
 
 # --- which ports carry which groups --------------------------------------------------------

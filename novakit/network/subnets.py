@@ -60,22 +60,12 @@ class SubnetCreate(schemas._Request):
     @field_validator("gateway_ip")
     @classmethod
     def _gateway(cls, v: str | None) -> str | None:
-        return _ipv4(v) if v is not None else None
+        return schemas.ipv4_address(v) if v is not None else None
 
     @field_validator("dns_nameservers")
     @classmethod
     def _dns(cls, v: list[str]) -> list[str]:
-        return [_ipv4(x) for x in v]
-
-
-def _ipv4(value: str) -> str:
-    try:
-        addr = ipaddress.ip_address(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not an IP address") from None
-    if addr.version != 4:
-        raise ValueError(f"{value} is not an IPv4 address")
-    return str(addr)
+        return [schemas.ipv4_address(x) for x in v]
 
 
 def default_pools(cidr: ipaddress.IPv4Network, gateway: ipaddress.IPv4Address | None) -> list[dict[str, str]]:
@@ -158,6 +148,11 @@ def _full_view(session: Session, subnet: Subnet) -> dict[str, Any]:
     return out
 
 
+def _name_taken(name: str) -> exceptions.Conflict:
+    # Said by the check before the insert and by the unique key that catches a create racing it.
+    return exceptions.Conflict(reason=f"a subnet named {name!r} exists; subnet names are unique")
+
+
 def create(
     db: Database, ctx: RequestContext, data: dict[str, Any], *, dry_run: bool = False
 ) -> dict[str, Any] | None:
@@ -179,7 +174,7 @@ def create(
         if not dry_run:
             session.execute(select(Network.id).where(Network.id == net.id).with_for_update())
         if session.execute(select(Subnet.id).where(Subnet.name == req.name)).first() is not None:
-            raise exceptions.Conflict(reason=f"a subnet named {req.name!r} exists; subnet names are unique")
+            raise _name_taken(req.name)
         for other in of_network(session, net.id):
             if ipaddress.IPv4Network(other.cidr).overlaps(cidr):
                 raise exceptions.SubnetOverlap(
@@ -203,15 +198,10 @@ def create(
         session.flush()
         return _full_view(session, row)
 
-    if dry_run:
-        with db.reader() as session:
-            return write(session)
     try:
-        return db.run_in_transaction(write)
+        return db.run_or_dry_run(write, dry_run=dry_run)
     except IntegrityError:
-        raise exceptions.Conflict(
-            reason=f"a subnet named {req.name!r} exists; subnet names are unique"
-        ) from None
+        raise _name_taken(req.name) from None
 
 
 def list_subnets(db: Database, network: str | None = None) -> list[dict[str, Any]]:
@@ -250,9 +240,4 @@ def delete(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = False
         if not dry_run:
             session.delete(subnet)
 
-    if dry_run:
-        with db.reader() as session:
-            write(session)
-        return
-
-    db.run_in_transaction(write)
+    db.run_or_dry_run(write, dry_run=dry_run)

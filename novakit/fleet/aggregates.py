@@ -27,7 +27,7 @@ may list the zones (Nova lets anyone), their hosts only an admin.
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy import bindparam, select, text
@@ -301,9 +301,15 @@ def delete(db: Database, ctx: RequestContext, ref: str | int) -> dict[str, Any]:
     return db.run_in_transaction(_write)
 
 
-def add_host(db: Database, ctx: RequestContext, ref: str | int, host: str) -> dict[str, Any]:
-    """Put ``host`` into the aggregate (and so into its zone, if it has one). A host already in
-    it is a conflict (Nova's 409); so is one in another zone, with Nova's reason."""
+def _membership(
+    db: Database,
+    ctx: RequestContext,
+    ref: str | int,
+    host: str,
+    change: Callable[[Session, store.AggregateView, int], None],
+) -> dict[str, Any]:
+    """Change ``host``'s membership of the aggregate, both locked first (see the module's
+    docstring): its row, then its provider's generation; a lost swap retries the whole."""
     policy.authorize(ctx, "aggregate:host")
     _check_text(host, "host")
 
@@ -312,12 +318,22 @@ def add_host(db: Database, ctx: RequestContext, ref: str | int, host: str) -> di
         provider_id = _lock_host(session, host)
         if provider_id is None:
             return None
+        change(session, agg, provider_id)
+        return _view(session, agg)
+
+    return retry_on_conflict(db, _write, what=f"aggregates of host {host}")
+
+
+def add_host(db: Database, ctx: RequestContext, ref: str | int, host: str) -> dict[str, Any]:
+    """Put ``host`` into the aggregate (and so into its zone, if it has one). A host already in
+    it is a conflict (Nova's 409); so is one in another zone, with Nova's reason."""
+
+    def _add(session: Session, agg: store.AggregateView, provider_id: int) -> None:
         if host in _hosts_of(session, [agg.id])[agg.id]:
             raise exceptions.Conflict(reason=f"host {host} is already in aggregate {agg.name}")
         if agg.availability_zone:
-            _refuse_second_zone(
-                host, agg.availability_zone, _other_zones(session, provider_id, agg.id), agg.name
-            )
+            others = _other_zones(session, provider_id, agg.id)
+            _refuse_second_zone(host, agg.availability_zone, others, agg.name)
         session.execute(
             text(
                 "INSERT INTO resource_provider_aggregates (resource_provider_id, aggregate_id) "
@@ -325,22 +341,15 @@ def add_host(db: Database, ctx: RequestContext, ref: str | int, host: str) -> di
             ),
             {"p": provider_id, "a": agg.id},
         )
-        return _view(session, agg)
 
-    return retry_on_conflict(db, _write, what=f"aggregates of host {host}")
+    return _membership(db, ctx, ref, host, _add)
 
 
 def remove_host(db: Database, ctx: RequestContext, ref: str | int, host: str) -> dict[str, Any]:
     """Take ``host`` out of the aggregate; one not in it is a conflict (Nova's 409). Its servers
     stay where they are and keep the zone they were placed in."""
-    policy.authorize(ctx, "aggregate:host")
-    _check_text(host, "host")
 
-    def _write(session: Session) -> dict[str, Any] | None:
-        agg = _find(session, ref, lock=True)
-        provider_id = _lock_host(session, host)
-        if provider_id is None:
-            return None
+    def _remove(session: Session, agg: store.AggregateView, provider_id: int) -> None:
         gone = session.execute(
             text(
                 "DELETE FROM resource_provider_aggregates "
@@ -350,9 +359,8 @@ def remove_host(db: Database, ctx: RequestContext, ref: str | int, host: str) ->
         )
         if not gone.rowcount:  # type: ignore[attr-defined]
             raise exceptions.Conflict(reason=f"host {host} is not in aggregate {agg.name}")
-        return _view(session, agg)
 
-    return retry_on_conflict(db, _write, what=f"aggregates of host {host}")
+    return _membership(db, ctx, ref, host, _remove)
 
 
 # --- zones ---------------------------------------------------------------------------------

@@ -68,21 +68,20 @@ def custom_traits(db: Database, host: str) -> list[str]:
     return sorted(t for t in placement_traits.get_traits(db, host) if is_operators(t))
 
 
-def set_traits(db: Database, ctx: RequestContext, host: str, traits: Iterable[str]) -> list[str]:
-    """Add custom traits to the host (those it has stay); its custom traits after."""
+def _change(db: Database, ctx: RequestContext, host: str, traits: Iterable[str], add: bool) -> list[str]:
     policy.authorize(ctx, "host:traits")
     names = check_custom_traits(traits)
     _existing_host(db, host)
     if names:
-        placement_traits.add_traits(db, host, names)
+        (placement_traits.add_traits if add else placement_traits.remove_traits)(db, host, names)
     return custom_traits(db, host)
+
+
+def set_traits(db: Database, ctx: RequestContext, host: str, traits: Iterable[str]) -> list[str]:
+    """Add custom traits to the host (those it has stay); its custom traits after."""
+    return _change(db, ctx, host, traits, add=True)
 
 
 def unset_traits(db: Database, ctx: RequestContext, host: str, traits: Iterable[str]) -> list[str]:
     """Remove custom traits from the host (one it has not is no error); its custom traits after."""
-    policy.authorize(ctx, "host:traits")
-    names = check_custom_traits(traits)
-    _existing_host(db, host)
-    if names:
-        placement_traits.remove_traits(db, host, names)
-    return custom_traits(db, host)
+    return _change(db, ctx, host, traits, add=False)

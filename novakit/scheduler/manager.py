@@ -487,7 +487,7 @@ class SchedulerManager:
         for round_ in range(REPLAN_ROUNDS):
             lost: list[str] = []
             for plan in pending:
-                i = self._claim_plan(session, request, resources, plan)
+                i = self._claim_plan(session, request, resources, plan, prepared.query)
                 if i is None:
                     lost.append(plan.instance_uuid)
                     continue
@@ -539,7 +539,12 @@ class SchedulerManager:
         return allowed
 
     def _claim_plan(
-        self, session: Session, request: RequestSpec, resources: dict[str, int], plan: _Plan
+        self,
+        session: Session,
+        request: RequestSpec,
+        resources: dict[str, int],
+        plan: _Plan,
+        where: placement_candidates.CandidateRequest,
     ) -> int | None:
         """Claim one of the plan's hosts; its index, or None when none fits any more.
 
@@ -550,9 +555,9 @@ class SchedulerManager:
         for n, (host, _weight) in enumerate(plan.hosts):
             if len(plan.hosts) > 1 and not placement_allocations.try_lock_provider(session, host.provider_id):
                 busy.append(n)
-            elif self._claim_first(session, request, resources, plan, [n], retries) is not None:
+            elif self._claim_first(session, request, resources, plan, [n], retries, where) is not None:
                 return n
-        return self._claim_first(session, request, resources, plan, busy, retries)
+        return self._claim_first(session, request, resources, plan, busy, retries, where)
 
     @staticmethod
     def _claim_first(
@@ -562,9 +567,13 @@ class SchedulerManager:
         plan: _Plan,
         indices: list[int],
         retries: int,
+        where: placement_candidates.CandidateRequest,
     ) -> int | None:
-        """Claim the first of ``plan.hosts[indices]`` that still fits; its index, or None."""
+        """Claim the first of ``plan.hosts[indices]`` that still fits, and is still in the
+        aggregates (zone) asked for; its index, or None."""
         for i in indices:
+            if not _still_where_asked(session, where, plan.hosts[i][0].provider_id):
+                continue
             outcome = placement_allocations.claim_in_session(
                 session,
                 plan.instance_uuid,
@@ -624,6 +633,30 @@ class SchedulerManager:
                 if reason.startswith("fits now"):
                     continue
                 prefilter.reject(host, reason, cap)
+
+
+def _still_where_asked(
+    session: Session, where: placement_candidates.CandidateRequest, provider_id: int
+) -> bool:
+    """Whether the provider is still in the aggregates (the zone) the request asked for, read
+    under its row's lock: a host moved to another zone after the plan was made is not claimed.
+    Every change of a host's aggregates swaps its provider's generation (``novakit.fleet.
+    aggregates``), so it either committed before this read or waits for this claim."""
+    if not where.member_of and not where.not_member_of:
+        return True
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(
+            text("SELECT id FROM resource_providers WHERE id = :id FOR NO KEY UPDATE"), {"id": provider_id}
+        )
+    member_of = set(
+        session.execute(
+            text("SELECT aggregate_id FROM resource_provider_aggregates WHERE resource_provider_id = :p"),
+            {"p": provider_id},
+        ).scalars()
+    )
+    return all(member_of & set(group) for group in where.member_of) and not member_of & set(
+        where.not_member_of
+    )
 
 
 def _needed(spec: RequestSpec, instance_uuids: list[str]) -> int:

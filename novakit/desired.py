@@ -29,7 +29,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from novakit import exceptions, worker
 from novakit.catalog import images
@@ -41,6 +41,18 @@ from novakit.host.messages import ComputeRequest
 
 View = dict[str, Any]
 Settled = Callable[[View | None], bool]
+
+
+@dataclass(frozen=True)
+class _Goal:
+    """What a call waits for when its caller waits: ``settled`` (the server reached it),
+    ``wanted`` (its name, for a timeout's message) and ``failure`` (what a server that ends in
+    ERROR fails the call as)."""
+
+    settled: Settled
+    wanted: str
+    failure: str
+
 
 #: the power states a caller may declare, and the vm_state each is
 POWER_STATES: dict[str, VmState] = {
@@ -180,28 +192,36 @@ def check_unchanged(api: API, ctx: RequestContext, server: View, create: Mapping
 # --------------------------------------------------------------- the calls
 
 
-def ensure(
-    api: API,
-    ctx: RequestContext,
-    ref: str,
-    state: str = "present",
-    *,
-    create: Mapping[str, Any] | None = None,
-    options: Mapping[str, Any] | None = None,
-    dry_run: bool = False,
-    background: Background = Background(),
-) -> Outcome:
-    """Bring server ``ref`` (name or uuid) to ``state`` (``STATES``); the ``server`` module's call.
+class Wanted(TypedDict, total=False):
+    """What ``ensure`` and ``ensure_count`` (the ``server`` module's calls) are told besides the
+    server and its state, each optional.
 
     ``create``: what a server that does not exist is created with (the fields of
-    ``schemas.ServerCreate`` but its name; unset ones None), named ``ref``. An
-    existing server keeps its flavor and image (``check_unchanged``).
-    ``options``: options of the actions a power state takes (``timeout`` of a stop).
-    A server busy with a task when the call starts is waited for first when the
-    caller waits.
-    """
+    ``schemas.ServerCreate`` but its name; unset ones None). ``options``: options of the
+    actions a power state takes (``timeout`` of a stop). ``dry_run``: what a run would do, with
+    nothing changed. ``background``: whether and how long to wait (``Background()``)."""
+
+    create: Mapping[str, Any] | None
+    options: Mapping[str, Any] | None
+    dry_run: bool
+    background: Background
+
+
+def _check_state(state: str) -> None:
     if state not in STATES:
         raise exceptions.ValidationError("state", f"{state!r} is not one of {', '.join(STATES)}")
+
+
+def ensure(api: API, ctx: RequestContext, ref: str, state: str = "present", **how: Unpack[Wanted]) -> Outcome:
+    """Bring server ``ref`` (name or uuid) to ``state`` (``STATES``); the ``server`` module's call.
+
+    A server that does not exist is created as ``how``'s ``create`` says, named ``ref``. An
+    existing server keeps its flavor and image (``check_unchanged``). A server busy with a
+    task when the call starts is waited for first when the caller waits.
+    """
+    _check_state(state)
+    create, options = how.get("create"), how.get("options")
+    dry_run, background = how.get("dry_run", False), how.get("background", Background())
     server = find(api, ctx, ref)
     if server is not None and background.wait and not steady(server):
         # Busy (a build or an action of an earlier task, say): decide once it has settled.
@@ -227,17 +247,11 @@ def ensure(
     if dry_run:
         return out
     wanted = POWER_STATES[state]
-    return _carry_on(
-        api,
-        ctx,
-        out,
-        background,
-        _reached(wanted),
-        states.status_from_state(wanted.value),
-        request=started.request,
-        then=[worker.Step(action=a, options=options_for(a, options)) for a in todo[1:]],
-        failure=f"server {server['name']} is ERROR",
+    goal = _Goal(
+        _reached(wanted), states.status_from_state(wanted.value), f"server {server['name']} is ERROR"
     )
+    then = [worker.Step(action=a, options=options_for(a, options)) for a in todo[1:]]
+    return _carry_on(api, ctx, out, background, goal, request=started.request, then=then)
 
 
 @dataclass
@@ -275,16 +289,7 @@ class CountOutcome:
 
 
 def ensure_count(
-    api: API,
-    ctx: RequestContext,
-    name: str,
-    count: int,
-    state: str = "present",
-    *,
-    create: Mapping[str, Any] | None = None,
-    options: Mapping[str, Any] | None = None,
-    dry_run: bool = False,
-    background: Background = Background(),
+    api: API, ctx: RequestContext, name: str, count: int, state: str = "present", **how: Unpack[Wanted]
 ) -> CountOutcome:
     """Have exactly ``count`` servers ``name-1`` ... ``name-N`` in ``state``; the ``server`` module's
     call with ``count``.
@@ -296,6 +301,8 @@ def ensure_count(
     first, and every wanted server brought to ``state`` as ``ensure`` brings one.
     """
     _check_count(count, state)
+    create, options = how.get("create"), how.get("options")
+    dry_run, background = how.get("dry_run", False), how.get("background", Background())
     request = _count_request(api, ctx, name, count, create)
     outcome = api.create_servers(ctx, request, dry_run=dry_run, declarative=True)
     before = {
@@ -338,8 +345,7 @@ def _check_count(count: int, state: str) -> None:
         raise exceptions.ValidationError(
             "count", "is the number of servers to have: not with state absent (delete each by name)"
         )
-    if state not in STATES:
-        raise exceptions.ValidationError("state", f"{state!r} is not one of {', '.join(STATES)}")
+    _check_state(state)
 
 
 def _count_request(
@@ -451,16 +457,8 @@ def perform(
         )
     if dry_run or not started.changed:
         return out
-    return _carry_on(
-        api,
-        ctx,
-        out,
-        background,
-        _idle,
-        f"finished with its {action}",
-        request=started.request,
-        failure=f"{action} of server {before['name']} failed",
-    )
+    goal = _Goal(_idle, f"finished with its {action}", f"{action} of server {before['name']} failed")
+    return _carry_on(api, ctx, out, background, goal, request=started.request)
 
 
 def _create(
@@ -484,17 +482,10 @@ def _create(
     if dry_run:
         return Outcome(True, ["create", *then], plan={"name": name, "host": created.would_schedule_to[name]})
     (server,) = created.servers
-    return _carry_on(
-        api,
-        ctx,
-        Outcome(True, ["create", *then], server),
-        background,
-        _reached(wanted),
-        states.status_from_state(wanted.value),
-        build=created.unbuilt,
-        then=[worker.Step(action=a, options=options_for(a, options)) for a in then],
-        failure=f"server {name} is ERROR",
-    )
+    goal = _Goal(_reached(wanted), states.status_from_state(wanted.value), f"server {name} is ERROR")
+    steps = [worker.Step(action=a, options=options_for(a, options)) for a in then]
+    out = Outcome(True, ["create", *then], server)
+    return _carry_on(api, ctx, out, background, goal, build=created.unbuilt, then=steps)
 
 
 def _delete(
@@ -504,16 +495,8 @@ def _delete(
     out = Outcome(started.changed, ["delete"] if started.changed else [], started.server, before=server)
     if dry_run or not started.changed or started.server is None:
         return out
-    return _carry_on(
-        api,
-        ctx,
-        out,
-        background,
-        _deleted,
-        "deleted",
-        request=started.request,
-        failure=f"delete of server {started.server['name']} failed",
-    )
+    goal = _Goal(_deleted, "deleted", f"delete of server {started.server['name']} failed")
+    return _carry_on(api, ctx, out, background, goal, request=started.request)
 
 
 def _carry_on(
@@ -521,54 +504,51 @@ def _carry_on(
     ctx: RequestContext,
     out: Outcome,
     background: Background,
-    settled: Settled,
-    wanted: str,
-    *,
-    build: Sequence[str] = (),
-    request: ComputeRequest | None = None,
-    then: Sequence[worker.Step] = (),
-    failure: str,
+    goal: _Goal,
+    **work: Unpack[Work],
 ) -> Outcome:
-    """Hand what is left to a worker and, when the caller waits, wait until ``settled``.
-
-    Work that ends in ERROR is a ServerFailed whose message starts with ``failure``.
+    """Hand what is left to a worker and, when the caller waits, wait until the ``goal`` is
+    reached (work that ends in ERROR is a ServerFailed whose message starts with its failure).
     """
     assert out.server is not None
     proc = None
-    if build or request is not None or then:
-        proc, log = hand_off(api, ctx, out.server["id"], background, build=build, request=request, then=then)
+    if work.get("build") or work.get("request") is not None or work.get("then"):
+        proc, log = hand_off(api, ctx, out.server["id"], background, **work)
         out.worker_log = str(log)
     if not background.wait:
         return out
-    out.server = wait_until(api, ctx, out.server, settled, wanted, background, proc, out.worker_log)
+    out.server = wait_until(api, ctx, out.server, goal.settled, goal.wanted, background, proc, out.worker_log)
     if out.server is not None and out.server["vm_state"] == VmState.ERROR.value:
         reason = (out.server.get("fault") or {}).get("message") or "no fault recorded"
-        raise exceptions.ServerFailed(out.server, changed=True, what=failure, reason=reason)
+        raise exceptions.ServerFailed(out.server, changed=True, what=goal.failure, reason=reason)
     return out
 
 
 # --------------------------------------------------------------- the worker and the wait
 
 
+class Work(TypedDict, total=False):
+    """What a worker is handed to carry on with a server (``worker.Job``): the servers to
+    ``build``, the action's host ``request`` to deliver, the actions to run ``then``."""
+
+    build: Sequence[str]
+    request: ComputeRequest | None
+    then: Sequence[worker.Step]
+
+
 def hand_off(
-    api: API,
-    ctx: RequestContext,
-    server: str,
-    background: Background,
-    *,
-    build: Sequence[str] = (),
-    request: ComputeRequest | None = None,
-    then: Sequence[worker.Step] = (),
+    api: API, ctx: RequestContext, server: str, background: Background, **work: Unpack[Work]
 ) -> tuple[subprocess.Popen[bytes], Path]:
     """Start a detached worker that carries on with ``server`` (``worker.Job``); its process and log."""
+    request = work.get("request")
     job = worker.Job.for_context(
         ctx,
         server,
         config=background.config,
         db_url=background.db_url,
-        build=list(build),
+        build=list(work.get("build", ())),
         request=request.to_wire() if request is not None else None,
-        then=list(then),
+        then=list(work.get("then", ())),
     )
     return worker.start(api.conf, job)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, cast, overload
 
 from novakit import notifications
 from novakit.compute import rounds
@@ -58,7 +58,15 @@ class _OfServices(Generic[V]):
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, conductor: Conductor, owner: type | None = None) -> V:
+    @overload
+    def __get__(self, conductor: None, owner: type | None = None) -> _OfServices[V]: ...
+
+    @overload
+    def __get__(self, conductor: Conductor, owner: type | None = None) -> V: ...
+
+    def __get__(self, conductor: Conductor | None, owner: type | None = None) -> V | _OfServices[V]:
+        if conductor is None:  # read on the class: the attribute itself
+            return self
         return cast(V, getattr(conductor.services, self.name))
 
     def __set__(self, conductor: Conductor, value: V) -> None:

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 #: "now" for leases (naive UTC, as the database stores it); tests move it instead of sleeping
 Clock = Callable[[], dt.datetime]
 
+#: one host call of a flow's run (``Services.caller``): host, operation, options -> the answer
+HostCaller = Callable[[str, str, dict[str, Any]], InstanceResult]
+
 
 def ctx_admin(ctx: RequestContext) -> RequestContext:
     """The conductor acts for the system once the API has checked the caller."""
@@ -120,6 +123,11 @@ class Services:
         if res is None:
             res = InstanceResult(uuid=spec.uuid, ok=False, fault=result.error)
         return res
+
+    def caller(self, ctx: RequestContext, action: str, spec: InstanceSpec) -> HostCaller:
+        """``call`` for the steps of one run of a flow: its caller, action and server fixed, the
+        host, operation and options left."""
+        return lambda host, operation, options: self.call(ctx, host, operation, action, spec, options)
 
     def step(self, ctx: RequestContext, uuid: str, expected: TaskState, task: TaskState) -> None:
         self.db.run_in_transaction(lambda s: self.step_in(s, ctx, uuid, expected, task))

@@ -172,7 +172,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy import select
 
@@ -225,21 +225,13 @@ class Healer(
 
     # ------------------------------------------------------------------ entry
 
-    def run(
-        self,
-        hosts: Iterable[str] | None = None,
-        reports: dict[str, dict[str, int]] | None = None,
-        *,
-        reported_at: dt.datetime | None = None,
-        dry_run: bool = False,
-        destroy_orphans: bool = False,
-        unreachable: dict[str, str] | None = None,
-        import_unmanaged: bool = False,
-        import_project: str | None = None,
-        boot_ids: dict[str, str] | None = None,
-    ) -> HealReport:
-        """Compare, correct, report. ``reports`` (host -> uuid -> power state) skips asking the hosts;
-        ``boot_ids``: with them, each host's boot id (``novakit.heal.host_boot``)."""
+    def run(self, **options: Unpack[HealOptions]) -> HealReport:
+        """Compare, correct, report (``options``: ``HealOptions``)."""
+        hosts, reports, boot_ids = options.get("hosts"), options.get("reports"), options.get("boot_ids")
+        reported_at, unreachable = options.get("reported_at"), options.get("unreachable")
+        dry_run, destroy_orphans = options.get("dry_run", False), options.get("destroy_orphans", False)
+        import_unmanaged = options.get("import_unmanaged", False)
+        import_project = options.get("import_project")
         report = HealReport(
             request_id=self.ctx.request_id, dry_run=dry_run, unreachable=dict(unreachable or {})
         )
@@ -377,30 +369,41 @@ class Healer(
         return out
 
 
+class HealOptions(TypedDict, total=False):
+    """What one heal run is told (each optional): ``hosts``, the hosts to compare (default:
+    all registered); ``reports`` (host -> uuid -> power state): the guest lists, which skips
+    asking the hosts; ``reported_at`` (UTC): when they were asked; ``unreachable`` (host -> why):
+    the hosts that gave none; ``boot_ids``: with reports, each host's boot id
+    (``novakit.heal.host_boot``); ``dry_run``; ``destroy_orphans``; ``import_unmanaged`` and
+    ``import_project``: adopt guests novakit did not create, into that project."""
+
+    hosts: Iterable[str] | None
+    reports: dict[str, dict[str, int]] | None
+    reported_at: dt.datetime | None
+    dry_run: bool
+    destroy_orphans: bool
+    unreachable: dict[str, str] | None
+    import_unmanaged: bool
+    import_project: str | None
+    boot_ids: dict[str, str] | None
+
+
 def heal(
     db: Database,
     conf: Config,
     *,
-    hosts: Iterable[str] | None = None,
-    reports: dict[str, dict[str, int]] | None = None,
-    reported_at: dt.datetime | None = None,
-    dry_run: bool = False,
-    destroy_orphans: bool = False,
-    unreachable: dict[str, str] | None = None,
-    import_unmanaged: bool = False,
-    import_project: str | None = None,
-    boot_ids: dict[str, str] | None = None,
     ctx: RequestContext | None = None,
     rpc: ComputeRPC | None = None,
     clock: Callable[[], dt.datetime] | None = None,
+    **options: Unpack[HealOptions],
 ) -> HealReport:
     """Compare each host's guests with the database and correct it (see the module docstring).
 
     Without ``reports`` the hosts are asked through ``rpc`` (direct mode; a
     ``novakit.compute.rpc.ComputeRPC``); a playbook passes the guest lists its
     ``compute`` tasks returned, the time it asked (``reported_at``, UTC) and the
-    hosts it could not reach, and each host's boot id (``boot_ids``). ``clock``: heal's
-    "now" (naive UTC) for leases.
+    hosts it could not reach, and each host's boot id (``boot_ids``) (``options``:
+    ``HealOptions``). ``clock``: heal's "now" (naive UTC) for leases.
 
     ``ctx`` is the caller, who must be an admin (``novakit.policy``): heal changes every
     project's records. Without one, the caller is the library's own (Python code that
@@ -408,23 +411,14 @@ def heal(
     """
     if ctx is not None:
         policy.authorize(ctx, "heal")
-        if import_unmanaged:
+        if options.get("import_unmanaged"):
             policy.authorize(ctx, "host:import")
-    if import_project is not None:
+    project = options.get("import_project")
+    if project is not None:
         from novakit.fleet.importer import validate_project
 
-        import_project = validate_project(import_project)
-    return Healer(db, conf, ctx, rpc, clock).run(
-        hosts,
-        reports,
-        reported_at=reported_at,
-        dry_run=dry_run,
-        destroy_orphans=destroy_orphans,
-        unreachable=unreachable,
-        import_unmanaged=import_unmanaged,
-        import_project=import_project,
-        boot_ids=boot_ids,
-    )
+        options["import_project"] = validate_project(project)
+    return Healer(db, conf, ctx, rpc, clock).run(**options)
 
 
 def reports_from_compute_results(

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from novakit import exceptions, notifications
 from novakit.cells.registry import Cell
 from novakit.cells.scatter import scatter
+from novakit.compute import actions
 from novakit.compute.rpc import ComputeRPC
 from novakit.compute.states import POWER_STATE_NAMES, PowerState
 from novakit.conductor import Conductor
@@ -22,7 +23,7 @@ from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.engine import Database
 from novakit.db.models import Instance, InstanceMapping, utcnow
-from novakit.host.messages import Event
+from novakit.host.messages import Event, FlavorSpec, ImageSpec, InstanceSpec
 
 LOG = logging.getLogger(__name__)
 
@@ -71,20 +72,38 @@ def recover_event(
     details: str | None, ok: bool, host: str | None = None, event: str = RECOVER_EVENT
 ) -> Event:
     """An event heal records for what it ended: it starts and finishes now."""
-    now = utcnow()
-    return Event(
-        event=event,
-        start_time=now,
-        finish_time=now,
-        result="Success" if ok else "Error",
-        host=host,
-        details=details,
+    return actions.instant_event(event, ok, host=host, details=details)
+
+
+def bare_spec(uuid: str, name: str | None = None, hostname: str | None = None) -> InstanceSpec:
+    """A server as its host needs it to find its guest, known by uuid alone (heal asks a host
+    about a guest whose record is gone or not read); ``name`` and ``hostname`` default to it."""
+    return InstanceSpec(
+        uuid=uuid,
+        name=name or uuid,
+        hostname=hostname or uuid,
+        project_id="",
+        user_id="",
+        flavor=FlavorSpec(name="", vcpus=0, memory_mb=0, root_gb=0),
+        image=ImageSpec(id=""),
     )
 
 
 def skipped(c: Correction, exc: exceptions.NovakitError) -> None:
     """Record on ``c`` that its write lost a race (nothing changed by it)."""
     c.error = f"skipped: it changed meanwhile ({exc.format_message()})"
+
+
+def apply(c: Correction, dry_run: bool, fix: Callable[[], object]) -> Correction:
+    """Make correction ``c`` with ``fix`` unless a dry run: applied, or skipped when ``fix``
+    lost a race (a racing heal made it first)."""
+    if not dry_run:
+        try:
+            fix()
+            c.applied = True
+        except LOST_RACE as exc:
+            skipped(c, exc)
+    return c
 
 
 class Correction(BaseModel):
@@ -98,6 +117,11 @@ class Correction(BaseModel):
     detail: str = ""
     applied: bool = False
     error: str | None = None
+
+    @classmethod
+    def of(cls, s: _Seen, host: str | None, kind: Kind, after: str, detail: str) -> Correction:
+        """A correction of server ``s`` on ``host``, from the state it was read in."""
+        return cls(kind=kind, instance=s.uuid, host=host, before=s.state, after=after, detail=detail)
 
 
 class HealReport(BaseModel):

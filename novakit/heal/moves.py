@@ -23,8 +23,8 @@ from sqlalchemy import select
 from novakit import exceptions
 from novakit.compute.states import VmState
 from novakit.db.models import Instance, Migration
-from novakit.heal.base import Correction, _power, recover_event, skipped
-from novakit.host.messages import ComputeRequest, FlavorSpec, ImageSpec, InstanceSpec
+from novakit.heal.base import Correction, _power, bare_spec, recover_event, skipped
+from novakit.host.messages import ComputeRequest
 from novakit.moves import migrations
 from novakit.placement.allocations import remove_allocations_in_session
 
@@ -200,7 +200,7 @@ class Moves:
                 request_id=self.ctx.request_id,
                 host=str(m.source_compute),
                 operation="confirm_migration",
-                instances=[_bare_spec(m.instance_uuid)],
+                instances=[bare_spec(m.instance_uuid)],
             )
         )
         res = result.results[0] if result.results else None
@@ -250,7 +250,7 @@ class Moves:
     def _destroy_on(self, host: str, uuid: str) -> tuple[bool, str | None]:
         result = self.rpc.send(
             ComputeRequest(
-                request_id=self.ctx.request_id, host=host, operation="destroy", instances=[_bare_spec(uuid)]
+                request_id=self.ctx.request_id, host=host, operation="destroy", instances=[bare_spec(uuid)]
             )
         )
         if result.results and result.results[0].ok:
@@ -524,7 +524,7 @@ class MoveRecovery:
             flow.delete_image(self.ctx, shelved)
 
     def _has_guest(self, host: str, uuid: str) -> bool:
-        spec = _bare_spec(uuid)
+        spec = bare_spec(uuid)
         result = self.rpc.send(
             ComputeRequest(request_id=self.ctx.request_id, host=host, operation="get_info", instances=[spec])
         )
@@ -538,7 +538,7 @@ class MoveRecovery:
                 request_id=self.ctx.request_id,
                 host=host,
                 operation="finish_revert_migration",
-                instances=[_bare_spec(uuid)],
+                instances=[bare_spec(uuid)],
                 options={"power_on": old_vm_state != VmState.STOPPED.value},
             )
         )
@@ -630,15 +630,3 @@ def _task_action(session: Any, uuid: str, task: str) -> Any:
         .order_by(InstanceAction.id.desc())
         .limit(1)
     ).scalar_one_or_none()
-
-
-def _bare_spec(uuid: str) -> InstanceSpec:
-    return InstanceSpec(
-        uuid=uuid,
-        name=uuid,
-        hostname=uuid,
-        project_id="",
-        user_id="",
-        flavor=FlavorSpec(name="", vcpus=0, memory_mb=0, root_gb=0),
-        image=ImageSpec(id=""),
-    )

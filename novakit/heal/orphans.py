@@ -12,6 +12,7 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from sqlalchemy import select
@@ -27,13 +28,12 @@ from novakit.heal.base import (
     HealReport,
     _power,
     _Seen,
+    apply,
+    bare_spec,
     skipped,
 )
 from novakit.host.messages import (
     ComputeRequest,
-    FlavorSpec,
-    ImageSpec,
-    InstanceSpec,
 )
 
 #: uuids per IN list: well under every backend's limit on bound parameters
@@ -83,15 +83,7 @@ class Orphans(HealerBase):
                 detail=f"a guest on {host} that no live instance on that host owns",
             )
             if destroy and not dry_run:
-                spec = InstanceSpec(
-                    uuid=uuid,
-                    name=f"orphan-{uuid}",
-                    hostname="orphan",
-                    project_id="",
-                    user_id="",
-                    flavor=FlavorSpec(name="", vcpus=0, memory_mb=0, root_gb=0),
-                    image=ImageSpec(id=""),
-                )
+                spec = bare_spec(uuid, f"orphan-{uuid}", "orphan")
                 result = self.rpc.send(
                     ComputeRequest(
                         request_id=self.ctx.request_id, host=host, operation="destroy", instances=[spec]
@@ -139,48 +131,41 @@ class Orphans(HealerBase):
             held = [(c, p) for c, p in held if c not in volumes and c not in moving]
         gone = self._holders([c for c, _ in held], None).gone
         found = sorted((c, p) for c, p in held if c in gone)
-        out = []
-        for consumer, provider in found:
-            c = Correction(
-                kind="orphan_allocation",
-                instance=consumer,
-                host=provider,
-                before="allocated",
-                after="freed",
-                detail=f"resources on {provider} held by no live instance",
+        return [
+            apply(
+                Correction(
+                    kind="orphan_allocation",
+                    instance=consumer,
+                    host=provider,
+                    before="allocated",
+                    after="freed",
+                    detail=f"resources on {provider} held by no live instance",
+                ),
+                dry_run,
+                partial(placement.remove_allocations, self.db, consumer),
             )
-            if not dry_run:
-                try:
-                    placement.remove_allocations(self.db, consumer)
-                    c.applied = True
-                except LOST_RACE as exc:
-                    skipped(c, exc)
-            out.append(c)
-        return out
+            for consumer, provider in found
+        ]
 
     def _orphan_attachments(self, dry_run: bool) -> list[Correction]:
         """Volumes attached in the records to servers that are gone: released (Cinder's
         attachment of a deleted server, which Nova's delete would have removed)."""
         from novakit.volume import attachments
 
-        out = []
-        for volume, server in attachments.attached_to_gone_servers(self):
-            c = Correction(
-                kind="orphan_attachment",
-                instance=server,
-                host=None,
-                before="attached",
-                after="available",
-                detail=f"volume {volume} attached to a server that no longer exists",
+        return [
+            apply(
+                Correction(
+                    kind="orphan_attachment",
+                    instance=server,
+                    before="attached",
+                    after="available",
+                    detail=f"volume {volume} attached to a server that no longer exists",
+                ),
+                dry_run,
+                partial(attachments.release_server, self, self.ctx, server),
             )
-            if not dry_run:
-                try:
-                    attachments.release_server(self, self.ctx, server)
-                    c.applied = True
-                except LOST_RACE as exc:  # a racing heal released it first
-                    skipped(c, exc)
-            out.append(c)
-        return out
+            for volume, server in attachments.attached_to_gone_servers(self)
+        ]
 
     def _orphan_ports(self, dry_run: bool) -> list[Correction]:
         """Ports bound to servers that are gone (deleted, or never known): freed as the server's
@@ -202,27 +187,20 @@ class Orphans(HealerBase):
                 }
             )
         gone = self._holders(devices, None).gone if devices else set()
-        out = []
-        for uuid in sorted(gone):
-            c = Correction(
-                kind="orphan_port",
-                instance=uuid,
-                before="bound",
-                after="freed",
-                detail="ports bound to a server that no longer exists",
+        return [
+            apply(
+                Correction(
+                    kind="orphan_port",
+                    instance=uuid,
+                    before="bound",
+                    after="freed",
+                    detail="ports bound to a server that no longer exists",
+                ),
+                dry_run,
+                partial(self.db.run_in_transaction, partial(ports.free_for_instance, instance_uuid=uuid)),
             )
-            if not dry_run:
-
-                def free(session: Any, uuid: str = uuid) -> None:
-                    ports.free_for_instance(session, uuid)
-
-                try:
-                    self.db.run_in_transaction(free)
-                    c.applied = True
-                except LOST_RACE as exc:
-                    skipped(c, exc)
-            out.append(c)
-        return out
+            for uuid in sorted(gone)
+        ]
 
     def _holders(self, uuids: Sequence[str], since: dt.datetime | None) -> _Held:
         """Which of ``uuids`` (guests, consumers of claims) a live server holds, and on which host.

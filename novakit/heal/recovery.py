@@ -15,16 +15,16 @@ from novakit.compute import actions
 from novakit.compute.states import ACTIONS, RECOVERY_RULES, PowerState, Recovery, TaskState, VmState
 from novakit.context import RequestContext
 from novakit.db import api as db_api
-from novakit.db.models import Instance, InstanceAction, utcnow
+from novakit.db.models import Instance, InstanceAction
 from novakit.heal.base import (
     LOG,
     LOST_RACE,
-    RECOVER_EVENT,
     Correction,
     HealerBase,
     _power,
     _power_state,
     _Seen,
+    recover_event,
     skipped,
 )
 from novakit.heal.moves import MOVE_TASKS, is_unshelve
@@ -102,15 +102,7 @@ class TaskRecovery(HealerBase):
         except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
             c.error = f"skipped: the instance changed meanwhile ({exc.format_message()})"
             return c
-        now = utcnow()
-        event = Event(
-            event=RECOVER_EVENT,
-            start_time=now,
-            finish_time=now,
-            result="Success" if step in ("finish", "retry") else "Error",
-            host=host,
-            details=c.detail,
-        )
+        event = recover_event(c.detail, ok=step in ("finish", "retry"), host=host)
         if step in ("vanished", "clear"):
             self._end_task(s, task_ctx, action, event, vanished=step == "vanished", power=power)
         else:

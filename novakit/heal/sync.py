@@ -11,7 +11,6 @@ from novakit.compute import actions
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import PowerState, VmState
 from novakit.db import api as db_api
-from novakit.db.models import utcnow
 from novakit.heal.base import (
     _OFF,
     SYNC_EVENT,
@@ -19,6 +18,7 @@ from novakit.heal.base import (
     HealerBase,
     _power,
     _Seen,
+    recover_event,
 )
 from novakit.host.faults import fault_from_exception
 from novakit.host.messages import (
@@ -62,26 +62,24 @@ class PowerSync(HealerBase):
         )
 
     def _set_power(self, s: _Seen, power: int, host: str, dry_run: bool) -> Correction:
-        c = Correction(
-            kind="power_state",
-            instance=s.uuid,
-            host=host,
-            before=s.state,
-            after=f"{s.vm_state}/{_power(power)}",
-            detail=f"the guest on {host} is {_power(power)}; the record said {_power(s.power_state)}",
+        c = Correction.of(
+            s,
+            host,
+            "power_state",
+            f"{s.vm_state}/{_power(power)}",
+            f"the guest on {host} is {_power(power)}; the record said {_power(s.power_state)}",
         )
         if not dry_run:
             c.applied = self._write(c, lambda session: self._guarded(s, {"power_state": power}, session))
         return c
 
     def _stop(self, s: _Seen, power: PowerState, host: str, dry_run: bool, power_off: bool) -> Correction:
-        c = Correction(
-            kind="stopped",
-            instance=s.uuid,
-            host=host,
-            before=s.state,
-            after=f"stopped/{_power(PowerState.SHUTDOWN if power_off else power)}",
-            detail=(
+        c = Correction.of(
+            s,
+            host,
+            "stopped",
+            f"stopped/{_power(PowerState.SHUTDOWN if power_off else power)}",
+            (
                 f"the guest on {host} was found {_power(power)} "
                 f"while the record said {s.vm_state}; stopped as Nova's power-state sync does"
                 + (" (powered off on the host)" if power_off else "")
@@ -102,10 +100,7 @@ class PowerSync(HealerBase):
                 return c
             host_events = list(res.events)
             end_power = res.power_state if res.power_state is not None else int(PowerState.SHUTDOWN)
-        now = utcnow()
-        event = Event(
-            event=SYNC_EVENT, start_time=now, finish_time=now, result="Success", host=host, details=c.detail
-        )
+        event = recover_event(c.detail, ok=True, host=host, event=SYNC_EVENT)
 
         def write(session: Session) -> None:
             self._guarded(s, {"vm_state": VmState.STOPPED, "power_state": end_power}, session)
@@ -146,20 +141,16 @@ class PowerSync(HealerBase):
         from novakit.network import ports
         from novakit.placement.allocations import remove_allocations_in_session
 
-        c = Correction(
-            kind="shelved_offloaded",
-            instance=s.uuid,
-            host=host,
-            before=s.state,
-            after="shelved_offloaded",
-            detail=f"shelved, and its guest is no longer on {host}: offloaded (its shelved image is kept)",
+        c = Correction.of(
+            s,
+            host,
+            "shelved_offloaded",
+            "shelved_offloaded",
+            f"shelved, and its guest is no longer on {host}: offloaded (its shelved image is kept)",
         )
         if dry_run:
             return c
-        now = utcnow()
-        event = Event(
-            event=SYNC_EVENT, start_time=now, finish_time=now, result="Success", host=host, details=c.detail
-        )
+        event = recover_event(c.detail, ok=True, host=host, event=SYNC_EVENT)
 
         def write(session: Session) -> None:
             values = {"vm_state": VmState.SHELVED_OFFLOADED, "host": None, "node": None}
@@ -178,23 +169,19 @@ class PowerSync(HealerBase):
         return c
 
     def _vanished(self, s: _Seen, host: str, dry_run: bool) -> Correction:
-        c = Correction(
-            kind="vanished",
-            instance=s.uuid,
-            host=host,
-            before=s.state,
-            after="error/NOSTATE",
-            detail=f"host {host} has no guest for this instance any more",
+        c = Correction.of(
+            s,
+            host,
+            "vanished",
+            "error/NOSTATE",
+            f"host {host} has no guest for this instance any more",
         )
         if dry_run:
             return c
         exc = exceptions.InstanceNotFound(instance_id=s.uuid)
         fault = fault_from_exception(exc, host)
         fault.message = f"The guest of instance {s.uuid} vanished from host {host}; set to error by heal"
-        now = utcnow()
-        event = Event(
-            event=SYNC_EVENT, start_time=now, finish_time=now, result="Error", host=host, details=c.detail
-        )
+        event = recover_event(c.detail, ok=False, host=host, event=SYNC_EVENT)
 
         def write(session: Session) -> None:
             self._guarded(s, {"vm_state": VmState.ERROR, "power_state": int(PowerState.NOSTATE)}, session)

@@ -28,13 +28,10 @@ from sqlalchemy.orm import Session
 from novakit import exceptions
 from novakit.compute.states import VmState
 from novakit.db.models import Volume, VolumeAttachment
-from novakit.heal.base import Correction, HealerBase, HealReport, _Seen
+from novakit.heal.base import Correction, HealerBase, HealReport, _Seen, bare_spec
 from novakit.host.messages import (
     ComputeRequest,
-    FlavorSpec,
-    ImageSpec,
     InstanceResult,
-    InstanceSpec,
 )
 from novakit.volume import attachments, volumes
 from novakit.volume.states import TRANSITIONAL, VolumeStatus, abandoned, set_status
@@ -139,7 +136,7 @@ class VolumeRecovery(HealerBase):
                 request_id=self.ctx.request_id,
                 host=host,
                 operation="get_info",
-                instances=[_bare_spec(u) for u in sorted(uuids)],
+                instances=[bare_spec(u, f"heal-{u}", "heal") for u in sorted(uuids)],
             )
             for host, uuids in sorted(asked.items())
             if host not in silent
@@ -288,17 +285,4 @@ def _end_attachment(v: _Stuck, attached: bool) -> Callable[[Session], None]:
         volume_row_id=v.volume.id,
         still_attached=attached,
         unchanged_since=v.changed_at,
-    )
-
-
-def _bare_spec(uuid: str) -> InstanceSpec:
-    """A server as its host needs it to look at its guest, found by uuid alone."""
-    return InstanceSpec(
-        uuid=uuid,
-        name=f"heal-{uuid}",
-        hostname="heal",
-        project_id="",
-        user_id="",
-        flavor=FlavorSpec(name="", vcpus=0, memory_mb=0, root_gb=0),
-        image=ImageSpec(id=""),
     )

@@ -17,10 +17,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from novakit.cells.registry import in_cell_of
 from novakit.compute import actions
-from novakit.compute.states import ACTIONS, TaskState, Transition
-from novakit.conductor.flows.base import Flow
+from novakit.compute.states import TaskState, Transition
+from novakit.conductor.flows.base import Choice, OffItsHost
 from novakit.context import RequestContext
 from novakit.host.messages import InstanceResult
 from novakit.moves import migrations
@@ -30,49 +29,28 @@ from novakit.placement.allocations import remove_allocations_in_session
 T = TaskState
 
 
-class LiveMigrate(Flow):
+class LiveMigrate(OffItsHost):
     """Nova's live migration (the ``live_migrate`` row)."""
 
-    choice_event = "conductor_live_migrate_instance"
-    choice_task = T.MIGRATING
-    choice_statuses = ("queued", "preparing")
-    migration_type = "live-migration"
+    choice = Choice("conductor_live_migrate_instance", T.MIGRATING, ("queued", "preparing"), "live-migration")
 
-    @in_cell_of("uuid")
-    def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
-        t = ACTIONS[action]
-        mig, source, dest = self.claim_elsewhere(ctx, uuid, t, options)
+    def move(self, ctx: RequestContext, uuid: str, t: Transition, mig: str, source: str, dest: str) -> None:
         spec = self.spec_of(ctx, uuid)
         events: list[Any] = []
-        ready = self.services.call(ctx, dest, "pre_live_migration", action, spec, {})
+        call = self.services.caller(ctx, t.action, spec)
+        ready = call(dest, "pre_live_migration", {})
         events += ready.events
         moved: InstanceResult | None = None
         if ready.ok:
             self.db.run_in_transaction(lambda s: migrations.set_status(s, mig, "preparing", "running"))
-            moved = self.services.call(
-                ctx,
-                source,
-                "live_migration",
-                action,
-                spec,
-                {"dest_host": dest, "dest_info": ready.disk_info or {}},
-            )
+            moved = call(source, "live_migration", {"dest_host": dest, "dest_info": ready.disk_info or {}})
             events += moved.events
         if moved is None or not moved.ok:  # the guest still runs on the source
-            cleanup = self.services.call(
-                ctx, dest, "rollback_live_migration_at_destination", action, spec, {}
-            )
+            cleanup = call(dest, "rollback_live_migration_at_destination", {})
             failed = moved if moved is not None else ready
             self.roll_back(ctx, uuid, t, mig, events=[*events, *cleanup.events], fault=failed.fault)
             return
-        landed = self.services.call(
-            ctx,
-            dest,
-            "post_live_migration_at_destination",
-            action,
-            spec,
-            {"disk_info": moved.disk_info or {}},
-        )
+        landed = call(dest, "post_live_migration_at_destination", {"disk_info": moved.disk_info or {}})
         # Past this point the guest runs on the destination whatever the last step said: the
         # records follow the guest; a failed last step is recorded as the action's error.
 
@@ -107,6 +85,3 @@ class LiveMigrate(Flow):
         self.services.notifier.emit(
             f"instance.live_migration._post.{'end' if landed.ok else 'error'}", uuid, host=dest
         )
-
-    def dry_run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> str | None:
-        return self.plan_elsewhere(ctx, uuid, options)

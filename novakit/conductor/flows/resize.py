@@ -78,23 +78,15 @@ class Resize(Flow):
         spec = self.spec_of(ctx, uuid)
         spec.flavor = flavors.spec(new_flavor)
         power_on = old_vm_state != VmState.STOPPED.value
-        handed = self.services.call(
-            ctx, source, "migrate_disk_and_power_off", action, spec, {"dest_host": dest}
-        )
+        call = self.services.caller(ctx, action, spec)
+        handed = call(source, "migrate_disk_and_power_off", {"dest_host": dest})
         if not handed.ok:  # the source left the guest as it was
             self.roll_back(ctx, uuid, t, mig, events=handed.events, fault=handed.fault)
             return
 
         self._handed_over(ctx, uuid, mig, handed)
         self.services.step(ctx, uuid, T.RESIZE_MIGRATED, T.RESIZE_FINISH)
-        finished = self.services.call(
-            ctx,
-            dest,
-            "finish_migration",
-            action,
-            spec,
-            {"disk_info": handed.disk_info or {}, "power_on": power_on},
-        )
+        finished = call(dest, "finish_migration", {"disk_info": handed.disk_info or {}, "power_on": power_on})
         if not finished.ok:  # nothing is left on the destination: the guest goes back to the source
             self._back_to_source(ctx, uuid, t, mig, source, spec, finished, power_on)
             return

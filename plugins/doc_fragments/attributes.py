@@ -7,7 +7,10 @@ C(attributes) win over a fragment's).
 
 from __future__ import annotations
 
-ATTRIBUTES = r"""
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+options: {}
 attributes:
   check_mode:
     support: full
@@ -20,7 +23,3 @@ attributes:
   platform:
     platforms: posix
 """
-
-
-class ModuleDocFragment:
-    DOCUMENTATION = ATTRIBUTES

@@ -1,16 +1,10 @@
-"""What every novakit controller-side module shares: the database and identity options, what it
-needs, and the attributes (``attributes.py``).
-
-``novakit.cloud.common`` is all of it; ``novakit.cloud.common.catalog`` adds O(state) for the
-modules that keep one resource as the task describes it (``module_utils/catalog.py``, whose
-``STATE_ARG`` it documents).
-"""
+"""Options every novakit controller-side module shares."""
 
 from __future__ import annotations
 
-from ansible_collections.novakit.cloud.plugins.doc_fragments.attributes import ATTRIBUTES
 
-OPTIONS = r"""
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
 options:
   db_url:
     description:
@@ -42,26 +36,7 @@ options:
       - Request id that ties this call to the audit trail. Defaults to the AWX job id or the
         ansible-runner ident when there is one, else a new id.
     type: str
-"""
-
-STATE = r"""
-  state:
-    description:
-      - V(present) makes sure the resource exists as the task describes it; a second identical run
-        finds it so and reports C(changed=false).
-      - V(absent) makes sure it does not exist, deleting it if it does.
-    type: str
-    choices: [present, absent]
-    default: present
-"""
-
-REQUIREMENTS = r"""
 requirements:
   - python >= 3.11
   - novakit
 """
-
-
-class ModuleDocFragment:
-    DOCUMENTATION = OPTIONS + REQUIREMENTS + ATTRIBUTES
-    CATALOG = OPTIONS + STATE + REQUIREMENTS + ATTRIBUTES

@@ -21,6 +21,7 @@ version_added: 0.1.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - novakit.cloud.attributes
   - novakit.cloud.common
 attributes:
   check_mode:

@@ -16,7 +16,9 @@ version_added: 0.2.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.common.catalog
+  - novakit.cloud.attributes
+  - novakit.cloud.common
+  - novakit.cloud.catalog
 options:
   name:
     description: Network name.

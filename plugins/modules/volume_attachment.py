@@ -16,7 +16,9 @@ version_added: 0.1.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.common.catalog
+  - novakit.cloud.attributes
+  - novakit.cloud.common
+  - novakit.cloud.catalog
 options:
   server:
     description: Server name or id.

@@ -21,7 +21,9 @@ version_added: 0.3.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.common.catalog
+  - novakit.cloud.attributes
+  - novakit.cloud.common
+  - novakit.cloud.catalog
 attributes:
   check_mode:
     support: full

@@ -372,6 +372,15 @@ def zone_of_host(session: Session, conf: Config, host: str) -> str:
     return store.zone_of_provider(session, host, conf.scheduler.default_availability_zone)
 
 
+def with_zone(session: Session, conf: Config, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` of a server, with the zone of the host they put it on (``zone_of_host``): a server
+    records the zone of the host it is on each time its host is written (a boot, every move, a
+    revert, heal settling a move). A host moved between zones later changes no server's record."""
+    if values.get("host"):
+        values["availability_zone"] = zone_of_host(session, conf, str(values["host"]))
+    return values
+
+
 def list_zones(
     db: Database, ctx: RequestContext, conf: Config, *, long: bool = False
 ) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from sqlalchemy import select
 from novakit import exceptions
 from novakit.compute.states import VmState
 from novakit.db.models import Instance, Migration
+from novakit.fleet import aggregates as fleet_aggregates
 from novakit.heal.base import Correction, _power, bare_spec, recover_event, skipped
 from novakit.host.messages import ComputeRequest
 from novakit.moves import migrations
@@ -411,6 +412,7 @@ class MoveRecovery:
                 _drop_queued(session, image)
             if power is not None:
                 values["power_state"] = int(power)
+            fleet_aggregates.with_zone(session, self.conf, values)
             db_api.instance_update(
                 session,
                 s.uuid,

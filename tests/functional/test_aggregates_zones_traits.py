@@ -152,6 +152,25 @@ def test_moving_a_host_between_zones_changes_new_placements_not_old_servers(
     assert cloud.api.get(ctx, new["id"])["availability_zone"] == "west"
 
 
+def test_a_moved_server_records_the_zone_of_the_host_it_is_on(cloud: Cloud, ctx: RequestContext) -> None:
+    """Nova writes the destination's zone on a move; a revert writes the source's back. (A server
+    asked into a zone stays in it when moved, as in Nova: this one asked for none.)"""
+    server = boot(cloud, ctx, "mover")
+    source = server["host"]
+    assert server["availability_zone"] == "nova"
+    first, second = sorted({"compute-1", "compute-2", "compute-3"} - {source})
+    _east(cloud, first, second)
+    cloud.api.act(cloud.admin, server["id"], "migrate", {"host": first})
+    moved = cloud.api.get(cloud.admin, server["id"])
+    assert (moved["host"], moved["OS-EXT-AZ:availability_zone"]) == (first, "east")
+    cloud.api.act(ctx, "mover", "revert_resize")
+    back = cloud.api.get(cloud.admin, server["id"])
+    assert (back["host"], back["OS-EXT-AZ:availability_zone"]) == (source, "nova")
+    cloud.api.act(cloud.admin, server["id"], "live_migrate", {"host": second})
+    live = cloud.api.get(cloud.admin, server["id"])
+    assert (live["host"], live["OS-EXT-AZ:availability_zone"]) == (second, "east")
+
+
 def test_zones_listed_with_availability_and_heal_names_a_zone_with_no_enabled_host(
     cloud: Cloud, ctx: RequestContext
 ) -> None:

@@ -21,6 +21,7 @@ from novakit.conductor.core import ctx_admin
 from novakit.conductor.flows.base import Choice, OffItsHost
 from novakit.context import RequestContext
 from novakit.db import api as db_api
+from novakit.fleet import aggregates as fleet_aggregates
 from novakit.host.messages import ComputeRequest, InstanceResult
 from novakit.moves import migrations
 from novakit.network import ports
@@ -58,6 +59,7 @@ class Evacuate(OffItsHost):
                 values = _rebuilt(session, uuid, mig, built, stopped)
             else:
                 values = _left_in_error(session, uuid, mig, source)
+            fleet_aggregates.with_zone(session, self.services.conf, values)
             actions.end_task(
                 session, ctx, uuid, values, [T.REBUILD_SPAWNING], answer=built, finish=t.record_as
             )
@@ -71,12 +73,16 @@ class Evacuate(OffItsHost):
         db_api.instance_update(
             session,
             uuid,
-            {
-                "task_state": T.REBUILD_SPAWNING,
-                "task_lease_until": self.services.lease_until(),
-                "host": dest,
-                "node": dest,
-            },
+            fleet_aggregates.with_zone(
+                session,
+                self.services.conf,
+                {
+                    "task_state": T.REBUILD_SPAWNING,
+                    "task_lease_until": self.services.lease_until(),
+                    "host": dest,
+                    "node": dest,
+                },
+            ),
             expected_task_state=[T.REBUILDING],
             expected_owner=ctx.request_id,
             fetch=False,

@@ -21,6 +21,7 @@ from novakit.compute import actions
 from novakit.compute.states import TaskState, Transition
 from novakit.conductor.flows.base import Choice, OffItsHost
 from novakit.context import RequestContext
+from novakit.fleet import aggregates as fleet_aggregates
 from novakit.host.messages import InstanceResult
 from novakit.moves import migrations
 from novakit.network import ports
@@ -75,6 +76,7 @@ class LiveMigrate(OffItsHost):
             migrations.set_status(session, mig, "running", "completed" if landed.ok else "error")
             ports.bind_host(session, [uuid], dest)
             values: dict[str, Any] = {"host": dest, "node": dest, "task_state": None}
+            fleet_aggregates.with_zone(session, self.services.conf, values)
             if landed.power_state is not None:
                 values["power_state"] = landed.power_state
             actions.end_task(

@@ -42,6 +42,7 @@ from novakit.conductor.core import Services, ctx_admin
 from novakit.conductor.flows.base import Flow
 from novakit.context import RequestContext
 from novakit.db import api as db_api
+from novakit.fleet import aggregates as fleet_aggregates
 from novakit.host.messages import InstanceResult
 from novakit.moves import migrations
 from novakit.network import ports
@@ -103,7 +104,7 @@ class Resize(Flow):
             db_api.instance_update(
                 session,
                 uuid,
-                values,
+                fleet_aggregates.with_zone(session, self.services.conf, values),
                 expected_task_state=[T.RESIZE_FINISH],
                 expected_owner=ctx.request_id,
                 fetch=False,
@@ -260,6 +261,7 @@ class RevertResize(Flow):
                 values["power_state"] = _power_after(back, power_on)
             else:
                 values = _revert_failed(session, uuid, mig, source, old_flavor, dest_gone=gone.ok)
+            fleet_aggregates.with_zone(session, self.services.conf, values)
             failed = back if back is not None and not back.ok else gone
             actions.end_task(
                 session,

@@ -33,6 +33,7 @@ from novakit.conductor.flows.snapshot import drop_queued, queue_image
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import Image
+from novakit.fleet import aggregates as fleet_aggregates
 from novakit.host.messages import ComputeRequest, ImageSpec, InstanceSpec
 from novakit.network import ports
 from novakit.placement.allocations import remove_allocations_in_session
@@ -175,11 +176,15 @@ class Unshelve(Flow):
             db_api.instance_update(
                 session,
                 uuid,
-                {
-                    "host": chosen.host,
-                    "node": chosen.nodename,
-                    "task_lease_until": self.services.lease_until(),
-                },
+                fleet_aggregates.with_zone(
+                    session,
+                    self.services.conf,
+                    {
+                        "host": chosen.host,
+                        "node": chosen.nodename,
+                        "task_lease_until": self.services.lease_until(),
+                    },
+                ),
                 expected_task_state=[T.UNSHELVING],
                 expected_owner=ctx.request_id,
                 fetch=False,

@@ -12,12 +12,16 @@ One module per noun: ``hosts``, ``aggregates`` (aggregates, availability zones),
 ``groups`` (server groups), ``networks`` (networks, subnets, ports), ``security_groups`` (groups, rules, a
 server's groups), ``moves`` (resize, migrate, evacuate,
 shelve, snapshot, rescue, ``migration list``, ``host drain``), ``ops`` (db, states, heal, boot);
-``base`` holds the app and the caller.
+``base`` holds the app, its groups (one table) and the caller; ``output`` how every command prints
+(``output.shows``/``output.lists`` for a command that returns records); ``verbs`` the ``show`` and
+``delete`` every noun has, one line each.
 """
 
 from __future__ import annotations
 
-from novakit.cli import (
+# Each module registers its commands on the app when imported: importing them is what adds them,
+# in this order (the order of the groups in --help).
+from novakit.cli import (  # noqa: F401
     aggregates,
     catalog,
     cells,
@@ -34,21 +38,6 @@ from novakit.cli import (
 from novakit.cli.base import app
 
 __all__ = ["app", "main"]
-# imported for the commands they register
-_COMMANDS = (
-    aggregates,
-    catalog,
-    cells,
-    groups,
-    hosts,
-    keypairs,
-    moves,
-    networks,
-    ops,
-    security_groups,
-    servers,
-    volumes,
-)
 
 
 def main() -> None:

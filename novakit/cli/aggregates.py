@@ -12,7 +12,7 @@ import typer
 
 from novakit.cli import output
 from novakit.cli.base import app as root_app
-from novakit.cli.base import conf, console, ctx, db, fail, group, guard
+from novakit.cli.base import conf, console, ctx, db, group, guard, key_values
 from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format, Record
 
 aggregate_app = group(
@@ -53,16 +53,6 @@ FIELDS = [
 PROPERTY = typer.Option(None, "--property", help="metadata key=value (repeat)")
 
 
-def _pairs(items: list[str] | None) -> dict[str, str]:
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            fail(f"--property: {item!r} must be KEY=VALUE")
-        out[key] = value
-    return out
-
-
 @aggregate_app.command("create")
 @output.shows(FIELDS, "aggregate {name}")
 def aggregate_create(
@@ -73,7 +63,7 @@ def aggregate_create(
     """Create an aggregate (admin only)."""
     from novakit.fleet import aggregates
 
-    return aggregates.create(db(), ctx(), name, availability_zone=zone, metadata=_pairs(prop))
+    return aggregates.create(db(), ctx(), name, availability_zone=zone, metadata=key_values(prop))
 
 
 @aggregate_app.command("list")
@@ -113,9 +103,15 @@ def aggregate_set(
 
     unset: list[str] = []
     if no_property:
-        unset = [k for k in aggregates.show(db(), ctx(), aggregate)["metadata"] if k not in _pairs(prop)]
+        unset = [k for k in aggregates.show(db(), ctx(), aggregate)["metadata"] if k not in key_values(prop)]
     return aggregates.update(
-        db(), ctx(), aggregate, name=name, availability_zone=zone, metadata=_pairs(prop), unset_metadata=unset
+        db(),
+        ctx(),
+        aggregate,
+        name=name,
+        availability_zone=zone,
+        metadata=key_values(prop),
+        unset_metadata=unset,
     )
 
 

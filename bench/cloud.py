@@ -4,17 +4,26 @@ Shared by the benchmarks that boot through the Python API (``boot_api.py``,
 ``fleet_scale.py``), so that both measure the same set-up. With cells
 (``add_cell``), the API database is cell1 as the embedded default is, and each
 further cell has a database of its own; ``fake_hosts(cells=...)`` spreads the
-hosts over them.
+hosts over them. ``CostCounter`` counts what a phase costs: statements, transactions,
+pool checkouts and client CPU (per boot: ``Cost.per``).
 """
 
 from __future__ import annotations
 
+import re
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import make_url, text
+from sqlalchemy import event, make_url, text
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import Pool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -30,6 +39,73 @@ from novakit.virt.driver import load_driver  # noqa: E402
 
 #: what every benchmark server is built from
 FLAVOR, IMAGE = "m1.tiny", "tiny"
+
+
+@dataclass
+class Cost:
+    """What a phase cost this process: statements and transactions every engine ran (the API
+    database's and each cell's), pool checkouts, client CPU seconds (``time.process_time``: every
+    thread of the process, the in-process fake hosts' included; not the database server's)."""
+
+    statements: int = 0
+    transactions: int = 0
+    checkouts: int = 0
+    cpu: float = 0.0
+
+    def per(self, boots: int) -> str:
+        """The figures per boot, as the benchmarks print them."""
+        n = max(boots, 1)
+        return (
+            f"{self.statements / n:.1f} statements, {self.transactions / n:.1f} transactions, "
+            f"{self.checkouts / n:.1f} pool checkouts, {self.cpu / n * 1000:.2f} ms client CPU per boot"
+        )
+
+
+class CostCounter:
+    """Counts a phase's :class:`Cost`, as ``tests/functional/test_boot_cost.py`` does.
+
+    A **statement** is one the driver executes (``before_cursor_execute``), except the
+    ``BEGIN [IMMEDIATE]`` novakit's SQLite engines send when a transaction starts; a
+    **transaction** is an engine's ``begin`` event (one per transaction on both back ends:
+    PostgreSQL's BEGIN is sent by the driver itself and never seen as a statement). A **pool
+    checkout** is a connection taken from a pool: with ``pool_pre_ping`` each one is a round trip
+    (PostgreSQL) that the statements do not show. Listens to every engine while on only.
+    """
+
+    def __init__(self) -> None:
+        self.cost = Cost()
+        self._on = False
+        self._lock = threading.Lock()
+        event.listen(Engine, "before_cursor_execute", self._statement)
+        event.listen(Engine, "begin", self._begin)
+        event.listen(Pool, "checkout", self._checkout)
+
+    def _statement(self, _conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if self._on and not re.match(r"\s*BEGIN\b", statement, re.IGNORECASE):
+            with self._lock:
+                self.cost.statements += 1
+
+    def _begin(self, _conn: Any) -> None:
+        if self._on:
+            with self._lock:
+                self.cost.transactions += 1
+
+    def _checkout(self, *_: Any) -> None:
+        if self._on:
+            with self._lock:
+                self.cost.checkouts += 1
+
+    @contextmanager
+    def counting(self) -> Iterator[Cost]:
+        """The cost of the block (filled in when it ends)."""
+        self.cost = Cost()
+        cpu = time.process_time()
+        self._on = True
+        try:
+            yield self.cost
+        finally:
+            self._on = False
+            self.cost.cpu = time.process_time() - cpu
 
 
 def empty_database(url: str, *, kind: str = "api") -> None:

@@ -18,7 +18,14 @@ figure below is then taken across both cells.
    one-server requests from ``--clients`` processes at once (one engine each).
    Servers per second, overall and per tenth of the phase (median [min..max]:
    how the rate holds while the database fills). Goals: serial >= 50/s,
-   4 processes >= 150/s.
+   4 processes >= 150/s. For the serial part, always, what a boot cost this
+   process on average (``cloud.CostCounter``): SQL statements and transactions
+   of every engine (the API database's and each cell's; a transaction is an
+   engine's ``begin`` event, a statement one the driver executes, SQLite's
+   BEGIN left out), pool checkouts (each a pre-ping round trip on PostgreSQL),
+   and client CPU (``time.process_time`` over the phase, per boot).
+   ``--only serial``: that figure alone, every server booted serially
+   (200 by default): a quick run.
 2. **list**: ``API.list_servers``, the call the CLI's ``novakit server list``
    makes, as the project's member: a page of 100 (``--limit 100``), the same
    page after a marker nine tenths into the list, and the whole list; the
@@ -53,6 +60,7 @@ as "not run" with its error, and the others go on.
 
     python bench/fleet_scale.py [--servers 10000] [--hosts 100] [--db-url postgresql+psycopg://...]
     python bench/fleet_scale.py --servers 500 --hosts 20      # a quick run while developing
+    python bench/fleet_scale.py --only serial [--cells 2]     # the serial figure and its cost alone
     python bench/fleet_scale.py --cells 2 [--db-url URL1 --cell2-url URL2]   # two cells
 
 Figures only; nothing here asserts a time.
@@ -90,7 +98,7 @@ from sqlalchemy.engine import Engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cloud import FLAVOR, IMAGE, add_cell, bench_config, fake_hosts, fresh_database  # noqa: E402
+from cloud import FLAVOR, IMAGE, CostCounter, add_cell, bench_config, fake_hosts, fresh_database  # noqa: E402
 
 from novakit.cells import manage  # noqa: E402
 from novakit.compute.api import API  # noqa: E402
@@ -115,6 +123,10 @@ GOALS = {
     # PostgreSQL >= 500/s; set for the back end in ``run``.
     "claims": ("claims/s", ">=", 450.0),
 }
+#: what ``--only`` may name; ``serial`` is the serial boot figure alone
+PHASES = ("boot", "list", "heal", "inventory", "claims", "serial")
+#: servers booted by default: the fleet, or with ``--only serial`` a quick serial run
+SERVERS, SERIAL_SERVERS = 10_000, 200
 CLAIM_GOALS = {"postgresql": 500.0, "sqlite": 450.0}
 #: what a benchmark claim takes (one m1.tiny server's resources)
 CLAIM = {"VCPU": 1, "MEMORY_MB": 512, "DISK_GB": 1}
@@ -149,6 +161,7 @@ class Statements:
 
 
 STATEMENTS = Statements()
+COST = CostCounter()
 
 
 @dataclass
@@ -541,9 +554,16 @@ def _claims_phase(
 
 
 def _boot_figure(
-    key: str, label: str, began: float, finished: list[float], wall: float, load0: tuple[float, float, float]
+    key: str,
+    label: str,
+    began: float,
+    finished: list[float],
+    wall: float,
+    load0: tuple[float, float, float],
+    cost: str = "",
 ) -> Figure:
-    """A boot phase's rates over tenths of it, printed as soon as it is known."""
+    """A boot phase's rates over tenths of it (and what it cost, when counted), printed as soon
+    as it is known."""
     rates = _rates(began, finished)
     figure = Figure(
         key,
@@ -552,7 +572,7 @@ def _boot_figure(
         load0,
         _load(),
         f"overall {len(finished) / wall:.1f}/s; median [min..max] over tenths of the phase; "
-        f"first tenth {rates[0]:.1f}/s, last {rates[-1]:.1f}/s",
+        f"first tenth {rates[0]:.1f}/s, last {rates[-1]:.1f}/s" + (f"\n      {cost}" if cost else ""),
     )
     print(figure.line(), flush=True)
     return figure
@@ -568,12 +588,16 @@ def _boot_fleet(
     serial, parallel = names[:serial_count], names[serial_count:]
     load0 = _load()
     began = time.monotonic()
-    finished = _boot(api, member, serial)
+    with COST.counting() as cost:
+        finished = _boot(api, member, serial)
     wall = time.monotonic() - began
     if report and serial:
         label = f"boot, {len(serial)} one-server requests serially"
-        figures.append(_boot_figure("boot_serial", label, began, finished, wall, load0))
+        spent = cost.per(len(serial))
+        figures.append(_boot_figure("boot_serial", label, began, finished, wall, load0, spent))
     db.dispose()
+    if not parallel:
+        return figures
     load0 = _load()
     began, finished, _ = boot_in_processes(db.url, area, parallel, args.clients)
     wall = max(finished) - began if finished else 0.0
@@ -639,7 +663,7 @@ def run(args: argparse.Namespace) -> tuple[list[Figure], list[str]]:
         )
         print(_cells_line(db, admin), flush=True)
         if kept is None:
-            figures += _boot_fleet(args, api, db, area, member, "boot" in wanted)
+            figures += _boot_fleet(args, api, db, area, member, bool({"boot", "serial"} & wanted))
         # Whatever the fleet holds now (a kept one may have grown by profiled boots).
         every = api.list(admin)
         count = len(every)
@@ -809,7 +833,9 @@ def _profiled_clients(db: Database, area: Path, clients: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--servers", type=int, default=10_000)
+    parser.add_argument(
+        "--servers", type=int, default=None, help=f"default {SERVERS:,}; {SERIAL_SERVERS} with --only serial"
+    )
     parser.add_argument("--hosts", type=int, default=100)
     parser.add_argument(
         "--db-url", default=None, help="PostgreSQL URL (its tables are dropped!); default SQLite"
@@ -817,7 +843,12 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=4, help="processes booting at once")
     parser.add_argument("--serial-share", type=float, default=0.5, help="part of the servers booted serially")
     parser.add_argument("--rounds", type=int, default=5, help="runs of each list, heal and inventory figure")
-    parser.add_argument("--only", default=None, help="comma-separated: boot,list,heal,inventory,claims")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help=f"comma-separated: {','.join(PHASES)}; serial: only the serial boot figure (every server booted "
+        "serially, nothing else measured)",
+    )
     parser.add_argument(
         "--cells", type=int, default=1, choices=(1, 2), help="1: one database (default); 2: two cells"
     )
@@ -840,6 +871,14 @@ def main() -> None:
         "and database measures list, heal and inventory on it without booting again",
     )
     args = parser.parse_args()
+    if args.only:
+        unknown = set(args.only.split(",")) - set(PHASES)
+        if unknown:
+            parser.error(f"--only: unknown {', '.join(sorted(unknown))}; known: {', '.join(PHASES)}")
+    if args.only == "serial":
+        args.serial_share = 1.0
+    if args.servers is None:
+        args.servers = SERIAL_SERVERS if args.only == "serial" else SERVERS
     if args.cells > 1 and args.db_url and not args.cell2_url:
         parser.error("--cells 2 with a PostgreSQL --db-url needs --cell2-url (cell2's database)")
     if args.cell2_url and args.cells < 2:

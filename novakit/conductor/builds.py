@@ -28,8 +28,9 @@ from sqlalchemy import JSON, bindparam, select, text
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
+from novakit.cells.mappings import set_cell
 from novakit.cells.moves import move_to_cell
-from novakit.cells.registry import UNSCHEDULED, grouped, in_cell_of
+from novakit.cells.registry import UNSCHEDULED, Cell, grouped, in_cell_of
 from novakit.compute import actions
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import PowerState, TaskState, VmState
@@ -90,29 +91,23 @@ class Builds:
         """
         with self.db.target_cell(UNSCHEDULED):
             found = records if records is not None else self._waiting_records(instance_uuids)
-            requests, infos = self._schedule_waiting(ctx, instance_uuids, found)
-        placed = [spec.uuid for req in requests for spec in req.instances]
-        by_host = {spec.uuid: req.host for req in requests for spec in req.instances}
-        cells = self.db.cells.host_cells(set(by_host.values()))
-        moving: dict[Any, list[str]] = defaultdict(list)
-        for uuid in placed:
-            cell = cells.get(by_host[uuid])
-            if cell is not None:
-                moving[cell].append(uuid)
+            requests, infos, moving = self._schedule_waiting(ctx, instance_uuids, found)
         for cell, uuids in moving.items():
             move_to_cell(self.db, uuids, cell)
         return requests, infos
 
     def _schedule_waiting(
         self, ctx: RequestContext, instance_uuids: list[str], found: dict[str, tuple[Instance, RequestSpec]]
-    ) -> tuple[list[ComputeRequest], dict[str, dict[str, Any]]]:
+    ) -> tuple[list[ComputeRequest], dict[str, dict[str, Any]], dict[Cell, list[str]]]:
         """``first_round`` with the API database's instance tables targeted, over the waiting
-        servers ``found`` (a deleted one is not there)."""
+        servers ``found`` (a deleted one is not there); also the placed servers that must still
+        move into their cell, by cell (those whose cell is the API database itself were mapped
+        to it in the claims' transaction: ``_map_placed``)."""
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
         uuids = [u for u in instance_uuids if u in found]
         if not uuids:
-            return [], {}
+            return [], {}, {}
         for uuid in uuids:
             self.services.notifier.emit("instance.create.start", uuid)
         spec = SchedSpec.model_validate(found[uuids[0]][1].spec)
@@ -123,14 +118,17 @@ class Builds:
         gone: list[str] = []
         infos: dict[str, dict[str, Any]] = {}
         over_quota: dict[str, exceptions.OverQuota] = {}
+        moving: dict[Cell, list[str]] = {}
         # The lease of the round that starts now: renewed in the claims' write, before the host call.
         lease = self.services.lease_until()
 
         def on_claimed(session: Session, claimed: dict[str, list[Any]]) -> None:
             # In the claims' own transaction: an instance never holds a claim without its host.
-            recorded[:] = self._claimed(
-                session, found, [(u, claimed[u]) for u in uuids if claimed.get(u)], gone, lease
-            )
+            placed = [(u, claimed[u]) for u in uuids if claimed.get(u)]
+            cell_of = _cells_of_hosts(session, placed)
+            recorded[:] = self._claimed(session, found, placed, gone, lease, cell_of)
+            moving.clear()
+            moving.update(self._map_placed(session, recorded, cell_of))
             infos.clear()
             infos.update(self.services.rpc.driver_infos({host for host, _ in recorded}, session))
             over_quota.clear()
@@ -143,7 +141,7 @@ class Builds:
             # OverQuota: the recheck in the claim transaction lost to a concurrent request
             # (Nova's recheck losers go to error too); nothing was claimed.
             self._fail_unscheduled(ctx, uuids, exc)
-            return [], {}
+            return [], {}, {}
         unplaced = [uuid for uuid, choices in zip(uuids, selections, strict=True) if not choices]
         self._fail_unplaced(ctx, unplaced, over_quota, len(uuids))
         for uuid in gone:
@@ -155,7 +153,30 @@ class Builds:
             ComputeRequest(request_id=ctx.request_id, host=host, operation="build", instances=specs)
             for host, specs in by_host.items()
         ]
-        return requests, infos
+        return requests, infos, moving
+
+    def _map_placed(
+        self, session: Session, recorded: list[tuple[str, InstanceSpec]], cell_of: dict[str, int]
+    ) -> dict[Cell, list[str]]:
+        """In the claims' transaction: the placed servers whose host's cell is the API database
+        itself mapped to that cell (their records are already there: nothing moves, and a
+        process killed after the claim leaves a server placed and mapped at once); the others
+        by the cell they must move into (``move_to_cell``, after the claim). A host of no cell
+        (not mapped) moves nothing, as before."""
+        moving: dict[Cell, list[str]] = defaultdict(list)
+        mapped: dict[int, list[str]] = defaultdict(list)
+        for host, spec in recorded:
+            cell_id = cell_of.get(host)
+            if cell_id is None:
+                continue
+            cell = self.db.cells.by_id(cell_id)
+            if self.db.cells.is_api(cell):  # told without opening the cell's database
+                mapped[cell_id].append(spec.uuid)
+            else:
+                moving[cell].append(spec.uuid)
+        for cell_id, placed in mapped.items():
+            set_cell(session, placed, cell_id)
+        return dict(moving)
 
     def _waiting_records(self, instance_uuids: list[str]) -> dict[str, tuple[Instance, RequestSpec]]:
         """The instances (not deleted) and their request specs, by uuid."""
@@ -214,18 +235,19 @@ class Builds:
         placed: list[tuple[str, list[Any]]],
         gone: list[str],
         lease: dt.datetime,
+        cell_of: dict[str, int],
     ) -> list[tuple[str, InstanceSpec]]:
         """Record each claimed instance's host and alternates (inside the claim transaction).
 
         An instance that was deleted meanwhile fails its guarded write: its claim is
         removed in the same transaction and it is skipped; the others go ahead. The
-        same write renews the build's lease for the round that follows.
+        same write renews the build's lease for the round that follows. ``cell_of``: the
+        cell id of each chosen and alternate host (``_cells_of_hosts``).
         """
         from novakit.placement.allocations import remove_allocations_in_session
 
         gone.clear()
         out = []
-        cell_of = _cells_of_hosts(session, placed)
         images_seen: dict[str, Any] = {}
         now = utcnow()
         zones: dict[str, str] = {}  # the zone each chosen host is in: what its servers record
@@ -573,10 +595,11 @@ def _states_of(session: Session, uuids: list[str]) -> dict[str, tuple[str, str |
 
 
 def _cells_of_hosts(session: Session, placed: list[tuple[str, list[Any]]]) -> dict[str, int]:
-    """The cell of each chosen and alternate host, when there are alternates to keep."""
+    """The cell id of each chosen and alternate host (a host of no cell is not in the answer),
+    read in the claims' transaction: where each server goes and which alternates it keeps."""
     chosen_hosts = {choices[0].host for _, choices in placed}
     alternate_hosts = {a.host for _, choices in placed for a in choices[1:]}
-    if not alternate_hosts:
+    if not chosen_hosts:
         return {}
     return dict(
         session.execute(  # type: ignore[arg-type]

@@ -78,6 +78,7 @@ def _move(db: Database, uuids: Sequence[str], cell: Cell) -> list[str]:
     not change meanwhile (guarded by ``_GUARD``); the copies of the others go again."""
     if db.cells.database(cell) is db:
         db.run_in_transaction(lambda s: mappings.set_cell(s, uuids, cell.id))
+        db.cells.remember(uuids, cell)
         return list(uuids)
     with db.target_cell(UNSCHEDULED), db.reader() as session:
         records = _read_records(session, uuids)
@@ -87,6 +88,7 @@ def _move(db: Database, uuids: Sequence[str], cell: Cell) -> list[str]:
         db.run_in_transaction(lambda session: _copy_records(session, records))
     with db.target_cell(UNSCHEDULED):
         moved = db.run_in_transaction(lambda session: _drop_moved(session, records, cell))
+    db.cells.remember(moved, cell)
     stayed = [r["uuid"] for r in records.instances if r["uuid"] not in moved]
     if stayed:
         remove_copies(db, cell, stayed)

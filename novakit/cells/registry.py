@@ -1,10 +1,40 @@
-"""The cells of an API database, their databases, and where an instance or a host lives."""
+"""The cells of an API database, their databases, and where an instance or a host lives.
+
+What a boot asks of the mappings (which cells there are, which cell a host is in, which cell
+holds an instance) is kept per process (per ``CellRegistry``) instead of read each time:
+
+* Writes made in this process are seen at once. Every write statement on ``cell_mappings`` or
+  ``host_mappings`` (and every delete of ``instance_mappings``) made through any engine of
+  this process bumps the API database's epoch (``mappings_written``, called by
+  ``novakit.db.engine``), which drops what every registry of that database had kept.
+* Writes made by other processes are seen within ``MAPPINGS_SECONDS``: the cells and the
+  host mappings kept are read again after that long. Something that is not known at all is
+  read at once: a cell id or name not seen yet, a host with no mapping kept (a host mapped
+  just now by another process is found the first time a boot asks for it).
+* An instance's cell, once it is a cell (not "not scheduled yet"), is kept for good: a
+  server never leaves its cell (a move into a cell is from the API database's waiting
+  tables, and only a deleted server's mapping loses its cell, when its cell is deleted).
+  "Not scheduled" is never kept: another process may be placing that server right now.
+
+Where a stale answer could send a write to the wrong place, and why it cannot or what bounds it:
+
+* a host deleted (it must hold no server and no claim) and mapped again to another cell by
+  another process: for at most ``MAPPINGS_SECONDS`` this process may still take it for the
+  old cell, and a server built there in that window would be recorded in the old cell. Both
+  steps are an operator's, seconds apart at the least; the window is the price of reading no
+  mapping per boot (Nova's scheduler keeps its cells until it is restarted);
+* a cell disabled by another process may still be offered new servers for that long; a cell
+  deleted must hold no host and no server, so nothing is placed in it; a cell's database URL
+  is never changed in place (a cell is deleted and created again, under a new id);
+* a new cell or host is never missed: an id, a name or a host that is not kept is read.
+"""
 
 from __future__ import annotations
 
 import functools
 import inspect
 import threading
+import time
 import uuid as uuidlib
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -24,6 +54,29 @@ if TYPE_CHECKING:
 
 #: How long a cell found up or down is taken to stay so before it is asked again.
 PROBE_SECONDS = 2.0
+
+#: How long the cells and host mappings kept by a process are trusted for other processes'
+#: writes (this process's own writes are seen at once).
+MAPPINGS_SECONDS = 2.0
+
+#: At most this many instances' cells are kept per registry (all forgotten past it).
+INSTANCES_KEPT = 50_000
+
+# Per API database URL: [the epoch of cells and hosts, the epoch of instance mappings].
+_epochs: dict[str, list[int]] = {}
+
+
+def mappings_written(api_url: str, *, instances_only: bool = False) -> None:
+    """The mappings of the API database ``api_url`` were written in this process: what every
+    registry of that database keeps is read again (``instances_only``: only instances' cells)."""
+    epoch = _epochs.setdefault(api_url, [0, 0])
+    if not instances_only:
+        epoch[0] += 1
+    epoch[1] += 1
+
+
+def _epoch(api_url: str) -> list[int]:
+    return _epochs.setdefault(api_url, [0, 0])
 
 #: Nova's fixed uuid of cell0, where servers that could not be scheduled live.
 CELL0_UUID = "00000000-0000-0000-0000-000000000000"
@@ -73,40 +126,62 @@ class CellRegistry:
         self._by_id: dict[int, Cell] = {}
         self._lock = threading.Lock()
         self._probed: dict[str, tuple[float, str]] = {}
+        self._epoch = _epoch(api.url)
+        # What is kept (module docstring): the cells, when read and at which epoch; hosts' cell
+        # ids likewise; instances' cell ids at an instance epoch.
+        self._cells: list[Cell] | None = None
+        self._cells_read = (0.0, -1)
+        self._hosts: dict[str, int] = {}
+        self._hosts_read = (0.0, -1)
+        self._instances: dict[str, int] = {}
+        self._instances_read = -1
+
+    def _still_good(self, read: tuple[float, int]) -> bool:
+        return read[1] == self._epoch[0] and time.monotonic() - read[0] < MAPPINGS_SECONDS
 
     # --- the cells -------------------------------------------------------------------
 
     def all(self) -> list[Cell]:
-        """Every cell, cell0 first, then by name."""
+        """Every cell, cell0 first, then by name (kept: module docstring)."""
+        cells = self._cells
+        if cells is None or not self._still_good(self._cells_read):
+            cells = self._read_cells()
+        return list(cells)
+
+    def _read_cells(self) -> list[Cell]:
+        read = (time.monotonic(), self._epoch[0])
         with self.api.reader() as session:
             rows = session.execute(select(CellMapping).order_by(CellMapping.id)).scalars().all()
-        cells = [Cell.of(r) for r in rows]
+        cells = sorted((Cell.of(r) for r in rows), key=lambda c: (not c.is_cell0, c.name))
         with self._lock:
             self._by_id.update({c.id: c for c in cells if c.id is not None})
-        return sorted(cells, key=lambda c: (not c.is_cell0, c.name))
+            self._cells, self._cells_read = cells, read
+        return cells
 
     def get(self, ref: str) -> Cell:
-        """A cell by name or uuid."""
-        for cell in self.all():
-            if ref in (cell.name, cell.uuid):
-                return cell
+        """A cell by name or uuid (one not kept is read again: a cell created just now)."""
+        for cells in (self.all, self._read_cells):
+            for cell in cells():
+                if ref in (cell.name, cell.uuid):
+                    return cell
         raise exceptions.CellNotFound(cell=ref)
 
     def by_id(self, cell_id: int | None) -> Cell:
         if cell_id is None:
             return UNSCHEDULED
-        cell = self._by_id.get(cell_id)
+        cell = self._by_id.get(cell_id) if self._still_good(self._cells_read) else None
         if cell is None:
-            self.all()
+            self._read_cells()
             cell = self._by_id.get(cell_id)
             if cell is None:
                 raise exceptions.CellNotFound(cell=str(cell_id))
         return cell
 
     def cell0(self) -> Cell:
-        for cell in self.all():
-            if cell.is_cell0:
-                return cell
+        for cells in (self.all, self._read_cells):
+            for cell in cells():
+                if cell.is_cell0:
+                    return cell
         raise exceptions.CellNotFound(cell="cell0")
 
     def listed(self) -> list[Cell]:
@@ -225,21 +300,49 @@ class CellRegistry:
     # --- where things are ----------------------------------------------------------------
 
     def of_instances(self, uuids: Sequence[str]) -> dict[Cell, list[str]]:
-        """The uuids by the cell they live in (unmapped ones are left out)."""
+        """The uuids by the cell they live in (unmapped ones are left out). The cells of
+        instances that are in a cell are kept (module docstring); only the others are read."""
         if not uuids:
             return {}
-        with self.api.reader() as session:
-            rows = session.execute(
-                select(InstanceMapping.instance_uuid, InstanceMapping.cell_id).where(
-                    InstanceMapping.instance_uuid.in_(list(uuids))
-                )
-            ).all()
-        where = dict(rows)
+        kept = self._kept_instances()
+        where: dict[str, int | None] = {u: kept[u] for u in uuids if u in kept}
+        missing = [u for u in uuids if u not in where]
+        if missing:
+            epoch = self._epoch[1]
+            with self.api.reader() as session:
+                rows = session.execute(
+                    select(InstanceMapping.instance_uuid, InstanceMapping.cell_id).where(
+                        InstanceMapping.instance_uuid.in_(missing)
+                    )
+                ).all()
+            where.update(rows)  # type: ignore[arg-type]
+            self._keep_instances({u: c for u, c in rows if c is not None}, epoch)
         out: dict[Cell, list[str]] = defaultdict(list)
         for uuid in uuids:
             if uuid in where:
                 out[self.by_id(where[uuid])].append(uuid)
         return dict(out)
+
+    def remember(self, uuids: Sequence[str], cell: Cell) -> None:
+        """Keep that the instances ``uuids`` are in ``cell``, as the caller has just written or
+        read their mappings (nothing is kept for ``UNSCHEDULED``)."""
+        if cell.id is not None:
+            self._keep_instances(dict.fromkeys(uuids, cell.id), self._epoch[1])
+
+    def _kept_instances(self) -> dict[str, int]:
+        if self._instances_read != self._epoch[1]:
+            self._instances = {}
+            self._instances_read = self._epoch[1]
+        return self._instances
+
+    def _keep_instances(self, cells: dict[str, int], epoch: int) -> None:
+        # Read before a delete of mappings in this process: not kept, it may be gone.
+        if not cells or epoch != self._epoch[1]:
+            return
+        kept = self._kept_instances()
+        if len(kept) + len(cells) > INSTANCES_KEPT:
+            kept.clear()
+        kept.update(cells)
 
     def of_instance(self, uuid: str) -> Cell:
         found = self.of_instances([uuid])
@@ -248,18 +351,38 @@ class CellRegistry:
         return next(iter(found))
 
     def of_host(self, host: str) -> Cell | None:
+        """The cell ``host`` is mapped to, read (registering a host asks this: never kept)."""
         with self.api.reader() as session:
             cell_id = session.execute(select(HostMapping.cell_id).where(HostMapping.host == host)).scalar()
         return self.by_id(cell_id) if cell_id is not None else None
 
     def host_cells(self, hosts: Iterable[str] | None = None) -> dict[str, Cell]:
-        """Host -> cell, for ``hosts`` or every mapped host."""
-        stmt = select(HostMapping.host, HostMapping.cell_id)
-        if hosts is not None:
-            stmt = stmt.where(HostMapping.host.in_(list(hosts)))
-        with self.api.reader() as session:
-            rows = session.execute(stmt).all()
-        return {host: self.by_id(cell_id) for host, cell_id in rows}
+        """Host -> cell, for ``hosts`` (kept: module docstring; a host not kept is read) or
+        every mapped host (read)."""
+        if hosts is None:
+            read = (time.monotonic(), self._epoch[0])
+            with self.api.reader() as session:
+                rows = session.execute(select(HostMapping.host, HostMapping.cell_id)).all()
+            with self._lock:
+                self._hosts, self._hosts_read = dict(rows), read  # type: ignore[arg-type]
+            return {host: self.by_id(cell_id) for host, cell_id in rows}
+        wanted = list(hosts)
+        if not self._still_good(self._hosts_read):
+            with self._lock:
+                self._hosts, self._hosts_read = {}, (time.monotonic(), self._epoch[0])
+        kept = self._hosts
+        missing = [h for h in wanted if h not in kept]
+        if missing:
+            epoch = self._epoch[0]
+            with self.api.reader() as session:
+                rows = session.execute(
+                    select(HostMapping.host, HostMapping.cell_id).where(HostMapping.host.in_(missing))
+                ).all()
+            found = dict(rows)
+            if epoch == self._epoch[0]:
+                kept.update(found)  # type: ignore[arg-type]
+            return {h: self.by_id(kept.get(h, found.get(h))) for h in wanted if h in kept or h in found}
+        return {h: self.by_id(kept[h]) for h in wanted}
 
 
 def _shown(url: str) -> str:
@@ -391,11 +514,17 @@ def locate(
 
 
 @contextmanager
-def targeting(db: Database, uuid: str) -> Iterator[Cell]:
+def targeting(db: Database, uuid: str, *, cell: Cell | None = None) -> Iterator[Cell]:
     """Target the cell that holds the instance ``uuid`` for what runs inside
-    (``UNSCHEDULED`` for an unmapped one, where a look-up then finds nothing)."""
-    found = db.cells.of_instances([uuid])
-    cell = next(iter(found)) if found else UNSCHEDULED
+    (``UNSCHEDULED`` for an unmapped one, where a look-up then finds nothing).
+
+    ``cell``: the cell the caller knows holds it (it has just placed it there, or read its
+    mapping in its own transaction); nothing is read, and the registry keeps it."""
+    if cell is None:
+        found = db.cells.of_instances([uuid])
+        cell = next(iter(found)) if found else UNSCHEDULED
+    else:
+        db.cells.remember([uuid], cell)
     with db.target_cell(cell):
         yield cell
 

@@ -243,6 +243,40 @@ def is_unreachable(exc: BaseException) -> bool:
     )
 
 
+_WRITES = ("INSERT", "UPDATE", "DELETE", "TRUNCATE", "DROP")
+
+
+def _watch_mappings(engine: Engine, url: str) -> None:
+    """Tell the cell registries of this process (``novakit.cells.registry``) when this API
+    database's mappings are written through ``engine``: once when the statement runs and again
+    when its transaction ends, so that nothing read in between is kept as the new truth."""
+
+    def told(instances_only: bool) -> None:
+        from novakit.cells.registry import mappings_written
+
+        mappings_written(url, instances_only=instances_only)
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _written(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if "_mappings" not in statement or not statement.lstrip()[:8].upper().startswith(_WRITES):
+            return
+        if "cell_mappings" in statement or "host_mappings" in statement:
+            instances_only = False
+        elif "instance_mappings" in statement and not statement.lstrip()[:6].upper().startswith("UPDATE"):
+            instances_only = True  # a delete (a rename or a new cell keeps what was kept)
+        else:
+            return
+        told(instances_only)
+        conn.info["novakit_mappings"] = conn.info.get("novakit_mappings", True) and instances_only
+
+    def _ended(conn: Any) -> None:
+        if "novakit_mappings" in conn.info:
+            told(conn.info.pop("novakit_mappings"))
+
+    event.listen(engine, "commit", _ended)
+    event.listen(engine, "rollback", _ended)
+
+
 class _Untargeted:
     """What the instance tables are bound to in a session no cell was targeted for."""
 
@@ -315,6 +349,8 @@ class Database:
                 # A cell whose server is down must answer "down" at once, not after minutes.
                 connect_args={"connect_timeout": 5},
             )
+        if kind == "api":
+            _watch_mappings(self.engine, url)
         self.write_engine = self.engine.execution_options(novakit_write=True)
         self._writer = sessionmaker(bind=self.write_engine, expire_on_commit=False)
         self._reader = sessionmaker(bind=self.engine, expire_on_commit=False)

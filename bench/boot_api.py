@@ -9,6 +9,18 @@ Two shapes of load, each on a fresh database and fresh fake hosts, repeated:
   figure is servers per second over all of them (no per-part split: the parts
   run in other processes). Afterwards no host may hold more than its capacity.
 
+For serial and burst, what a boot cost this process on average, always
+(``cloud.CostCounter``): SQL statements and transactions of every engine (the
+API database's and each cell's; a transaction is an engine's ``begin`` event,
+a statement one the driver executes, SQLite's BEGIN left out), pool checkouts
+(each a pre-ping round trip on PostgreSQL) and client CPU
+(``time.process_time`` over the phase, per server: the in-process fake hosts'
+threads included, the database server not).
+
+``--cells 2``: two cells, the hosts half in cell1 (the API database) and half
+in cell2, a database of its own (a SQLite file beside the first, or
+``--cell2-url``, needed with a PostgreSQL ``--db-url``; its tables are dropped).
+
 For each: servers per second end to end (API call to ACTIVE), and the time
 per server spent in scheduling (``select_destinations``, its SQL included), in
 the database outside scheduling (SQL statements, as the driver executes them),
@@ -19,6 +31,7 @@ the wall time per server. Anchors: a Nova deployment sustained 2.5 new VMs/s;
 OpenNebula's best storm was 512 VMs in 53.5 s (9.6/s). Goal here: over 50/s.
 
     python bench/boot_api.py [--rounds 3] [--db-url postgresql+psycopg://...] [--profile burst]
+    python bench/boot_api.py --only serial [--cells 2 [--cell2-url URL]]   # the serial figures alone
 
 Figures only; nothing here asserts a time.
 """
@@ -39,11 +52,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cloud import bench_config, fake_hosts, fresh_database  # noqa: E402
+from cloud import CostCounter, add_cell, bench_config, fake_hosts, fresh_database  # noqa: E402
 
 from novakit.compute.api import API  # noqa: E402
 from novakit.config import load_config  # noqa: E402
@@ -52,6 +65,8 @@ from novakit.db.engine import Database  # noqa: E402
 from novakit.transport import get_transport  # noqa: E402
 
 HOSTS = 20
+SERIAL = 200
+COST = CostCounter()
 
 
 class Split:
@@ -60,7 +75,6 @@ class Split:
 
     def __init__(self) -> None:
         self.totals: dict[str, float] = defaultdict(float)
-        self.sql_statements = 0
         self._lock = threading.Lock()
         self._local = threading.local()
 
@@ -115,16 +129,15 @@ class Split:
         db.run_in_transaction = self.timed("database", db.run_in_transaction)  # type: ignore[method-assign]
         db.reader = self.timed_context("database", db.reader)  # type: ignore[method-assign]
 
-        @event.listens_for(db.engine, "after_cursor_execute")
-        def count(*_: Any) -> None:
-            with self._lock:
-                self.sql_statements += 1
 
-
-def _fresh_cloud(db_url: str | None, area: Path) -> tuple[API, Database, Split]:
+def _fresh_cloud(
+    db_url: str | None, area: Path, cells: int = 1, cell2_url: str | None = None
+) -> tuple[API, Database, Split]:
     db = fresh_database(db_url, area)
     conf = bench_config(db, area)
-    fake_hosts(db, conf, area, HOSTS)
+    if cells > 1:
+        add_cell(db, "cell2", cell2_url or f"sqlite:///{area / 'cell2.db'}")
+    fake_hosts(db, conf, area, HOSTS, cells=["cell1", "cell2"] if cells > 1 else None)
     split = Split()
     api = API(db, conf)
     conductor = api.conductor
@@ -162,12 +175,12 @@ def _client(url: str, area: Path, index: int, start: Any, done: Any) -> None:
     db.dispose()
 
 
-def _run_clients(db_url: str | None) -> dict[str, float]:
+def _run_clients(db_url: str | None, cells: int, cell2_url: str | None) -> dict[str, float]:
     import multiprocessing
 
     with tempfile.TemporaryDirectory(prefix="novakit-bench-") as tmp:
         area = Path(tmp)
-        _api, db, _split = _fresh_cloud(db_url, area)
+        _api, db, _split = _fresh_cloud(db_url, area, cells, cell2_url)
         url = db.url
         db.dispose()
         mp = multiprocessing.get_context("fork")
@@ -186,33 +199,44 @@ def _run_clients(db_url: str | None) -> dict[str, float]:
             over = session.execute(
                 text("SELECT COUNT(*) FROM inventories WHERE used > (total - reserved) * allocation_ratio")
             ).scalar_one()
-            hosts_used = session.execute(
-                text("SELECT COUNT(DISTINCT host) FROM instances WHERE deleted = 0")
-            ).scalar_one()
+        # Every cell's servers (the API database is cell1's).
+        hosts_used = 0
+        for cell in check.cells.all():
+            if cell.name == "cell0":
+                continue
+            with check.cells.database(cell).engine.connect() as conn:
+                hosts_used += conn.execute(
+                    text("SELECT COUNT(DISTINCT host) FROM instances WHERE deleted = 0")
+                ).scalar_one()
         check.dispose()
     count = CLIENTS * PER_CLIENT
     return {"wall": wall, "per_s": count / wall, "active": active, "hosts": hosts_used, "over": over}
 
 
-def _run(shape: str, db_url: str | None, profile: bool) -> dict[str, float]:
+def _run(
+    shape: str, db_url: str | None, profile: bool, cells: int = 1, cell2_url: str | None = None
+) -> dict[str, float]:
     if shape == "clients":
-        return _run_clients(db_url)
+        return _run_clients(db_url, cells, cell2_url)
     with tempfile.TemporaryDirectory(prefix="novakit-bench-") as tmp:
-        api, db, split = _fresh_cloud(db_url, Path(tmp))
+        api, db, split = _fresh_cloud(db_url, Path(tmp), cells, cell2_url)
         ctx = RequestContext("bench", "bench", ["member"])
         prof = cProfile.Profile() if profile else None
         start = time.perf_counter()
         if prof:
             prof.enable()
-        if shape == "serial":
-            count = 200
-            servers = [
-                api.create(ctx, {"name": f"s{i}", "flavor": "m1.tiny", "image": "tiny"})[0]
-                for i in range(count)
-            ]
-        else:
-            count = 100
-            servers = api.create(ctx, {"name": "b", "flavor": "m1.tiny", "image": "tiny", "max_count": count})
+        with COST.counting() as cost:
+            if shape == "serial":
+                count = SERIAL
+                servers = [
+                    api.create(ctx, {"name": f"s{i}", "flavor": "m1.tiny", "image": "tiny"})[0]
+                    for i in range(count)
+                ]
+            else:
+                count = 100
+                servers = api.create(
+                    ctx, {"name": "b", "flavor": "m1.tiny", "image": "tiny", "max_count": count}
+                )
         if prof:
             prof.disable()
         wall = time.perf_counter() - start
@@ -226,7 +250,10 @@ def _run(shape: str, db_url: str | None, profile: bool) -> dict[str, float]:
         "per_s": count / wall,
         "active": active,
         "hosts": used_hosts,
-        "sql": split.sql_statements / count,
+        "sql": cost.statements / count,
+        "transactions": cost.transactions / count,
+        "checkouts": cost.checkouts / count,
+        "cpu_ms": cost.cpu / count * 1000,
     }
     for part in ("scheduling", "database", "compute", "compute_wall"):
         out[part + "_ms"] = split.totals[part] / count * 1000
@@ -253,7 +280,12 @@ def _summary(name: str, runs: list[dict[str, float]]) -> None:
         f"    per server (ms): scheduling {stat('scheduling_ms', '{:.2f}')}, "
         f"database {stat('database_ms', '{:.2f}')}, "
         f"compute {stat('compute_ms', '{:.2f}')} summed over hosts / {stat('compute_wall_ms', '{:.2f}')} "
-        f"waited for, rest {stat('other_ms', '{:.2f}')}; SQL statements {stat('sql', '{:.0f}')}"
+        f"waited for, rest {stat('other_ms', '{:.2f}')}"
+    )
+    print(
+        f"    per server: SQL statements {stat('sql', '{:.1f}')}, "
+        f"transactions {stat('transactions', '{:.1f}')}, pool checkouts {stat('checkouts', '{:.1f}')}, "
+        f"client CPU {stat('cpu_ms', '{:.2f}')} ms"
     )
 
 
@@ -270,18 +302,32 @@ def main() -> None:
         help="print a cProfile of one run of this shape",
     )
     parser.add_argument("--only", choices=["serial", "burst", "clients"], default=None)
+    parser.add_argument(
+        "--cells", type=int, default=1, choices=(1, 2), help="1: one database (default); 2: two cells"
+    )
+    parser.add_argument(
+        "--cell2-url",
+        default=None,
+        help="cell2's database with --cells 2 (its tables are dropped!); default a SQLite file beside "
+        "the first; needed with a PostgreSQL --db-url",
+    )
     args = parser.parse_args()
+    if args.cells > 1 and args.db_url and not args.cell2_url:
+        parser.error("--cells 2 with a PostgreSQL --db-url needs --cell2-url (cell2's database)")
+    if args.cell2_url and args.cells < 2:
+        parser.error("--cell2-url goes with --cells 2")
     if args.profile:
-        _run(args.profile, args.db_url, profile=True)
+        _run(args.profile, args.db_url, True, args.cells, args.cell2_url)
         return
+    where = f"{HOSTS} hosts" + (" in 2 cells" if args.cells > 1 else "")
     for shape, label in (
-        ("serial", "200 single-server requests, 20 hosts"),
-        ("burst", "1 request for 100 servers, 20 hosts"),
-        ("clients", f"{CLIENTS} clients x {PER_CLIENT} single-server requests at once, 20 hosts"),
+        ("serial", f"{SERIAL} single-server requests, {where}"),
+        ("burst", f"1 request for 100 servers, {where}"),
+        ("clients", f"{CLIENTS} clients x {PER_CLIENT} single-server requests at once, {where}"),
     ):
         if args.only and shape != args.only:
             continue
-        runs = [_run(shape, args.db_url, profile=False) for _ in range(args.rounds)]
+        runs = [_run(shape, args.db_url, False, args.cells, args.cell2_url) for _ in range(args.rounds)]
         _summary(label, runs)
 
 

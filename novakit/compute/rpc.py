@@ -116,36 +116,47 @@ class ComputeRPC:
 
 
 def instance_spec(
-    session: Session, inst: Instance, images_seen: dict[str, Any] | None = None
+    session: Session,
+    inst: Instance,
+    images_seen: dict[str, Any] | None = None,
+    *,
+    image: ImageSpec | None = None,
+    volumes: list[VolumeSpec] | None = None,
 ) -> InstanceSpec:
     """Everything a compute host needs about one instance, from its records.
 
-    ``images_seen`` caches image rows across the instances of one request.
+    ``images_seen`` caches image rows across the instances of one request. What the caller
+    already knows is not read again: ``image``, the instance's image as its request spec holds
+    it (Nova's build takes the request spec's image too), used when it is the instance's;
+    ``volumes``, its volumes (``[]``: a server whose request named no volume has none).
     """
     from novakit.catalog import flavors, images
     from novakit.network.filter_sync import with_filters
 
-    image: ImageSpec
     kernel = ramdisk = None
-    cache = images_seen if images_seen is not None else {}
-    key = inst.image_ref or ""
-    if key not in cache:
-        cache[key] = images.by_uuid(session, inst.image_ref or "")
-    img = cache[key]
-    if img is not None:
-        image = images.spec(img)
-        props = img.properties or {}
-        for key in ("kernel_id", "ramdisk_id"):
-            ref = props.get(key)
-            if ref:
-                sub = images.by_uuid(session, ref)
-                if sub is not None:
-                    if key == "kernel_id":
-                        kernel = images.spec(sub)
-                    else:
-                        ramdisk = images.spec(sub)
+    props: dict[str, Any] = {}
+    if image is None or image.id != (inst.image_ref or ""):
+        cache = images_seen if images_seen is not None else {}
+        key = inst.image_ref or ""
+        if key not in cache:
+            cache[key] = images.by_uuid(session, inst.image_ref or "")
+        img = cache[key]
+        if img is not None:
+            image = images.spec(img)
+            props = img.properties or {}
+        else:
+            image = ImageSpec(id=inst.image_ref or "", name="(deleted image)")
     else:
-        image = ImageSpec(id=inst.image_ref or "", name="(deleted image)")
+        props = dict(image.properties)
+    for key in ("kernel_id", "ramdisk_id"):
+        ref = props.get(key)
+        if ref:
+            sub = images.by_uuid(session, ref)
+            if sub is not None:
+                if key == "kernel_id":
+                    kernel = images.spec(sub)
+                else:
+                    ramdisk = images.spec(sub)
     flavor = inst.flavor or {}
     return InstanceSpec(
         uuid=inst.uuid,
@@ -166,7 +177,7 @@ def instance_spec(
         key_data=inst.key_data,
         config_drive=inst.config_drive,
         networks=with_filters(session, [NetworkSpec.model_validate(n) for n in (inst.networks or [])]),
-        volumes=_volumes_of(session, inst.uuid),
+        volumes=_volumes_of(session, inst.uuid) if volumes is None else volumes,
     )
 
 

@@ -41,7 +41,15 @@ from novakit.db.models import HostMapping, Instance, RequestSpec, utcnow
 from novakit.fleet import aggregates as fleet_aggregates
 from novakit.fleet import hosts
 from novakit.host.faults import fault_from_exception
-from novakit.host.messages import ComputeRequest, ComputeResult, Event, Fault, InstanceResult, InstanceSpec
+from novakit.host.messages import (
+    ComputeRequest,
+    ComputeResult,
+    Event,
+    Fault,
+    ImageSpec,
+    InstanceResult,
+    InstanceSpec,
+)
 from novakit.network import filter_sync, ports
 from novakit.volume import boot
 from novakit.volume.volumes import specs_of_server
@@ -254,6 +262,7 @@ class Builds:
         for uuid, choices in placed:
             chosen = choices[0]
             inst, rs = found[uuid]
+            spec = rs.spec or {}
             if chosen.host not in zones:
                 zones[chosen.host] = fleet_aggregates.zone_of_host(session, self.services.conf, chosen.host)
             if not _record_host(session, uuid, chosen, now, lease, zones[chosen.host]):
@@ -263,7 +272,7 @@ class Builds:
             # Its ports are bound to the host with its claim (Neutron's binding:host_id).
             ports.bind_host(session, [uuid], chosen.host, "BUILD")
             # A new root volume is made for the host with the claim, and holds its DISK_GB.
-            boot.create_root_volume(session, inst, rs.spec or {}, chosen.host, conf=self.services.conf)
+            boot.create_root_volume(session, inst, spec, chosen.host, conf=self.services.conf)
             # Alternates stay in the chosen host's cell, as Nova keeps them: a reschedule moves
             # the build to another host, never its records to another database.
             session.execute(
@@ -277,7 +286,22 @@ class Builds:
                     "tried": [*(rs.tried_hosts or []), chosen.host],
                 },
             )
-            out.append((chosen.host, instance_spec(session, inst, images_seen)))
+            known = spec.get("image")
+            out.append(
+                (
+                    chosen.host,
+                    instance_spec(
+                        session,
+                        inst,
+                        images_seen,
+                        # The image the create checked, as its request spec keeps it: not read again.
+                        image=ImageSpec.model_validate(known) if known else None,
+                        # A server whose request named no root volume has no volume while it builds
+                        # (volumes attach to built servers only): none to read.
+                        volumes=None if _has_root_volume(spec) else [],
+                    ),
+                )
+            )
         return out
 
     def _fail_unscheduled(self, ctx: RequestContext, uuids: list[str], exc: exceptions.NovakitError) -> None:
@@ -370,7 +394,9 @@ class Builds:
                 changed.append((res.uuid, olds.get(res.uuid, ("building", None))))
             actions.record_events_many(session, ctx, events, finish="create")
             ports.set_status(session, [uuid for uuid, _ in changed], "ACTIVE")
-            boot.built(session, [uuid for uuid, _ in changed])
+            # Only a server that built with volumes (its request's) has root volumes to settle.
+            with_volumes = {s.uuid for s, _ in built if s.volumes}
+            boot.built(session, [uuid for uuid, _ in changed if uuid in with_volumes])
             hosts.record_report(session, host, result, builds)
 
         self.db.run_in_transaction(write)
@@ -608,6 +634,11 @@ def _cells_of_hosts(session: Session, placed: list[tuple[str, list[Any]]]) -> di
             )
         ).all()
     )
+
+
+def _has_root_volume(spec: dict[str, Any]) -> bool:
+    """Whether a request spec (as stored) asks for a root volume: a new one or an existing one."""
+    return bool(spec.get("new_root_volume_gb") or spec.get("boot_volume"))
 
 
 def _record_host(

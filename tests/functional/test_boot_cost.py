@@ -96,16 +96,16 @@ def counting() -> Iterator[Seen]:
 
 
 @pytest.fixture(params=[1, 2], ids=["1cell", "2cells"])
-def cells(request: pytest.FixtureRequest) -> int:
+def cell_count(request: pytest.FixtureRequest) -> int:
     return int(request.param)
 
 
 @pytest.fixture
-def boot_cloud(db: Database, tmp_path: Path, cells: int) -> Cloud:
+def boot_cloud(db: Database, tmp_path: Path, cell_count: int) -> Cloud:
     """The functional tests' small cloud; with two cells, compute-3 (the roomiest host, where the
     spreading weighers send a server first) mapped to cell2, a database of its own."""
     cloud = make_cloud(db, tmp_path)
-    if cells == 1:
+    if cell_count == 1:
         return cloud
     if db.is_sqlite:
         url = f"sqlite:///{tmp_path / 'cell2.db'}"
@@ -122,7 +122,7 @@ def boot_cloud(db: Database, tmp_path: Path, cells: int) -> Cloud:
 
 
 def test_a_serial_boot_stays_under_its_statement_and_transaction_ceilings(
-    boot_cloud: Cloud, cells: int, ctx: RequestContext
+    boot_cloud: Cloud, cell_count: int, ctx: RequestContext
 ) -> None:
     cloud = boot_cloud
     backend = "sqlite" if cloud.db.is_sqlite else "postgresql"
@@ -132,12 +132,12 @@ def test_a_serial_boot_stays_under_its_statement_and_transaction_ceilings(
     with counting() as seen:
         server = cloud.api.create(ctx, {"name": "counted", "flavor": "m1.small", "image": "tiny"})[0]
     assert server["status"] == "ACTIVE", server
-    if cells == 2:
+    if cell_count == 2:
         assert cloud.db.cells.of_instance(server["id"]).name == "cell2"
-    statements, transactions = CEILINGS[(backend, cells)]
+    statements, transactions = CEILINGS[(backend, cell_count)]
     ran, began = seen.statements, seen.transactions
     assert ran <= statements and began <= transactions, (
-        f"one serial boot ({backend}, {cells} cell(s)) ran {ran} statements in {began} transactions; "
+        f"one serial boot ({backend}, {cell_count} cell(s)) ran {ran} statements in {began} transactions; "
         f"the ceilings are {statements} and {transactions} (CEILINGS, {__name__}). What it ran:\n"
         + seen.report()
     )

@@ -13,7 +13,9 @@ engine of the process runs counted (the API database's, each cell's):
 
 ``bench/boot_api.py`` and ``bench/fleet_scale.py`` count alike and print the figures per boot.
 With two cells the measured server goes to cell2 (a database of its own, not the API
-database: the costlier path), which the test checks first.
+database: the costlier path), which the test checks. Three boots are counted and the
+cheapest is held to the ceilings (``COUNTED``: what a process keeps expires after a few
+seconds, which a loaded machine can reach in the middle of a boot).
 
 When a ceiling is passed, the failure lists every statement by transaction, so that whoever
 added one sees which. When a change lowers a count, lower its ceiling here with it.
@@ -49,6 +51,11 @@ CEILINGS: dict[tuple[str, int], tuple[int, int]] = {
     ("postgresql", 1): (41, 13),
     ("postgresql", 2): (54, 19),
 }
+
+#: Boots counted; the cheapest is held to the ceilings. What a process keeps may be read again
+#: after a few seconds (``cells.registry.MAPPINGS_SECONDS``), which a slow, loaded machine can
+#: reach in the middle of any one boot: the cheapest of three is the warm boot's cost.
+COUNTED = 3
 
 
 @dataclass
@@ -126,18 +133,23 @@ def test_a_serial_boot_stays_under_its_statement_and_transaction_ceilings(
 ) -> None:
     cloud = boot_cloud
     backend = "sqlite" if cloud.db.is_sqlite else "postgresql"
-    for n in range(3):
+    for n in range(2):
         warm = cloud.api.create(ctx, {"name": f"warm-{n}", "flavor": "m1.small", "image": "tiny"})
         assert warm[0]["status"] == "ACTIVE", warm[0]
-    with counting() as seen:
-        server = cloud.api.create(ctx, {"name": "counted", "flavor": "m1.small", "image": "tiny"})[0]
-    assert server["status"] == "ACTIVE", server
-    if cell_count == 2:
-        assert cloud.db.cells.of_instance(server["id"]).name == "cell2"
+    counted = []
+    for n in range(COUNTED):
+        with counting() as seen:
+            server = cloud.api.create(ctx, {"name": f"counted-{n}", "flavor": "m1.small", "image": "tiny"})[0]
+        assert server["status"] == "ACTIVE", server
+        if cell_count == 2:
+            assert cloud.db.cells.of_instance(server["id"]).name == "cell2"
+        counted.append(seen)
+    seen = min(counted, key=lambda s: (s.statements, s.transactions))
     statements, transactions = CEILINGS[(backend, cell_count)]
     ran, began = seen.statements, seen.transactions
     assert ran <= statements and began <= transactions, (
-        f"one serial boot ({backend}, {cell_count} cell(s)) ran {ran} statements in {began} transactions; "
+        f"the cheapest of {COUNTED} serial boots ({backend}, {cell_count} cell(s)) ran {ran} statements in "
+        f"{began} transactions; "
         f"the ceilings are {statements} and {transactions} (CEILINGS, {__name__}). What it ran:\n"
         + seen.report()
     )

@@ -365,6 +365,7 @@ class Builds:
         gone: list[InstanceSpec] = []
         release: list[str] = []
         changed: list[tuple[str, tuple[str, str | None]]] = []
+        touched: list[str] = []
 
         def write(session: Session) -> None:
             gone.clear()
@@ -398,6 +399,9 @@ class Builds:
             with_volumes = {s.uuid for s, _ in built if s.volumes}
             boot.built(session, [uuid for uuid, _ in changed if uuid in with_volumes])
             hosts.record_report(session, host, result, builds)
+            # The other ports whose filters name the new members' groups, asked in the change's
+            # own transaction (``filter_sync.members_touched``), pushed once it committed.
+            touched[:] = filter_sync.members_touched(session, [uuid for uuid, _ in changed])
 
         self.db.run_in_transaction(write)
         for uuid in release:
@@ -407,7 +411,8 @@ class Builds:
         for uuid, old_state in changed:
             self.services.notifier.state_update(uuid, old_state, (VmState.ACTIVE.value, None), host=host)
             self.services.notifier.emit("instance.create.end", uuid, host=host, timings=timings[uuid])
-        filter_sync.push_members(self.services.rpc, ctx.request_id, [uuid for uuid, _ in changed])
+        if touched:
+            filter_sync.push_filters(self.services.rpc, ctx.request_id, touched)
         return gone
 
     @staticmethod

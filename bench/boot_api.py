@@ -175,6 +175,19 @@ def _client(url: str, area: Path, index: int, start: Any, done: Any) -> None:
     db.dispose()
 
 
+def _hosts_used(db: Database) -> int:
+    """Hosts that hold a live server, in every cell (a member's view of a server has no host)."""
+    used = 0
+    for cell in db.cells.all():
+        if cell.is_cell0:
+            continue
+        with db.cells.database(cell).engine.connect() as conn:
+            used += conn.execute(
+                text("SELECT COUNT(DISTINCT host) FROM instances WHERE deleted = 0 AND host IS NOT NULL")
+            ).scalar_one()
+    return used
+
+
 def _run_clients(db_url: str | None, cells: int, cell2_url: str | None) -> dict[str, float]:
     import multiprocessing
 
@@ -199,15 +212,7 @@ def _run_clients(db_url: str | None, cells: int, cell2_url: str | None) -> dict[
             over = session.execute(
                 text("SELECT COUNT(*) FROM inventories WHERE used > (total - reserved) * allocation_ratio")
             ).scalar_one()
-        # Every cell's servers (the API database is cell1's).
-        hosts_used = 0
-        for cell in check.cells.all():
-            if cell.name == "cell0":
-                continue
-            with check.cells.database(cell).engine.connect() as conn:
-                hosts_used += conn.execute(
-                    text("SELECT COUNT(DISTINCT host) FROM instances WHERE deleted = 0")
-                ).scalar_one()
+        hosts_used = _hosts_used(check)
         check.dispose()
     count = CLIENTS * PER_CLIENT
     return {"wall": wall, "per_s": count / wall, "active": active, "hosts": hosts_used, "over": over}
@@ -241,7 +246,7 @@ def _run(
             prof.disable()
         wall = time.perf_counter() - start
         active = sum(1 for s in servers if s["status"] == "ACTIVE")
-        used_hosts = len({s["host"] for s in servers})
+        used_hosts = _hosts_used(db)
         db.dispose()
         if prof:
             pstats.Stats(prof).sort_stats("cumulative").print_stats(25)

@@ -81,9 +81,12 @@ class CreateAPI:
             # The conductor starts from the records just written instead of reading them back.
             self.conductor.build_instances(ctx, outcome.unbuilt, records=outcome.records)
             built = cell_instances.get_many(self.db, ctx, outcome.uuids)
-            with self.db.reader() as session:
-                names = listing.image_names(session, {i.image_ref for i in built if i.image_ref})
-            # Shown as a listing shows them: the image by its name.
+            # Shown as a listing shows them: the image by its name (the one the create checked).
+            names = _image_names(outcome.records)
+            unknown = {i.image_ref for i in built if i.image_ref and i.image_ref not in names}
+            if unknown:
+                with self.db.reader() as session:
+                    names.update(listing.image_names(session, unknown))
             return [server_view(i, ctx, names.get(i.image_ref or "")) for i in built]
         return outcome.servers
 
@@ -510,6 +513,16 @@ class CreateOutcome:
 def _names(req: schemas.ServerCreate) -> builtins.list[str]:
     """The servers' names (the rule is ``names``'s): ``name``, or ``name-1`` ... ``name-N`` with a count."""
     return naming.names_for(req.name, naming.count_of(req))
+
+
+def _image_names(records: dict[str, tuple[Instance, RequestSpec]] | None) -> dict[str, str]:
+    """Image uuid -> name, as the request specs just written keep the image the create checked."""
+    out: dict[str, str] = {}
+    for _inst, rs in (records or {}).values():
+        image = (rs.spec or {}).get("image") or {}
+        if image.get("id") and image.get("name"):
+            out[image["id"]] = image["name"]
+    return out
 
 
 def _never_scheduled(inst: Instance) -> bool:

@@ -37,7 +37,7 @@ from novakit.compute.states import PowerState, TaskState, VmState
 from novakit.conductor.core import Services
 from novakit.context import RequestContext
 from novakit.db import api as db_api
-from novakit.db.models import HostMapping, Instance, RequestSpec, utcnow
+from novakit.db.models import Instance, RequestSpec, utcnow
 from novakit.fleet import aggregates as fleet_aggregates
 from novakit.fleet import hosts
 from novakit.host.faults import fault_from_exception
@@ -99,18 +99,21 @@ class Builds:
         """
         with self.db.target_cell(UNSCHEDULED):
             found = records if records is not None else self._waiting_records(instance_uuids)
-            requests, infos, moving = self._schedule_waiting(ctx, instance_uuids, found)
-        for cell, uuids in moving.items():
-            move_to_cell(self.db, uuids, cell)
+            requests, infos, placed = self._schedule_waiting(ctx, instance_uuids, found)
+        for cell, uuids in placed.items():
+            if self.db.cells.is_api(cell):  # mapped in the claims' transaction: nothing moves
+                self.db.cells.remember(uuids, cell)
+            else:
+                move_to_cell(self.db, uuids, cell)
         return requests, infos
 
     def _schedule_waiting(
         self, ctx: RequestContext, instance_uuids: list[str], found: dict[str, tuple[Instance, RequestSpec]]
     ) -> tuple[list[ComputeRequest], dict[str, dict[str, Any]], dict[Cell, list[str]]]:
         """``first_round`` with the API database's instance tables targeted, over the waiting
-        servers ``found`` (a deleted one is not there); also the placed servers that must still
-        move into their cell, by cell (those whose cell is the API database itself were mapped
-        to it in the claims' transaction: ``_map_placed``)."""
+        servers ``found`` (a deleted one is not there); also the placed servers by their cell
+        (those whose cell is the API database itself mapped to it in the claims' transaction,
+        ``_map_placed``; the others still to move there)."""
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
         uuids = [u for u in instance_uuids if u in found]
@@ -126,17 +129,17 @@ class Builds:
         gone: list[str] = []
         infos: dict[str, dict[str, Any]] = {}
         over_quota: dict[str, exceptions.OverQuota] = {}
-        moving: dict[Cell, list[str]] = {}
+        placed_in: dict[Cell, list[str]] = {}
         # The lease of the round that starts now: renewed in the claims' write, before the host call.
         lease = self.services.lease_until()
 
         def on_claimed(session: Session, claimed: dict[str, list[Any]]) -> None:
             # In the claims' own transaction: an instance never holds a claim without its host.
             placed = [(u, claimed[u]) for u in uuids if claimed.get(u)]
-            cell_of = _cells_of_hosts(session, placed)
+            cell_of = self._cells_of_hosts(placed)
             recorded[:] = self._claimed(session, found, placed, gone, lease, cell_of)
-            moving.clear()
-            moving.update(self._map_placed(session, recorded, cell_of))
+            placed_in.clear()
+            placed_in.update(self._map_placed(session, recorded, cell_of))
             infos.clear()
             infos.update(self.services.rpc.driver_infos({host for host, _ in recorded}, session))
             over_quota.clear()
@@ -161,30 +164,33 @@ class Builds:
             ComputeRequest(request_id=ctx.request_id, host=host, operation="build", instances=specs)
             for host, specs in by_host.items()
         ]
-        return requests, infos, moving
+        return requests, infos, placed_in
 
     def _map_placed(
         self, session: Session, recorded: list[tuple[str, InstanceSpec]], cell_of: dict[str, int]
     ) -> dict[Cell, list[str]]:
         """In the claims' transaction: the placed servers whose host's cell is the API database
         itself mapped to that cell (their records are already there: nothing moves, and a
-        process killed after the claim leaves a server placed and mapped at once); the others
-        by the cell they must move into (``move_to_cell``, after the claim). A host of no cell
-        (not mapped) moves nothing, as before."""
-        moving: dict[Cell, list[str]] = defaultdict(list)
-        mapped: dict[int, list[str]] = defaultdict(list)
+        process killed after the claim leaves a server placed and mapped at once). Returns
+        every placed server by its host's cell; the others move there after the claim
+        (``move_to_cell``). A host of no cell (not mapped) moves nothing, as before."""
+        out: dict[Cell, list[str]] = defaultdict(list)
         for host, spec in recorded:
             cell_id = cell_of.get(host)
-            if cell_id is None:
-                continue
-            cell = self.db.cells.by_id(cell_id)
+            if cell_id is not None:
+                out[self.db.cells.by_id(cell_id)].append(spec.uuid)
+        for cell, uuids in out.items():
             if self.db.cells.is_api(cell):  # told without opening the cell's database
-                mapped[cell_id].append(spec.uuid)
-            else:
-                moving[cell].append(spec.uuid)
-        for cell_id, placed in mapped.items():
-            set_cell(session, placed, cell_id)
-        return dict(moving)
+                set_cell(session, uuids, cell.id)
+        return dict(out)
+
+    def _cells_of_hosts(self, placed: list[tuple[str, list[Any]]]) -> dict[str, int]:
+        """The cell id of each chosen and alternate host (a host of no cell is not in the
+        answer), as the registry keeps the host mappings (``novakit.cells.registry``: a host
+        it does not know is read): where each server goes and which alternates it keeps."""
+        hosts = {h.host for _, choices in placed for h in choices}
+        cells = self.db.cells.host_cells(hosts)
+        return {host: cell.id for host, cell in cells.items() if cell.id is not None}
 
     def _waiting_records(self, instance_uuids: list[str]) -> dict[str, tuple[Instance, RequestSpec]]:
         """The instances (not deleted) and their request specs, by uuid."""
@@ -623,22 +629,6 @@ def _states_of(session: Session, uuids: list[str]) -> dict[str, tuple[str, str |
             select(Instance.uuid, Instance.vm_state, Instance.task_state).where(Instance.uuid.in_(uuids))
         ).all()
     return {uuid: (vm_state, task_state) for uuid, vm_state, task_state in rows}
-
-
-def _cells_of_hosts(session: Session, placed: list[tuple[str, list[Any]]]) -> dict[str, int]:
-    """The cell id of each chosen and alternate host (a host of no cell is not in the answer),
-    read in the claims' transaction: where each server goes and which alternates it keeps."""
-    chosen_hosts = {choices[0].host for _, choices in placed}
-    alternate_hosts = {a.host for _, choices in placed for a in choices[1:]}
-    if not chosen_hosts:
-        return {}
-    return dict(
-        session.execute(  # type: ignore[arg-type]
-            select(HostMapping.host, HostMapping.cell_id).where(
-                HostMapping.host.in_(sorted(chosen_hosts | alternate_hosts))
-            )
-        ).all()
-    )
 
 
 def _has_root_volume(spec: dict[str, Any]) -> bool:

@@ -407,7 +407,9 @@ class Builds:
             hosts.record_report(session, host, result, builds)
             # The other ports whose filters name the new members' groups, asked in the change's
             # own transaction (``filter_sync.members_touched``), pushed once it committed.
-            touched[:] = filter_sync.members_touched(session, [uuid for uuid, _ in changed])
+            # A server with no port of a novakit network joined no group: nothing to ask.
+            with_ports = {s.uuid for s, _ in built if any(n.port_id for n in s.networks)}
+            touched[:] = filter_sync.members_touched(session, [u for u, _ in changed if u in with_ports])
 
         self.db.run_in_transaction(write)
         for uuid in release:

@@ -78,6 +78,7 @@ def mappings_written(api_url: str, *, instances_only: bool = False) -> None:
 def _epoch(api_url: str) -> list[int]:
     return _epochs.setdefault(api_url, [0, 0])
 
+
 #: Nova's fixed uuid of cell0, where servers that could not be scheduled live.
 CELL0_UUID = "00000000-0000-0000-0000-000000000000"
 

@@ -66,7 +66,7 @@ def _is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-def _setup_sqlite(engine: Engine) -> None:
+def _setup_sqlite(engine: Engine, path: str) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy's "begin" event decide how each transaction starts.
@@ -90,6 +90,8 @@ def _setup_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         mode = conn.get_execution_options().get("novakit_write", False)
+        if mode and path:
+            _gate_on_begin(path)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if mode else "BEGIN")
 
 
@@ -122,24 +124,72 @@ def _gate(path: str) -> tuple[threading.Lock, int]:
         return gate
 
 
+def _held_paths() -> set[str]:
+    held: set[str] = _held.__dict__.setdefault("paths", set())
+    return held
+
+
+def _take(path: str) -> bool:
+    """Take the gate of ``path`` for this thread; False when this thread holds it already."""
+    held = _held_paths()
+    if path in held:
+        return False
+    thread_lock, fd = _gate(path)
+    thread_lock.acquire()
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        thread_lock.release()
+        raise
+    held.add(path)
+    return True
+
+
+def _give(path: str) -> None:
+    thread_lock, fd = _gate(path)
+    _held_paths().discard(path)
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    thread_lock.release()
+
+
 @contextmanager
 def write_gate(db: Database) -> Iterator[None]:
     """Hold the writers' gate of ``db``'s file (re-entrant within a thread); a no-op for
     PostgreSQL and ``:memory:``. Threads of a process queue on a lock, processes on the flock."""
     path = db.sqlite_path
-    held: set[str] = _held.__dict__.setdefault("paths", set())
-    if not path or path in held:
+    if not path or not _take(path):
         yield
         return
-    thread_lock, fd = _gate(path)
-    with thread_lock:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        held.add(path)
-        try:
-            yield
-        finally:
-            held.discard(path)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+    try:
+        yield
+    finally:
+        _give(path)
+
+
+@contextmanager
+def _gate_when_written(db: Database) -> Iterator[None]:
+    """``db``'s gate taken only if a write transaction begins on it inside (the ``begin`` event
+    of its SQLite engine takes it), and then held until the end: a writer targeted at another
+    cell's database that writes none of the API database's tables does not queue behind the
+    API database's writers."""
+    path = db.sqlite_path
+    if not path or path in _held_paths():
+        yield
+        return
+    waiting: dict[str, bool] = _held.__dict__.setdefault("when_written", {})
+    waiting[path] = False
+    try:
+        yield
+    finally:
+        if waiting.pop(path, False):
+            _give(path)
+
+
+def _gate_on_begin(path: str) -> None:
+    """In a writer's ``begin`` on ``path``: its gate, if the writer left it to be taken now."""
+    waiting = _held.__dict__.get("when_written")
+    if waiting and waiting.get(path) is False:
+        waiting[path] = _take(path)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -219,6 +269,38 @@ def _inode(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino)
+
+
+#: A pooled PostgreSQL connection older than this is opened again.
+RECYCLE_SECONDS = 1800
+
+#: A pooled PostgreSQL connection that sat idle this long is pinged before it is used.
+IDLE_PING_SECONDS = 10.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection only when it has sat idle for ``IDLE_PING_SECONDS``.
+
+    A connection in steady use answers its next statement, or fails it as a disconnection
+    (the pool then drops every connection it holds, and the error says the server went away:
+    a down cell answers "down" at once). One that sat idle may have been closed by the server
+    (a restart, an idle timeout): the ping finds out and the pool opens a new one (and fails,
+    at once, if the server does not answer)."""
+
+    @event.listens_for(engine, "checkin")
+    def _idle_from(_dbapi_conn: Any, record: Any) -> None:
+        if record is not None:
+            record.info["novakit_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("novakit_idle_since")
+        if since is None or time.monotonic() - since < IDLE_PING_SECONDS:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:  # any failure: the connection is not to be used
+            raise DisconnectionError(f"a pooled connection did not answer: {exc}") from exc
 
 
 def is_unreachable(exc: BaseException) -> bool:
@@ -338,17 +420,20 @@ class Database:
             )
             if self.sqlite_path and not create_file:
                 _keep_to_existing_file(self.engine, self.sqlite_path)
-            _setup_sqlite(self.engine)
+            _setup_sqlite(self.engine, self.sqlite_path)
         else:
             self.engine = create_engine(
                 url,
                 echo=echo,
-                pool_pre_ping=True,
+                # No ping on every checkout (a round trip per transaction): a connection is
+                # pinged only after it sat idle (``_ping_when_idle``) and renewed by age.
+                pool_recycle=RECYCLE_SECONDS,
                 pool_size=5,
                 max_overflow=10,
                 # A cell whose server is down must answer "down" at once, not after minutes.
                 connect_args={"connect_timeout": 5},
             )
+            _ping_when_idle(self.engine)
         if kind == "api":
             _watch_mappings(self.engine, url)
         self.write_engine = self.engine.execution_options(novakit_write=True)
@@ -438,13 +523,15 @@ class Database:
     def writer(self) -> Iterator[Session]:
         """A write transaction: committed on success, rolled back on any error."""
         factory, cell_db = self._sessions(True)
-        # The API database's gate first, then the cell's: every writer takes them in that order.
-        cell_gate = write_gate(cell_db) if cell_db is not None else _nothing()
+        # One gate per database written. Targeted at a cell of its own: the cell's gate first, the
+        # API database's only when the session begins a write there. No writer takes them the other
+        # way round (a writer targeted at a cell is never opened inside an API database's writer),
+        # so two writers never wait for each other's gate.
+        gates = write_gate(self) if cell_db is None else _both_gates(cell_db, self)
         with (
             self._schema_told(),
             self._cell_reached(cell_db),
-            write_gate(self),
-            cell_gate,
+            gates,
             factory() as session,
             session.begin(),
         ):
@@ -586,5 +673,6 @@ class Database:
 
 
 @contextmanager
-def _nothing() -> Iterator[None]:
-    yield
+def _both_gates(cell_db: Database, api: Database) -> Iterator[None]:
+    with write_gate(cell_db), _gate_when_written(api):
+        yield

@@ -4,15 +4,17 @@ within ``MAPPINGS_SECONDS`` when it changes something kept."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import delete, event, text
 
 from novakit.cells import manage, registry
 from novakit.context import RequestContext
-from novakit.db.engine import Database
+from novakit.db.engine import Database, write_gate
+from novakit.db.models import ComputeNode, InstanceFault
 from tests.functional.cloud import Cloud
 from tests.functional.test_cells import cell2_url, cells  # noqa: F401 (fixtures)
 
@@ -84,7 +86,8 @@ def test_a_new_host_or_cell_of_another_process_is_seen_at_once_a_change_soon(
     by_another_process(
         cloud.db,
         "INSERT INTO cell_mappings (uuid, name, database_url, disabled, created_at) "
-        f"VALUES ('11111111-2222-3333-4444-555555555555', 'cell3', '{cell2.database_url}', FALSE, CURRENT_TIMESTAMP)",
+        "VALUES ('11111111-2222-3333-4444-555555555555', 'cell3', "
+        f"'{cell2.database_url}', FALSE, CURRENT_TIMESTAMP)",
     )
     by_another_process(cloud.db, "UPDATE cell_mappings SET disabled = TRUE WHERE name = 'cell2'")
     assert {h: c.name for h, c in reg.host_cells(["compute-1", "compute-9"]).items()} == {
@@ -108,3 +111,49 @@ def test_this_processs_own_writes_are_seen_at_once(cells: Cloud) -> None:  # noq
     with cloud.db.writer() as session:
         session.execute(text("DELETE FROM host_mappings WHERE host = 'compute-3'"))
     assert reg.host_cells(["compute-3"]) == {}
+
+
+def _write_in_cell2(db: Database, *, api_too: bool) -> threading.Event:
+    """A writer targeted at cell2, started in a thread: a cell table written, and an API
+    database's table too if ``api_too``; the event is set when it committed."""
+    done = threading.Event()
+
+    def write() -> None:
+        with db.target_cell(db.cells.get("cell2")), db.writer() as session:
+            session.execute(delete(InstanceFault).where(InstanceFault.id == -1))
+            if api_too:
+                session.execute(delete(ComputeNode).where(ComputeNode.id == -1))
+        done.set()
+
+    threading.Thread(target=write, daemon=True).start()
+    return done
+
+
+def test_a_write_in_another_cells_database_waits_only_for_the_gates_it_writes_behind(
+    cells: Cloud,  # noqa: F811
+    db_url: str,
+) -> None:
+    if not db_url.startswith("sqlite"):
+        pytest.skip("PostgreSQL's writers queue on row locks: there is no writers' gate")
+    cloud = cells
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_api_gate() -> None:
+        with write_gate(cloud.db):
+            held.set()
+            release.wait(20)
+
+    holder = threading.Thread(target=hold_the_api_gate, daemon=True)
+    holder.start()
+    try:
+        assert held.wait(5)
+        # Only cell2's database written: it does not queue behind the API database's writer.
+        assert _write_in_cell2(cloud.db, api_too=False).wait(5)
+        # The API database written too: it waits its turn there.
+        both = _write_in_cell2(cloud.db, api_too=True)
+        assert not both.wait(0.5)
+        release.set()
+        assert both.wait(5)
+    finally:
+        release.set()
+        holder.join(5)

@@ -79,6 +79,9 @@ def _epoch(api_url: str) -> list[int]:
     return _epochs.setdefault(api_url, [0, 0])
 
 
+# The probe's question, made once.
+_ANSWER = text("SELECT 1")
+
 #: Nova's fixed uuid of cell0, where servers that could not be scheduled live.
 CELL0_UUID = "00000000-0000-0000-0000-000000000000"
 
@@ -230,7 +233,7 @@ class CellRegistry:
         reason = ""
         try:
             with self.database(cell).engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
+                conn.execute(_ANSWER)
         except Exception as exc:  # any failure to answer is a down cell
             from sqlalchemy.exc import DBAPIError
 

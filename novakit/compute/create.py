@@ -78,9 +78,13 @@ class CreateAPI:
         if dry_run:
             return [{"name": n, "host": h} for n, h in outcome.would_schedule_to.items()]
         if build and outcome.unbuilt:
-            # The conductor starts from the records just written instead of reading them back.
-            self.conductor.build_instances(ctx, outcome.unbuilt, records=outcome.records)
-            built = cell_instances.get_many(self.db, ctx, outcome.uuids)
+            # The conductor starts from the records just written instead of reading them back,
+            # and hands back the rows of the servers that built as it recorded them.
+            rows: dict[str, Instance] = {}
+            self.conductor.build_instances(ctx, outcome.unbuilt, records=outcome.records, built=rows)
+            missing = [u for u in outcome.uuids if u not in rows]
+            read = {i.uuid: i for i in cell_instances.get_many(self.db, ctx, missing)} if missing else {}
+            built = [i for i in (rows.get(u) or read.get(u) for u in outcome.uuids) if i is not None]
             # Shown as a listing shows them: the image by its name (the one the create checked).
             names = _image_names(outcome.records)
             unknown = {i.image_ref for i in built if i.image_ref and i.image_ref not in names}

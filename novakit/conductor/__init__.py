@@ -157,11 +157,15 @@ class Conductor:
         ctx: RequestContext,
         instance_uuids: list[str],
         records: dict[str, tuple[Instance, RequestSpec]] | None = None,
+        built: dict[str, Instance] | None = None,
     ) -> None:
         """Direct mode: schedule, then deliver and record round after round (``compute.rounds``,
-        the one round trip every way of reaching hosts shares) until nothing follows."""
+        the one round trip every way of reaching hosts shares) until nothing follows.
+
+        ``built``: where to keep each instance that built, as its result's transaction left it
+        (the API shows them without reading them again)."""
         pending, infos = self.builds.first_round(ctx, instance_uuids, records)
-        rounds.run(self.rpc, self, ctx, pending, infos)
+        rounds.run(self.rpc, self if built is None else _Keeping(self, built), ctx, pending, infos)
 
     # --- actions ----------------------------------------------------------------------------
 
@@ -178,3 +182,21 @@ class Conductor:
         self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
     ) -> None:
         self.actions.record_action_result(ctx, request, result)
+
+
+class _Keeping:
+    """The conductor as ``rounds.run``'s recorder, keeping the rows of the instances that built."""
+
+    def __init__(self, conductor: Conductor, built: dict[str, Instance]) -> None:
+        self.conductor = conductor
+        self.built = built
+
+    def record_build_result(
+        self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
+    ) -> list[ComputeRequest]:
+        return self.conductor.builds.record_build_result(ctx, request, result, self.built)
+
+    def record_action_result(
+        self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
+    ) -> None:
+        self.conductor.record_action_result(ctx, request, result)

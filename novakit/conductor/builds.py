@@ -319,9 +319,16 @@ class Builds:
         move_to_cell(self.db, uuids, self.db.cells.cell0())
 
     def record_build_result(
-        self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
+        self,
+        ctx: RequestContext,
+        request: ComputeRequest,
+        result: ComputeResult,
+        rows: dict[str, Instance] | None = None,
     ) -> list[ComputeRequest]:
-        """Record a host's answer; returns what must be sent next (reschedules, clean-ups)."""
+        """Record a host's answer; returns what must be sent next (reschedules, clean-ups).
+
+        ``rows``: where to keep each instance that built as the recording transaction left it
+        (what the caller shows, without reading it again)."""
         by_uuid = {r.uuid: r for r in result.results}
         follow_up: dict[tuple[str, str], list[InstanceSpec]] = defaultdict(list)
         succeeded: list[tuple[InstanceSpec, InstanceResult]] = []
@@ -344,7 +351,7 @@ class Builds:
         if succeeded:
             for _cell, group in grouped(self.db, [s.uuid for s, _ in succeeded]):
                 part = [(s, r) for s, r in succeeded if s.uuid in group]
-                for spec in self._build_succeeded(ctx, request.host, part, result, builds):
+                for spec in self._build_succeeded(ctx, request.host, part, result, builds, rows):
                     follow_up[(request.host, "destroy")].append(spec)
         else:
             hosts.report(self.db, request.host, result, builds)
@@ -360,6 +367,7 @@ class Builds:
         built: list[tuple[InstanceSpec, InstanceResult]],
         result: ComputeResult,
         builds: list[InstanceResult],
+        rows: dict[str, Instance] | None = None,
     ) -> list[InstanceSpec]:
         """Mark built instances active and take in the host's report, in one transaction per answer.
 
@@ -372,11 +380,13 @@ class Builds:
         release: list[str] = []
         changed: list[tuple[str, tuple[str, str | None]]] = []
         touched: list[str] = []
+        written: list[Instance] = []
 
         def write(session: Session) -> None:
             gone.clear()
             release.clear()
             changed.clear()
+            written.clear()
             olds = _states_of(session, [s.uuid for s, _ in built])
             events: dict[str, list[Event]] = {}
             for spec, res in built:
@@ -410,8 +420,18 @@ class Builds:
             # A server with no port of a novakit network joined no group: nothing to ask.
             with_ports = {s.uuid for s, _ in built if any(n.port_id for n in s.networks)}
             touched[:] = filter_sync.members_touched(session, [u for u, _ in changed if u in with_ports])
+            if rows is not None and changed:
+                written.extend(
+                    session.execute(
+                        select(Instance)
+                        .where(Instance.uuid.in_([uuid for uuid, _ in changed]))
+                        .execution_options(populate_existing=True)
+                    ).scalars()
+                )
 
         self.db.run_in_transaction(write)
+        if rows is not None:
+            rows.update({inst.uuid: inst for inst in written})
         for uuid in release:
             self._release(uuid)
         # Notifications go out once the change is committed, never from inside a retried transaction.

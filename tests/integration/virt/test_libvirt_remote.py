@@ -92,9 +92,14 @@ def _remove_user(name: str, roots: list[int] | None = None) -> None:
     shutil.rmtree(runtime, ignore_errors=True)
 
 
-def _wait_for(path: Path, what: str, seconds: float = 20) -> None:
+def _written(path: Path) -> bool:
+    """A file its writer finished: a daemon writes its pid file's line after creating it."""
+    return path.exists() and path.read_text().endswith("\n")
+
+
+def _wait_for(path: Path, what: str, seconds: float = 20, *, line: bool = False) -> None:
     deadline = time.monotonic() + seconds
-    while not path.exists():
+    while not (_written(path) if line else path.exists()):
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not appear at {path}")
         time.sleep(0.1)
@@ -150,7 +155,7 @@ def remote_host() -> Iterator[RemoteHost]:
         )
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         _run("/usr/sbin/sshd", "-f", str(config), "-E", str(keys / "sshd.log"))
-        _wait_for(keys / "sshd.pid", "sshd's pid file")
+        _wait_for(keys / "sshd.pid", "sshd's pid file", line=True)
         sshd_pid = int((keys / "sshd.pid").read_text())
 
         env = f"HOME={home} XDG_RUNTIME_DIR={runtime} PATH=/usr/sbin:/usr/bin:/sbin:/bin".split()

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import select
 
 from novakit import exceptions
-from novakit.compute.states import VmState
+from novakit.compute.states import PowerState, VmState
 from novakit.db.models import Instance, Migration
 from novakit.fleet import aggregates as fleet_aggregates
 from novakit.heal.base import Correction, _power, bare_spec, recover_event, skipped
@@ -449,6 +449,11 @@ class MoveRecovery:
             ports.bind_host(session, [s.uuid], None)
             values.update(vm_state=VmState.SHELVED_OFFLOADED, host=None, node=None)
             return "offloaded", True
+        if vm_state == VmState.ACTIVE and power == PowerState.SHUTDOWN:
+            # A shelve killed after it powered the guest off: the server is stopped, as heal's
+            # power sync would record it (a later heal may not come before someone looks).
+            values["vm_state"] = VmState.STOPPED
+            return "cleared, stopped (its guest is off)", False
         return "cleared", False
 
     def _record_recovery(self, session: Any, uuid: str, task: str, finished: bool, where: str) -> None:

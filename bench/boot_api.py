@@ -62,7 +62,7 @@ from novakit.compute.api import API  # noqa: E402
 from novakit.config import load_config  # noqa: E402
 from novakit.context import RequestContext  # noqa: E402
 from novakit.db.engine import Database  # noqa: E402
-from novakit.transport import get_transport  # noqa: E402
+from novakit.transport.factory import get_transport  # noqa: E402
 
 HOSTS = 20
 SERIAL = 200

@@ -105,7 +105,7 @@ from novakit.compute.api import API  # noqa: E402
 from novakit.config import Config  # noqa: E402
 from novakit.context import RequestContext  # noqa: E402
 from novakit.db.engine import Database  # noqa: E402
-from novakit.heal import heal  # noqa: E402
+from novakit.heal.manager import heal  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 COLLECTIONS = ROOT / "playbooks" / "collections"
@@ -412,9 +412,9 @@ def _claimer(
     scheduling decisions with their claim ("schedule") for ``seconds``; (successes, seconds)."""
     import random
 
-    from novakit import placement
     from novakit.config import load_config
     from novakit.host.messages import FlavorSpec, ImageSpec
+    from novakit.placement import api as placement
     from novakit.scheduler.manager import SchedulerManager
     from novakit.scheduler.request_spec import RequestSpec
 

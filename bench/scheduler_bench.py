@@ -127,7 +127,7 @@ def _claimer(url: str, seconds: float, mode: str, ready: Any, start: Any, result
 
     from sqlalchemy import text
 
-    from novakit import placement
+    from novakit.placement import api as placement
 
     db = Database(url, auto_upgrade=False)
     conf = bench_config(url)

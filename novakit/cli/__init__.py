@@ -16,33 +16,3 @@ shelve, snapshot, rescue, ``migration list``, ``host drain``), ``ops`` (db, stat
 (``output.shows``/``output.lists`` for a command that returns records); ``verbs`` the ``show`` and
 ``delete`` every noun has, one line each.
 """
-
-from __future__ import annotations
-
-# Each module registers its commands on the app when imported: importing them is what adds them,
-# in this order (the order of the groups in --help).
-from novakit.cli import (  # noqa: F401
-    aggregates,
-    catalog,
-    cells,
-    groups,
-    hosts,
-    keypairs,
-    moves,
-    networks,
-    ops,
-    security_groups,
-    servers,
-    volumes,
-)
-from novakit.cli.base import app
-
-__all__ = ["app", "main"]
-
-
-def main() -> None:
-    app()
-
-
-if __name__ == "__main__":
-    main()

@@ -72,7 +72,7 @@ def heal_command(
     column: list[str] | None = COLUMN,
 ) -> None:
     """Make the database agree with the hypervisors (power states, vanished guests, stuck builds, orphans)."""
-    from novakit.heal import heal
+    from novakit.heal.manager import heal
 
     report = guard(
         lambda: heal(

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from novakit import exceptions, policy, scheduler
+from novakit import exceptions, policy
 from novakit.cells import instances as cell_instances
 from novakit.cells import mappings
 from novakit.cells.registry import locate, targeting
@@ -36,9 +36,10 @@ from novakit.db.models import Instance
 from novakit.fleet import hosts
 from novakit.host.messages import ComputeRequest
 from novakit.network import security_groups
+from novakit.scheduler import manager as scheduler_manager
 
 if TYPE_CHECKING:
-    from novakit.conductor import Conductor
+    from novakit.conductor.manager import Conductor
 
 
 #: the actions that start whatever task is under way (Nova's delete, lock, unlock and rename look
@@ -58,14 +59,14 @@ class API(CreateAPI):
     ) -> None:
         self.conf = conf or load_config()
         # Unknown filter or weigher names fail here, before any request is recorded.
-        scheduler.check_config(self.conf)
+        scheduler_manager.check_config(self.conf)
         self.db = db or Database.from_config(self.conf)
         self._conductor = conductor
 
     @property
     def conductor(self) -> Conductor:
         if self._conductor is None:
-            from novakit.conductor import Conductor
+            from novakit.conductor.manager import Conductor
 
             self._conductor = Conductor(self.db, self.conf)
         return self._conductor

@@ -34,7 +34,8 @@ from novakit.host.messages import (
     NetworkSpec,
     VolumeSpec,
 )
-from novakit.transport import Transport, get_transport
+from novakit.transport import Transport
+from novakit.transport.factory import get_transport
 
 if TYPE_CHECKING:
     from sqlalchemy import TextualSelect

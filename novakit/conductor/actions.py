@@ -116,7 +116,7 @@ class Actions:
         heal's take-over) nothing is written over it and nothing is raised: the host's events
         and the action's finish are recorded on their own, with the lost race as its message.
         """
-        from novakit import placement
+        from novakit.placement import api as placement
 
         t = ACTIONS[action]
         ok = res is None or res.ok

@@ -469,7 +469,7 @@ class Builds:
         A build no longer building on ``host`` (deleted, or recorded by someone else meanwhile)
         only gets its events recorded: its claims are no longer this build's to move.
         """
-        from novakit import placement
+        from novakit.placement import api as placement
 
         fault = res.fault or fault_from_exception(exceptions.ComputeError(reason="build failed"), host)
         if not res.events:
@@ -507,7 +507,7 @@ class Builds:
     ) -> tuple[str, InstanceSpec] | None:
         """Claim the next alternate that has room, up to ``scheduler.max_attempts`` hosts, and
         move the build there; none left: the instance in error with the build's fault."""
-        from novakit import placement
+        from novakit.placement import api as placement
 
         alternates = list(rs.alternates or [])
         tried = list(rs.tried_hosts or [])
@@ -602,7 +602,7 @@ class Builds:
     ) -> None:
         """A build that failed for good: error, its fault, its create action finished, its claim
         freed and its host let go (Nova's ``_nil_out_instance_obj_host_and_node``)."""
-        from novakit import placement
+        from novakit.placement import api as placement
 
         def write(session: Session) -> None:
             db_api.instance_update(
@@ -628,7 +628,7 @@ class Builds:
         self.services.notifier.emit("instance.create.error", uuid, fault=fault.message)
 
     def _release(self, uuid: str) -> None:
-        from novakit import placement
+        from novakit.placement import api as placement
 
         placement.remove_allocations(self.db, uuid)
 

@@ -130,8 +130,8 @@ def register_host(
     one cell: naming another than its own is refused (``HostMappedElsewhere``).
     """
     check_register(ctx, host)
-    from novakit import placement
     from novakit.cells import mappings
+    from novakit.placement import api as placement
     from novakit.placement import traits as placement_traits
 
     settings = _host_settings(conf, overrides)
@@ -270,7 +270,7 @@ def check_resources(resources: HostResources) -> None:
 
 
 def inventories_for(node: ComputeNode) -> dict[str, Any]:
-    from novakit.placement import InventorySpec
+    from novakit.placement.inventories import InventorySpec
 
     return {
         "VCPU": InventorySpec(
@@ -441,7 +441,7 @@ def set_disabled(
         svc.disabled = disabled
         svc.disabled_reason = reason if disabled else None
 
-    from novakit import placement
+    from novakit.placement import api as placement
 
     db.run_in_transaction(write)
     # As Nova does, a disabled host's provider carries COMPUTE_STATUS_DISABLED, so

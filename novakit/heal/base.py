@@ -17,7 +17,7 @@ from novakit.cells.scatter import scatter
 from novakit.compute import actions
 from novakit.compute.rpc import ComputeRPC
 from novakit.compute.states import POWER_STATE_NAMES, PowerState
-from novakit.conductor import Conductor
+from novakit.conductor.manager import Conductor
 from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db import api as db_api

@@ -157,7 +157,7 @@ class StuckBuilds(HealerBase):
     def _build_failed(self, s: _Seen, free_claim: bool, fault_message: str) -> None:
         """After a timed-out build is recorded: one never scheduled goes to cell0, a freed claim
         goes from placement, and the notifications say it failed."""
-        from novakit import placement
+        from novakit.placement import api as placement
 
         if s.host is None:
             self._bury_in_cell0(s.uuid)

@@ -98,7 +98,7 @@ class Orphans(HealerBase):
         return out
 
     def _orphan_allocations(self, hosts: set[str] | None, dry_run: bool) -> list[Correction]:
-        from novakit import placement
+        from novakit.placement import api as placement
 
         with self.db.reader() as session:
             stmt = (

@@ -58,11 +58,13 @@ from novakit.placement import candidates as placement_candidates
 from novakit.placement import traits as placement_traits
 from novakit.placement.providers import find_provider
 from novakit.scheduler.explain import Step, summary
-from novakit.scheduler.filters import BaseFilter, build_filters
+from novakit.scheduler.filters.base import BaseFilter
+from novakit.scheduler.filters.registry import build_filters, check_filter_names
 from novakit.scheduler.host_state import HostState, instance_hosts, load_candidate_hosts
 from novakit.scheduler.request_spec import RequestSpec
 from novakit.scheduler.resolved import ResolvedSpec
-from novakit.scheduler.weights import BaseWeigher, build_weighers, normalize
+from novakit.scheduler.weights.base import BaseWeigher, normalize
+from novakit.scheduler.weights.registry import build_weighers, check_weigher_names
 
 REPLAN_ROUNDS = 3
 # Candidates weighed for a one-instance request before widening to max_placement_results. Nova
@@ -72,6 +74,15 @@ REPLAN_ROUNDS = 3
 # ranks this pool with Nova's normalisation. The pool's cost, not the fleet's, is what a
 # decision pays; a host that is best by the other weighers but not among the pool's is missed.
 CANDIDATE_POOL = 32
+
+
+def check_config(conf: Config) -> None:
+    """The configured filter and weigher names are known to the registries (ConfigError naming
+    the unknown and the known ones). Run at start-up by the front door (``API``) and by
+    ``load_config`` (each registry registers its check there when imported; this module imports
+    both)."""
+    check_filter_names(conf)
+    check_weigher_names(conf)
 
 
 class Selection(BaseModel):

@@ -9,32 +9,16 @@ for a reschedule. Which transport a host uses is recorded when it registers
     {"driver": "libvirt", "options": {"uri": "qemu:///system"}, "transport": "ssh",
      "ssh": {"host": "127.0.0.1", "port": 2222, "user": "nk1", "key_filename": "..."}}
 
-``novakit.compute.rpc`` picks and calls them; a transport knows nothing of the database.
+``novakit.compute.rpc`` picks them (``factory.get_transport``) and calls them; a transport
+knows nothing of the database.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
-from novakit import exceptions
 from novakit.host.messages import ComputeRequest, ComputeResult
 
 
 class Transport(Protocol):
     def call(self, request: ComputeRequest) -> ComputeResult: ...
-
-
-def get_transport(host: str, driver_info: dict[str, Any], max_concurrent_builds: int = 10) -> Transport:
-    kind = driver_info.get("transport", "local")
-    if kind == "local":
-        from novakit.transport.local import LocalTransport
-
-        return LocalTransport(host, driver_info, max_concurrent_builds)
-    if kind == "ssh":
-        from novakit.transport.ssh import SSHTransport
-
-        return SSHTransport(host, driver_info, max_concurrent_builds)
-    raise exceptions.ConfigError(
-        option=f"compute_nodes[{host}].driver.transport",
-        reason=f"unknown transport {kind!r}; known: local, ssh",
-    )

@@ -170,7 +170,7 @@ class HealModule(NovakitModule):
         import datetime as dt
 
         from novakit.db.engine import Database
-        from novakit.heal import heal, reports_from_compute_results
+        from novakit.heal.manager import heal, reports_from_compute_results
 
         conf = self.config()
         reports, unreachable, boot_ids = reports_from_compute_results(self.params["guests"])

@@ -44,7 +44,7 @@ def _worker(url: str, mode: str, start: Any, results: Any) -> None:
     try:
         if mode == "churn":
             # Every writer of allocations at once: batch claims, moves, releases.
-            from novakit import placement
+            from novakit.placement import api as placement
 
             others = [placement.get_provider(db, f"race{n}").uuid for n in range(HOSTS)]
             for n in range(CHURN):

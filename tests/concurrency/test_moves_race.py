@@ -63,10 +63,10 @@ def _worker(url: str, state_dir: str, n: int, servers: list[str], start: Any, re
 def test_eight_processes_moving_servers_never_overcommit_and_leave_no_claim(
     db_url: str, tmp_path: Path
 ) -> None:
-    from novakit import placement
     from novakit.catalog import flavors
     from novakit.fleet import hosts
     from novakit.moves import migrations
+    from novakit.placement import api as placement
     from tests.functional.cloud import make_cloud
 
     db = Database(db_url)

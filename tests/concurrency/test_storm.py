@@ -216,7 +216,7 @@ def _heals_at_once(db: Database, conf: Any, count: int, later: Any) -> list[Any]
     import threading
 
     from novakit.context import RequestContext
-    from novakit.heal import heal
+    from novakit.heal.manager import heal
 
     reports: list[Any] = []
     failures: list[str] = []
@@ -381,7 +381,7 @@ def test_a_storm_of_killed_requests_leaves_records_that_tell_the_truth_after_hea
     db_url: str, tmp_path: Path
 ) -> None:
     from novakit import quota
-    from novakit.heal import heal
+    from novakit.heal.manager import heal
     from tests.functional.cloud import make_cloud
 
     started = time.monotonic()

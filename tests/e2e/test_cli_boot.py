@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from novakit.cli import app
+from novakit.cli.main import app
 from tests.e2e.runner import run_playbook
 
 pytestmark = pytest.mark.e2e

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from novakit import placement
 from novakit.context import RequestContext
 from novakit.fleet import hosts
-from novakit.heal import heal
+from novakit.heal.manager import heal
+from novakit.placement import api as placement
 from novakit.virt.fake import failure_env_var
 from tests.e2e.prepared import api_for, fleet_env
 from tests.e2e.test_flows import play, results_of

@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from novakit import runner
-from novakit.cli import app
+from novakit.cli.main import app
 from tests.e2e.prepared import fleet_env
 
 pytestmark = [

@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 
 from novakit import exceptions
 from novakit.catalog import flavors
-from novakit.cli import app
+from novakit.cli.main import app
 from novakit.context import RequestContext
 from novakit.fleet import aggregates, hosts
-from novakit.heal import heal
+from novakit.heal.manager import heal
 from tests.functional.cloud import Cloud, boot
 
 SMALL = {"flavor": "m1.small", "image": "tiny"}

@@ -6,8 +6,8 @@ import json
 import threading
 import time
 
-from novakit import placement
 from novakit.context import RequestContext
+from novakit.placement import api as placement
 from tests.functional.cloud import HOSTS, Cloud
 
 

@@ -22,7 +22,7 @@ from typer.testing import CliRunner, Result
 
 from novakit.catalog import flavors
 from novakit.cells.registry import UNSCHEDULED, derived_url
-from novakit.cli import app
+from novakit.cli.main import app
 from novakit.context import RequestContext
 from novakit.db import migration
 from novakit.db.engine import Database

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from novakit import exceptions
 from novakit.catalog import flavors
 from novakit.cells import manage
-from novakit.cli import app
+from novakit.cli.main import app
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Base, InstanceMapping

@@ -18,10 +18,10 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from novakit.cells import manage, registry
-from novakit.cli import app
+from novakit.cli.main import app
 from novakit.context import RequestContext
 from novakit.db.engine import Database
-from novakit.heal import heal
+from novakit.heal.manager import heal
 from tests.functional.cloud import Cloud, make_cloud
 
 

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import JSON, Boolean, DateTime, create_engine, insert, make_url, text
 from typer.testing import CliRunner
 
-from novakit.cli import app
+from novakit.cli.main import app
 from novakit.db import migration
 from novakit.db.engine import Database
 from novakit.db.models import Base

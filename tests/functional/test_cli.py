@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from novakit.cli import app
+from novakit.cli.main import app
 from novakit.virt.driver import load_driver
 
 Run = Callable[..., Result]

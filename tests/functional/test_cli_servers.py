@@ -16,7 +16,7 @@ import pytest
 import typer.main
 import yaml
 
-from novakit.cli import app
+from novakit.cli.main import app
 from novakit.cli.servers import complete_server
 from tests.functional.test_cli import Run, _one_line_error, cloud, env, nk  # noqa: F401
 

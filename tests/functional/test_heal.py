@@ -9,12 +9,13 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import update
 
-from novakit import exceptions, placement
+from novakit import exceptions
 from novakit.cells.registry import UNSCHEDULED
 from novakit.compute.states import PowerState
 from novakit.context import RequestContext
 from novakit.db.models import ComputeNode, Instance, utcnow
-from novakit.heal import heal
+from novakit.heal.manager import heal
+from novakit.placement import api as placement
 from tests.functional.cloud import HOSTS, Cloud, boot
 
 

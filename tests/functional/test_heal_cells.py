@@ -15,15 +15,15 @@ import pytest
 from sqlalchemy import insert, select, update
 from typer.testing import CliRunner
 
-from novakit import placement
 from novakit.cells.registry import UNSCHEDULED
-from novakit.cli import app
+from novakit.cli.main import app
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import CellMapping, Instance, InstanceAction, InstanceMapping, utcnow
 from novakit.fleet import hosts
 from novakit.fleet.importer import import_guests
-from novakit.heal import heal
+from novakit.heal.manager import heal
+from novakit.placement import api as placement
 from novakit.virt.driver import load_driver
 from tests.functional.cloud import HOSTS, Cloud
 

@@ -12,8 +12,8 @@ from novakit.compute.states import PowerState
 from novakit.config import load_config
 from novakit.context import RequestContext
 from novakit.fleet import hosts
-from novakit.heal import heal
 from novakit.heal.host_boot import RESUME_EVENT
+from novakit.heal.manager import heal
 from novakit.virt import guest_ready_line
 from novakit.virt.fake import failure_env_var
 from tests.functional.cloud import HOSTS, Cloud, boot

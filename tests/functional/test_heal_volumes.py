@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text, update
 
-from novakit import placement
 from novakit.compute import volume_attach
 from novakit.context import RequestContext
 from novakit.db.models import ComputeNode, utcnow
-from novakit.heal import HealReport, heal
+from novakit.heal.manager import HealReport, heal
 from novakit.host.messages import ComputeRequest, ComputeResult
+from novakit.placement import api as placement
 from novakit.volume import volumes
 from novakit.volume.states import set_status
 from tests.functional.cloud import Cloud, boot

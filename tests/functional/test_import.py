@@ -7,15 +7,16 @@ from typing import Any
 
 import pytest
 
-from novakit import exceptions, placement
+from novakit import exceptions
 from novakit.catalog import flavors
 from novakit.compute.rpc import ComputeRPC
 from novakit.compute.states import PowerState
 from novakit.context import RequestContext
 from novakit.fleet import hosts
 from novakit.fleet.importer import import_guests
-from novakit.heal import heal
+from novakit.heal.manager import heal
 from novakit.host.messages import ComputeRequest, ComputeResult
+from novakit.placement import api as placement
 from tests.functional.cloud import HOSTS, Cloud
 
 # compute-1: 8 vCPU (ratio 4: 32), 16384 MB (512 reserved, ratio 1: 15872 free), 400 GB disk

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from novakit.cli import app
+from novakit.cli.main import app
 from novakit.compute.states import PowerState
 from novakit.virt.driver import load_driver
 

@@ -6,13 +6,14 @@ from typing import Any
 
 import pytest
 
-from novakit import exceptions, placement
+from novakit import exceptions
 from novakit.config import load_config
 from novakit.context import RequestContext
 from novakit.fleet import hosts
-from novakit.heal import heal
+from novakit.heal.manager import heal
 from novakit.moves import migrations
 from novakit.moves.drain import drain_host
+from novakit.placement import api as placement
 from novakit.virt.fake import failure_env_var
 from tests.functional.cloud import Cloud, boot
 

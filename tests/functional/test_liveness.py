@@ -18,15 +18,15 @@ from typer.testing import CliRunner, Result
 
 from novakit import exceptions
 from novakit.catalog import flavors, images
-from novakit.cli import app
+from novakit.cli.main import app
 from novakit.compute.api import API
-from novakit.conductor import Conductor
+from novakit.conductor.manager import Conductor
 from novakit.config import Config, load_config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import ComputeNode, Service, utcnow
 from novakit.fleet import hosts
-from novakit.heal import heal
+from novakit.heal.manager import heal
 from novakit.host.messages import HostResources
 from novakit.scheduler.manager import SchedulerManager
 from novakit.scheduler.request_spec import RequestSpec

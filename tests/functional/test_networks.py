@@ -403,7 +403,7 @@ def test_the_command_line_as_openstack_users_type_it(nk: Any) -> None:  # noqa: 
 def test_heal_frees_the_ports_of_a_server_that_vanished(cloud: Cloud, ctx: RequestContext) -> None:
     from sqlalchemy import text
 
-    from novakit.heal import heal
+    from novakit.heal.manager import heal
 
     _net(cloud)
     ports.create(cloud.db, ctx, {"name": "mine", "network": "net1"})

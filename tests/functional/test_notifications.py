@@ -11,7 +11,7 @@ import pytest
 
 from novakit import notifications
 from novakit.context import RequestContext
-from novakit.heal import heal
+from novakit.heal.manager import heal
 from tests.functional.cloud import HOSTS, Cloud, boot
 
 USER_DATA = "I2Nsb3VkLWNvbmZpZwpwYXNzd29yZDogaHVudGVyMgo="  # "#cloud-config\npassword: hunter2\n"

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from novakit import exceptions
-from novakit.cli import app
+from novakit.cli.main import app
 from novakit.config import load_config
 from novakit.context import operator_identity
 

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner, Result
 
-from novakit.cli import app
+from novakit.cli.main import app
 from novakit.db.engine import Database
 
 CLEARED = (

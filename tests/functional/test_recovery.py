@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from novakit import exceptions, placement, quota
+from novakit import exceptions, quota
 from novakit.cells.registry import UNSCHEDULED
 from novakit.compute.states import PowerState
 from novakit.context import RequestContext
 from novakit.db.models import Instance, utcnow
-from novakit.heal import RECOVER_EVENT, heal
+from novakit.heal.manager import RECOVER_EVENT, heal
 from novakit.host.messages import ComputeRequest, ComputeResult
+from novakit.placement import api as placement
 from tests.functional.cloud import Cloud, boot
 
 

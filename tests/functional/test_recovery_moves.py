@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text
 
-from novakit import placement
 from novakit.context import RequestContext
 from novakit.db.models import InstanceMapping, utcnow
-from novakit.heal import HealReport, heal
+from novakit.heal.manager import HealReport, heal
 from novakit.moves import migrations
+from novakit.placement import api as placement
 from tests.functional.cloud import HOSTS, Cloud, boot
 
 

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from novakit import exceptions, placement
+from novakit import exceptions
 from novakit.context import RequestContext
 from novakit.moves import migrations
+from novakit.placement import api as placement
 from novakit.virt.fake import failure_env_var
 from tests.functional.cloud import Cloud, boot
 

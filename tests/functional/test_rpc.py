@@ -14,13 +14,13 @@ from novakit.cells.registry import targeting
 from novakit.compute.api import API
 from novakit.compute.rpc import ComputeRPC, instance_spec
 from novakit.compute.states import PowerState
-from novakit.conductor import Conductor
+from novakit.conductor.manager import Conductor
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.db.models import ComputeNode
-from novakit.heal import heal
+from novakit.heal.manager import heal
 from novakit.host.messages import ComputeRequest
-from novakit.transport import get_transport
+from novakit.transport.factory import get_transport
 from tests.functional.cloud import Cloud, boot
 
 

@@ -20,12 +20,12 @@ from pydantic import Field
 from typer.testing import CliRunner
 
 from novakit import exceptions
-from novakit.cli import app
+from novakit.cli.main import app
 from novakit.compute import schemas, states
 from novakit.compute.states import HostCall, PowerState, Recovery, Transition, VmState
 from novakit.context import RequestContext
 from novakit.db.models import utcnow
-from novakit.heal import RECOVER_EVENT, heal
+from novakit.heal.manager import RECOVER_EVENT, heal
 from novakit.host.messages import InstanceSpec
 from novakit.virt.fake import FakeDriver
 from tests.functional.cloud import Cloud, boot

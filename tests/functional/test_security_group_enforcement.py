@@ -18,7 +18,7 @@ from novakit import exceptions, playflow
 from novakit.compute.rpc import ComputeRPC
 from novakit.context import RequestContext
 from novakit.fleet import hosts
-from novakit.heal import heal
+from novakit.heal.manager import heal
 from novakit.network import filter_sync, networks, ports, subnets
 from novakit.network import security_groups as sg
 from novakit.network.filter_rules import FilterRule, canonical

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from novakit import exceptions, placement
+from novakit import exceptions
 from novakit.catalog import images
 from novakit.config import load_config
 from novakit.context import RequestContext
+from novakit.placement import api as placement
 from novakit.virt.fake import failure_env_var
 from tests.functional.cloud import Cloud, boot
 

@@ -18,7 +18,7 @@ from novakit.compute.rpc import instance_spec
 from novakit.context import RequestContext
 from novakit.db import api as db_api
 from novakit.fleet import hosts
-from novakit.heal import heal
+from novakit.heal.manager import heal
 from novakit.host.messages import ComputeRequest, ComputeResult, Fault, InstanceResult
 from tests.functional.cloud import Cloud, boot
 

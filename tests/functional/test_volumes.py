@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from novakit import exceptions, placement, quota
+from novakit import exceptions, quota
 from novakit.compute import volume_attach
 from novakit.context import RequestContext
+from novakit.placement import api as placement
 from novakit.virt.fake import failure_env_var
 from novakit.volume import attachments, volumes
 from tests.functional.cloud import Cloud, boot
@@ -267,7 +268,7 @@ def test_deleting_a_server_detaches_its_volumes_and_deletes_those_marked_so(
 def test_heal_detaches_volumes_of_servers_that_vanished_and_keeps_volume_claims(
     cloud: Cloud, ctx: RequestContext
 ) -> None:
-    from novakit.heal import heal
+    from novakit.heal.manager import heal
 
     server = boot(cloud, ctx, "web")
     vol = volumes.create(cloud.api.conductor, ctx, "data", 1, host=server["host"])

@@ -4,7 +4,10 @@ The graph is read from the source with ``ast``, so nothing is imported to build 
 an ``import`` or ``from ... import`` anywhere in a module (at the top or inside a
 function, where the lazy imports that used to hide cycles live) is an edge from that
 module to the module it names. ``from pkg import name`` points at ``pkg.name`` when that
-is a module, else at ``pkg``. Imports under ``if TYPE_CHECKING:`` never run and are not
+is a module, else at ``pkg``. Importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__``
+first, so every module also has an edge to each package above it: a package whose ``__init__``
+imports its own modules is a cycle with all of them (why every ``__init__`` here holds a docstring
+and no imports of its own modules). Imports under ``if TYPE_CHECKING:`` never run and are not
 edges. A cycle is a strongly connected component of that graph; each one longer than
 ``MAX_CYCLE`` fails the test, printed with the imports among its modules.
 """
@@ -73,6 +76,10 @@ def import_graph() -> dict[str, set[str]]:
                     target = target.rpartition(".")[0]
                 if target and target != name:
                     graph[name].add(target)
+        parts = name.split(".")
+        graph[name].update(
+            ".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in modules
+        )
     return graph
 
 
@@ -144,4 +151,9 @@ def test_the_graph_sees_lazy_imports_and_not_type_checking_ones(tmp_path: Path) 
         alias.name for node in _runtime_nodes(tree) if isinstance(node, ast.Import) for alias in node.names
     }
     assert names == {"novakit.policy"}
-    assert "novakit.config" in import_graph()["novakit.scheduler.filters"]
+    graph = import_graph()
+    assert "novakit.config" in graph["novakit.scheduler.filters.registry"]
+    # and the packages above a module, whose __init__ runs before it
+    assert {"novakit", "novakit.scheduler", "novakit.scheduler.filters"} <= graph[
+        "novakit.scheduler.filters.base"
+    ]

@@ -8,9 +8,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from novakit import exceptions, placement
+from novakit import exceptions
 from novakit.db.engine import Database
 from novakit.placement import allocations
+from novakit.placement import api as placement
 from novakit.placement.candidates import CandidateRequest, get_allocation_candidates
 from novakit.placement.inventories import InventorySpec
 

@@ -6,10 +6,11 @@ import pytest
 from sched_fixtures import add_group, add_instance, fleet, request, uuids
 from sqlalchemy import text
 
-from novakit import exceptions, placement
+from novakit import exceptions
 from novakit.config import Config, load_config
 from novakit.db.engine import Database
 from novakit.host.messages import FlavorSpec
+from novakit.placement import api as placement
 from novakit.placement.fake_fleet import FakeHost, register_fleet
 from novakit.scheduler.manager import SchedulerManager
 from novakit.scheduler.request_spec import InstanceGroupSpec

@@ -13,7 +13,7 @@ from novakit.db.engine import Database
 from novakit.db.models import InstanceFault
 from novakit.fleet import hosts
 from novakit.host.messages import ComputeRequest
-from novakit.transport import get_transport
+from novakit.transport.factory import get_transport
 from novakit.transport.ssh import SSHTransport
 from tests.functional.cloud import HOSTS, Cloud, make_cloud
 from tests.integration.ssh.conftest import Sshd

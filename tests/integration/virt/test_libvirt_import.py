@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from novakit import placement
 from novakit.catalog import flavors
 from novakit.compute.api import API
 from novakit.config import load_config
@@ -25,7 +24,8 @@ from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.fleet import hosts
 from novakit.fleet.importer import import_guests
-from novakit.heal import heal
+from novakit.heal.manager import heal
+from novakit.placement import api as placement
 from novakit.virt.driver import load_driver
 
 pytestmark = pytest.mark.libvirt

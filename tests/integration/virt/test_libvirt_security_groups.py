@@ -34,7 +34,7 @@ from novakit.config import load_config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.fleet import hosts
-from novakit.heal import heal
+from novakit.heal.manager import heal
 from novakit.network import filter_sync, networks, subnets
 from novakit.network import security_groups as sg
 from novakit.network.filter_rules import canonical

@@ -10,7 +10,7 @@ from sched_unit_helpers import NOW, build_host, build_spec
 from novakit import exceptions
 from novakit.config import Config, load_config
 from novakit.host.messages import FlavorSpec, ImageSpec
-from novakit.scheduler.filters import FILTERS
+from novakit.scheduler.filters.registry import FILTERS
 from novakit.scheduler.request_spec import InstanceGroupSpec
 
 

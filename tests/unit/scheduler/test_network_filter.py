@@ -5,7 +5,7 @@ from __future__ import annotations
 from sched_unit_helpers import build_host, build_spec
 
 from novakit.config import Config
-from novakit.scheduler.filters import FILTERS
+from novakit.scheduler.filters.registry import FILTERS
 
 
 def test_passes_a_host_that_has_every_network(unit_conf: Config) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sched_unit_helpers import build_host, build_spec
 
 from novakit.config import Config
-from novakit.scheduler.filters import FILTERS
+from novakit.scheduler.filters.registry import FILTERS
 
 VOLUME = {"id": "9e0c3d1a-0000-4000-8000-000000000001", "name": "root-disk", "host": "h2"}
 

@@ -9,7 +9,8 @@ from novakit import exceptions
 from novakit.config import Config, load_config
 from novakit.scheduler.manager import SchedulerManager
 from novakit.scheduler.request_spec import InstanceGroupSpec
-from novakit.scheduler.weights import WEIGHERS, build_weighers, normalize
+from novakit.scheduler.weights.base import normalize
+from novakit.scheduler.weights.registry import WEIGHERS, build_weighers
 
 
 def order(conf: Config, hosts, spec, names: list[str]) -> list[str]:  # type: ignore[no-untyped-def]

@@ -136,61 +136,72 @@ def normalise_rule(req: RuleCreate) -> RuleFields:
         raise exceptions.ValidationError(
             "protocol", "Invalid ethertype IPv4 for protocol ipv6-icmp: an IPv4 rule's ICMP is icmp"
         )
-    low, high = req.port_range_min, req.port_range_max
-    if low is not None or high is not None:
-        field = "port_range_min" if low is not None else "port_range_max"
-        if protocol is None:
-            raise exceptions.ValidationError(
-                field, "a port range needs a protocol (tcp, udp, sctp; or icmp's type and code)"
-            )
-        if protocol in PORT_PROTOCOLS:
-            low = low if low is not None else high
-            high = high if high is not None else low
-            assert low is not None and high is not None
-            for name, value in (("port_range_min", low), ("port_range_max", high)):
-                if not 1 <= value <= 65535:
-                    raise exceptions.ValidationError(name, f"a port is 1 to 65535, got {value}")
-            if low > high:
-                raise exceptions.ValidationError(
-                    "port_range_min",
-                    f"For TCP/UDP protocols, port_range_min must be <= port_range_max ({low} > {high})",
-                )
-        elif protocol in ICMP_PROTOCOLS:
-            if low is None:
-                raise exceptions.ValidationError(
-                    "port_range_max",
-                    f"ICMP code (port_range_max) {high} is provided but ICMP type (port_range_min) "
-                    "is missing",
-                )
-            for name, what, given in (("port_range_min", "type", low), ("port_range_max", "code", high)):
-                if given is not None and not 0 <= given <= 255:
-                    raise exceptions.ValidationError(
-                        name, f"Invalid value for ICMP {what} ({name}) {given}. It must be 0 to 255."
-                    )
-        else:
-            raise exceptions.ValidationError(
-                field,
-                f"protocol {protocol} has no ports: a port range is only for {', '.join(PORT_PROTOCOLS)} "
-                "(and ICMP's type and code)",
-            )
-    prefix = req.remote_ip_prefix
-    if prefix is not None and req.remote_group is not None:
+    low, high = _port_range(protocol, req.port_range_min, req.port_range_max)
+    if req.remote_ip_prefix is not None and req.remote_group is not None:
         raise exceptions.ValidationError(
             "remote_ip_prefix", "Only remote_ip_prefix or remote_group may be provided, not both"
         )
-    if prefix is not None:
-        try:
-            net = ipaddress.ip_network(prefix.strip(), strict=False)
-        except ValueError:
-            raise exceptions.ValidationError(
-                "remote_ip_prefix", f"{prefix!r} is not a CIDR (10.0.0.0/24, 2001:db8::/64)"
-            ) from None
-        if (net.version == 4) != (ethertype == "IPv4"):
-            raise exceptions.ValidationError(
-                "remote_ip_prefix",
-                f"Conflicting value ethertype {ethertype} for CIDR {net}: an {ethertype} rule takes an "
-                f"{ethertype} prefix",
-            )
-        # Anywhere is anywhere, however it is spelt (0.0.0.0/0 and none are one rule).
-        prefix = None if net.prefixlen == 0 else str(net)
+    prefix = _remote_prefix(req.remote_ip_prefix, ethertype)
     return RuleFields(req.direction, ethertype, protocol, low, high, prefix)
+
+
+def _port_range(protocol: str | None, low: int | None, high: int | None) -> tuple[int | None, int | None]:
+    """A rule's port range as stored: a TCP/UDP/SCTP range with both ends (one given is both), an
+    ICMP type and code as given; refused for a protocol without ports, or any protocol."""
+    if low is None and high is None:
+        return None, None
+    field = "port_range_min" if low is not None else "port_range_max"
+    if protocol is None:
+        raise exceptions.ValidationError(
+            field, "a port range needs a protocol (tcp, udp, sctp; or icmp's type and code)"
+        )
+    if protocol in PORT_PROTOCOLS:
+        low = low if low is not None else high
+        high = high if high is not None else low
+        assert low is not None and high is not None
+        for name, value in (("port_range_min", low), ("port_range_max", high)):
+            if not 1 <= value <= 65535:
+                raise exceptions.ValidationError(name, f"a port is 1 to 65535, got {value}")
+        if low > high:
+            raise exceptions.ValidationError(
+                "port_range_min",
+                f"For TCP/UDP protocols, port_range_min must be <= port_range_max ({low} > {high})",
+            )
+    elif protocol in ICMP_PROTOCOLS:
+        if low is None:
+            raise exceptions.ValidationError(
+                "port_range_max",
+                f"ICMP code (port_range_max) {high} is provided but ICMP type (port_range_min) is missing",
+            )
+        for name, what, given in (("port_range_min", "type", low), ("port_range_max", "code", high)):
+            if given is not None and not 0 <= given <= 255:
+                raise exceptions.ValidationError(
+                    name, f"Invalid value for ICMP {what} ({name}) {given}. It must be 0 to 255."
+                )
+    else:
+        raise exceptions.ValidationError(
+            field,
+            f"protocol {protocol} has no ports: a port range is only for {', '.join(PORT_PROTOCOLS)} "
+            "(and ICMP's type and code)",
+        )
+    return low, high
+
+
+def _remote_prefix(prefix: str | None, ethertype: str) -> str | None:
+    """A remote prefix as stored: its network, of the rule's ethertype; None for anywhere."""
+    if prefix is None:
+        return None
+    try:
+        net = ipaddress.ip_network(prefix.strip(), strict=False)
+    except ValueError:
+        raise exceptions.ValidationError(
+            "remote_ip_prefix", f"{prefix!r} is not a CIDR (10.0.0.0/24, 2001:db8::/64)"
+        ) from None
+    if (net.version == 4) != (ethertype == "IPv4"):
+        raise exceptions.ValidationError(
+            "remote_ip_prefix",
+            f"Conflicting value ethertype {ethertype} for CIDR {net}: an {ethertype} rule takes an "
+            f"{ethertype} prefix",
+        )
+    # Anywhere is anywhere, however it is spelt (0.0.0.0/0 and none are one rule).
+    return None if net.prefixlen == 0 else str(net)

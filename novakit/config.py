@@ -38,7 +38,7 @@ class _Section(BaseModel):
 
 
 class SchedulerConfig(_Section):
-    # Filters run in this order; names are looked up in novakit.scheduler.filters.FILTERS, and
+    # Filters run in this order; names are looked up in novakit.scheduler.filters.registry.FILTERS, and
     # checked there (``check_filter_names``, run by ``load_config`` through ``register_check``).
     enabled_filters: list[str] = Field(
         default_factory=lambda: [
@@ -56,7 +56,7 @@ class SchedulerConfig(_Section):
             "AggregateInstanceExtraSpecsFilter",
         ]
     )
-    # Names of novakit.scheduler.weights.WEIGHERS (checked there), or ["all"].
+    # Names of novakit.scheduler.weights.registry.WEIGHERS (checked there), or ["all"].
     weighers: list[str] = Field(default_factory=lambda: ["all"])
     ram_weight_multiplier: float = Field(default=1.0, allow_inf_nan=False)
     cpu_weight_multiplier: float = Field(default=1.0, allow_inf_nan=False)

@@ -231,12 +231,15 @@ def hosts_of(db: Database, uuids: Sequence[str]) -> dict[str, str | None]:
 
 
 def load_on_hosts(db: Database, hosts: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """``{host: (live servers, servers with a task running)}``, asked of each host's cell."""
+    """``{host: (live servers, servers with a task running)}``, asked of each host's cell whose
+    database is not the API database's: what the API database holds the scheduler counts in its
+    own candidate query (``scheduler.host_state``), without a transaction of its own."""
     from sqlalchemy import func
 
     by_cell: dict[Cell, list[str]] = {}
     for host, cell in db.cells.host_cells(hosts).items():
-        by_cell.setdefault(cell, []).append(host)
+        if not db.cells.is_api(cell):
+            by_cell.setdefault(cell, []).append(host)
     out: dict[str, tuple[int, int]] = {}
     for cell, group in by_cell.items():
         with db.target_cell(cell), db.reader() as session:

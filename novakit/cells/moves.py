@@ -41,8 +41,12 @@ def _row(obj: Any) -> dict[str, Any]:
     return {c.key: getattr(obj, c.key) for c in obj.__mapper__.column_attrs}
 
 
-def move_to_cell(db: Database, uuids: Sequence[str], cell: Cell) -> list[str]:
+def move_to_cell(db: Database, uuids: Sequence[str], cell: Cell, records: Records | None = None) -> list[str]:
     """Move the waiting servers ``uuids`` into ``cell``; the uuids that moved.
+
+    ``records``: their rows as the caller read them in its last write of them (``read_records``
+    in the claims' transaction), which spares reading them again; the guarded delete of step 2
+    checks them all the same.
 
     cell0 that cannot be made or written (``CellDown``: a PostgreSQL user without CREATEDB, a
     file that cannot be opened) moves nothing: the servers that could not be scheduled stay in
@@ -53,17 +57,17 @@ def move_to_cell(db: Database, uuids: Sequence[str], cell: Cell) -> list[str]:
         return []
     if cell.is_cell0:
         try:
-            return _move(db, uuids, cell)
+            return _move(db, uuids, cell, records)
         except exceptions.CellDown as exc:
             log.warning(
                 "cell0 cannot be written (%s): %d server(s) stay in the API database", exc, len(uuids)
             )
             return []
-    return _move(db, uuids, cell)
+    return _move(db, uuids, cell, records)
 
 
 @dataclass
-class _Records:
+class Records:
     """A waiting server's rows as read from the API database: itself, its actions, their
     events, its faults."""
 
@@ -73,15 +77,16 @@ class _Records:
     faults: list[dict[str, Any]]
 
 
-def _move(db: Database, uuids: Sequence[str], cell: Cell) -> list[str]:
+def _move(db: Database, uuids: Sequence[str], cell: Cell, records: Records | None) -> list[str]:
     """Copy the servers' records into the cell, then delete the originals of the ones that did
     not change meanwhile (guarded by ``_GUARD``); the copies of the others go again."""
     if db.cells.database(cell) is db:
         db.run_in_transaction(lambda s: mappings.set_cell(s, uuids, cell.id))
         db.cells.remember(uuids, cell)
         return list(uuids)
-    with db.target_cell(UNSCHEDULED), db.reader() as session:
-        records = _read_records(session, uuids)
+    if records is None:
+        with db.target_cell(UNSCHEDULED), db.reader() as session:
+            records = read_records(session, uuids)
     if not records.instances:
         return []
     with db.target_cell(cell):
@@ -95,7 +100,8 @@ def _move(db: Database, uuids: Sequence[str], cell: Cell) -> list[str]:
     return moved
 
 
-def _read_records(session: Any, uuids: Sequence[str]) -> _Records:
+def read_records(session: Any, uuids: Sequence[str]) -> Records:
+    """The waiting servers' rows in the API database (``session``), as ``move_to_cell`` copies them."""
     # Live rows only: a server deleted while it waited stays where it was deleted.
     instances = _rows(session, select(Instance).where(Instance.uuid.in_(list(uuids)), Instance.deleted == 0))
     actions = _rows(session, select(InstanceAction).where(InstanceAction.instance_uuid.in_(list(uuids))))
@@ -106,7 +112,7 @@ def _read_records(session: Any, uuids: Sequence[str]) -> _Records:
         ),
     )
     faults = _rows(session, select(InstanceFault).where(InstanceFault.instance_uuid.in_(list(uuids))))
-    return _Records(instances, actions, events, faults)
+    return Records(instances, actions, events, faults)
 
 
 def _rows(session: Any, stmt: Any) -> list[dict[str, Any]]:
@@ -117,7 +123,7 @@ def _without_id(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k != "id"}
 
 
-def _copy_records(session: Any, records: _Records) -> None:
+def _copy_records(session: Any, records: Records) -> None:
     """The rows written in the cell, each with a new id (the events follow their actions')."""
     session.execute(insert(Instance), [_without_id(r) for r in records.instances])
     new_ids: dict[int, int] = {}
@@ -134,7 +140,7 @@ def _copy_records(session: Any, records: _Records) -> None:
         session.execute(insert(InstanceFault), [_without_id(f) for f in records.faults])
 
 
-def _drop_moved(session: Any, records: _Records, cell: Cell) -> list[str]:
+def _drop_moved(session: Any, records: Records, cell: Cell) -> list[str]:
     """The originals deleted where they are as they were read (a guarded delete each), their
     mappings pointed at the cell; returns the uuids that moved."""
     moved = []

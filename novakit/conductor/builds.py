@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions
 from novakit.cells.mappings import set_cell
-from novakit.cells.moves import move_to_cell
+from novakit.cells.moves import Records, move_to_cell, read_records
 from novakit.cells.registry import UNSCHEDULED, Cell, grouped, in_cell_of
 from novakit.compute import actions
 from novakit.compute.rpc import instance_spec
@@ -55,6 +55,10 @@ from novakit.volume import boot
 from novakit.volume.volumes import specs_of_server
 
 LOG = logging.getLogger(__name__)
+
+#: placed servers of one cell: their uuids, and their rows to copy there (None: the cell is the
+#: API database's own, where they already are)
+_Placed = tuple[list[str], Records | None]
 
 BUILD_TASK_STATES = [
     TaskState.SCHEDULING,
@@ -100,20 +104,21 @@ class Builds:
         with self.db.target_cell(UNSCHEDULED):
             found = records if records is not None else self._waiting_records(instance_uuids)
             requests, infos, placed = self._schedule_waiting(ctx, instance_uuids, found)
-        for cell, uuids in placed.items():
-            if self.db.cells.is_api(cell):  # mapped in the claims' transaction: nothing moves
+        for cell, (uuids, rows) in placed.items():
+            if rows is None:  # mapped in the claims' transaction: nothing moves
                 self.db.cells.remember(uuids, cell)
             else:
-                move_to_cell(self.db, uuids, cell)
+                move_to_cell(self.db, uuids, cell, rows)
         return requests, infos
 
     def _schedule_waiting(
         self, ctx: RequestContext, instance_uuids: list[str], found: dict[str, tuple[Instance, RequestSpec]]
-    ) -> tuple[list[ComputeRequest], dict[str, dict[str, Any]], dict[Cell, list[str]]]:
+    ) -> tuple[list[ComputeRequest], dict[str, dict[str, Any]], dict[Cell, _Placed]]:
         """``first_round`` with the API database's instance tables targeted, over the waiting
         servers ``found`` (a deleted one is not there); also the placed servers by their cell
         (those whose cell is the API database itself mapped to it in the claims' transaction,
-        ``_map_placed``; the others still to move there)."""
+        ``_map_placed``; the others still to move there, with their rows as the claims'
+        transaction left them)."""
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
         uuids = [u for u in instance_uuids if u in found]
@@ -129,7 +134,7 @@ class Builds:
         gone: list[str] = []
         infos: dict[str, dict[str, Any]] = {}
         over_quota: dict[str, exceptions.OverQuota] = {}
-        placed_in: dict[Cell, list[str]] = {}
+        placed_in: dict[Cell, _Placed] = {}
         # The lease of the round that starts now: renewed in the claims' write, before the host call.
         lease = self.services.lease_until()
 
@@ -168,21 +173,27 @@ class Builds:
 
     def _map_placed(
         self, session: Session, recorded: list[tuple[str, InstanceSpec]], cell_of: dict[str, int]
-    ) -> dict[Cell, list[str]]:
+    ) -> dict[Cell, _Placed]:
         """In the claims' transaction: the placed servers whose host's cell is the API database
         itself mapped to that cell (their records are already there: nothing moves, and a
         process killed after the claim leaves a server placed and mapped at once). Returns
         every placed server by its host's cell; the others move there after the claim
-        (``move_to_cell``). A host of no cell (not mapped) moves nothing, as before."""
-        out: dict[Cell, list[str]] = defaultdict(list)
+        (``move_to_cell``), with their rows read here, as this transaction writes them (no
+        transaction of their own to read them again). A host of no cell (not mapped) moves
+        nothing, as before."""
+        by_cell: dict[Cell, list[str]] = defaultdict(list)
         for host, spec in recorded:
             cell_id = cell_of.get(host)
             if cell_id is not None:
-                out[self.db.cells.by_id(cell_id)].append(spec.uuid)
-        for cell, uuids in out.items():
+                by_cell[self.db.cells.by_id(cell_id)].append(spec.uuid)
+        out: dict[Cell, _Placed] = {}
+        for cell, uuids in by_cell.items():
             if self.db.cells.is_api(cell):  # told without opening the cell's database
                 set_cell(session, uuids, cell.id)
-        return dict(out)
+                out[cell] = (uuids, None)
+            else:
+                out[cell] = (uuids, read_records(session, uuids))
+        return out
 
     def _cells_of_hosts(self, placed: list[tuple[str, list[Any]]]) -> dict[str, int]:
         """The cell id of each chosen and alternate host (a host of no cell is not in the

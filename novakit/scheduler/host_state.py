@@ -157,13 +157,14 @@ def load_candidate_hosts(
 
     One statement: placement's candidate query as a subquery, joined to what the
     enabled filters and weighers read. JSON columns are decoded only when not empty.
-    ``instance_counts``: where the servers are not in this database (cells of their own),
-    ``host -> (servers, servers with a task)`` asked of the cells for the candidates.
+    The servers on each host are counted in the same statement, among this database's instances
+    (the API database's: its own cell's servers, and those that wait to move into another
+    cell); ``instance_counts`` adds those of the cells with a database of their own,
+    ``host -> (servers, servers with a task)`` asked of those cells for the candidates.
     """
     sql, params, classes = placement_candidates.build_query(query)
     width = 4 + placement_candidates.WIDTH * len(classes)
-    in_sql = with_instances and instance_counts is None
-    counts = _COUNT_COLUMNS if in_sql else ""
+    counts = _COUNT_COLUMNS if with_instances else ""
     joins = _HOST_JOINS["postgresql" if session.get_bind().dialect.name == "postgresql" else "sqlite"]
     full = f"SELECT c.*, {_HOST_COLUMNS}{counts} FROM ({sql}) c {joins}"
     states: dict[int, HostState] = {}
@@ -174,7 +175,7 @@ def load_candidate_hosts(
         if cand.provider_id in states:
             continue  # a second compute node row for one host: the first one stands
         st = _host_state(cand, row[width : width + _HOST_WIDTH])
-        if in_sql:
+        if with_instances:
             st.num_instances = int(row[width + _HOST_WIDTH])
             st.num_io_ops = int(row[width + _HOST_WIDTH + 1] or 0)
         if group_hosts:
@@ -183,7 +184,9 @@ def load_candidate_hosts(
     if with_instances and instance_counts is not None and states:
         loads = instance_counts([st.host for st in states.values()])
         for st in states.values():
-            st.num_instances, st.num_io_ops = loads.get(st.host, (0, 0))
+            servers, busy = loads.get(st.host, (0, 0))
+            st.num_instances += servers
+            st.num_io_ops += busy
     if with_aggregates and states:
         _load_aggregate_metadata(session, states)
     return list(states.values()), rows

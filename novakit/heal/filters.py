@@ -21,7 +21,7 @@ change, and the next heal settles a push that lost to heal's older apply.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import select
 
@@ -33,6 +33,61 @@ from novakit.network.filter_rules import FilterRule, canonical, rules_from_json
 
 def _count(rules: list[FilterRule] | None) -> str:
     return "none" if rules is None else f"{len(rules)} rule(s)"
+
+
+#: port -> (its host, the server it is for, its MAC), for the ports bound to the hosts asked
+_Bound = dict[str, tuple[str, str | None, str]]
+
+
+class _Fix(NamedTuple):
+    """One filter to make right: the rules a port's filter should have (None: remove it), where
+    it is, and the correction that reports it."""
+
+    port: str
+    rules: list[FilterRule] | None
+    target: tuple[str, str | None, str]
+    correction: Correction
+
+
+def _stale_filters(
+    host: str, filters: dict[str, list[FilterRule]], bound: _Bound, wanted: dict[str, list[FilterRule]]
+) -> list[_Fix]:
+    """The ports bound to ``host`` whose filter there is missing or differs from the records."""
+    fixes = []
+    for port, (port_host, device, mac) in sorted(bound.items()):
+        if port_host != host or port not in wanted:
+            continue
+        have = filters.get(port)
+        if have is not None and canonical(have) == canonical(wanted[port]):
+            continue
+        correction = Correction(
+            kind="port_filter",
+            instance=device or port,
+            host=host,
+            before="missing" if have is None else f"differs: {_count(have)}",
+            after=_count(wanted[port]),
+            detail=f"port {port}: its filter applied again from its security groups",
+        )
+        fixes.append(_Fix(port, wanted[port], (host, device, mac), correction))
+    return fixes
+
+
+def _gone_port_filters(host: str, filters: dict[str, list[FilterRule]], bound: _Bound) -> list[_Fix]:
+    """The filters ``host`` holds for ports no longer bound to it."""
+    fixes = []
+    for port in sorted(filters):
+        if port in bound and bound[port][0] == host:
+            continue
+        correction = Correction(
+            kind="port_filter",
+            instance=port,
+            host=host,
+            before=_count(filters[port]),
+            after="none",
+            detail=f"port {port} is no longer on this host: its filter removed",
+        )
+        fixes.append(_Fix(port, None, (host, None, ""), correction))
+    return fixes
 
 
 class PortFilters(HealerBase):
@@ -47,61 +102,32 @@ class PortFilters(HealerBase):
         held = {h: {p: rules_from_json(r) for p, r in f.items()} for h, f in answers.items()}
         if not held:
             return []
-        with self.db.reader() as session:
-            rows = session.execute(
-                select(Port.uuid, Port.binding_host, Port.device_id, Port.mac_address).where(
-                    Port.binding_host.in_(sorted(held))
-                )
-            ).all()
-            bound = {uuid: (str(host), device, mac) for uuid, host, device, mac in rows}
-            wanted = filter_sync.effective_rules(session, list(bound))
-        found: list[tuple[str, Correction]] = []
-        changes: dict[str, list[FilterRule] | None] = {}
-        targets: dict[str, tuple[str, str | None, str]] = {}
+        bound, wanted = self._bound_ports(sorted(held))
+        found: list[_Fix] = []
         for host, filters in sorted(held.items()):
-            for port, (port_host, device, mac) in sorted(bound.items()):
-                if port_host != host or port not in wanted:
-                    continue
-                have = filters.get(port)
-                if have is not None and canonical(have) == canonical(wanted[port]):
-                    continue
-                changes[port], targets[port] = wanted[port], (host, device, mac)
-                found.append(
-                    (
-                        port,
-                        Correction(
-                            kind="port_filter",
-                            instance=device or port,
-                            host=host,
-                            before="missing" if have is None else f"differs: {_count(have)}",
-                            after=_count(wanted[port]),
-                            detail=f"port {port}: its filter applied again from its security groups",
-                        ),
-                    )
-                )
-            for port in sorted(filters):
-                if port in bound and bound[port][0] == host:
-                    continue
-                changes[port], targets[port] = None, (host, None, "")
-                found.append(
-                    (
-                        port,
-                        Correction(
-                            kind="port_filter",
-                            instance=port,
-                            host=host,
-                            before=_count(filters[port]),
-                            after="none",
-                            detail=f"port {port} is no longer on this host: its filter removed",
-                        ),
-                    )
-                )
-        if dry_run or not changes:
-            return [c for _port, c in found]
+            found.extend(_stale_filters(host, filters, bound, wanted))
+            found.extend(_gone_port_filters(host, filters, bound))
+        if dry_run or not found:
+            return [fix.correction for fix in found]
+        # One fix per port is sent: a port found twice (moved between two hosts asked) gets its
+        # last one, and the next heal finds the other again.
+        changes = {fix.port: fix.rules for fix in found}
+        targets = {fix.port: fix.target for fix in found}
         failed = filter_sync.deliver(
             self.rpc, filter_sync.requests_for(self.ctx.request_id, targets, changes)
         )
-        for port, c in found:
-            c.applied = port not in failed
-            c.error = failed.get(port)
-        return [c for _port, c in found]
+        for fix in found:
+            fix.correction.applied = fix.port not in failed
+            fix.correction.error = failed.get(fix.port)
+        return [fix.correction for fix in found]
+
+    def _bound_ports(self, hosts: list[str]) -> tuple[_Bound, dict[str, list[FilterRule]]]:
+        """The ports bound to ``hosts``, and the rules each one's filter should have."""
+        with self.db.reader() as session:
+            rows = session.execute(
+                select(Port.uuid, Port.binding_host, Port.device_id, Port.mac_address).where(
+                    Port.binding_host.in_(hosts)
+                )
+            ).all()
+            bound = {uuid: (str(host), device, mac) for uuid, host, device, mac in rows}
+            return bound, filter_sync.effective_rules(session, list(bound))

@@ -235,30 +235,9 @@ class TaskRecovery(HealerBase):
         started longer than a lease ago: a request that just lost a race records its
         own finish a moment later.
         """
-        now = self.clock()
-        older = now - dt.timedelta(seconds=self.conf.compute.build_timeout)
-
-        def read(cell: Cell, session: Session) -> list[Any]:
-            return list(
-                session.execute(
-                    select(
-                        InstanceAction.instance_uuid,
-                        InstanceAction.action,
-                        InstanceAction.request_id,
-                        Instance.task_owner,
-                        Instance.task_state,
-                        Instance.vm_state,
-                        Instance.deleted,
-                    )
-                    .join(Instance, Instance.uuid == InstanceAction.instance_uuid)
-                    .where(InstanceAction.finish_time.is_(None), InstanceAction.start_time < older)
-                    .order_by(InstanceAction.id)
-                ).all()
-            )
-
-        message = f"Abandoned: its request ended without an outcome; finished by heal {self.ctx.request_id}"
+        older = self.clock() - dt.timedelta(seconds=self.conf.compute.build_timeout)
         out = []
-        for cell, rows in self._gather(read):
+        for cell, rows in self._gather(lambda cell, session: _open_actions(session, older)):
             for uuid, action, request_id, owner, task, vm_state, deleted in rows:
                 running = not deleted and (task is not None or vm_state == VmState.BUILDING.value)
                 if (running and owner == request_id) or self._is_copy(cell, uuid):
@@ -270,21 +249,47 @@ class TaskRecovery(HealerBase):
                     after="finished",
                     detail=f"request {request_id} ended without recording what became of its {action}",
                 )
-                if not dry_run:
-
-                    def write(
-                        session: Session, uuid: str = uuid, action: str = action, rid: str = request_id
-                    ) -> bool:
-                        actions.action_finish(
-                            session, self.ctx.with_request_id(rid), uuid, action, message=message
-                        )
-                        return True
-
-                    try:
-                        if not self._in_cell(cell, self.db.run_in_transaction, write):
-                            continue  # its cell stopped answering: left as it is, the cell reported
-                        c.applied = True
-                    except LOST_RACE as exc:
-                        skipped(c, exc)
+                if not dry_run and not self._finish_abandoned(cell, c, uuid, action, request_id):
+                    continue  # its cell stopped answering: left as it is, the cell reported
                 out.append(c)
         return out
+
+    def _finish_abandoned(self, cell: Cell, c: Correction, uuid: str, action: str, request_id: str) -> bool:
+        """Finish one abandoned action in its request's name (``c`` records how that went);
+        False if its cell stopped answering."""
+        message = f"Abandoned: its request ended without an outcome; finished by heal {self.ctx.request_id}"
+
+        def write(session: Session) -> bool:
+            actions.action_finish(
+                session, self.ctx.with_request_id(request_id), uuid, action, message=message
+            )
+            return True
+
+        try:
+            if not self._in_cell(cell, self.db.run_in_transaction, write):
+                return False
+            c.applied = True
+        except LOST_RACE as exc:
+            skipped(c, exc)
+        return True
+
+
+def _open_actions(session: Session, older: dt.datetime) -> list[Any]:
+    """The actions still open that started before ``older``, each with its instance's task and
+    state, oldest first."""
+    return list(
+        session.execute(
+            select(
+                InstanceAction.instance_uuid,
+                InstanceAction.action,
+                InstanceAction.request_id,
+                Instance.task_owner,
+                Instance.task_state,
+                Instance.vm_state,
+                Instance.deleted,
+            )
+            .join(Instance, Instance.uuid == InstanceAction.instance_uuid)
+            .where(InstanceAction.finish_time.is_(None), InstanceAction.start_time < older)
+            .order_by(InstanceAction.id)
+        ).all()
+    )

@@ -22,7 +22,7 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, false, or_, select, true
+from sqlalchemy import ColumnElement, Select, and_, bindparam, false, literal, or_, select, true
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
@@ -44,14 +44,25 @@ def view(i: Image, ctx: RequestContext | None = None) -> dict[str, Any]:
 def _visible(ctx: RequestContext | None, *, listing: bool = False) -> ColumnElement[bool]:
     """The images ``ctx`` may see. ``listing``: as a listing shows them (community images only
     when asked for, as Glance's); otherwise as a look-up by name or id finds them."""
-    if ctx is None or policy.allowed(ctx, "project:any"):
+    if ctx is None or _sees_all(ctx):
         return true()
+    return _visible_to(literal(ctx.project_id), listing=listing)
+
+
+def _sees_all(ctx: RequestContext) -> bool:
+    """Whether ``ctx`` sees every image (an admin: ``project:any``)."""
+    return policy.allowed(ctx, "project:any")
+
+
+def _visible_to(project: ColumnElement[Any], *, listing: bool) -> ColumnElement[bool]:
+    """The images the project ``project`` (a value, or a bound parameter of a statement built
+    once) may see, as ``_visible`` says."""
     accepted = select(ImageMember.image_id).where(
-        ImageMember.member == ctx.project_id, ImageMember.status == "accepted"
+        ImageMember.member == project, ImageMember.status == "accepted"
     )
     return or_(
         Image.visibility == "public",
-        Image.project_id == ctx.project_id,
+        Image.project_id == project,
         and_(Image.visibility == "shared", Image.uuid.in_(accepted)),
         false() if listing else Image.visibility == "community",
     )
@@ -70,6 +81,8 @@ _BY_REF = (
     .limit(2)
 )
 _BY_UUID = select(Image).where(Image.uuid == bindparam("uuid"))
+#: ``_BY_REF`` among what the project ``:project`` may see (``_visible_to``), for a member's boot
+_USABLE_BY_REF = _BY_REF.where(_visible_to(bindparam("project"), listing=False))
 
 
 def get(session: Session, ref: str) -> Image:
@@ -83,7 +96,10 @@ def usable(session: Session, ctx: RequestContext, ref: str) -> Image:
     """The active image named or identified ``ref`` that ``ctx`` may see and use (boot, rebuild,
     rescue, show, a volume made of it); one it may not see raises ``ImageNotFound`` exactly as
     one that does not exist."""
-    rows = list(session.execute(scoped(_BY_REF, ctx), {"ref": ref}).scalars())
+    if _sees_all(ctx):
+        rows = list(session.execute(_BY_REF, {"ref": ref}).scalars())
+    else:
+        rows = list(session.execute(_USABLE_BY_REF, {"ref": ref, "project": ctx.project_id}).scalars())
     return _one(rows, ref)
 
 

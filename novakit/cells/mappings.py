@@ -9,9 +9,9 @@ soft-deleted with it, and says which cell holds it once it is scheduled.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import insert, or_, select, update
+from sqlalchemy import Table, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
@@ -39,13 +39,18 @@ def add_instances(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     )
 
 
+_MAPPINGS = cast(Table, InstanceMapping.__table__)
+#: every boot runs it: built once, Core (not the ORM's bulk update)
+_SET_CELL = (
+    update(_MAPPINGS)
+    .where(_MAPPINGS.c.instance_uuid.in_(bindparam("uuids", expanding=True)))
+    .values(cell_id=bindparam("cell_id"), updated_at=bindparam("now"))
+)
+
+
 def set_cell(session: Session, uuids: Sequence[str], cell_id: int | None) -> None:
-    session.execute(
-        update(InstanceMapping)
-        .where(InstanceMapping.instance_uuid.in_(list(uuids)))
-        .values(cell_id=cell_id, updated_at=utcnow())
-        .execution_options(synchronize_session=False)
-    )
+    """Point the mappings of ``uuids`` at the cell ``cell_id``."""
+    session.execute(_SET_CELL, {"uuids": list(uuids), "cell_id": cell_id, "now": utcnow()})
 
 
 def soft_delete(session: Session, uuid: str) -> None:

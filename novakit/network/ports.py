@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 import secrets
 import uuid as uuidlib
-from typing import Any
+from typing import Any, cast
 
 from pydantic import Field, field_validator
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import Table, bindparam, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -269,18 +269,34 @@ def free_for_instance(session: Session, instance_uuid: str) -> None:
     )
 
 
+def _ports_of_servers(*columns: str) -> Any:
+    """An UPDATE of ``columns`` (and ``updated_at``) on the ports of the servers ``:uuids``, built
+    once: Core, not the ORM's bulk update, as a boot runs it twice (its binding, its status)."""
+    table = cast(Table, Port.__table__)
+    return (
+        update(table)
+        .where(table.c.device_id.in_(bindparam("uuids", expanding=True)))
+        .values({c: bindparam(c) for c in columns})
+    )
+
+
+_BIND_HOST = _ports_of_servers("binding_host")
+_BIND_HOST_STATUS = _ports_of_servers("binding_host", "status")
+_SET_STATUS = _ports_of_servers("status")
+
+
 def bind_host(
     session: Session, instance_uuids: list[str], host: str | None, status: str | None = None
 ) -> None:
     """Bind the servers' ports to the host they were placed on (``binding:host_id``), and set their status."""
     if not instance_uuids:
         return
-    values: dict[str, Any] = {"binding_host": host}
-    if status is not None:
-        values["status"] = status
-    session.execute(update(Port).where(Port.device_id.in_(instance_uuids)).values(**values))
+    if status is None:
+        session.execute(_BIND_HOST, {"uuids": instance_uuids, "binding_host": host})
+    else:
+        session.execute(_BIND_HOST_STATUS, {"uuids": instance_uuids, "binding_host": host, "status": status})
 
 
 def set_status(session: Session, instance_uuids: list[str], status: str) -> None:
     if instance_uuids:
-        session.execute(update(Port).where(Port.device_id.in_(instance_uuids)).values(status=status))
+        session.execute(_SET_STATUS, {"uuids": instance_uuids, "status": status})

@@ -59,103 +59,156 @@ class Healer(
 
     def run(self, **options: Unpack[HealOptions]) -> HealReport:
         """Compare, correct, report (``options``: ``HealOptions``)."""
-        hosts, reports, boot_ids = options.get("hosts"), options.get("reports"), options.get("boot_ids")
-        reported_at, unreachable = options.get("reported_at"), options.get("unreachable")
+        hosts, reports = options.get("hosts"), options.get("reports")
         dry_run, destroy_orphans = options.get("dry_run", False), options.get("destroy_orphans", False)
-        import_unmanaged = options.get("import_unmanaged", False)
-        import_project = options.get("import_project")
         report = HealReport(
-            request_id=self.ctx.request_id, dry_run=dry_run, unreachable=dict(unreachable or {})
+            request_id=self.ctx.request_id,
+            dry_run=dry_run,
+            unreachable=dict(options.get("unreachable") or {}),
         )
         wanted = set(hosts) if hosts else None
         self.held_filters = {}  # host -> its port filters, from its guest list's answer
-        known = self._registered_hosts()
-        if wanted and wanted - set(known):
-            raise exceptions.ComputeHostNotFound(host=", ".join(sorted(wanted - set(known))))
-        targets = sorted(wanted or (set(reports) & set(known) if reports is not None else set(known)))
+        targets = self._targets(wanted, reports)
         # Read the records first, then ask the hosts: a guest list younger than the records
         # cannot make a build that finished in between look vanished.
         started = utcnow()
         seen = self._live_instances()
         # A host of a cell that does not answer is not asked: nothing of it is changed.
         targets = [h for h in targets if not self._host_down(h)]
-        if reports is None:
-            boot_ids = {}
-            reports = self._ask_hosts(targets, report, dry_run, boot_ids)
-            reported_at = started
-        else:
-            reports = {h: g for h, g in reports.items() if h in targets}
-            boot_ids = {h: b for h, b in (boot_ids or {}).items() if h in reports}
-            if not dry_run:
-                # The playbook's hosts answered (or not, with Ansible's reason): record each contact.
-                answered = [ComputeResult(request_id="", host=h, operation="list_instances") for h in reports]
-                host_records.record_contacts(self.db, answered, report.unreachable)
-            reported_at = reported_at or started
+        reports, boot_ids, reported_at = self._guest_lists(targets, report, started, options)
         report.hosts = sorted(reports)
         booted, booted_elsewhere = self._take_boots(boot_ids, dry_run)
         step = self._tolerant
         for host, guests in sorted(reports.items()):
             guests = {u: int(p) for u, p in guests.items()}
-            mine = [s for s in seen.values() if s.host == host]
-            for s in mine:
-                if s.changed_at >= reported_at or s.vm_state == VmState.BUILDING.value:
-                    continue  # changed after the host answered (its guest list is stale), or a build
-                if s.task_state is not None:
-                    if not self._owner_gone(s):
-                        continue  # its owner will record the outcome (Nova's sync skips it too)
-                    c = self._in_cell(s.cell, self._recover, s, guests.get(s.uuid), host, dry_run)
-                elif host in booted_elsewhere:
-                    continue  # another heal took this host's boot: its guests are that heal's
-                elif host in booted and self._resumes(s, guests.get(s.uuid)):
-                    c = self._in_cell(s.cell, self._resume_on_boot, s, guests[s.uuid], host, dry_run)
-                else:
-                    c = self._in_cell(s.cell, self._sync_one, s, guests.get(s.uuid), host, dry_run)
+            for s in seen.values():
+                if s.host != host or s.changed_at >= reported_at or s.vm_state == VmState.BUILDING.value:
+                    # another host's; changed after the host answered (its guest list is stale); a build
+                    continue
+                c = self._heal_server(s, guests, host, booted, booted_elsewhere, dry_run)
                 if c is not None:
                     report.corrections.append(c)
-            try:
-                moved, handled = self._moved_away(host, guests, dry_run)
-            except LOST_RACE as exc:  # a racing heal moved a migration on: its guests are left
-                LOG.warning("heal of moves away from %s cut short: %s", host, exc.format_message())
-                moved, handled = [], set(guests)
-            report.corrections.extend(moved)
-            others = {u: p for u, p in guests.items() if u not in handled}
             report.corrections.extend(
-                step(self._orphan_guests, host, others, reported_at, dry_run, destroy_orphans)
+                self._unrecorded_guests(host, guests, reported_at, dry_run, destroy_orphans)
             )
         if booted and not dry_run:
             self._end_boots(booted)
         # Security groups: each answering host's port filters as the records say (``heal.filters``).
         report.corrections.extend(step(self._port_filters, self.held_filters, dry_run))
         if not wanted:
-            # A delete of a server no host holds needs no host's answer; nor does an unshelve cut
-            # off before a host was chosen for it (offloaded again).
-            for s in seen.values():
-                hostless = s.task_state == TaskState.DELETING.value or is_unshelve(s.task_state, s.vm_state)
-                if s.host is None and hostless and self._owner_gone(s):
-                    c = self._in_cell(s.cell, self._recover, s, None, None, dry_run)
-                    if c is not None:
-                        report.corrections.append(c)
+            report.corrections.extend(self._hostless_tasks(seen, dry_run))
         # Each step tolerates a racing heal (``HealerBase._tolerant``): one cut short by a lost
         # race leaves the rest of the run to be done.
         report.corrections.extend(step(self._reap_stuck_builds, wanted, dry_run, reports))
         if not wanted:
-            # Before the abandoned actions: a confirm cut off is finished in its own action.
-            report.corrections.extend(step(self._interrupted_confirms, seen, reports, dry_run))
-            report.corrections.extend(step(self._abandoned_actions, dry_run))
-            report.corrections.extend(step(self._stray_copies, dry_run))
-            report.corrections.extend(step(self._orphan_attachments, dry_run))
-            report.corrections.extend(step(self._orphan_ports, dry_run))
-            report.corrections.extend(step(self._due_moves, dry_run))
-            # A move of a server that is gone ends as its delete would have ended it.
-            report.corrections.extend(step(self._moves_of_gone_servers, reports, dry_run))
+            report.corrections.extend(self._fleet_wide(seen, reports, dry_run))
         # After the orphan attachments: a volume whose server is gone is released there.
         report.corrections.extend(step(self._interrupted_volumes, wanted, seen, report, dry_run))
         report.corrections.extend(step(self._orphan_allocations, wanted, dry_run))
-        if import_unmanaged:
-            report.corrections.extend(self._import_unmanaged(report, dry_run, import_project))
+        if options.get("import_unmanaged", False):
+            report.corrections.extend(self._import_unmanaged(report, dry_run, options.get("import_project")))
         report.down_cells = {cell.name: why for cell, why in self.down.items()}
         report.zones_without_enabled_host = fleet_aggregates.zones_without_enabled_host(self.db, self.conf)
         return report
+
+    # ------------------------------------------------------------------ the run's steps
+
+    def _targets(self, wanted: set[str] | None, reports: dict[str, dict[str, int]] | None) -> list[str]:
+        """The hosts this run compares: those asked for (each must be registered), else those
+        whose guest list was handed in, else every registered host."""
+        known = self._registered_hosts()
+        if wanted and wanted - set(known):
+            raise exceptions.ComputeHostNotFound(host=", ".join(sorted(wanted - set(known))))
+        return sorted(wanted or (set(reports) & set(known) if reports is not None else set(known)))
+
+    def _guest_lists(
+        self, targets: list[str], report: HealReport, started: dt.datetime, options: HealOptions
+    ) -> tuple[dict[str, dict[str, int]], dict[str, str], dt.datetime]:
+        """The guest lists of ``targets``, their hosts' boot ids and when the lists were taken:
+        asked of the hosts now, or those the playbook handed in (``options``)."""
+        dry_run = options.get("dry_run", False)
+        reports = options.get("reports")
+        if reports is None:
+            boot_ids: dict[str, str] = {}
+            return self._ask_hosts(targets, report, dry_run, boot_ids), boot_ids, started
+        reports = {h: g for h, g in reports.items() if h in targets}
+        boot_ids = {h: b for h, b in (options.get("boot_ids") or {}).items() if h in reports}
+        if not dry_run:
+            # The playbook's hosts answered (or not, with Ansible's reason): record each contact.
+            answered = [ComputeResult(request_id="", host=h, operation="list_instances") for h in reports]
+            host_records.record_contacts(self.db, answered, report.unreachable)
+        return reports, boot_ids, options.get("reported_at") or started
+
+    def _heal_server(
+        self,
+        s: _Seen,
+        guests: dict[str, int],
+        host: str,
+        booted: set[str],
+        booted_elsewhere: set[str],
+        dry_run: bool,
+    ) -> Correction | None:
+        """One server of ``host`` against the host's guest list: its task ended if its owner is
+        gone, its guest resumed if the host booted, else its records synced with its guest."""
+        reported = guests.get(s.uuid)
+        if s.task_state is not None:
+            if not self._owner_gone(s):
+                return None  # its owner will record the outcome (Nova's sync skips it too)
+            c: Correction | None = self._in_cell(s.cell, self._recover, s, reported, host, dry_run)
+        elif host in booted_elsewhere:
+            return None  # another heal took this host's boot: its guests are that heal's
+        elif host in booted and self._resumes(s, reported):
+            c = self._in_cell(s.cell, self._resume_on_boot, s, guests[s.uuid], host, dry_run)
+        else:
+            c = self._in_cell(s.cell, self._sync_one, s, reported, host, dry_run)
+        return c
+
+    def _unrecorded_guests(
+        self,
+        host: str,
+        guests: dict[str, int],
+        reported_at: dt.datetime,
+        dry_run: bool,
+        destroy_orphans: bool,
+    ) -> list[Correction]:
+        """The guests of ``host`` that belong to a move away from it, then those no record holds."""
+        try:
+            moved, handled = self._moved_away(host, guests, dry_run)
+        except LOST_RACE as exc:  # a racing heal moved a migration on: its guests are left
+            LOG.warning("heal of moves away from %s cut short: %s", host, exc.format_message())
+            moved, handled = [], set(guests)
+        others = {u: p for u, p in guests.items() if u not in handled}
+        return moved + self._tolerant(
+            self._orphan_guests, host, others, reported_at, dry_run, destroy_orphans
+        )
+
+    def _hostless_tasks(self, seen: dict[str, _Seen], dry_run: bool) -> list[Correction]:
+        """A delete of a server no host holds needs no host's answer; nor does an unshelve cut
+        off before a host was chosen for it (offloaded again)."""
+        out = []
+        for s in seen.values():
+            hostless = s.task_state == TaskState.DELETING.value or is_unshelve(s.task_state, s.vm_state)
+            if s.host is None and hostless and self._owner_gone(s):
+                c = self._in_cell(s.cell, self._recover, s, None, None, dry_run)
+                if c is not None:
+                    out.append(c)
+        return out
+
+    def _fleet_wide(
+        self, seen: dict[str, _Seen], reports: dict[str, dict[str, int]], dry_run: bool
+    ) -> list[Correction]:
+        """The steps of a run over every host: records that no single host's answer settles."""
+        step = self._tolerant
+        # Before the abandoned actions: a confirm cut off is finished in its own action.
+        out = step(self._interrupted_confirms, seen, reports, dry_run)
+        out += step(self._abandoned_actions, dry_run)
+        out += step(self._stray_copies, dry_run)
+        out += step(self._orphan_attachments, dry_run)
+        out += step(self._orphan_ports, dry_run)
+        out += step(self._due_moves, dry_run)
+        # A move of a server that is gone ends as its delete would have ended it.
+        out += step(self._moves_of_gone_servers, reports, dry_run)
+        return out
 
     # ------------------------------------------------------------------ reading
 

@@ -38,6 +38,8 @@ import dataclasses
 import datetime as dt
 import heapq
 import random
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,6 +76,13 @@ REPLAN_ROUNDS = 3
 # ranks this pool with Nova's normalisation. The pool's cost, not the fleet's, is what a
 # decision pays; a host that is best by the other weighers but not among the pool's is missed.
 CANDIDATE_POOL = 32
+# How long a scheduler trusts its count of the servers on a host of a cell with a database of its
+# own (``_load_on_hosts``; what it places itself is counted at once). Nova's scheduler likewise
+# keeps each host's instances between its computes' reports instead of asking the cells at every
+# decision. Within that time a server another process placed or deleted there is not seen yet:
+# NumInstancesFilter's limit is as exact as Nova's (a reader before the claim was not exact
+# either against another process placing at the same moment).
+LOADS_SECONDS = 2.0
 
 
 def check_config(conf: Config) -> None:
@@ -159,6 +168,9 @@ class SchedulerManager:
         self.filters = build_filters(conf)
         self.weighers = build_weighers(conf)
         self._trait_ids: dict[str, int] = {}
+        # host -> (when read, servers, servers with a task): the other cells' counts kept
+        self._loads: dict[str, tuple[float, int, int]] = {}
+        self._loads_lock = threading.Lock()
 
     # --- the entry point ----------------------------------------------------------------
 
@@ -207,6 +219,7 @@ class SchedulerManager:
             return claimed
 
         claimed = self.db.run_in_transaction(_claim)
+        self._count_placed(claimed)
         return [claimed.get(uuid, []) for uuid in instance_uuids]
 
     # --- step 1: resolve and validate ---------------------------------------------------
@@ -295,7 +308,29 @@ class SchedulerManager:
             query.only_hosts = [spec.requested_host]
 
     def _load_on_hosts(self, hosts: list[str]) -> dict[str, tuple[int, int]]:
-        return cell_instances.load_on_hosts(self.db, hosts)
+        """``{host: (servers, servers with a task)}`` in the cells with a database of their own,
+        as kept for ``LOADS_SECONDS``; the hosts not kept (or kept longer) asked of their cells."""
+        now = time.monotonic()
+        with self._loads_lock:
+            kept = {h: self._loads[h] for h in hosts if h in self._loads}
+        loads = {h: (n, busy) for h, (read, n, busy) in kept.items() if now - read < LOADS_SECONDS}
+        stale = [h for h in hosts if h not in loads]
+        if stale:
+            asked = cell_instances.load_on_hosts(self.db, stale)
+            with self._loads_lock:
+                for host in stale:
+                    loads[host] = asked.get(host, (0, 0))
+                    self._loads[host] = (now, *loads[host])
+        return loads
+
+    def _count_placed(self, claimed: dict[str, list[Selection]]) -> None:
+        """This scheduler's own placements, counted at once where it keeps a host's count (a
+        build is a server with a task until it ends, as Nova counts it)."""
+        with self._loads_lock:
+            for choices in claimed.values():
+                if choices and choices[0].host in self._loads:
+                    read, n, busy = self._loads[choices[0].host]
+                    self._loads[choices[0].host] = (read, n + 1, busy + 1)
 
     @staticmethod
     def _dominant(resources: dict[str, int], weighers: list[BaseWeigher]) -> BaseWeigher | None:

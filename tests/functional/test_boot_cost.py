@@ -48,9 +48,9 @@ from tests.functional.test_cells import PG2_URL, _empty_pg2
 #: with two (the bench's figure, an average over both cells).
 CEILINGS: dict[tuple[str, int], tuple[int, int]] = {
     ("sqlite", 1): (29, 4),
-    ("sqlite", 2): (40, 8),
+    ("sqlite", 2): (39, 7),
     ("postgresql", 1): (30, 4),
-    ("postgresql", 2): (41, 8),
+    ("postgresql", 2): (40, 7),
 }
 
 #: Boots counted; the cheapest is held to the ceilings. What a process keeps may be read again

@@ -183,7 +183,24 @@ def _refuse_second_zone(host: str, zone: str, others: set[str], aggregate: str) 
         )
 
 
+def _lock_hosts_into_zone(session: Session, agg: store.AggregateView, zone: str | None) -> bool:
+    """Lock each host of the aggregate whose zone becomes ``zone`` and refuse one that would be
+    in a second zone; False when another write got to a host first (the caller retries)."""
+    for host in _hosts_of(session, [agg.id])[agg.id]:
+        provider_id = _lock_host(session, host)
+        if provider_id is None:
+            return False
+        if zone is not None:
+            _refuse_second_zone(host, zone, _other_zones(session, provider_id, agg.id), agg.name)
+    return True
+
+
 # --- writing -------------------------------------------------------------------------------
+
+
+def _refuse_taken_name(session: Session, name: str) -> None:
+    if session.execute(select(PlacementAggregate.id).where(PlacementAggregate.name == name)).first():
+        raise exceptions.Conflict(reason=f"aggregate {name} already exists; names are unique")
 
 
 def create(
@@ -203,8 +220,7 @@ def create(
         store.check_zone_name(zone)
 
     def _write(session: Session) -> dict[str, Any]:
-        if session.execute(select(PlacementAggregate.id).where(PlacementAggregate.name == name)).first():
-            raise exceptions.Conflict(reason=f"aggregate {name} already exists; names are unique")
+        _refuse_taken_name(session, name)
         new = str(uuidlib.uuid4())
         session.add(PlacementAggregate(uuid=new, name=name, availability_zone=zone, aggregate_metadata=meta))
         session.flush()
@@ -250,21 +266,13 @@ def update(
         agg = _find(session, ref, lock=True)
         values: dict[str, Any] = {}
         if name is not None and name != agg.name:
-            taken = session.execute(
-                select(PlacementAggregate.id).where(PlacementAggregate.name == name)
-            ).first()
-            if taken:
-                raise exceptions.Conflict(reason=f"aggregate {name} already exists; names are unique")
+            _refuse_taken_name(session, name)
             values["name"] = name
         zone = None if unset_zone else (availability_zone or agg.availability_zone)
         if zone != agg.availability_zone:
             values["availability_zone"] = zone
-            for host in _hosts_of(session, [agg.id])[agg.id]:
-                provider_id = _lock_host(session, host)
-                if provider_id is None:
-                    return None
-                if zone is not None:
-                    _refuse_second_zone(host, zone, _other_zones(session, provider_id, agg.id), agg.name)
+            if not _lock_hosts_into_zone(session, agg, zone):
+                return None
         if meta or unset:
             merged = {**agg.metadata, **meta}
             for key in unset:

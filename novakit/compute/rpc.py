@@ -131,33 +131,11 @@ def instance_spec(
     it (Nova's build takes the request spec's image too), used when it is the instance's;
     ``volumes``, its volumes (``[]``: a server whose request named no volume has none).
     """
-    from novakit.catalog import flavors, images
+    from novakit.catalog import flavors
     from novakit.network.filter_sync import with_filters
 
-    kernel = ramdisk = None
-    props: dict[str, Any] = {}
-    if image is None or image.id != (inst.image_ref or ""):
-        cache = images_seen if images_seen is not None else {}
-        key = inst.image_ref or ""
-        if key not in cache:
-            cache[key] = images.by_uuid(session, inst.image_ref or "")
-        img = cache[key]
-        if img is not None:
-            image = images.spec(img)
-            props = img.properties or {}
-        else:
-            image = ImageSpec(id=inst.image_ref or "", name="(deleted image)")
-    else:
-        props = dict(image.properties)
-    for key in ("kernel_id", "ramdisk_id"):
-        ref = props.get(key)
-        if ref:
-            sub = images.by_uuid(session, ref)
-            if sub is not None:
-                if key == "kernel_id":
-                    kernel = images.spec(sub)
-                else:
-                    ramdisk = images.spec(sub)
+    image, props = _image_of(session, inst, images_seen, image)
+    kernel, ramdisk = _kernel_and_ramdisk(session, props)
     flavor = inst.flavor or {}
     return InstanceSpec(
         uuid=inst.uuid,
@@ -180,6 +158,37 @@ def instance_spec(
         networks=with_filters(session, [NetworkSpec.model_validate(n) for n in (inst.networks or [])]),
         volumes=_volumes_of(session, inst.uuid) if volumes is None else volumes,
     )
+
+
+def _image_of(
+    session: Session, inst: Instance, images_seen: dict[str, Any] | None, image: ImageSpec | None
+) -> tuple[ImageSpec, dict[str, Any]]:
+    """The instance's image and its properties: ``image`` when it is the instance's, else read
+    (once per request through ``images_seen``); a deleted image is named as such."""
+    from novakit.catalog import images
+
+    if image is not None and image.id == (inst.image_ref or ""):
+        return image, dict(image.properties)
+    cache = images_seen if images_seen is not None else {}
+    key = inst.image_ref or ""
+    if key not in cache:
+        cache[key] = images.by_uuid(session, inst.image_ref or "")
+    img = cache[key]
+    if img is None:
+        return ImageSpec(id=inst.image_ref or "", name="(deleted image)"), {}
+    return images.spec(img), img.properties or {}
+
+
+def _kernel_and_ramdisk(session: Session, props: dict[str, Any]) -> tuple[ImageSpec | None, ImageSpec | None]:
+    """The kernel and ramdisk images an image's properties name (None: not named, or gone)."""
+    from novakit.catalog import images
+
+    def named(key: str) -> ImageSpec | None:
+        ref = props.get(key)
+        found = images.by_uuid(session, ref) if ref else None
+        return images.spec(found) if found is not None else None
+
+    return named("kernel_id"), named("ramdisk_id")
 
 
 def _volumes_of(session: Session, instance_uuid: str) -> list[VolumeSpec]:

@@ -354,16 +354,21 @@ class ComputeManager:
                 ]
         except Exception as exc:  # the host itself is unusable (driver down, ...)
             LOG.exception("request %s failed on %s", request.request_id, self.host)
-            fault = _fault(exc, self.host)
-            fault.reschedule = True
-            result.error = fault
-            done = {r.uuid for r in result.results if r.ok}
-            result.results = [r for r in result.results if r.ok] + [
-                InstanceResult(uuid=i.uuid, ok=False, fault=fault)
-                for i in request.instances
-                if i.uuid not in done
-            ]
+            self._host_failed(request, result, exc)
         return result
+
+    def _host_failed(self, request: ComputeRequest, result: ComputeResult, exc: Exception) -> None:
+        """Record in ``result`` that the host could not finish ``request``: its error, and each
+        instance not done fails with it; both ask for a reschedule (another host may do it)."""
+        fault = _fault(exc, self.host)
+        fault.reschedule = True
+        result.error = fault
+        done = {r.uuid for r in result.results if r.ok}
+        result.results = [r for r in result.results if r.ok] + [
+            InstanceResult(uuid=i.uuid, ok=False, fault=fault)
+            for i in request.instances
+            if i.uuid not in done
+        ]
 
     def _side_by_side(
         self, instances: list[InstanceSpec], fn: Callable[[InstanceSpec], InstanceResult]

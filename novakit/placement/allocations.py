@@ -78,12 +78,15 @@ class ClaimOutcome:
 
 
 # ``used`` is the trigger-maintained SUM(allocations.used) of the provider and class (migration 0003);
-# the consumer's own allocations there are subtracted because a claim replaces them.
+# the consumer's own allocations there are subtracted because a claim replaces them. The last column
+# says whether the consumer holds anything anywhere: a claim that replaces nothing (every first
+# claim of a build) reads and deletes nothing more.
 _STATE = text(
     "SELECT rp.generation, i.resource_class, i.total, i.reserved, i.min_unit, i.max_unit, i.step_size, "
     "i.allocation_ratio, i.used - COALESCE((SELECT SUM(a.used) FROM allocations a "
     "  WHERE a.consumer_id = :consumer AND a.resource_provider_id = rp.id "
-    "  AND a.resource_class = i.resource_class), 0) "
+    "  AND a.resource_class = i.resource_class), 0), "
+    "EXISTS (SELECT 1 FROM allocations h WHERE h.consumer_id = :consumer) "
     "FROM resource_providers rp LEFT JOIN inventories i ON i.resource_provider_id = rp.id "
     "WHERE rp.id = :id"
 )
@@ -99,12 +102,13 @@ _TOUCH = text(
 
 
 def why_not_fits(resources: dict[str, int], rows: Sequence[Any]) -> str:
-    """Empty when ``resources`` fit the (class, total, reserved, min, max, step, ratio, used) rows."""
+    """Empty when ``resources`` fit the (generation, class, total, reserved, min, max, step, ratio, used,
+    ...) rows."""
     inv = {r[1]: r for r in rows if r[1] is not None}
     for rc, amount in resources.items():
         if rc not in inv:
             return f"has no {rc} inventory"
-        _, _, total, reserved, min_unit, max_unit, step, ratio, used = inv[rc]
+        _, _, total, reserved, min_unit, max_unit, step, ratio, used, *_ = inv[rc]
         if amount < min_unit or amount > max_unit:
             return f"{rc} {amount} outside min_unit {min_unit} .. max_unit {max_unit}"
         if amount % step:
@@ -182,12 +186,12 @@ def claim_in_session(
     # that a reader's generation tells it allocations changed (freeing cannot over-commit).
     # Providers are locked before their allocation rows are deleted (and the triggers touch
     # their inventories), the order every claim uses, so two transactions cannot deadlock on it.
-    held = list(session.execute(_HELD, params).scalars())
+    held = list(session.execute(_HELD, params).scalars()) if rows[0][9] else []
     now = utcnow()
     others = [rp for rp in held if rp != provider_id]
     if others:
         session.execute(_TOUCH, {"ids": others, "now": now})
-    if held:  # a new consumer (every scheduler claim) holds nothing: skip the DELETE
+    if held:
         session.execute(_DELETE_CONSUMER, params)
     session.execute(
         _INSERT,

@@ -14,8 +14,11 @@ engine of the process runs counted (the API database's, each cell's):
 ``bench/boot_api.py`` and ``bench/fleet_scale.py`` count alike and print the figures per boot.
 With two cells the measured server goes to cell2 (a database of its own, not the API
 database: the costlier path), which the test checks. Three boots are counted and the
-cheapest is held to the ceilings (``COUNTED``: what a process keeps expires after a few
-seconds, which a loaded machine can reach in the middle of a boot).
+cheapest is held to the ceilings (``COUNTED``). What a process keeps (the mappings, the other
+cells' server counts) is trusted for a few seconds, which a loaded machine could reach in the
+middle of every counted boot: the test trusts it for ten minutes instead, as what it holds is
+the cost of a warm boot (one more read every few seconds is the price of that trust, not of a
+boot).
 
 When a ceiling is passed, the failure lists every statement by transaction, so that whoever
 added one sees which. When a change lowers a count, lower its ceiling here with it.
@@ -35,9 +38,10 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 
-from novakit.cells import manage
+from novakit.cells import manage, registry
 from novakit.context import RequestContext
 from novakit.db.engine import Database
+from novakit.scheduler import manager as scheduler_manager
 from tests.conftest import need_real
 from tests.functional.cloud import Cloud, make_cloud
 from tests.functional.test_cells import PG2_URL, _empty_pg2
@@ -47,10 +51,10 @@ from tests.functional.test_cells import PG2_URL, _empty_pg2
 #: row lock (``FOR NO KEY UPDATE SKIP LOCKED``). Issue 27's goal: 20 and 4 with one cell, 24 and 5
 #: with two (the bench's figure, an average over both cells).
 CEILINGS: dict[tuple[str, int], tuple[int, int]] = {
-    ("sqlite", 1): (29, 4),
-    ("sqlite", 2): (39, 7),
-    ("postgresql", 1): (30, 4),
-    ("postgresql", 2): (40, 7),
+    ("sqlite", 1): (28, 4),
+    ("sqlite", 2): (38, 7),
+    ("postgresql", 1): (29, 4),
+    ("postgresql", 2): (39, 7),
 }
 
 #: Boots counted; the cheapest is held to the ceilings. What a process keeps may be read again
@@ -130,8 +134,10 @@ def boot_cloud(db: Database, tmp_path: Path, cell_count: int) -> Cloud:
 
 
 def test_a_serial_boot_stays_under_its_statement_and_transaction_ceilings(
-    boot_cloud: Cloud, cell_count: int, ctx: RequestContext
+    boot_cloud: Cloud, cell_count: int, ctx: RequestContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(registry, "MAPPINGS_SECONDS", 600.0)
+    monkeypatch.setattr(scheduler_manager, "LOADS_SECONDS", 600.0)
     cloud = boot_cloud
     backend = "sqlite" if cloud.db.is_sqlite else "postgresql"
     for n in range(2):

@@ -15,7 +15,7 @@ import base64
 import functools
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
@@ -24,6 +24,10 @@ from novakit import policy
 from novakit.cli import output
 from novakit.cli.base import api, conf, console, ctx, err_console, group, guard, server_app
 from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
+
+if TYPE_CHECKING:
+    from novakit.compute.api import API
+    from novakit.context import RequestContext
 
 
 def complete_server(ctx: Any, incomplete: str) -> list[str]:
@@ -191,8 +195,6 @@ def server_create(
     With --no-wait a background worker schedules and builds them; `novakit server list`
     shows how far they are. A create whose servers end in error exits with status 1.
     """
-    from rich.progress import Progress
-
     compute = api()
     data: dict[str, Any] = {
         "name": name,
@@ -227,44 +229,10 @@ def server_create(
         else LIST_COLUMNS
     )
     form = guard(lambda: output.validated(columns, fmt, out, column))
-    started = time.monotonic()
-    if not wait:
-        from novakit import worker
-
-        servers = guard(lambda: compute.create(caller, data, build=False))
-        # The worker reads the configuration this command was given.
-        given = cli.find_root().params
-        job = worker.Job.for_context(
-            caller,
-            servers[0]["id"],
-            config=str(Path(given["config"]).resolve()) if given.get("config") else None,
-            db_url=given.get("db_url"),
-            build=[s["id"] for s in servers],
-        )
-        _, log = worker.start(conf(), job)
-        err_console.print(
-            f"{len(servers)} server(s) recorded; a background worker builds them (log: {log})",
-            highlight=False,
-            soft_wrap=True,
-        )
+    if wait:
+        servers = _create_and_wait(compute, caller, data, count or 1)
     else:
-        from novakit import notifications
-
-        with Progress(console=err_console, transient=True) as progress:
-            task = progress.add_task(f"building {count or 1} server(s)", total=count or 1)
-
-            def on_note(note: dict[str, Any]) -> None:
-                if note["event_type"] in ("instance.create.end", "instance.create.error"):
-                    progress.advance(task)
-
-            unsubscribe = notifications.subscribe(on_note)
-            try:
-                servers = guard(lambda: compute.create(caller, data))
-            finally:
-                unsubscribe()
-        active = sum(1 for s in servers if s["status"] == "ACTIVE")
-        took = time.monotonic() - started
-        err_console.print(f"{active} of {len(servers)} server(s) active in {took:.1f} s", highlight=False)
+        servers = _create_in_background(cli, compute, caller, data)
     guard(lambda: output.emit_list(servers, columns, form, None, column, f"request {caller.request_id}"))
     if form == Format.table:
         for s in servers:
@@ -275,11 +243,83 @@ def server_create(
         raise typer.Exit(1)
 
 
+def _create_and_wait(
+    compute: API, caller: RequestContext, data: dict[str, Any], count: int
+) -> list[dict[str, Any]]:
+    """Create and build the servers, a progress bar counting the builds that end; say how many
+    came up active."""
+    from rich.progress import Progress
+
+    from novakit import notifications
+
+    started = time.monotonic()
+    with Progress(console=err_console, transient=True) as progress:
+        task = progress.add_task(f"building {count} server(s)", total=count)
+
+        def on_note(note: dict[str, Any]) -> None:
+            if note["event_type"] in ("instance.create.end", "instance.create.error"):
+                progress.advance(task)
+
+        unsubscribe = notifications.subscribe(on_note)
+        try:
+            servers: list[dict[str, Any]] = guard(lambda: compute.create(caller, data))
+        finally:
+            unsubscribe()
+    active = sum(1 for s in servers if s["status"] == "ACTIVE")
+    took = time.monotonic() - started
+    err_console.print(f"{active} of {len(servers)} server(s) active in {took:.1f} s", highlight=False)
+    return servers
+
+
+def _create_in_background(
+    cli: typer.Context, compute: API, caller: RequestContext, data: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Record the servers and hand their build to a background worker, which reads the
+    configuration this command was given; say where its log is."""
+    from novakit import worker
+
+    servers: list[dict[str, Any]] = guard(lambda: compute.create(caller, data, build=False))
+    given = cli.find_root().params
+    job = worker.Job.for_context(
+        caller,
+        servers[0]["id"],
+        config=str(Path(given["config"]).resolve()) if given.get("config") else None,
+        db_url=given.get("db_url"),
+        build=[s["id"] for s in servers],
+    )
+    _, log = worker.start(conf(), job)
+    err_console.print(
+        f"{len(servers)} server(s) recorded; a background worker builds them (log: {log})",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return servers
+
+
 def _page_size(value: int | None) -> int | None:
     """openstack's --limit: a page size, or -1 for every server (a usage error otherwise)."""
     if value is not None and value != -1 and value < 1:
         raise typer.BadParameter("must be -1 (all) or at least 1")
     return value
+
+
+def _warn_unanswered(cells: list[str]) -> None:
+    """Say which cells did not answer: a listing without them is not the whole of it."""
+    for cell in cells:
+        err_console.print(
+            f"Warning: cell {escape(cell)} did not answer: its servers are listed with status UNKNOWN",
+            highlight=False,
+        )
+
+
+def _list_columns(admin: bool, long: bool, chosen: bool) -> list[Col]:
+    """The listing's columns (``long``: --long's); with -c (``chosen``) every column is there to
+    choose from, those of --long too."""
+    columns = long_columns(admin) if long else LIST_COLUMNS
+    if not chosen:
+        return columns
+    shown = {c.header for c in columns}
+    return [*columns, *(c for c in long_columns(admin) if c.header not in shown)]
 
 
 @server_app.command("list")
@@ -338,19 +378,8 @@ def server_list(
     }
     caller = ctx()
     servers, down = guard(lambda: api().list_servers_and_down(caller, query))
-    for cell in down:
-        err_console.print(
-            f"Warning: cell {escape(cell)} did not answer: its servers are listed with status UNKNOWN",
-            highlight=False,
-        )
-    columns = long_columns(policy.allowed(caller, "host:show")) if long else LIST_COLUMNS
-    if column:
-        # -c chooses from every column, those of --long too.
-        shown = {c.header for c in columns}
-        columns = [
-            *columns,
-            *(c for c in long_columns(policy.allowed(caller, "host:show")) if c.header not in shown),
-        ]
+    _warn_unanswered(down)
+    columns = _list_columns(policy.allowed(caller, "host:show"), long, bool(column))
     servers = guard(lambda: output.sorted_rows(servers, columns, sort_column, sort_descending))
     guard(lambda: output.emit_list(servers, columns, fmt, out, column, "servers"))
 

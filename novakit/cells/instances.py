@@ -110,7 +110,7 @@ def list_all(
                 # one ordered after it, rows at its value too.
                 before = mine < cell_order if not descending else mine > cell_order
                 after = (value, None if before else -1)
-        return db_api.instance_get_all(session, ctx, after=after, **filters)
+        return db_api.instance_get_all(session, ctx, after=after, listed=True, **filters)
 
     gathered = scatter(db, read, cells)
     down = gathered.down

@@ -14,6 +14,7 @@ from novakit import policy
 from novakit.compute import actions
 from novakit.compute.states import POWER_STATE_NAMES, PowerState, status_from_state
 from novakit.context import RequestContext
+from novakit.db.api import ListedServer
 from novakit.db.models import Image, Instance
 
 #: Image properties that name where an image's file is (a host): the operator's, as hosts are.
@@ -46,7 +47,7 @@ def _ips(nic: dict[str, Any]) -> list[str]:
     return [ip["address"] for ip in nic.get("fixed_ips") or []]
 
 
-def _addresses(inst: Instance) -> list[str]:
+def _addresses(inst: Instance | ListedServer) -> list[str]:
     """The fixed IPs of its ports when it has ports (chosen before it was built, so known at once),
     else what its host read back from the guest."""
     fixed = [ip for nic in inst.networks or [] if nic.get("port_id") for ip in _ips(nic)]
@@ -59,13 +60,20 @@ def security_groups_view(names: list[str]) -> list[dict[str, str]]:
     return [{"name": name} for name in sorted(set(names))]
 
 
-def server_view(inst: Instance, ctx: RequestContext, image_name: str | None = None) -> dict[str, Any]:
-    """A server as the caller may see it (Nova's server show, trimmed).
+def server_view(
+    inst: Instance | ListedServer, ctx: RequestContext, image_name: str | None = None
+) -> dict[str, Any]:
+    """A server as the caller may see it (Nova's server show, trimmed): of an instance, or of a
+    server as a listing reads it.
 
     ``image_name``: its image's name, when the caller has read it (listings read them at once).
     """
-    # Only a server in error shows its fault: the others never load their faults.
-    fault = inst.faults[0] if inst.vm_state == "error" and inst.faults else None
+    # Only a server in error shows its fault: the others never load their faults (a listing reads
+    # them as ``ListedServer``s, and those in error whole).
+    fault = (
+        inst.faults[0] if isinstance(inst, Instance) and inst.vm_state == "error" and inst.faults else None
+    )
+    operator = policy.allowed(ctx, "host:show")
     view: dict[str, Any] = {
         "id": inst.uuid,
         "name": inst.display_name,
@@ -77,8 +85,8 @@ def server_view(inst: Instance, ctx: RequestContext, image_name: str | None = No
         "power_state_name": _power_state_name(inst.power_state),
         # Hosts are the operator's business (Nova: OS-EXT-SRV-ATTR:host is admin-only); everyone
         # gets the opaque host_id, the same for two servers of a project on one host.
-        "host": inst.host if policy.allowed(ctx, "host:show") else None,
-        "node": inst.node if policy.allowed(ctx, "host:show") else None,
+        "host": inst.host if operator else None,
+        "node": inst.node if operator else None,
         "host_id": host_id(inst.project_id, inst.host),
         # The zone it was placed in (its host's then; changing zones moves no server).
         "availability_zone": inst.availability_zone,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import Select, and_, bindparam, false, func, or_, select, text, update
@@ -186,6 +187,42 @@ def marker_position(
     return row[0], row[1]
 
 
+@dataclass(slots=True)
+class ListedServer:
+    """A server as a listing reads it: what its view reads (``compute.views.server_view``) and
+    ``id`` for the listing's order, as plain attributes, not an ORM object (10,000 servers listed:
+    a third of the time). ``LISTED`` is its columns."""
+
+    id: int
+    uuid: str
+    display_name: str
+    hostname: str | None
+    vm_state: str
+    task_state: str | None
+    power_state: int
+    host: str | None
+    node: str | None
+    availability_zone: str | None
+    flavor: dict[str, Any] | None
+    image_ref: str | None
+    networks: list[dict[str, Any]] | None
+    addresses: list[str] | None
+    instance_metadata: dict[str, Any] | None
+    key_name: str | None
+    locked: bool
+    locked_reason: str | None
+    project_id: str
+    user_id: str | None
+    reservation_id: str | None
+    created_at: dt.datetime | None
+    updated_at: dt.datetime | None
+    launched_at: dt.datetime | None
+    terminated_at: dt.datetime | None
+
+
+LISTED: tuple[Any, ...] = tuple(getattr(Instance, f.name) for f in fields(ListedServer))
+
+
 def instance_get_all(
     session: Session,
     ctx: RequestContext,
@@ -195,8 +232,9 @@ def instance_get_all(
     limit: int | None = None,
     sort_key: str = "created_at",
     sort_dir: str = "asc",
+    listed: bool = False,
     **filters: Any,
-) -> list[Instance]:
+) -> list[Any]:
     """The instances ``ctx`` may see that match every filter given, in one query.
 
     Filters (``_listing``): ``host``, ``vm_states``, ``uuids``, ``include_deleted``,
@@ -208,7 +246,9 @@ def instance_get_all(
     not one of this listing's); ``after``: a position instead, (sort value, row id) to start
     after, row id None for rows past the value only, -1 for rows at the value too (another
     cell's marker, ``novakit.cells.instances``); ``limit``: at most this many. The order is
-    ``sort_key`` (``SORT_KEYS``) then the row id, ``sort_dir`` asc or desc.
+    ``sort_key`` (``SORT_KEYS``) then the row id, ``sort_dir`` asc or desc. ``listed``: each
+    server as a ``ListedServer`` (what its view reads), not an ORM object, except the servers in
+    error, which come whole with their faults (their view shows the last one).
     """
     stmt = _listing(ctx, **filters)
     column = SORT_KEYS[sort_key]
@@ -229,11 +269,28 @@ def instance_get_all(
     stmt = stmt.order_by(*order)
     if limit is not None:
         stmt = stmt.limit(limit)
+    if listed:
+        return _listed(session, stmt)
     rows = list(session.execute(stmt).scalars())
     for inst in rows:
         if inst.vm_state == "error":
             inst.faults  # noqa: B018 - loaded here: a view of a server in error shows its fault
     return rows
+
+
+def _listed(session: Session, stmt: Select[Any]) -> list[ListedServer | Instance]:
+    """``stmt``'s servers as ``ListedServer``s; those in error as whole instances with their faults."""
+    rows = [ListedServer(*row) for row in session.execute(stmt.with_only_columns(*LISTED))]
+    failed = [row.uuid for row in rows if row.vm_state == "error"]
+    if not failed:
+        return list(rows)
+    whole = {
+        inst.uuid: inst
+        for inst in session.execute(select(Instance).where(Instance.uuid.in_(failed))).scalars()
+    }
+    for inst in whole.values():
+        inst.faults  # noqa: B018 - loaded here: a view of a server in error shows its fault
+    return [whole.get(row.uuid, row) if row.vm_state == "error" else row for row in rows]
 
 
 def one_of(column: Any, values: Sequence[Any]) -> Any:

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
+import orjson
 from sqlalchemy import create_engine, event, make_url
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError, ProgrammingError
@@ -416,7 +417,10 @@ class Database:
             if self.sqlite_path:
                 _prepare_sqlite_file(self.sqlite_path, create_dir=create_dir, create_file=create_file)
             self.engine = create_engine(
-                url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+                url,
+                echo=echo,
+                connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+                json_deserializer=orjson.loads,
             )
             if self.sqlite_path and not create_file:
                 _keep_to_existing_file(self.engine, self.sqlite_path)
@@ -432,6 +436,7 @@ class Database:
                 max_overflow=10,
                 # A cell whose server is down must answer "down" at once, not after minutes.
                 connect_args={"connect_timeout": 5},
+                json_deserializer=orjson.loads,
             )
             _ping_when_idle(self.engine)
         if kind == "api":

@@ -1,7 +1,11 @@
-"""O(state) of the modules that keep one resource as the task describes it (``module_utils/catalog.py``).
+"""O(state) and O(name) of the modules that keep one resource as the task describes it
+(``module_utils/catalog.py``).
 
-Documented once, as ``catalog.STATE_ARG`` is specified once; the module's own description says
-what "exists" means for its resource (a module may give O(state) a description of its own).
+Documented once, as ``catalog.STATE_ARG`` and ``catalog.NAME_ARG`` are specified once: O(state) for
+every such module (C(novakit.cloud.catalog)), O(name) for those that find their resource by name
+(C(novakit.cloud.catalog.name)). The module's own description says what "exists" means for its
+resource and what its names are unique within; a module may give either option a description of
+its own, which wins over this one.
 """
 
 from __future__ import annotations
@@ -18,4 +22,12 @@ options:
     type: str
     choices: [present, absent]
     default: present
+"""
+
+    NAME = r"""
+options:
+  name:
+    description: The resource's name, by which an existing one is found (its id finds it too).
+    type: str
+    required: true
 """

@@ -1,10 +1,18 @@
-"""Options every novakit controller-side module shares."""
+"""What every novakit controller-side module shares: its authors, its requirements, the database and
+identity options (``module_utils/novakit.py``'s ``COMMON_ARGS``), and what it supports of Ansible's
+action attributes.
+
+The attributes are used with C(ansible.builtin.action_common_attributes), which describes each
+attribute; a module states only where it differs from these (its own C(attributes) win over a
+fragment's). The compute module, which runs on the hosts without the database, states its own.
+"""
 
 from __future__ import annotations
 
 
 class ModuleDocFragment:
     DOCUMENTATION = r"""
+author: novakit developers (@novakit)
 options:
   db_url:
     description:
@@ -36,6 +44,17 @@ options:
       - Request id that ties this call to the audit trail. Defaults to the AWX job id or the
         ansible-runner ident when there is one, else a new id.
     type: str
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Check mode runs the library's dry run of the same call - the checks of a real run, and for a
+        new server the scheduler - and writes nothing; it refuses what a real run refuses, with the
+        same message.
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
 requirements:
   - python >= 3.11
   - novakit

@@ -21,7 +21,9 @@ from typing import Any
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule
 
+# Documented once, in the novakit.cloud.catalog doc fragment (O(name) in its NAME).
 STATE_ARG: dict[str, Any] = {"type": "str", "choices": ["present", "absent"], "default": "present"}
+NAME_ARG: dict[str, Any] = {"type": "str", "required": True}
 
 
 def lookup(show: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any] | None:
@@ -62,11 +64,13 @@ def diff_of(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict
 
 
 class CatalogModule(NovakitModule):
-    """Subclass: set ``resource`` (the result's key), ``argument_spec``; implement ``wanted``, and
+    """Subclass: set ``resource`` (the result's key), ``argument_spec`` (the options besides O(name)
+    and O(state)); implement ``wanted``, and
     ``library`` or those of ``find``, ``create`` and ``delete`` whose library calls are not the
     usual ones (and ``update`` for a resource that can change)."""
 
     resource = ""
+    family_args = {"name": NAME_ARG, "state": STATE_ARG}
     #: what the refusal of a change says to do, for a resource that cannot change in place
     cannot_change = "delete it first to change them"
     #: whether an option left unset asks for the field to be unset (``differences``)
@@ -74,7 +78,6 @@ class CatalogModule(NovakitModule):
     #: in check mode, whether a new resource's planned view is returned under ``resource``
     #: (the flavor, image and network family document that it is not)
     plan_in_result = False
-    module_kwargs: dict[str, Any] = {"supports_check_mode": True}
 
     # --- what a resource says -----------------------------------------------------------
 

@@ -62,7 +62,7 @@ class ModuleFailed(Exception):
 
 
 class NovakitModule:
-    """Subclass, set ``argument_spec`` (and ``supports_check_mode``), implement ``run``.
+    """Subclass, set ``argument_spec`` (and in ``module_kwargs`` its checks: ``required_if``...), implement ``run``.
 
     ``ansible`` is the module's AnsibleModule, made here from the task's arguments; an
     action plugin that runs the module in its own process passes a stand-in with the
@@ -70,15 +70,30 @@ class NovakitModule:
     """
 
     argument_spec: dict[str, Any] = {}
+    #: the options every module of a family shares, set once by the family's base class
+    #: (``catalog.CatalogModule``); a module's own ``argument_spec`` comes on top
+    family_args: dict[str, Any] = {}
+    #: AnsibleModule's checks of the options besides their spec (``required_if``, ``mutually_exclusive``...)
     module_kwargs: dict[str, Any] = {}
+    #: every novakit module answers in check mode what a real run would do (the library's dry runs)
+    supports_check_mode = True
     needs_database = True
+
+    @classmethod
+    def full_argument_spec(cls) -> dict[str, Any]:
+        """Every option of the module: its family's, its own, and the database and identity ones."""
+        spec = {**cls.family_args, **cls.argument_spec}
+        if cls.needs_database:
+            spec.update(COMMON_ARGS)
+        return spec
 
     def __init__(self, ansible: Any = None) -> None:
         if ansible is None:
-            spec = dict(self.argument_spec)
-            if self.needs_database:
-                spec.update(COMMON_ARGS)
-            ansible = AnsibleModule(argument_spec=spec, **self.module_kwargs)
+            ansible = AnsibleModule(
+                argument_spec=self.full_argument_spec(),
+                supports_check_mode=self.supports_check_mode,
+                **self.module_kwargs,
+            )
         self.ansible = ansible
         self.params = self.ansible.params
         # The play's run variables (awx_job_id...), which only an in-process run sees.

@@ -17,7 +17,6 @@ version_added: 0.1.0
 author: novakit developers (@novakit)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
 attributes:
   check_mode:
     support: partial
@@ -29,6 +28,8 @@ attributes:
         RV(cached) what it would fetch.
   diff_mode:
     support: none
+  platform:
+    platforms: posix
 options:
   requests:
     description:
@@ -202,7 +203,6 @@ class ComputeModule(NovakitModule):
         "driver_options": {"type": "dict", "default": {}},
         "max_concurrent_builds": {"type": "int", "default": 10},
     }
-    module_kwargs = {"supports_check_mode": True}
 
     def run(self):
         from novakit.host.manager import ComputeManager

@@ -12,11 +12,7 @@ description:
     with reserved amounts and allocation ratios from configuration or from this task.
   - Runs on the controller (delegate it to C(localhost)); the compute host never needs the database.
 version_added: 0.1.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common]
 options:
   host:
     description: The host's name (its inventory name; also its resource provider's name).
@@ -117,14 +113,16 @@ provider_uuid:
 
 from ansible_collections.novakit.cloud.plugins.module_utils.novakit import NovakitModule  # noqa: E402
 
-RATIOS = (
-    "cpu_allocation_ratio",
-    "ram_allocation_ratio",
-    "disk_allocation_ratio",
-    "reserved_host_memory_mb",
-    "reserved_host_cpus",
-    "reserved_host_disk_mb",
-)
+# The compute node's overcommit ratios and reserved amounts a task may set, by option type;
+# unset, the configuration's stand.
+RATIOS = {
+    "cpu_allocation_ratio": "float",
+    "ram_allocation_ratio": "float",
+    "disk_allocation_ratio": "float",
+    "reserved_host_memory_mb": "int",
+    "reserved_host_cpus": "int",
+    "reserved_host_disk_mb": "int",
+}
 
 
 class ComputeNodeModule(NovakitModule):
@@ -133,18 +131,11 @@ class ComputeNodeModule(NovakitModule):
         "resources": {"type": "dict", "required": True},
         "driver": {"type": "dict"},
         "cell": {"type": "str"},
-        "cpu_allocation_ratio": {"type": "float"},
-        "ram_allocation_ratio": {"type": "float"},
-        "disk_allocation_ratio": {"type": "float"},
-        "reserved_host_memory_mb": {"type": "int"},
-        "reserved_host_cpus": {"type": "int"},
-        "reserved_host_disk_mb": {"type": "int"},
+        **{ratio: {"type": kind} for ratio, kind in RATIOS.items()},
         "availability_zone": {"type": "str"},
         "aggregates": {"type": "list", "elements": "raw"},
         "traits": {"type": "list", "elements": "str"},
     }
-
-    module_kwargs = {"supports_check_mode": True}
 
     def run(self):
         from novakit import exceptions

@@ -38,11 +38,7 @@ description:
     (the task delegated to another host, or novakit missing next to Ansible) the action plugin runs
     this module on the target, with the same result.
 version_added: 0.1.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common]
 attributes:
   check_mode:
     details:
@@ -305,7 +301,6 @@ class ConductorModule(NovakitModule):
         "after": {"type": "dict"},
     }
     module_kwargs = {
-        "supports_check_mode": True,
         "required_if": [
             ("step", "schedule", ["server"]),
             ("step", "record", ["requests"]),

@@ -18,11 +18,7 @@ description:
     Check mode fails the same way.
   - Needs the C(admin) role (a schema change is the operator's).
 version_added: 0.1.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common]
 options: {}
 """
 
@@ -55,7 +51,6 @@ from ansible_collections.novakit.cloud.plugins.module_utils.novakit import Novak
 
 class DbModule(NovakitModule):
     argument_spec = {}
-    module_kwargs = {"supports_check_mode": True}
 
     def run(self):
         from novakit import exceptions, policy

@@ -11,17 +11,8 @@ description:
   - A flavor's sizes cannot change once created (as in Nova); a different size for an existing
     name is an error that says so.
 version_added: 0.1.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.catalog
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
-  name:
-    description: Flavor name.
-    type: str
-    required: true
   vcpus:
     description: vCPUs.
     type: int
@@ -78,15 +69,13 @@ flavor:
   sample: {id: 6f1e..., name: m1.small, vcpus: 1, ram: 2048, disk: 20, ephemeral: 0, swap: 0, extra_specs: {}, is_public: true, description: null}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule, named  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule, named  # noqa: E402
 
 
 class FlavorModule(CatalogModule):
     resource = "flavor"
     cannot_change = "flavors cannot change: create one with a new name"
     argument_spec = {
-        "name": {"type": "str", "required": True},
-        "state": STATE_ARG,
         "vcpus": {"type": "int"},
         "ram": {"type": "int"},
         "disk": {"type": "int", "default": 0},
@@ -94,7 +83,7 @@ class FlavorModule(CatalogModule):
         "swap": {"type": "int", "default": 0},
         "extra_specs": {"type": "dict", "default": {}},
     }
-    module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["vcpus", "ram"])]}
+    module_kwargs = {"required_if": [("state", "present", ["vcpus", "ram"])]}
 
     def library(self):
         from novakit.catalog import flavors

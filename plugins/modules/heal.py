@@ -18,11 +18,7 @@ description:
     servers with their claims, as C(novakit host import) does (an C(imported_guest) correction each).
   - A host without an answer in O(guests) is reported as unreachable and its servers are left alone.
 version_added: 0.1.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common]
 attributes:
   check_mode:
     support: full
@@ -164,7 +160,6 @@ class HealModule(NovakitModule):
         "import_unmanaged": {"type": "bool", "default": False},
         "import_project": {"type": "str"},
     }
-    module_kwargs = {"supports_check_mode": True}
 
     def run(self):
         import datetime as dt

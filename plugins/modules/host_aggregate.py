@@ -18,12 +18,7 @@ description:
     to delete an aggregate that holds hosts).
   - Admin only. Runs on the controller.
 version_added: 0.3.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.catalog
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
 attributes:
   check_mode:
     support: full
@@ -32,10 +27,6 @@ attributes:
         refuses what a real run refuses, with the same message, and writes nothing. A real run
         does the same first, so that a refused task writes nothing either.
 options:
-  name:
-    description: The aggregate's name (or its uuid or id, to find an existing one).
-    type: str
-    required: true
   availability_zone:
     description:
       - The availability zone the aggregate makes (C(openstack aggregate create --zone)).
@@ -111,14 +102,12 @@ aggregate:
 """
 
 from ansible_collections.novakit.cloud.plugins.module_utils import aggregates as ops  # noqa: E402
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule  # noqa: E402
 
 
 class HostAggregateModule(CatalogModule):
     resource = "aggregate"
     argument_spec = {
-        "name": {"type": "str", "required": True},
-        "state": STATE_ARG,
         "availability_zone": {"type": "str"},
         "metadata": {"type": "dict"},
         "hosts": {"type": "list", "elements": "str"},

@@ -16,11 +16,7 @@ description:
   - O(state=enabled) enables the host again (after its maintenance).
   - A host already drained (disabled, no servers) or enabled reports no change.
 version_added: 0.2.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common]
 attributes:
   check_mode:
     details:
@@ -103,7 +99,6 @@ class HostMaintenanceModule(NovakitModule):
         "live": {"type": "str", "choices": ["auto", "live", "cold"], "default": "auto"},
         "reason": {"type": "str"},
     }
-    module_kwargs = {"supports_check_mode": True}
 
     def run(self):
         from novakit.fleet import hosts

@@ -11,17 +11,8 @@ description:
     so that servers can boot from it. The bytes stay where they are; each compute host copies them
     into its image cache on first use and checks the checksum.
 version_added: 0.1.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.catalog
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
-  name:
-    description: Image name.
-    type: str
-    required: true
   location:
     description: Path or C(file://) URL of the image file on the compute hosts.
     type: str
@@ -105,7 +96,7 @@ image:
   sample: {id: 9d8bbd3c-5a69-4f4e-b6b4-0d2f3a1c9e11, name: tiny, disk_format: qcow2, location: /var/lib/novakit/images/tiny.qcow2, status: active}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule, named  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule, named  # noqa: E402
 
 
 class ImageModule(CatalogModule):
@@ -113,8 +104,6 @@ class ImageModule(CatalogModule):
     unset_is_wanted = True
     cannot_change = "register the new file under a new name"
     argument_spec = {
-        "name": {"type": "str", "required": True},
-        "state": STATE_ARG,
         "location": {"type": "str", "default": ""},
         "disk_format": {"type": "str", "choices": ["qcow2", "raw", "aki", "ari", "ami"], "default": "qcow2"},
         "checksum": {"type": "str"},

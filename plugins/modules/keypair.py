@@ -16,17 +16,10 @@ description:
   - A pair's key cannot change once created (as in Nova); another public key for an existing name is
     an error that says so. An existing pair without O(public_key) asked is left as it is.
 version_added: 0.2.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.catalog
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
   name:
     description: Key pair name (unique per user).
-    type: str
-    required: true
   public_key:
     description: OpenSSH public key to import (C(TYPE BASE64 [COMMENT]), one line).
     type: str
@@ -92,22 +85,20 @@ keypair:
   sample: {name: laptop, type: ssh, fingerprint: "9e:9e:a5:35:6b:0e:88:6d:a1:a4:30:da:cc:5b:dc:00", user_id: alice}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule  # noqa: E402
 
 
 class KeypairModule(CatalogModule):
     resource = "keypair"
     cannot_change = "a key pair's key cannot change: delete it first, or import it under another name"
     argument_spec = {
-        "name": {"type": "str", "required": True},
-        "state": STATE_ARG,
         "public_key": {"type": "str"},
         "public_key_file": {"type": "path"},
         "algorithm": {"type": "str", "choices": ["ed25519", "rsa"], "default": "ed25519"},
         "key_type": {"type": "str", "choices": ["ssh", "x509"], "default": "ssh"},
         "user_id": {"type": "str"},
     }
-    module_kwargs = {"supports_check_mode": True, "mutually_exclusive": [("public_key", "public_key_file")]}
+    module_kwargs = {"mutually_exclusive": [("public_key", "public_key_file")]}
 
     def find(self):
         from novakit.keypairs import registry

@@ -13,17 +13,8 @@ description:
   - An existing network is left as it is; other values for an existing name are an error that says so.
   - Deleting a network that still has ports fails, naming how many.
 version_added: 0.2.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.catalog
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
-  name:
-    description: Network name.
-    type: str
-    required: true
   provider:
     description: V(network) (a libvirt network) or V(bridge) (a host bridge).
     type: str
@@ -57,15 +48,13 @@ network:
   sample: {id: 2b7c..., name: lan, provider: network, source: default, is_default: true, mtu: null, shared: true, subnets: [lan-v4]}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule  # noqa: E402
 
 
 class NetworkModule(CatalogModule):
     resource = "network"
     unset_is_wanted = True
     argument_spec = {
-        "name": {"type": "str", "required": True},
-        "state": STATE_ARG,
         "provider": {"type": "str", "choices": ["network", "bridge"], "default": "network"},
         "source": {"type": "str"},
         "is_default": {"type": "bool", "default": False},

@@ -16,17 +16,8 @@ description:
     (O(port_security_enabled=false)), as in Neutron. Deleting a port updates, on their hosts, the
     filters of the ports whose rules let its address in (a remote group it was a member of).
 version_added: 0.2.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.catalog
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
-  name:
-    description: Port name.
-    type: str
-    required: true
   network:
     description: The network's name or id.
     type: str
@@ -74,21 +65,19 @@ port:
     security_groups: [default]
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, lookup  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import lookup  # noqa: E402
 from ansible_collections.novakit.cloud.plugins.module_utils.security_groups import FilteringModule  # noqa: E402
 
 
 class PortModule(FilteringModule):
     resource = "port"
     argument_spec = {
-        "name": {"type": "str", "required": True},
-        "state": STATE_ARG,
         "network": {"type": "str"},
         "fixed_ips": {"type": "list", "elements": "dict", "default": []},
         "mac_address": {"type": "str"},
         "port_security_enabled": {"type": "bool", "default": True},
     }
-    module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["network"])]}
+    module_kwargs = {"required_if": [("state", "present", ["network"])]}
 
     def find(self):
         from novakit.network import ports

@@ -16,11 +16,7 @@ description:
     limit never removes servers - it refuses new ones.
   - Setting quotas needs the C(admin) role.
 version_added: 0.1.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common]
 options:
   name:
     description: The project whose limits to set (default the caller's project).
@@ -121,6 +117,7 @@ class QuotaModule(CatalogModule):
     """A project's limits always exist (the defaults): only ``update`` applies."""
 
     resource = "quota"
+    family_args = {}  # no O(state), and O(name) may be left out (the caller's project)
     argument_spec = {
         "name": {"type": "str"},
         **{resource: {"type": "int"} for resource in RESOURCES},

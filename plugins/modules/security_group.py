@@ -14,20 +14,12 @@ description:
   - The servers' ports carry groups named at boot (C(security_groups) of M(novakit.cloud.server)
     and of the boot playbook; V(default) when none is named). Each project has a V(default) group,
     made on first use, which a member cannot delete.
-  - An existing group is left as it is; another O(description) for an existing name is an error that says so.
+  - A group's name is unique in its project. An existing group is left as it is; another
+    O(description) for an existing name is an error that says so.
   - Deleting a group that a port carries fails, naming how many.
 version_added: 0.3.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.catalog
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
-  name:
-    description: Group name, unique in its project (or the group's id).
-    type: str
-    required: true
   description:
     description: What the group is for.
     type: str
@@ -55,7 +47,7 @@ security_group:
          remote_ip_prefix: null, remote_group: null}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, lookup  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import lookup  # noqa: E402
 from ansible_collections.novakit.cloud.plugins.module_utils.security_groups import FilteringModule  # noqa: E402
 
 
@@ -63,8 +55,6 @@ class SecurityGroupModule(FilteringModule):
     resource = "security_group"
     cannot_change = "a group's description cannot change here: delete the group or use another name"
     argument_spec = {
-        "name": {"type": "str", "required": True},
-        "state": STATE_ARG,
         "description": {"type": "str"},
     }
 

@@ -17,12 +17,7 @@ description:
     (a port range on a protocol without ports, min above max, ports outside 1-65535, an ICMP type
     or code outside 0-255, a prefix of the other ethertype, an unknown protocol).
 version_added: 0.3.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.catalog
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog]
 options:
   security_group:
     description: The group's name or id.
@@ -100,9 +95,9 @@ from ansible_collections.novakit.cloud.plugins.module_utils.security_groups impo
 
 class SecurityGroupRuleModule(FilteringModule):
     resource = "rule"
+    family_args = {"state": STATE_ARG}  # a rule is found by its fields, not by a name
     argument_spec = {
         "security_group": {"type": "str", "required": True},
-        "state": STATE_ARG,
         "direction": {"type": "str", "choices": ["ingress", "egress"], "default": "ingress"},
         "ether_type": {
             "type": "str",

@@ -23,12 +23,7 @@ description:
   - The options of an existing server (flavor, image) are not changed; a different value is an error
     that says what to do (rebuild with M(novakit.cloud.server_action), or a new server).
 version_added: 0.1.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.wait
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.wait]
 attributes:
   check_mode:
     details:
@@ -384,7 +379,6 @@ class ServerModule(NovakitModule):
         **WAIT_ARGS,
     }
     module_kwargs = {
-        "supports_check_mode": True,
         "required_if": [("boot_from_volume", True, ["volume_size"])],
     }
 

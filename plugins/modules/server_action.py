@@ -27,12 +27,7 @@ description:
     state table.
   - For many servers across inventory hosts, use the C(novakit.cloud.server_action) playbook.
 version_added: 0.1.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.wait
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.wait]
 attributes:
   check_mode:
     details:
@@ -244,7 +239,6 @@ class ServerActionModule(NovakitModule):
         **WAIT_ARGS,
     }
     module_kwargs = {
-        "supports_check_mode": True,
         "required_if": [
             ("action", "rebuild", ["image"]),
             ("action", "rename", ["new_name"]),

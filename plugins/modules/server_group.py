@@ -8,25 +8,16 @@ module: server_group
 short_description: Create or delete a novakit server group
 description:
   - Makes sure a server group with a placement policy exists in the caller's project
-    (O(state=present)) or does not (O(state=absent)). Servers join it at boot
-    (C(server_group) of M(novakit.cloud.server) or of the boot playbook).
+    (O(state=present)) or does not (O(state=absent)), by a name unique in the project. Servers
+    join it at boot (C(server_group) of M(novakit.cloud.server) or of the boot playbook).
   - V(affinity) puts members on one host, V(anti-affinity) on different hosts (at most
     C(max_server_per_host) per host, default 1); the soft policies prefer that through the
     weighers but do not insist.
   - A group's policy and rules cannot change once it exists (as in Nova); other values for an
     existing name are an error that says so.
 version_added: 0.1.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.catalog
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
-  name:
-    description: Group name, unique in the project (or the group's uuid).
-    type: str
-    required: true
   policy:
     description: Placement policy; required to create the group.
     type: str
@@ -77,7 +68,7 @@ server_group:
   sample: {id: 5a2d..., name: db, policy: anti-affinity, rules: {max_server_per_host: 2}, members: [], project_id: team-a, user_id: alice}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule  # noqa: E402
 
 
 class ServerGroupModule(CatalogModule):
@@ -86,15 +77,13 @@ class ServerGroupModule(CatalogModule):
     cannot_change = "a group's policy cannot change: delete it or use another name"
     plan_in_result = True
     argument_spec = {
-        "name": {"type": "str", "required": True},
-        "state": STATE_ARG,
         "policy": {
             "type": "str",
             "choices": ["affinity", "anti-affinity", "soft-affinity", "soft-anti-affinity"],
         },
         "rules": {"type": "dict", "default": {}},
     }
-    module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["policy"])]}
+    module_kwargs = {"required_if": [("state", "present", ["policy"])]}
 
     def find(self):
         from novakit.compute import server_groups

@@ -12,11 +12,7 @@ description:
     (instance actions with their events, as Nova's os-instance-actions).
   - Reads only; it never changes anything.
 version_added: 0.1.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common]
 attributes:
   check_mode:
     details:
@@ -102,7 +98,6 @@ class ServerInfoModule(NovakitModule):
         "all_projects": {"type": "bool", "default": False},
         "with_actions": {"type": "bool", "default": False},
     }
-    module_kwargs = {"supports_check_mode": True}
 
     def run(self):
         from novakit import policy

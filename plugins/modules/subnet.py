@@ -15,17 +15,8 @@ description:
   - An existing subnet is left as it is; other values for an existing name are an error that says so.
     Deleting a subnet whose addresses are allocated fails.
 version_added: 0.2.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.catalog
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
-  name:
-    description: Subnet name.
-    type: str
-    required: true
   network_name:
     description: The network's name or id.
     type: str
@@ -75,14 +66,12 @@ subnet:
     allocation_pools: [{start: 192.168.122.100, end: 192.168.122.199}]
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule  # noqa: E402
 
 
 class SubnetModule(CatalogModule):
     resource = "subnet"
     argument_spec = {
-        "name": {"type": "str", "required": True},
-        "state": STATE_ARG,
         "network_name": {"type": "str", "aliases": ["network"]},
         "cidr": {"type": "str"},
         "gateway_ip": {"type": "str"},
@@ -91,11 +80,9 @@ class SubnetModule(CatalogModule):
         "allocation_pool_end": {"type": "str"},
     }
     module_kwargs = {
-        "supports_check_mode": True,
         "required_if": [("state", "present", ["network_name", "cidr"])],
         "required_together": [("allocation_pool_start", "allocation_pool_end")],
     }
-    cannot_change = "delete it first to change them"
 
     def library(self):
         from novakit.network import subnets

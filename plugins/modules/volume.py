@@ -15,17 +15,10 @@ description:
     name are an error that says so. An attached volume is not deleted (detach it first with
     M(novakit.cloud.volume_attachment)).
 version_added: 0.1.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.catalog
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
   name:
     description: Volume name, unique among the project's live volumes (or the volume's uuid).
-    type: str
-    required: true
   size:
     description: Size in GiB (at least 1); required to create the volume.
     type: int
@@ -65,7 +58,7 @@ volume:
       elements: dict
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import STATE_ARG, CatalogModule, lookup  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule, lookup  # noqa: E402
 
 
 class VolumeModule(CatalogModule):
@@ -73,14 +66,12 @@ class VolumeModule(CatalogModule):
     cannot_change = "a volume's size and host do not change here: delete it or use another name"
     plan_in_result = True
     argument_spec = {
-        "name": {"type": "str", "required": True},
-        "state": STATE_ARG,
         "size": {"type": "int"},
         "image": {"type": "str"},
         "host": {"type": "str"},
         "description": {"type": "str"},
     }
-    module_kwargs = {"supports_check_mode": True, "required_if": [("state", "present", ["size"])]}
+    module_kwargs = {"required_if": [("state", "present", ["size"])]}
 
     def services(self):
         return self.api().conductor

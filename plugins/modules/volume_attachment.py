@@ -13,12 +13,7 @@ description:
   - A volume attaches only to a server on its own host, and only when it is available; a server's
     root volume is never detached. Each refusal names the rule and changes nothing.
 version_added: 0.1.0
-author: novakit developers (@novakit)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - novakit.cloud.attributes
-  - novakit.cloud.common
-  - novakit.cloud.catalog
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog]
 options:
   server:
     description: Server name or id.
@@ -60,7 +55,6 @@ class VolumeAttachmentModule(NovakitModule):
         "device": {"type": "str"},
         "state": STATE_ARG,
     }
-    module_kwargs = {"supports_check_mode": True}
 
     def run(self):
         from novakit.compute import volume_attach

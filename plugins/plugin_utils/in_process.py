@@ -31,7 +31,7 @@ from typing import Any
 
 from ansible.module_utils.common.parameters import remove_values
 from ansible.plugins.action import ActionBase
-from ansible_collections.novakit.cloud.plugins.module_utils.novakit import COMMON_ARGS, ModuleFailed
+from ansible_collections.novakit.cloud.plugins.module_utils.novakit import ModuleFailed
 
 try:
     # Imported here, in the main process, so that the workers inherit them (see above).
@@ -120,12 +120,12 @@ class InProcessAction(ActionBase):
             result.update(self._execute_module(task_vars=task_vars))
             return result
         module = self.module
-        spec = dict(module.argument_spec, **(COMMON_ARGS if module.needs_database else {}))
+        spec = module.full_argument_spec()
         checks = {k: v for k, v in module.module_kwargs.items() if k in SPEC_CHECKS}
         validation, args = self.validate_argument_spec(argument_spec=spec, **checks)
         # The module sees plain JSON; so does the library here (no Ansible data tags).
         args = json.loads(json.dumps(args, default=_plain))
-        if self._task.check_mode and not module.module_kwargs.get("supports_check_mode"):
+        if self._task.check_mode and not module.supports_check_mode:
             result.update(skipped=True, msg="the module does not support check mode")
             return result
         with _quiet() as (logged, caught):

@@ -18,12 +18,16 @@ from novakit import exceptions, policy
 from novakit.context import RequestContext
 from novakit.db.models import HostMapping, InstanceMapping, utcnow
 
+_MAPPINGS = cast(Table, InstanceMapping.__table__)
+#: every boot runs these: built once, Core (not the ORM's bulk statements)
+_ADD_INSTANCES = insert(_MAPPINGS)
+
 
 def add_instances(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     """Map new instances (not scheduled yet: no cell). A name taken in any cell fails the insert."""
     now = utcnow()
     session.execute(
-        insert(InstanceMapping),
+        _ADD_INSTANCES,
         [
             {
                 "instance_uuid": r["uuid"],
@@ -39,8 +43,7 @@ def add_instances(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     )
 
 
-_MAPPINGS = cast(Table, InstanceMapping.__table__)
-#: every boot runs it: built once, Core (not the ORM's bulk update)
+#: likewise (a boot placing a server in the API database's own cell)
 _SET_CELL = (
     update(_MAPPINGS)
     .where(_MAPPINGS.c.instance_uuid.in_(bindparam("uuids", expanding=True)))

@@ -2,9 +2,6 @@
 
 The API tree's 0010 adds the same column to the API database's copy of the instance tables;
 a database that carries both trees (the embedded default) already has it then.
-
-Revision ID: c0002
-Revises: c0001
 """
 
 from __future__ import annotations
@@ -12,17 +9,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from novakit.db.migration_parts import add_cell_column
+
 revision = "c0002"
 down_revision = "c0001"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:
-    columns = {c["name"] for c in sa.inspect(op.get_bind()).get_columns("instances")}
-    if "key_data" not in columns:
-        with op.batch_alter_table("instances", schema=None) as batch_op:
-            batch_op.add_column(sa.Column("key_data", sa.Text(), nullable=True))
+    add_cell_column("instances", sa.Column("key_data", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:

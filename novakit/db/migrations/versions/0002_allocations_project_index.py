@@ -2,9 +2,6 @@
 
 The quota recheck counts a project's allocations inside every claim
 transaction; without this index that count reads the whole table.
-
-Revision ID: 0002
-Revises: 0001
 """
 
 from __future__ import annotations
@@ -13,8 +10,6 @@ from alembic import op
 
 revision = "0002"
 down_revision = "0001"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

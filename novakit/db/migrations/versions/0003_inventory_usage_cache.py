@@ -14,9 +14,6 @@ inventory row of the same provider and class in the same transaction.
 ``set_inventory`` recomputes ``free`` when a capacity changes (capacity is
 ``int((total - reserved) * allocation_ratio)``, truncated as Python does, so it
 is computed in Python and not in SQL).
-
-Revision ID: 0003
-Revises: 0002
 """
 
 from __future__ import annotations
@@ -26,8 +23,6 @@ from alembic import op
 
 revision = "0003"
 down_revision = "0002"
-branch_labels = None
-depends_on = None
 
 _SQLITE_TRIGGERS = (
     """

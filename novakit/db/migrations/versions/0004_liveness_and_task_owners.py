@@ -9,9 +9,6 @@ Ownership of in-flight work: the request that started a task (a build, an
 action) owns it (``task_owner``: its request id) and holds a lease on it
 (``task_lease_until``), renewed while it waits; heal takes over only work
 whose lease has run out.
-
-Revision ID: 0004
-Revises: 0003
 """
 
 from __future__ import annotations
@@ -21,8 +18,6 @@ from alembic import op
 
 revision = "0004"
 down_revision = "0003"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -4,9 +4,6 @@ The API turns an admin password into a SHA-512 crypt hash before anything is
 written; builds and rebuilds are made later from the records (the boot
 playbook's build play, a rebuild's request), so the hash is kept with the
 instance. The clear text is never stored.
-
-Revision ID: 0005
-Revises: 0004
 """
 
 from __future__ import annotations
@@ -16,8 +13,6 @@ from alembic import op
 
 revision = "0005"
 down_revision = "0004"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

@@ -5,9 +5,6 @@ A database made before cells holds the API tables and one cell's instances at on
 (where servers that could not be scheduled go) derived next to it. Every existing
 host is mapped to cell1 and every instance, live or deleted, to cell1, with its name
 and project, so nothing about the data changes.
-
-Revision ID: 0006
-Revises: 0005
 """
 
 from __future__ import annotations
@@ -17,67 +14,47 @@ import uuid
 import sqlalchemy as sa
 from alembic import op
 
+from novakit.db.migration_parts import create_table_with_id, foreign_key, timestamps, unique, uuid_column
+
 revision = "0006"
 down_revision = "0005"
-branch_labels = None
-depends_on = None
 
 #: Nova's fixed uuid for cell0.
 CELL0_UUID = "00000000-0000-0000-0000-000000000000"
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_table_with_id(
         "cell_mappings",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("uuid", sa.String(length=36), nullable=False),
+        uuid_column(),
         sa.Column("name", sa.String(length=255), nullable=False),
         sa.Column("database_url", sa.Text(), nullable=True),
         sa.Column("disabled", sa.Boolean(), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=True),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_cell_mappings")),
-        sa.UniqueConstraint("name", name=op.f("uq_cell_mappings_name")),
-        sa.UniqueConstraint("uuid", name=op.f("uq_cell_mappings_uuid")),
+        *timestamps(),
+        unique("cell_mappings", "name"),
+        unique("cell_mappings", "uuid"),
     )
-    op.create_table(
+    create_table_with_id(
         "host_mappings",
-        sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("cell_id", sa.Integer(), nullable=False),
         sa.Column("host", sa.String(length=255), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["cell_id"], ["cell_mappings.id"], name=op.f("fk_host_mappings_cell_id_cell_mappings")
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_host_mappings")),
-        sa.UniqueConstraint("host", name=op.f("uq_host_mappings_host")),
+        *timestamps(),
+        foreign_key("host_mappings", "cell_id", "cell_mappings.id"),
+        unique("host_mappings", "host"),
     )
     with op.batch_alter_table("host_mappings", schema=None) as batch_op:
         batch_op.create_index("ix_host_mappings_cell_id", ["cell_id"], unique=False)
-    op.create_table(
+    create_table_with_id(
         "instance_mappings",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("instance_uuid", sa.String(length=36), nullable=False),
+        uuid_column("instance_uuid"),
         sa.Column("cell_id", sa.Integer(), nullable=True),
         sa.Column("project_id", sa.String(length=255), nullable=False),
         sa.Column("user_id", sa.String(length=255), nullable=True),
         sa.Column("display_name", sa.String(length=255), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=True),
-        sa.Column("deleted_at", sa.DateTime(), nullable=True),
-        sa.Column("deleted", sa.Integer(), server_default="0", nullable=False),
-        sa.ForeignKeyConstraint(
-            ["cell_id"], ["cell_mappings.id"], name=op.f("fk_instance_mappings_cell_id_cell_mappings")
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_instance_mappings")),
-        sa.UniqueConstraint("instance_uuid", name=op.f("uq_instance_mappings_instance_uuid")),
-        sa.UniqueConstraint(
-            "project_id",
-            "display_name",
-            "deleted",
-            name=op.f("uq_instance_mappings_project_id_display_name_deleted"),
-        ),
+        *timestamps(soft_delete=True),
+        foreign_key("instance_mappings", "cell_id", "cell_mappings.id"),
+        unique("instance_mappings", "instance_uuid"),
+        unique("instance_mappings", "project_id", "display_name", "deleted"),
     )
     with op.batch_alter_table("instance_mappings", schema=None) as batch_op:
         batch_op.create_index("ix_instance_mappings_cell_id", ["cell_id"], unique=False)

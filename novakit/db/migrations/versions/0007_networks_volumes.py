@@ -4,9 +4,6 @@ Neutron's and Cinder's share of a boot: a port's MAC and fixed IPs are chosen be
 server is scheduled and kept for its life; a volume lives in one host's storage pool and
 outlives the servers it is attached to. ``compute_nodes.networks`` holds the networks a
 host reported (None: every network).
-
-Revision ID: 0007
-Revises: 0006
 """
 
 from __future__ import annotations
@@ -14,23 +11,18 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from novakit.db.migration_parts import create_table_with_id, foreign_key, timestamps, unique, uuid_column
+
 revision = "0007"
 down_revision = "0006"
-branch_labels = None
-depends_on = None
-
-
-def _times() -> list[sa.Column]:
-    return [sa.Column("created_at", sa.DateTime(), nullable=False), sa.Column("updated_at", sa.DateTime())]
 
 
 def upgrade() -> None:
     with op.batch_alter_table("compute_nodes", schema=None) as batch_op:
         batch_op.add_column(sa.Column("networks", sa.JSON(), nullable=True))
-    op.create_table(
+    create_table_with_id(
         "networks",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("uuid", sa.String(length=36), nullable=False),
+        uuid_column(),
         sa.Column("name", sa.String(length=255), nullable=False),
         sa.Column("project_id", sa.String(length=255), nullable=True),
         sa.Column("shared", sa.Boolean(), nullable=False),
@@ -38,10 +30,9 @@ def upgrade() -> None:
         sa.Column("provider", sa.String(length=32), nullable=False),
         sa.Column("source", sa.String(length=255), nullable=False),
         sa.Column("mtu", sa.Integer(), nullable=True),
-        *_times(),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_networks")),
-        sa.UniqueConstraint("name", name=op.f("uq_networks_name")),
-        sa.UniqueConstraint("uuid", name=op.f("uq_networks_uuid")),
+        *timestamps(),
+        unique("networks", "name"),
+        unique("networks", "uuid"),
     )
     op.create_index(
         "uq_networks_is_default",
@@ -51,10 +42,9 @@ def upgrade() -> None:
         sqlite_where=sa.text("is_default"),
         postgresql_where=sa.text("is_default"),
     )
-    op.create_table(
+    create_table_with_id(
         "subnets",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("uuid", sa.String(length=36), nullable=False),
+        uuid_column(),
         sa.Column("name", sa.String(length=255), nullable=False),
         sa.Column("network_id", sa.Integer(), nullable=False),
         sa.Column("project_id", sa.String(length=255), nullable=True),
@@ -64,19 +54,15 @@ def upgrade() -> None:
         sa.Column("dns_nameservers", sa.JSON(), nullable=False),
         sa.Column("allocation_pools", sa.JSON(), nullable=False),
         sa.Column("enable_dhcp", sa.Boolean(), nullable=False),
-        *_times(),
-        sa.ForeignKeyConstraint(
-            ["network_id"], ["networks.id"], name=op.f("fk_subnets_network_id_networks"), ondelete="CASCADE"
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_subnets")),
-        sa.UniqueConstraint("name", name=op.f("uq_subnets_name")),
-        sa.UniqueConstraint("uuid", name=op.f("uq_subnets_uuid")),
+        *timestamps(),
+        foreign_key("subnets", "network_id", "networks.id", ondelete="CASCADE"),
+        unique("subnets", "name"),
+        unique("subnets", "uuid"),
     )
     op.create_index("ix_subnets_network_id", "subnets", ["network_id"], unique=False)
-    op.create_table(
+    create_table_with_id(
         "ports",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("uuid", sa.String(length=36), nullable=False),
+        uuid_column(),
         sa.Column("name", sa.String(length=255), nullable=True),
         sa.Column("network_id", sa.Integer(), nullable=False),
         sa.Column("project_id", sa.String(length=255), nullable=True),
@@ -86,39 +72,29 @@ def upgrade() -> None:
         sa.Column("binding_host", sa.String(length=255), nullable=True),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("preserve_on_delete", sa.Boolean(), nullable=False),
-        *_times(),
-        sa.ForeignKeyConstraint(["network_id"], ["networks.id"], name=op.f("fk_ports_network_id_networks")),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_ports")),
-        sa.UniqueConstraint("mac_address", name=op.f("uq_ports_mac_address")),
-        sa.UniqueConstraint("uuid", name=op.f("uq_ports_uuid")),
+        *timestamps(),
+        foreign_key("ports", "network_id", "networks.id"),
+        unique("ports", "mac_address"),
+        unique("ports", "uuid"),
     )
     op.create_index("ix_ports_device_id", "ports", ["device_id"], unique=False)
     op.create_index("ix_ports_network_id", "ports", ["network_id"], unique=False)
-    op.create_table(
+    create_table_with_id(
         "ip_allocations",
-        sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("port_id", sa.Integer(), nullable=False),
         sa.Column("subnet_id", sa.Integer(), nullable=False),
         sa.Column("network_id", sa.Integer(), nullable=False),
         sa.Column("ip_address", sa.String(length=64), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["network_id"], ["networks.id"], name=op.f("fk_ip_allocations_network_id_networks")
-        ),
-        sa.ForeignKeyConstraint(
-            ["port_id"], ["ports.id"], name=op.f("fk_ip_allocations_port_id_ports"), ondelete="CASCADE"
-        ),
-        sa.ForeignKeyConstraint(
-            ["subnet_id"], ["subnets.id"], name=op.f("fk_ip_allocations_subnet_id_subnets")
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_ip_allocations")),
-        sa.UniqueConstraint("network_id", "ip_address", name=op.f("uq_ip_allocations_network_id_ip_address")),
+        foreign_key("ip_allocations", "network_id", "networks.id"),
+        foreign_key("ip_allocations", "port_id", "ports.id", ondelete="CASCADE"),
+        foreign_key("ip_allocations", "subnet_id", "subnets.id"),
+        unique("ip_allocations", "network_id", "ip_address"),
     )
     op.create_index("ix_ip_allocations_port_id", "ip_allocations", ["port_id"], unique=False)
     op.create_index("ix_ip_allocations_subnet_id", "ip_allocations", ["subnet_id"], unique=False)
-    op.create_table(
+    create_table_with_id(
         "volumes",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("uuid", sa.String(length=36), nullable=False),
+        uuid_column(),
         sa.Column("name", sa.String(length=255), nullable=False),
         sa.Column("description", sa.String(length=255), nullable=True),
         sa.Column("project_id", sa.String(length=255), nullable=False),
@@ -131,39 +107,25 @@ def upgrade() -> None:
         sa.Column("image_id", sa.String(length=36), nullable=True),
         sa.Column("bootable", sa.Boolean(), nullable=False),
         sa.Column("status_reason", sa.String(length=255), nullable=True),
-        *_times(),
-        sa.Column("deleted_at", sa.DateTime(), nullable=True),
-        sa.Column("deleted", sa.Integer(), server_default="0", nullable=False),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_volumes")),
-        sa.UniqueConstraint("project_id", "name", "deleted", name=op.f("uq_volumes_project_id_name_deleted")),
-        sa.UniqueConstraint("uuid", name=op.f("uq_volumes_uuid")),
+        *timestamps(soft_delete=True),
+        unique("volumes", "project_id", "name", "deleted"),
+        unique("volumes", "uuid"),
     )
     op.create_index("ix_volumes_host", "volumes", ["host"], unique=False)
-    op.create_table(
+    create_table_with_id(
         "volume_attachments",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("uuid", sa.String(length=36), nullable=False),
+        uuid_column(),
         sa.Column("volume_id", sa.Integer(), nullable=False),
-        sa.Column("instance_uuid", sa.String(length=36), nullable=False),
+        uuid_column("instance_uuid"),
         sa.Column("device_name", sa.String(length=32), nullable=False),
         sa.Column("boot_index", sa.Integer(), nullable=True),
         sa.Column("delete_on_termination", sa.Boolean(), nullable=False),
         sa.Column("attach_status", sa.String(length=32), nullable=False),
-        *_times(),
-        sa.Column("deleted_at", sa.DateTime(), nullable=True),
-        sa.Column("deleted", sa.Integer(), server_default="0", nullable=False),
-        sa.ForeignKeyConstraint(
-            ["volume_id"], ["volumes.id"], name=op.f("fk_volume_attachments_volume_id_volumes")
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_volume_attachments")),
-        sa.UniqueConstraint(
-            "instance_uuid",
-            "device_name",
-            "deleted",
-            name=op.f("uq_volume_attachments_instance_uuid_device_name_deleted"),
-        ),
-        sa.UniqueConstraint("uuid", name=op.f("uq_volume_attachments_uuid")),
-        sa.UniqueConstraint("volume_id", "deleted", name=op.f("uq_volume_attachments_volume_id_deleted")),
+        *timestamps(soft_delete=True),
+        foreign_key("volume_attachments", "volume_id", "volumes.id"),
+        unique("volume_attachments", "instance_uuid", "device_name", "deleted"),
+        unique("volume_attachments", "uuid"),
+        unique("volume_attachments", "volume_id", "deleted"),
     )
     op.create_index(
         "ix_volume_attachments_instance_uuid", "volume_attachments", ["instance_uuid"], unique=False

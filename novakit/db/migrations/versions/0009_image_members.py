@@ -4,9 +4,6 @@ Glance's image visibility: ``images.visibility`` (public, private, shared, commu
 ``images.project_id`` (the owner) existed from the start but were never enforced; every
 image was public. This adds the members of shared images and makes the snapshots and
 shelved images written so far private to their project, as they are written from now on.
-
-Revision ID: 0009
-Revises: 0008
 """
 
 from __future__ import annotations
@@ -16,28 +13,23 @@ import json
 import sqlalchemy as sa
 from alembic import op
 
+from novakit.db.migration_parts import create_table_with_id, foreign_key, timestamps, unique, uuid_column
+
 revision = "0009"
 down_revision = "0008"
-branch_labels = None
-depends_on = None
 
 _SERVER_IMAGES = ("snapshot", "shelved")
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_table_with_id(
         "image_members",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("image_id", sa.String(length=36), nullable=False),
+        uuid_column("image_id"),
         sa.Column("member", sa.String(length=255), nullable=False),
         sa.Column("status", sa.String(length=20), nullable=False),
-        sa.Column("created_at", sa.DateTime(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["image_id"], ["images.uuid"], name=op.f("fk_image_members_image_id_images"), ondelete="CASCADE"
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_image_members")),
-        sa.UniqueConstraint("image_id", "member", name=op.f("uq_image_members_image_id_member")),
+        *timestamps(),
+        foreign_key("image_members", "image_id", "images.uuid", ondelete="CASCADE"),
+        unique("image_members", "image_id", "member"),
     )
     with op.batch_alter_table("image_members", schema=None) as batch_op:
         batch_op.create_index("ix_image_members_member_status", ["member", "status"], unique=False)

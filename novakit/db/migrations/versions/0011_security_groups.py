@@ -4,9 +4,6 @@ Neutron's security groups: a project's named sets of allow rules, and which port
 groups. The bindings live beside the ports (the API database); a port's delete takes its
 bindings with it, a group a port carries cannot be deleted. A project's ``default`` group is
 made on first use (``novakit.network.security_groups``), not here.
-
-Revision ID: 0011
-Revises: 0010
 """
 
 from __future__ import annotations
@@ -14,33 +11,33 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from novakit.db.migration_parts import (
+    create_table_with_id,
+    foreign_key,
+    primary_key,
+    timestamps,
+    unique,
+    uuid_column,
+)
+
 revision = "0011"
 down_revision = "0010"
-branch_labels = None
-depends_on = None
-
-
-def _times() -> list[sa.Column]:
-    return [sa.Column("created_at", sa.DateTime(), nullable=False), sa.Column("updated_at", sa.DateTime())]
 
 
 def upgrade() -> None:
-    op.create_table(
+    create_table_with_id(
         "security_groups",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("uuid", sa.String(length=36), nullable=False),
+        uuid_column(),
         sa.Column("name", sa.String(length=255), nullable=False),
         sa.Column("description", sa.String(length=255), nullable=True),
         sa.Column("project_id", sa.String(length=255), nullable=False),
-        *_times(),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_security_groups")),
-        sa.UniqueConstraint("project_id", "name", name=op.f("uq_security_groups_project_id_name")),
-        sa.UniqueConstraint("uuid", name=op.f("uq_security_groups_uuid")),
+        *timestamps(),
+        unique("security_groups", "project_id", "name"),
+        unique("security_groups", "uuid"),
     )
-    op.create_table(
+    create_table_with_id(
         "security_group_rules",
-        sa.Column("id", sa.Integer(), nullable=False),
-        sa.Column("uuid", sa.String(length=36), nullable=False),
+        uuid_column(),
         sa.Column("security_group_id", sa.Integer(), nullable=False),
         sa.Column("project_id", sa.String(length=255), nullable=False),
         sa.Column("direction", sa.String(length=16), nullable=False),
@@ -52,26 +49,11 @@ def upgrade() -> None:
         sa.Column("remote_group_id", sa.Integer(), nullable=True),
         sa.Column("description", sa.String(length=255), nullable=True),
         sa.Column("fingerprint", sa.String(length=255), nullable=False),
-        *_times(),
-        sa.ForeignKeyConstraint(
-            ["security_group_id"],
-            ["security_groups.id"],
-            name=op.f("fk_security_group_rules_security_group_id_security_groups"),
-            ondelete="CASCADE",
-        ),
-        sa.ForeignKeyConstraint(
-            ["remote_group_id"],
-            ["security_groups.id"],
-            name=op.f("fk_security_group_rules_remote_group_id_security_groups"),
-            ondelete="CASCADE",
-        ),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_security_group_rules")),
-        sa.UniqueConstraint(
-            "security_group_id",
-            "fingerprint",
-            name=op.f("uq_security_group_rules_security_group_id_fingerprint"),
-        ),
-        sa.UniqueConstraint("uuid", name=op.f("uq_security_group_rules_uuid")),
+        *timestamps(),
+        foreign_key("security_group_rules", "security_group_id", "security_groups.id", ondelete="CASCADE"),
+        foreign_key("security_group_rules", "remote_group_id", "security_groups.id", ondelete="CASCADE"),
+        unique("security_group_rules", "security_group_id", "fingerprint"),
+        unique("security_group_rules", "uuid"),
     )
     op.create_index(
         "ix_security_group_rules_remote_group_id", "security_group_rules", ["remote_group_id"], unique=False
@@ -83,18 +65,9 @@ def upgrade() -> None:
         "security_group_port_bindings",
         sa.Column("port_id", sa.Integer(), nullable=False),
         sa.Column("security_group_id", sa.Integer(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["port_id"],
-            ["ports.id"],
-            name=op.f("fk_security_group_port_bindings_port_id_ports"),
-            ondelete="CASCADE",
-        ),
-        sa.ForeignKeyConstraint(
-            ["security_group_id"],
-            ["security_groups.id"],
-            name=op.f("fk_security_group_port_bindings_security_group_id_security_groups"),
-        ),
-        sa.PrimaryKeyConstraint("port_id", "security_group_id", name=op.f("pk_security_group_port_bindings")),
+        foreign_key("security_group_port_bindings", "port_id", "ports.id", ondelete="CASCADE"),
+        foreign_key("security_group_port_bindings", "security_group_id", "security_groups.id"),
+        primary_key("security_group_port_bindings", "port_id", "security_group_id"),
     )
     op.create_index(
         "ix_security_group_port_bindings_security_group_id",

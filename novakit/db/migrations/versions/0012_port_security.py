@@ -5,9 +5,6 @@ group lets nothing through; disabled, the port is not filtered and carries no gr
 default to enabled. A port that exists already and carries no group was unfiltered until now
 (ports made before 0011 carry none): it gets port security disabled, so that it keeps working
 as before; a port carrying groups keeps them, enabled.
-
-Revision ID: 0012
-Revises: 0011
 """
 
 from __future__ import annotations
@@ -17,8 +14,6 @@ from alembic import op
 
 revision = "0012"
 down_revision = "0011"
-branch_labels = None
-depends_on = None
 
 
 def upgrade() -> None:

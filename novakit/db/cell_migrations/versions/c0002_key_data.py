@@ -16,7 +16,7 @@ down_revision = "c0001"
 
 
 def upgrade() -> None:
-    add_cell_column("instances", sa.Column("key_data", sa.Text(), nullable=True))
+    add_cell_column("instances", sa.Column("key_data", sa.Text()))
 
 
 def downgrade() -> None:

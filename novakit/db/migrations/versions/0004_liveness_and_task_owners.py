@@ -22,11 +22,11 @@ down_revision = "0003"
 
 def upgrade() -> None:
     with op.batch_alter_table("services", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("last_contact_at", sa.DateTime(), nullable=True))
-        batch_op.add_column(sa.Column("down_reason", sa.String(length=255), nullable=True))
+        batch_op.add_column(sa.Column("last_contact_at", sa.DateTime()))
+        batch_op.add_column(sa.Column("down_reason", sa.String(length=255)))
     with op.batch_alter_table("instances", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("task_owner", sa.String(length=255), nullable=True))
-        batch_op.add_column(sa.Column("task_lease_until", sa.DateTime(), nullable=True))
+        batch_op.add_column(sa.Column("task_owner", sa.String(length=255)))
+        batch_op.add_column(sa.Column("task_lease_until", sa.DateTime()))
 
 
 def downgrade() -> None:

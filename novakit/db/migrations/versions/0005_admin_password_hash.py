@@ -17,7 +17,7 @@ down_revision = "0004"
 
 def upgrade() -> None:
     with op.batch_alter_table("instances", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("admin_password_hash", sa.String(length=255), nullable=True))
+        batch_op.add_column(sa.Column("admin_password_hash", sa.String(length=255)))
 
 
 def downgrade() -> None:

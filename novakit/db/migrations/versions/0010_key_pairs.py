@@ -28,7 +28,7 @@ def upgrade() -> None:
         *timestamps(),
         unique("key_pairs", "user_id", "name"),
     )
-    add_cell_column("instances", sa.Column("key_data", sa.Text(), nullable=True))
+    add_cell_column("instances", sa.Column("key_data", sa.Text()))
 
 
 def downgrade() -> None:

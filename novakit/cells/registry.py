@@ -8,9 +8,10 @@ holds an instance) is kept per process (per ``CellRegistry``) instead of read ea
   this process bumps the API database's epoch (``mappings_written``, called by
   ``novakit.db.engine``), which drops what every registry of that database had kept.
 * Writes made by other processes are seen within ``MAPPINGS_SECONDS``: the cells and the
-  host mappings kept are read again after that long (every host mapping in one statement). Something that is not known at all is
-  read at once: a cell id or name not seen yet, a host with no mapping kept (a host mapped
-  just now by another process is found the first time a boot asks for it).
+  host mappings kept are read again after that long (every host mapping in one statement).
+  Something that is not known at all is read at once: a cell id or name not seen yet, a
+  host with no mapping kept (a host mapped just now by another process is found the first
+  time a boot asks for it).
 * An instance's cell, once it is a cell (not "not scheduled yet"), is kept for good: a
   server never leaves its cell (a move into a cell is from the API database's waiting
   tables, and only a deleted server's mapping loses its cell, when its cell is deleted).

@@ -42,6 +42,12 @@ class Notifier:
         self.path = conf.notifications_file
         self.publisher_id = publisher_id
 
+    @property
+    def listening(self) -> bool:
+        """Whether a notification goes anywhere now: to the file, or to a listener of this
+        process. What is read only to be told (a state change's old state) is not read else."""
+        return self.path is not None or bool(_LISTENERS)
+
     def emit(self, event_type: str, instance_uuid: str, **payload: Any) -> dict[str, Any]:
         note = {
             "event_type": event_type,

@@ -146,7 +146,7 @@ class Builds:
             placed_in.clear()
             placed_in.update(self._map_placed(session, recorded, cell_of))
             infos.clear()
-            infos.update(self.services.rpc.driver_infos({host for host, _ in recorded}, session))
+            infos.update(_driver_infos(self.services.rpc, session, placed, {host for host, _ in recorded}))
             over_quota.clear()
             if len(claimed) < len(uuids):
                 over_quota.update(self._trimmed_by_quota(session, spec, uuids))
@@ -398,7 +398,8 @@ class Builds:
             release.clear()
             changed.clear()
             written.clear()
-            olds = _states_of(session, [s.uuid for s, _ in built])
+            # The old states are read only for a notification someone receives.
+            olds = _states_of(session, [s.uuid for s, _ in built]) if self.services.notifier.listening else {}
             events: dict[str, list[Event]] = {}
             for spec, res in built:
                 try:
@@ -651,6 +652,18 @@ _RS_SCHEDULED = text(
 ).bindparams(bindparam("alternates", type_=JSON), bindparam("tried", type_=JSON))
 _STATES_OF_ONE = text("SELECT uuid, vm_state, task_state FROM instances WHERE uuid = :uuid")
 _BUILD_OF = text("SELECT deleted, vm_state, host FROM instances WHERE uuid = :uuid")
+
+
+def _driver_infos(
+    rpc: Any, session: Session, placed: list[tuple[str, list[Any]]], hosts: set[str]
+) -> dict[str, dict[str, Any]]:
+    """How to reach each host a build goes to: as the scheduler read it with the host's state
+    (its selection carries it), else read in the claims' transaction."""
+    infos = {sel[0].host: dict(sel[0].driver) for _, sel in placed if sel[0].driver and sel[0].host in hosts}
+    missing = hosts - infos.keys()
+    if missing:
+        infos.update(rpc.driver_infos(missing, session))
+    return infos
 
 
 def _states_of(session: Session, uuids: list[str]) -> dict[str, tuple[str, str | None]]:

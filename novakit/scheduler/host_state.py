@@ -62,6 +62,9 @@ class HostState:
     num_io_ops: int = 0
     # The libvirt networks and bridges the host reported (NetworkFilter); None: every network.
     networks: frozenset[str] | None = None
+    # How to reach the host (its driver and transport, as registered), handed to the conductor
+    # with the host's selection so that the round to it needs no second read.
+    driver: dict[str, Any] | None = None
     # Aggregate metadata values by key (AggregateInstanceExtraSpecsFilter).
     aggregate_metadata: dict[str, set[str]] = field(default_factory=dict)
     # Server-group members on this host, including those placed earlier in this request.
@@ -110,11 +113,11 @@ def _in(sql: str, name: str) -> Any:
 # trip brings the pool: compute node, service, and (only when a plugin reads them) instance counts.
 _HOST_COLUMNS = (
     "cn.id AS cn_id, cn.hypervisor_hostname, cn.hypervisor_type, cn.hypervisor_version, cn.cpu_arch, "
-    "cn.cpu_info, cn.cached_images, cn.stats, cn.networks, "
+    "cn.cpu_info, cn.cached_images, cn.stats, cn.networks, cn.driver, "
     "s.id AS s_id, s.disabled, s.disabled_reason, s.forced_down, s.down_reason, s.last_seen_up, "
     "s.last_contact_at"
 )
-_HOST_WIDTH = 16  # the columns above
+_HOST_WIDTH = 17  # the columns above
 _NODE = "SELECT * FROM compute_nodes WHERE host = c.rp_name AND deleted = 0"
 _SERVICE = "SELECT * FROM services WHERE host = c.rp_name AND \"binary\" = 'novakit-compute' AND deleted = 0"
 # SQLite always joins a few dozen rows by nested loops over the indexes. PostgreSQL's planner,
@@ -195,8 +198,8 @@ def load_candidate_hosts(
 def _host_state(cand: Any, host_columns: Any) -> HostState:
     """A candidate's HostState, with its compute node's and its service's columns when it has
     them."""
-    (cn_id, nodename, hv_type, hv_ver, arch, cpu_info, cached, stats, nets, s_id, disabled, reason,
-     forced_down, down_reason, last_seen, last_contact) = host_columns  # fmt: skip
+    (cn_id, nodename, hv_type, hv_ver, arch, cpu_info, cached, stats, nets, driver, s_id, disabled,
+     reason, forced_down, down_reason, last_seen, last_contact) = host_columns  # fmt: skip
     st = HostState(
         host=cand.name,
         nodename=nodename or cand.name,
@@ -214,6 +217,7 @@ def _host_state(cand: Any, host_columns: Any) -> HostState:
         # "[]" is a host with no network, unlike NULL (every network): decoded, not skipped.
         reported = json.loads(nets) if isinstance(nets, str) else nets
         st.networks = frozenset(reported) if reported is not None else None
+        st.driver = _json(driver, None)
         st.has_compute_node = True
     if s_id is not None:
         st.has_service, st.service_disabled, st.disabled_reason = True, bool(disabled), reason

@@ -102,6 +102,8 @@ class Selection(BaseModel):
     provider_uuid: str
     allocations: dict[str, int]
     weight: float = 0
+    #: how to reach the host (``compute_nodes.driver``, read with the host's state)
+    driver: dict[str, Any] | None = None
 
 
 @dataclass
@@ -505,6 +507,7 @@ class SchedulerManager:
                 provider_uuid=h.provider_uuid,
                 allocations=dict(resources),
                 weight=round(w, 6),
+                driver=h.driver,
             )
             for h, w in plan.hosts
         ]

@@ -11,11 +11,13 @@ from novakit.cli import (  # noqa: F401
     cells,
     groups,
     hosts,
+    identity,
     keypairs,
     moves,
     networks,
     ops,
     security_groups,
+    serve,
     servers,
     volumes,
 )

@@ -787,5 +787,108 @@ class Migration(TimestampMixin, Base):
     old_vm_state: Mapped[str] = mapped_column(String(255))
 
 
+# --- identity (a Keystone v3 subset, API database; migration 0013) ----------------------------
+
+
+class IdentityUser(TimestampMixin, Base):
+    """A user of the service path (Keystone's ``user`` and ``password`` in one row).
+
+    ``password_hash`` is an argon2 hash, never the password. ``password_changed_at`` is when
+    the password was last set, ``tokens_revoked_at`` when the user was last disabled: a token
+    issued before either no longer validates, even once the user is enabled again (as Keystone
+    revokes a disabled user's tokens). Users live in the one fixed ``default`` domain for now
+    (``novakit.identity``)."""
+
+    __tablename__ = "identity_users"
+    __table_args__ = (UniqueConstraint("uuid"), UniqueConstraint("domain_id", "name"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(255))
+    domain_id: Mapped[str] = mapped_column(String(64))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    password_hash: Mapped[str | None] = mapped_column(String(255))
+    password_changed_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    tokens_revoked_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+
+
+class IdentityProject(TimestampMixin, Base):
+    """A project (Keystone's ``project``): what a token is scoped to and roles are given on."""
+
+    __tablename__ = "identity_projects"
+    __table_args__ = (UniqueConstraint("uuid"), UniqueConstraint("domain_id", "name"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(255))
+    domain_id: Mapped[str] = mapped_column(String(64))
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    description: Mapped[str | None] = mapped_column(Text)
+
+
+class IdentityRole(TimestampMixin, Base):
+    """A global role (Keystone's ``role`` with no domain): admin, member, reader, ..."""
+
+    __tablename__ = "identity_roles"
+    __table_args__ = (UniqueConstraint("uuid"), UniqueConstraint("name"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(255))
+
+
+class IdentityRoleAssignment(Base):
+    """A user has a role on a project (Keystone's ``assignment``, type UserProject). Deleting the
+    user, the project or the role takes its assignments with it."""
+
+    __tablename__ = "identity_role_assignments"
+    __table_args__ = (
+        Index("ix_identity_role_assignments_project_id", "project_id"),
+        Index("ix_identity_role_assignments_role_id", "role_id"),
+    )
+
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("identity_users.id", ondelete="CASCADE"), primary_key=True
+    )
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("identity_projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    role_id: Mapped[int] = mapped_column(
+        ForeignKey("identity_roles.id", ondelete="CASCADE"), primary_key=True
+    )
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class IdentityRevokedToken(Base):
+    """A revoked token, by its audit id (Keystone's revocation event, narrowed to one audit id):
+    every token carrying that audit id is refused until ``expires_at``, after which the token
+    would be refused anyway and the row can go."""
+
+    __tablename__ = "identity_revoked_tokens"
+    __table_args__ = (Index("ix_identity_revoked_tokens_expires_at", "expires_at"),)
+
+    audit_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[dt.datetime] = mapped_column(DateTime)
+    revoked_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class IdentityEndpoint(TimestampMixin, Base):
+    """One endpoint of the service catalog (Keystone's ``service`` and ``endpoint`` in one row):
+    a service's URL for one interface in one region. ``service_id`` is the same for every
+    endpoint of one service."""
+
+    __tablename__ = "identity_endpoints"
+    __table_args__ = (UniqueConstraint("uuid"), UniqueConstraint("service_type", "interface", "region_id"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(64))
+    service_id: Mapped[str] = mapped_column(String(64))
+    service_type: Mapped[str] = mapped_column(String(255))
+    service_name: Mapped[str] = mapped_column(String(255))
+    interface: Mapped[str] = mapped_column(String(16))  # public | internal | admin
+    region_id: Mapped[str] = mapped_column(String(255))
+    url: Mapped[str] = mapped_column(Text)
+
+
 #: The tables a cell's database holds; every other table is the API database's.
 CELL_TABLES = frozenset({"instances", "instance_actions", "instance_actions_events", "instance_faults"})

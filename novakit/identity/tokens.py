@@ -1,0 +1,228 @@
+"""Fernet tokens: what a token carries, how it is sealed, and when it is still good.
+
+A token is its payload, compact JSON encrypted and signed with the key repository's primary
+key (``novakit.identity.keys``), in URL-safe base64 without padding, as Keystone's Fernet
+tokens are. Nothing about a token is stored when it is issued. The payload holds:
+
+- the user's id, the project's id (None: unscoped), the authentication methods;
+- issued at (microseconds, so that a password set in the same second is told apart) and
+  expires at (default an hour later: ``IdentitySettings.token_expiration``);
+- the audit ids: the token's own, and for a token made from another (the ``token``
+  method) the first one's too, its chain; revoking a token revokes its chain's children.
+
+``validate`` refuses (``TokenInvalid``): a token that does not decrypt with any key (tampered,
+or sealed with a key since rotated away), an expired one, a revoked one (an audit id of its
+chain in ``identity_revoked_tokens``), one whose user is gone or disabled, or whose password
+changed or who was disabled after it was issued, and a project-scoped one whose project is gone or disabled or
+whose user has no role on it any more. The roles are read now, not from the token.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import json
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.fernet import InvalidToken
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from novakit.db.engine import Database
+from novakit.db.models import IdentityProject, IdentityRevokedToken, IdentityRole, IdentityUser, utcnow
+from novakit.identity import assignments, catalog, domain_view, projects, users
+from novakit.identity.errors import TokenInvalid
+from novakit.identity.keys import KeyRepository
+
+#: the methods a token can name, by their bit in the payload
+METHODS = ("password", "token", "application_credential")
+#: the payload's format; a token of another format does not validate
+PAYLOAD_VERSION = 1
+#: no token a client hands over is longer (Keystone's limit on a Fernet token: 255 is usual)
+MAX_TOKEN_LENGTH = 8192
+
+
+@dataclass(frozen=True)
+class Payload:
+    user_id: str
+    project_id: str | None
+    methods: tuple[str, ...]
+    issued_at: dt.datetime
+    expires_at: dt.datetime
+    audit_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ValidToken:
+    """A token that validated, with what it stands for now."""
+
+    payload: Payload
+    user: IdentityUser
+    project: IdentityProject | None = None
+    roles: list[IdentityRole] = field(default_factory=list)
+
+    @property
+    def role_names(self) -> list[str]:
+        return [r.name for r in self.roles]
+
+
+def new_audit_id() -> str:
+    return base64.urlsafe_b64encode(secrets.token_bytes(16)).decode().rstrip("=")
+
+
+def _micros(when: dt.datetime) -> int:
+    return int(when.replace(tzinfo=dt.UTC).timestamp()) * 1_000_000 + when.microsecond
+
+
+def _from_micros(value: int) -> dt.datetime:
+    seconds, micros = divmod(value, 1_000_000)
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).replace(tzinfo=None, microsecond=micros)
+
+
+def seal(keys: KeyRepository, payload: Payload) -> str:
+    mask = sum(1 << METHODS.index(m) for m in payload.methods)
+    body = [
+        PAYLOAD_VERSION,
+        payload.user_id,
+        payload.project_id,
+        mask,
+        _micros(payload.issued_at),
+        _micros(payload.expires_at),
+        list(payload.audit_ids),
+    ]
+    data = json.dumps(body, separators=(",", ":")).encode()
+    sealed = keys.fernet().encrypt_at_time(data, int(payload.issued_at.replace(tzinfo=dt.UTC).timestamp()))
+    return sealed.decode().rstrip("=")
+
+
+def unseal(keys: KeyRepository, token: str) -> Payload:
+    """The payload of a token sealed with any of the repository's keys; TokenInvalid otherwise."""
+    if not token or len(token) > MAX_TOKEN_LENGTH or not token.isascii():
+        raise TokenInvalid("malformed")
+    padded = token + "=" * (-len(token) % 4)
+    try:
+        body = json.loads(keys.fernet().decrypt(padded.encode()))
+        version, user_id, project_id, mask, issued, expires, audit_ids = body
+        if version != PAYLOAD_VERSION:
+            raise ValueError("payload version")
+        methods = tuple(m for i, m in enumerate(METHODS) if mask & (1 << i))
+        return Payload(
+            str(user_id),
+            None if project_id is None else str(project_id),
+            methods,
+            _from_micros(int(issued)),
+            _from_micros(int(expires)),
+            tuple(str(a) for a in audit_ids),
+        )
+    except InvalidToken:
+        raise TokenInvalid("does not decrypt with any key") from None
+    except (ValueError, TypeError):
+        raise TokenInvalid("malformed payload") from None
+
+
+def issue(
+    keys: KeyRepository,
+    user_id: str,
+    project_id: str | None,
+    methods: tuple[str, ...],
+    lifetime: int,
+    *,
+    parent: Payload | None = None,
+) -> tuple[str, Payload]:
+    """A new token; made from ``parent`` (the token method), it expires when the parent does and
+    carries the parent's audit id after its own."""
+    now = utcnow()
+    audit_ids: tuple[str, ...]
+    if parent is None:
+        expires, audit_ids = now + dt.timedelta(seconds=lifetime), (new_audit_id(),)
+    else:
+        expires, audit_ids = parent.expires_at, (new_audit_id(), parent.audit_ids[-1])
+    payload = Payload(user_id, project_id, methods, now, expires, audit_ids)
+    return seal(keys, payload), payload
+
+
+def check(session: Session, payload: Payload) -> ValidToken:
+    """Whether the payload still stands, read from the database now (the module docstring)."""
+    if utcnow() >= payload.expires_at:
+        raise TokenInvalid("expired")
+    revoked = session.execute(
+        select(IdentityRevokedToken.audit_id).where(IdentityRevokedToken.audit_id.in_(payload.audit_ids))
+    ).first()
+    if revoked is not None:
+        raise TokenInvalid("revoked")
+    user = users.get(session, payload.user_id)
+    if user is None or not user.enabled:
+        raise TokenInvalid("user missing or disabled")
+    if user.password_changed_at is not None and payload.issued_at < user.password_changed_at:
+        raise TokenInvalid("issued before the user's password changed")
+    if user.tokens_revoked_at is not None and payload.issued_at < user.tokens_revoked_at:
+        raise TokenInvalid("issued before the user was disabled")
+    if payload.project_id is None:
+        return ValidToken(payload, user)
+    project = projects.get(session, payload.project_id)
+    if project is None or not project.enabled:
+        raise TokenInvalid("project missing or disabled")
+    roles = assignments.roles_on(session, user, project)
+    if not roles:
+        raise TokenInvalid("no role on the project any more")
+    return ValidToken(payload, user, project, roles)
+
+
+def validate(db: Database, keys: KeyRepository, token: str) -> ValidToken:
+    payload = unseal(keys, token)
+    with db.reader() as session:
+        return check(session, payload)
+
+
+def revoke(db: Database, token: ValidToken) -> None:
+    """Revoke the token (and every token made from it) by its own audit id; idempotent."""
+    audit_id = token.payload.audit_ids[0]
+
+    def write(session: Session) -> None:
+        if session.get(IdentityRevokedToken, audit_id) is None:
+            session.add(IdentityRevokedToken(audit_id=audit_id, expires_at=token.payload.expires_at))
+            session.flush()
+
+    # Revoked at the same moment by another request: the same end.
+    with contextlib.suppress(IntegrityError):
+        db.run_in_transaction(write)
+
+
+def isotime(when: dt.datetime) -> str:
+    """Keystone's timestamps: ``2026-12-04T14:00:00.000000Z``."""
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def view(token: ValidToken, catalog_entries: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The token body Keystone answers with (``{"token": {...}}``); ``catalog_entries`` None
+    leaves the catalog out (``?nocatalog``), as it is for an unscoped token."""
+    body: dict[str, Any] = {
+        "methods": list(token.payload.methods),
+        "user": {
+            "domain": domain_view(),
+            "id": token.user.uuid,
+            "name": token.user.name,
+            "password_expires_at": None,
+        },
+        "audit_ids": list(token.payload.audit_ids),
+        "expires_at": isotime(token.payload.expires_at),
+        "issued_at": isotime(token.payload.issued_at),
+    }
+    if token.project is not None:
+        body["project"] = {"domain": domain_view(), "id": token.project.uuid, "name": token.project.name}
+        body["is_domain"] = False
+        body["roles"] = [{"id": r.uuid, "name": r.name} for r in token.roles]
+        if catalog_entries is not None:
+            body["catalog"] = catalog_entries
+    return {"token": body}
+
+
+def catalog_for(db: Database, token: ValidToken) -> list[dict[str, Any]] | None:
+    if token.project is None:
+        return None
+    with db.reader() as session:
+        return catalog.view(session)

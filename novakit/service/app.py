@@ -1,0 +1,85 @@
+"""The ASGI application of ``novakit serve``: routers, the request id, the error table.
+
+``create_app`` is uvicorn's factory (each worker process builds its own app, its own
+database engine). It reads its settings from the environment ``novakit serve`` sets: the
+configuration (``NOVAKIT_DB_URL``, ``NOVAKIT_STATE_DIR``, ...) and the identity settings
+(``novakit.identity.settings``). It fails at start-up when the key repository is not set up.
+
+Every response carries ``x-openstack-request-id`` (``req-<uuid>``, ``novakit.context``'s
+request id); handlers find it as ``request.state.request_id`` for the context they build.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from fastapi import FastAPI
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from novakit import exceptions
+from novakit.config import Config, load_config
+from novakit.context import generate_request_id
+from novakit.db.engine import Database
+from novakit.identity.keys import KeyRepository
+from novakit.identity.settings import IdentitySettings
+from novakit.service import errors, identity
+
+LOG = logging.getLogger(__name__)
+REQUEST_ID_HEADER = "x-openstack-request-id"
+
+
+class RequestIdMiddleware:
+    """Names every request (``req-<uuid>``) and puts the name on its response, an error's too:
+    an exception nothing handled becomes the 500 answer here, where the header is added."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = generate_request_id()
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = False
+
+        async def send_named(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_named)
+        except Exception as exc:
+            what = (request_id, scope.get("method"), scope.get("path"), type(exc).__name__)
+            LOG.exception("%s: %s %s failed: %s", *what)
+            if started:
+                raise
+            body = json.dumps(errors.error_body(500, errors.INTERNAL_MESSAGE)).encode()
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (REQUEST_ID_HEADER.encode(), request_id.encode()),
+            ]
+            await send({"type": "http.response.start", "status": 500, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+
+
+def create_app(conf: Config | None = None, settings: IdentitySettings | None = None) -> FastAPI:
+    conf = conf or load_config()
+    settings = settings or IdentitySettings.from_env(conf)
+    keys = KeyRepository(settings.key_repository)
+    keys.fernet()  # fails now, at start-up, when the repository is not set up
+    db = Database(conf.database_url)
+    app = FastAPI(title="novakit", openapi_url=None, docs_url=None, redoc_url=None, on_shutdown=[db.dispose])
+    app.state.identity = identity.IdentityService(db, keys, settings)
+    app.include_router(identity.router)
+    app.add_exception_handler(exceptions.NovakitError, errors.novakit_error)
+    app.add_exception_handler(HTTPException, errors.http_error)
+    app.add_middleware(RequestIdMiddleware)
+    return app

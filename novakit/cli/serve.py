@@ -6,8 +6,8 @@
 ``--ssl-certfile`` and ``--ssl-keyfile``. The database is the configuration's (``--db-url``,
 ``NOVAKIT_DB_URL``); a PostgreSQL database must be migrated first (``novakit db upgrade``), the
 key repository set up (``novakit identity fernet-setup``). The settings reach the worker
-processes through the environment: the configuration's variables and
-``novakit.identity.settings``'.
+processes through the environment: the configuration as JSON (``novakit.service.app``) and
+``novakit.identity.settings``' variables.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ def serve(
     from novakit.db.engine import Database
     from novakit.identity.keys import KeyRepository
     from novakit.identity.settings import EXPIRATION_ENV, KEYS_ENV, IdentitySettings
+    from novakit.service.app import CONFIG_ENV
 
     host, port = guard(lambda: parse_bind(bind))
     if (ssl_certfile is None) != (ssl_keyfile is None):
@@ -84,9 +85,9 @@ def serve(
     guard(KeyRepository(settings.key_repository).fernet)  # set up? (else: say so, now)
     database = guard(lambda: Database.from_config(config))  # the embedded default is made here
     database.dispose()
-    # What the worker processes' create_app reads.
-    os.environ["NOVAKIT_DB_URL"] = config.database_url
-    os.environ["NOVAKIT_STATE_DIR"] = str(config.state_dir)
+    # What the worker processes' create_app reads: the whole configuration (a --config file's
+    # too), with the database it was given or the default's URL.
+    os.environ[CONFIG_ENV] = config.model_copy(update={"db_url": config.database_url}).model_dump_json()
     os.environ[KEYS_ENV] = str(settings.key_repository)
     os.environ[EXPIRATION_ENV] = str(settings.token_expiration)
     uvicorn.run(

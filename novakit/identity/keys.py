@@ -31,7 +31,7 @@ class KeyRepository:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._cached: tuple[tuple[int, int], MultiFernet] | None = None
+        self._cached: tuple[tuple[int, tuple[str, ...]], MultiFernet] | None = None
 
     def indexes(self) -> list[int]:
         """The key files' numbers, lowest first (``[0, 1]`` after set-up)."""
@@ -81,12 +81,13 @@ class KeyRepository:
             indexes.remove(oldest)
         return indexes
 
-    def _stamp(self) -> tuple[int, int]:
+    def _stamp(self) -> tuple[int, tuple[str, ...]]:
+        """What changes when the keys do: the directory's mtime, and its names (a rotation always
+        adds a number, even within one tick of the clock the mtime is read from)."""
         try:
-            st = os.stat(self.path)
+            return (os.stat(self.path).st_mtime_ns, tuple(sorted(os.listdir(self.path))))
         except FileNotFoundError:
-            return (0, 0)
-        return (st.st_mtime_ns, st.st_ino)
+            return (0, ())
 
     def fernet(self) -> MultiFernet:
         """The keys, primary first then newest to oldest, staged last: encrypts with the primary,

@@ -2,8 +2,8 @@
 
 ``create_app`` is uvicorn's factory (each worker process builds its own app, its own
 database engine). It reads its settings from the environment ``novakit serve`` sets: the
-configuration (``NOVAKIT_DB_URL``, ``NOVAKIT_STATE_DIR``, ...) and the identity settings
-(``novakit.identity.settings``). It fails at start-up when the key repository is not set up.
+configuration (``NOVAKIT_SERVE_CONFIG``, else as every command loads it) and the identity
+settings (``novakit.identity.settings``). It fails at start-up when the key repository is not set up.
 
 Every response carries ``x-openstack-request-id`` (``req-<uuid>``, ``novakit.context``'s
 request id); handlers find it as ``request.state.request_id`` for the context they build.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 from fastapi import FastAPI
 from starlette.datastructures import MutableHeaders
@@ -70,8 +71,18 @@ class RequestIdMiddleware:
             await send({"type": "http.response.body", "body": body})
 
 
+#: the configuration ``novakit serve`` was given (``--config``, ``--db-url``, ...), as JSON, for its
+#: worker processes; without it they load the configuration as any command does
+CONFIG_ENV = "NOVAKIT_SERVE_CONFIG"
+
+
+def _config() -> Config:
+    given = os.environ.get(CONFIG_ENV)
+    return Config.model_validate_json(given) if given else load_config()
+
+
 def create_app(conf: Config | None = None, settings: IdentitySettings | None = None) -> FastAPI:
-    conf = conf or load_config()
+    conf = conf or _config()
     settings = settings or IdentitySettings.from_env(conf)
     keys = KeyRepository(settings.key_repository)
     keys.fernet()  # fails now, at start-up, when the repository is not set up

@@ -159,3 +159,28 @@ def test_serve_without_keys_says_what_to_run(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "novakit identity fernet-setup" in done.stderr
+
+
+def test_bootstrap_again_changes_nothing_and_a_new_password_ends_the_old_tokens(served: Served) -> None:
+    """As keystone-manage bootstrap: a second run with the same settings changes nothing (tokens
+    stay good); one with another password sets it, and the tokens issued before stop working."""
+    token = served.issue()
+    again = served.novakit(
+        "identity", "bootstrap", "--public-url", served.url, NOVAKIT_BOOTSTRAP_PASSWORD=served.password
+    )
+    assert "nothing to do" in again.stdout
+    assert served.validate(token).status_code == 200
+    new_password = served.password + "-new"
+    served.secrets.append(new_password)
+    changed = served.novakit(
+        "identity", "bootstrap", "--public-url", served.url, NOVAKIT_BOOTSTRAP_PASSWORD=new_password
+    )
+    assert "password of admin" in changed.stdout
+    assert served.password not in changed.stdout + changed.stderr
+    assert new_password not in changed.stdout + changed.stderr
+    fresh = served.issue(password=new_password)
+    assert served.validate(token, caller=fresh).status_code == 404
+    served.novakit(
+        "identity", "bootstrap", "--public-url", served.url, NOVAKIT_BOOTSTRAP_PASSWORD=served.password
+    )
+    assert served.validate(served.issue()).status_code == 200

@@ -73,7 +73,8 @@ def _ids(served: Served) -> tuple[str, str]:
 
 def test_openstack_token_issue(served: Served) -> None:
     """The unpatched ``openstack`` command (python-openstackclient through keystoneauth's
-    discovery of /identity/v3) gets a project-scoped token; the token validates."""
+    discovery of /identity/v3) gets a project-scoped token; the token validates, until the
+    command revokes it."""
     done = _openstack(_os_env(served), "token", "issue", "-f", "json")
     assert done.returncode == 0, done.stderr
     issued = json.loads(done.stdout)
@@ -84,6 +85,10 @@ def test_openstack_token_issue(served: Served) -> None:
     lifetime = expires - dt.datetime.now(dt.UTC)
     assert dt.timedelta(minutes=58) < lifetime <= dt.timedelta(hours=1)
     assert served.validate(issued["id"]).status_code == 200
+    # ... and ``openstack token revoke`` ends it (DELETE /v3/auth/tokens).
+    revoked = _openstack(_os_env(served), "token", "revoke", issued["id"])
+    assert revoked.returncode == 0, revoked.stderr
+    assert served.validate(issued["id"], caller=served.issue()).status_code == 404
 
 
 def test_openstack_token_issue_from_the_unversioned_url_and_a_wrong_password(served: Served) -> None:

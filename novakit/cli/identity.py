@@ -67,7 +67,7 @@ def bootstrap(
     from novakit import policy
     from novakit.identity.bootstrap import bootstrap as run
 
-    guard(lambda: policy.authorize(ctx(), "db:upgrade"))
+    guard(lambda: policy.authorize(ctx(), "identity:bootstrap"))
     result = guard(
         lambda: run(
             db(),

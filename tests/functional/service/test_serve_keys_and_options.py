@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -184,3 +185,35 @@ def test_bootstrap_again_changes_nothing_and_a_new_password_ends_the_old_tokens(
         "identity", "bootstrap", "--public-url", served.url, NOVAKIT_BOOTSTRAP_PASSWORD=served.password
     )
     assert served.validate(served.issue()).status_code == 200
+
+
+def test_only_an_admin_may_bootstrap(tmp_path: Path) -> None:
+    """``identity:bootstrap`` is an admin rule of the policy table: a member identity is refused,
+    by the rule's name, and nothing is written."""
+    from sqlalchemy import inspect, text
+
+    from novakit.db.engine import Database
+
+    url = f"sqlite:///{tmp_path / 'novakit.db'}"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("NOVAKIT_")},
+        "NOVAKIT_DB_URL": url,
+        "NOVAKIT_STATE_DIR": str(tmp_path / "state"),
+        "NOVAKIT_PROJECT": "web",
+        "NOVAKIT_USER": "alice",
+        "NOVAKIT_ROLES": "member",
+        "NOVAKIT_BOOTSTRAP_PASSWORD": "pw-not-shown-anywhere",
+    }
+    done = subprocess.run(
+        [*NOVAKIT, "identity", "bootstrap"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "identity:bootstrap" in done.stderr + done.stdout
+    assert "pw-not-shown-anywhere" not in done.stderr + done.stdout
+    db = Database(url)
+    try:
+        with db.reader() as session:
+            if inspect(session.get_bind()).has_table("identity_users"):
+                assert session.execute(text("SELECT COUNT(*) FROM identity_users")).scalar_one() == 0
+    finally:
+        db.dispose()

@@ -64,6 +64,8 @@ ADMIN_ONLY: dict[str, str] = {
     "quota:update": "set a project's quota",
     "heal": "compare hosts with the database and correct it",
     "db:upgrade": "create or upgrade the database schema (the db module, db_upgrade.yml)",
+    "identity:token_of_another_user": "validate, check or revoke another user's token (Keystone's "
+    "identity:validate_token for an admin)",
     "identity:bootstrap": "create the admin user, project, roles and service catalog (keystone-manage "
     "bootstrap's part)",
     "cell:create": "map a cell to its database, enable or disable it",

@@ -21,12 +21,13 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.db.engine import Database
 from novakit.identity import auth, tokens
-from novakit.identity.errors import TokenInvalid, TokenNotFound, Unauthorized
+from novakit.identity.errors import TokenInvalid, TokenNotFound
 from novakit.identity.keys import KeyRepository
 from novakit.identity.settings import IdentitySettings
+from novakit.service.auth import caller as auth_caller
 from novakit.service.body import read_json
 
 #: the v3 API's version as Keystone names it (the newest minor version of v3's documents)
@@ -93,13 +94,7 @@ async def _caller_and_subject(request: Request) -> tuple[tokens.ValidToken, toke
     """The caller's token (401 unless valid), then the subject token (404 unless valid), which
     the caller may ask about if it is its own user's or the caller is an admin (else 403)."""
     service = _service(request)
-    caller_token = request.headers.get("x-auth-token")
-    if not caller_token:
-        raise Unauthorized()
-    try:
-        caller = await run_in_threadpool(tokens.validate, service.db, service.keys, caller_token)
-    except TokenInvalid:
-        raise Unauthorized() from None
+    asking = await auth_caller(request)
     subject_token = request.headers.get("x-subject-token")
     if not subject_token:
         raise exceptions.ValidationError("X-Subject-Token", "is required: the token to validate")
@@ -107,9 +102,9 @@ async def _caller_and_subject(request: Request) -> tuple[tokens.ValidToken, toke
         subject = await run_in_threadpool(tokens.validate, service.db, service.keys, subject_token)
     except TokenInvalid:
         raise TokenNotFound() from None
-    if subject.user.uuid != caller.user.uuid and "admin" not in caller.role_names:
-        raise exceptions.PolicyNotAuthorized(action="identity:validate_token")
-    return caller, subject, subject_token
+    if subject.user.uuid != asking.token.user.uuid:
+        policy.authorize(asking.ctx, "identity:token_of_another_user")
+    return asking.token, subject, subject_token
 
 
 @router.get("/v3/auth/tokens")

@@ -34,7 +34,6 @@ SEEDS = 5
 
 def _build(db_url: str | None, area: Path, servers: int) -> tuple[Any, Any, Any]:
     """A fresh database with ``servers`` servers of project ``bench``; the API and two callers."""
-    from sqlalchemy import text
 
     from novakit.catalog import flavors, images
     from novakit.compute.api import API
@@ -45,10 +44,10 @@ def _build(db_url: str | None, area: Path, servers: int) -> tuple[Any, Any, Any]
     from novakit.virt.driver import load_driver
 
     url = db_url or f"sqlite:///{area / 'list.db'}"
-    db = Database(url)
     if db_url:
-        with db.engine.begin() as conn:
-            conn.execute(text("TRUNCATE instances, instance_mappings, instance_actions CASCADE"))
+        _empty_postgresql(db_url)
+    db = Database(url)
+    db.upgrade_if_needed()
     conf = load_config(db_url=url, state_dir=area / "state", quota={"instances": -1, "cores": -1, "ram": -1})
     admin = RequestContext.admin()
     for n in range(3):
@@ -69,6 +68,27 @@ def _build(db_url: str | None, area: Path, servers: int) -> tuple[Any, Any, Any]
         assert server["status"] == "ACTIVE", server
     _copy_rows(db, servers - SEEDS)
     return api, member, admin
+
+
+def _empty_postgresql(url: str) -> None:
+    """Every table of the database and of its cell0 database beside it goes (another benchmark's
+    flavors and servers would be counted, and another checkout's schema may differ)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import OperationalError
+
+    from novakit.cells.registry import derived_url
+
+    for each in (url, derived_url(url, "cell0")):
+        engine = create_engine(each)
+        try:
+            with engine.begin() as conn:
+                conn.execute(text("DROP SCHEMA public CASCADE"))
+                conn.execute(text("CREATE SCHEMA public"))
+        except OperationalError as exc:
+            if "does not exist" not in str(exc.orig):
+                raise
+        finally:
+            engine.dispose()
 
 
 def _copy_rows(db: Any, count: int) -> None:
@@ -117,7 +137,9 @@ def _child(library: str | None, args: argparse.Namespace) -> dict[str, list[floa
     cmd = [sys.executable, __file__, "--child", "--servers", str(args.servers), "--rounds", str(args.rounds)]
     if args.db_url:
         cmd += ["--db-url", args.db_url]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"the measurement of {library or 'this checkout'} failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

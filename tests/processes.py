@@ -63,11 +63,17 @@ def recorded_pids(directory: Path) -> list[int]:
 
 
 def alive(pid: int) -> bool:
+    """Whether ``pid`` still runs: a zombie (ended, not yet reaped by its parent, as a child the
+    test started and has not waited for) does not."""
     try:
         os.kill(pid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
 
 
 def terminate(pids: list[int], grace: float = 5.0) -> None:

@@ -68,6 +68,22 @@ ADMIN_ONLY: dict[str, str] = {
     "identity:validate_token for an admin)",
     "identity:bootstrap": "create the admin user, project, roles and service catalog (keystone-manage "
     "bootstrap's part)",
+    # The identity API (Keystone's identity:* rules, an admin's here).
+    "identity:create_user": "create a user (openstack user create)",
+    "identity:list_users": "list users (openstack user list)",
+    "identity:get_user": "show a user (openstack user show)",
+    "identity:update_user": "rename, enable, disable a user or set its password (openstack user set)",
+    "identity:delete_user": "delete a user, its role assignments and application credentials",
+    "identity:create_project": "create a project (openstack project create)",
+    "identity:list_projects": "list projects (openstack project list)",
+    "identity:get_project": "show a project (openstack project show)",
+    "identity:delete_project": "delete a project, its role assignments and application credentials",
+    "identity:list_roles": "list and show roles (openstack role list)",
+    "identity:create_grant": "give a user a role on a project (openstack role add)",
+    "identity:revoke_grant": "take a user's role on a project away (openstack role remove)",
+    "identity:list_role_assignments": "list and check role assignments (openstack role assignment list)",
+    "identity:application_credential_of_another_user": "list, show and delete another user's "
+    "application credentials (anyone may its own)",
     "cell:create": "map a cell to its database, enable or disable it",
     "cell:list": "list the cells with their databases",
     "cell:delete": "unmap an empty cell",

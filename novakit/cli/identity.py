@@ -2,6 +2,8 @@
 
 - ``bootstrap``: the first admin user, project and roles, and the service catalog
   (``keystone-manage bootstrap``); run again, it changes only what differs;
+- ``clouds-yaml``: a ``clouds.yaml`` entry for a user (its password never written) or an
+  application credential, the auth URL from the catalog unless given;
 - ``fernet-setup``, ``fernet-rotate``: the Fernet key repository of ``novakit serve``
   (``keystone-manage fernet_setup`` / ``fernet_rotate``), by default ``fernet-keys`` in the
   state directory, else ``--key-repository`` or ``NOVAKIT_FERNET_KEYS``.
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from novakit.cli.base import app as root_app
-from novakit.cli.base import conf, console, ctx, db, group, guard
+from novakit.cli.base import conf, console, ctx, db, err_console, group, guard
 
 if TYPE_CHECKING:
     from novakit.identity.keys import KeyRepository
@@ -106,3 +108,50 @@ def fernet_rotate(
     keys = _keys(key_repository)
     indexes = guard(lambda: keys.rotate(max_active_keys))
     console.print(f"{keys.path}: keys {indexes} (primary {max(indexes)}, staged 0)", highlight=False)
+
+
+@identity_app.command("clouds-yaml")
+def clouds_yaml(
+    cloud: str = typer.Argument("novakit", help="the cloud's name in clouds.yaml (--os-cloud NAME)"),
+    auth_url: str | None = typer.Option(
+        None, "--auth-url", help="the identity URL (default: the catalog's public identity endpoint)"
+    ),
+    username: str | None = typer.Option(None, "--username", help="a user (its password is not written)"),
+    project: str | None = typer.Option(None, "--project", help="the user's project"),
+    application_credential_id: str | None = typer.Option(
+        None, "--application-credential-id", help="an application credential's id"
+    ),
+    application_credential_secret: str | None = typer.Option(
+        None,
+        "--application-credential-secret",
+        envvar="OS_APPLICATION_CREDENTIAL_SECRET",
+        show_envvar=True,
+        help="its secret (better: OS_APPLICATION_CREDENTIAL_SECRET, out of the process list)",
+    ),
+    region_id: str = typer.Option("RegionOne", "--region-id", help="the catalog's region"),
+) -> None:
+    """Print a clouds.yaml entry for a user (no password written) or an application credential."""
+    from novakit.identity import catalog, clouds
+
+    if auth_url is None:
+        with db().reader() as session:
+            auth_url = catalog.endpoint_url(session, "identity", "public", region_id)
+        if auth_url is None:
+            err_console.print(
+                "no identity endpoint in the catalog: give --auth-url (or run novakit identity bootstrap)",
+                highlight=False,
+            )
+            raise typer.Exit(1)
+    url = auth_url
+    config = guard(
+        lambda: clouds.entry(
+            cloud,
+            url,
+            username=username,
+            project=project,
+            application_credential_id=application_credential_id,
+            application_credential_secret=application_credential_secret,
+            region_name=region_id,
+        )
+    )
+    typer.echo(clouds.render(config), nl=False)

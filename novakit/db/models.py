@@ -890,5 +890,46 @@ class IdentityEndpoint(TimestampMixin, Base):
     url: Mapped[str] = mapped_column(Text)
 
 
+class IdentityApplicationCredential(Base):
+    """An application credential (Keystone's): a user's delegation of some of its roles on one
+    project to a job, proven by a secret instead of the user's password (migration 0014).
+
+    ``secret_hash`` is an argon2 hash, never the secret, which only the create answer shows.
+    Deleting the user or the project takes the credential with it."""
+
+    __tablename__ = "identity_application_credentials"
+    __table_args__ = (
+        UniqueConstraint("uuid"),
+        UniqueConstraint("user_id", "name"),
+        Index("ix_identity_application_credentials_project_id", "project_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uuid: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[int] = mapped_column(ForeignKey("identity_users.id", ondelete="CASCADE"))
+    project_id: Mapped[int] = mapped_column(ForeignKey("identity_projects.id", ondelete="CASCADE"))
+    secret_hash: Mapped[str] = mapped_column(String(255))
+    description: Mapped[str | None] = mapped_column(Text)
+    expires_at: Mapped[dt.datetime | None] = mapped_column(DateTime)
+    unrestricted: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class IdentityApplicationCredentialRole(Base):
+    """A role an application credential carries (one of its user's roles on its project when it
+    was made). Deleting the credential or the role takes the row with it."""
+
+    __tablename__ = "identity_application_credential_roles"
+    __table_args__ = (Index("ix_identity_application_credential_roles_role_id", "role_id"),)
+
+    application_credential_id: Mapped[int] = mapped_column(
+        ForeignKey("identity_application_credentials.id", ondelete="CASCADE"), primary_key=True
+    )
+    role_id: Mapped[int] = mapped_column(
+        ForeignKey("identity_roles.id", ondelete="CASCADE"), primary_key=True
+    )
+
+
 #: The tables a cell's database holds; every other table is the API database's.
 CELL_TABLES = frozenset({"instances", "instance_actions", "instance_actions_events", "instance_faults"})

@@ -5,16 +5,20 @@ Keystone does; this package is the library behind it, and the CLI's ``novakit id
 commands. The operator path (CLI, modules, playbooks with the database URL) is unchanged: its
 identity stays the operator's environment (``novakit.context``).
 
-- ``users``, ``projects``, ``roles``, ``assignments``: the registries (one module per noun);
+- ``users``, ``projects``, ``roles``, ``assignments``: the registries (one module per noun),
+  and the identity API's operations on them (an admin's, by ``novakit.policy``'s rules);
+- ``application_credentials``: a user's delegation of its roles on a project to a job;
 - ``passwords``: argon2 hashes, the only form a password is kept in;
 - ``keys``: the Fernet key repository (Keystone's layout: ``0`` staged, highest primary);
 - ``tokens``: a token's payload, encrypted with the primary key, and its validation;
-- ``auth``: ``POST /v3/auth/tokens`` as a library call (password and token methods);
-- ``catalog``: the service catalog's endpoints; ``bootstrap``: ``keystone-manage bootstrap``.
+- ``auth``: ``POST /v3/auth/tokens`` as a library call (password, token and application
+  credential methods);
+- ``catalog``: the service catalog's endpoints; ``bootstrap``: ``keystone-manage bootstrap``;
+- ``clouds``: a ``clouds.yaml`` entry for a user or an application credential.
 
 Domains: there is one, fixed: id ``default``, name ``Default`` (Keystone's default domain).
 Users and projects belong to it; a request naming another domain is refused as a bad
-credential would be. More domains come with the identity CRUD of a later step.
+credential would be.
 """
 
 from __future__ import annotations

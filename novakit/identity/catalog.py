@@ -68,3 +68,15 @@ def view(session: Session) -> list[dict[str, Any]]:
             }
         )
     return list(services.values())
+
+
+def endpoint_url(
+    session: Session, service_type: str, interface: str = "public", region_id: str | None = None
+) -> str | None:
+    """A service's URL for an interface (in a region, when given), else None."""
+    stmt = select(IdentityEndpoint.url).where(
+        IdentityEndpoint.service_type == service_type, IdentityEndpoint.interface == interface
+    )
+    if region_id is not None:
+        stmt = stmt.where(IdentityEndpoint.region_id == region_id)
+    return session.execute(stmt.order_by(IdentityEndpoint.region_id).limit(1)).scalar_one_or_none()

@@ -11,6 +11,9 @@ Kept beside the identity package until the service's routers all land (then they
     │                             its project's roles gone); ``reason`` is for the log only
     ├── TokenNotFound (404) ..... the token a validation asks about (X-Subject-Token) is not
     │                             valid: Keystone's answer to GET/HEAD/DELETE /v3/auth/tokens
+    ├── IdentityNotFound (404) .. no user, project, role, assignment or application credential
+    │                             of that id (Keystone's "Could not find ...")
+    ├── IdentityConflict (409) .. a name taken already (a user's, a project's, a credential's)
     └── KeyRepositoryError (500)  the Fernet key repository is missing or unreadable
 """
 
@@ -38,3 +41,11 @@ class TokenNotFound(exceptions.NotFound):
 
 class KeyRepositoryError(exceptions.NovakitError):
     msg_fmt = "Fernet key repository %(path)s: %(reason)s"
+
+
+class IdentityNotFound(exceptions.NotFound):
+    msg_fmt = "Could not find %(kind)s: %(id)s."
+
+
+class IdentityConflict(exceptions.Conflict):
+    msg_fmt = "Conflict occurred attempting to store %(kind)s - Duplicate entry found with name %(name)s."

@@ -14,7 +14,10 @@ tokens are. Nothing about a token is stored when it is issued. The payload holds
 or sealed with a key since rotated away), an expired one, a revoked one (an audit id of its
 chain in ``identity_revoked_tokens``), one whose user is gone or disabled, or whose password
 changed or who was disabled after it was issued, and a project-scoped one whose project is gone or disabled or
-whose user has no role on it any more. The roles are read now, not from the token.
+whose user has no role on it any more. The roles are read now, not from the token. A token
+issued from an application credential carries the credential's id: it is refused once the
+credential is deleted or expired or its user no longer holds one of its roles, and carries
+the credential's roles only.
 """
 
 from __future__ import annotations
@@ -33,17 +36,23 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from novakit.db.engine import Database
-from novakit.db.models import IdentityProject, IdentityRevokedToken, IdentityRole, IdentityUser, utcnow
-from novakit.identity import assignments, catalog, domain_view, projects, users
+from novakit.db.models import (
+    IdentityApplicationCredential,
+    IdentityProject,
+    IdentityRevokedToken,
+    IdentityRole,
+    IdentityUser,
+    utcnow,
+)
+from novakit.identity import application_credentials, assignments, catalog, domain_view, projects, users
 from novakit.identity.errors import TokenInvalid
 from novakit.identity.keys import KeyRepository
+from novakit.identity.schemas import MAX_TOKEN_LENGTH
 
 #: the methods a token can name, by their bit in the payload
 METHODS = ("password", "token", "application_credential")
 #: the payload's format; a token of another format does not validate
 PAYLOAD_VERSION = 1
-#: no token a client hands over is longer (Keystone's limit on a Fernet token: 255 is usual)
-MAX_TOKEN_LENGTH = 8192
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,9 @@ class Payload:
     issued_at: dt.datetime
     expires_at: dt.datetime
     audit_ids: tuple[str, ...]
+    #: the application credential the token was issued from (the ``application_credential``
+    #: method, or a token made from such a token), else None
+    app_cred_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,7 @@ class ValidToken:
     user: IdentityUser
     project: IdentityProject | None = None
     roles: list[IdentityRole] = field(default_factory=list)
+    application_credential: IdentityApplicationCredential | None = None
 
     @property
     def role_names(self) -> list[str]:
@@ -94,6 +107,8 @@ def seal(keys: KeyRepository, payload: Payload) -> str:
         _micros(payload.expires_at),
         list(payload.audit_ids),
     ]
+    if payload.app_cred_id is not None:
+        body.append(payload.app_cred_id)
     data = json.dumps(body, separators=(",", ":")).encode()
     sealed = keys.fernet().encrypt_at_time(data, int(payload.issued_at.replace(tzinfo=dt.UTC).timestamp()))
     return sealed.decode().rstrip("=")
@@ -106,8 +121,8 @@ def unseal(keys: KeyRepository, token: str) -> Payload:
     padded = token + "=" * (-len(token) % 4)
     try:
         body = json.loads(keys.fernet().decrypt(padded.encode()))
-        version, user_id, project_id, mask, issued, expires, audit_ids = body
-        if version != PAYLOAD_VERSION:
+        version, user_id, project_id, mask, issued, expires, audit_ids, *rest = body
+        if version != PAYLOAD_VERSION or len(rest) > 1:
             raise ValueError("payload version")
         methods = tuple(m for i, m in enumerate(METHODS) if mask & (1 << i))
         return Payload(
@@ -117,6 +132,7 @@ def unseal(keys: KeyRepository, token: str) -> Payload:
             _from_micros(int(issued)),
             _from_micros(int(expires)),
             tuple(str(a) for a in audit_ids),
+            str(rest[0]) if rest else None,
         )
     except InvalidToken:
         raise TokenInvalid("does not decrypt with any key") from None
@@ -132,16 +148,19 @@ def issue(
     lifetime: int,
     *,
     parent: Payload | None = None,
+    app_cred_id: str | None = None,
 ) -> tuple[str, Payload]:
     """A new token; made from ``parent`` (the token method), it expires when the parent does and
-    carries the parent's audit id after its own."""
+    carries the parent's audit id after its own, and the parent's application credential."""
     now = utcnow()
     audit_ids: tuple[str, ...]
     if parent is None:
         expires, audit_ids = now + dt.timedelta(seconds=lifetime), (new_audit_id(),)
     else:
         expires, audit_ids = parent.expires_at, (new_audit_id(), parent.audit_ids[-1])
-    payload = Payload(user_id, project_id, methods, now, expires, audit_ids)
+    if parent is not None and parent.app_cred_id is not None:
+        app_cred_id = parent.app_cred_id
+    payload = Payload(user_id, project_id, methods, now, expires, audit_ids, app_cred_id)
     return seal(keys, payload), payload
 
 
@@ -169,7 +188,13 @@ def check(session: Session, payload: Payload) -> ValidToken:
     roles = assignments.roles_on(session, user, project)
     if not roles:
         raise TokenInvalid("no role on the project any more")
-    return ValidToken(payload, user, project, roles)
+    if payload.app_cred_id is None:
+        return ValidToken(payload, user, project, roles)
+    try:
+        cred, carried = application_credentials.check(session, payload.app_cred_id, user, project, roles)
+    except application_credentials.CredentialInvalid as exc:
+        raise TokenInvalid(exc.reason) from None
+    return ValidToken(payload, user, project, carried, cred)
 
 
 def validate(db: Database, keys: KeyRepository, token: str) -> ValidToken:
@@ -218,6 +243,10 @@ def view(token: ValidToken, catalog_entries: list[dict[str, Any]] | None) -> dic
         body["roles"] = [{"id": r.uuid, "name": r.name} for r in token.roles]
         if catalog_entries is not None:
             body["catalog"] = catalog_entries
+    cred = token.application_credential
+    if cred is not None:
+        restricted = not cred.unrestricted
+        body["application_credential"] = {"id": cred.uuid, "name": cred.name, "restricted": restricted}
     return {"token": body}
 
 

@@ -203,3 +203,22 @@ def add_user(served: Served, name: str, password: str, role: str = "member", pro
         assert found_project is not None and found_role is not None
         assignments.grant(session, user, found_project, found_role)
     served.secrets.append(password)
+
+
+def identity_tables_text(served: Served) -> str:
+    """Every row of the identity tables (and the audit trail's), as text: what a test searches
+    for a secret that should not be there."""
+    from sqlalchemy import MetaData
+
+    db = served.database()
+    try:
+        meta = MetaData()
+        meta.reflect(db.engine)
+        rows = []
+        with db.engine.connect() as conn:
+            for name, table in meta.tables.items():
+                if name.startswith(("identity_", "instance_action")):
+                    rows += [repr(tuple(r)) for r in conn.execute(table.select())]
+        return "\n".join(rows)
+    finally:
+        db.dispose()

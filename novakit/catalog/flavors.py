@@ -70,21 +70,40 @@ def create(
 
 
 def list_flavors(
-    db: Database, ctx: RequestContext | None = None, *, which: str = "all"
+    db: Database,
+    ctx: RequestContext | None = None,
+    *,
+    which: str = "all",
+    min_ram: int = 0,
+    min_disk: int = 0,
+    limit: int | None = None,
+    marker: str | None = None,
 ) -> list[dict[str, Any]]:
     """The flavors, as Nova's ``GET /flavors`` with ``is_public``: ``public``, ``private`` or
     ``all``. Asked for a caller (``ctx``), private flavors are listed only to those allowed
     ``flavor:list_private`` (no flavor access lists here: a member sees the public ones); the
-    library's own look-ups (no ``ctx``) see every flavor."""
+    library's own look-ups (no ``ctx``) see every flavor.
+
+    Nova's ``minRam``/``minDisk`` (at least that much memory, root disk) and pages: at most
+    ``limit`` flavors after the one whose id is ``marker`` (``MarkerNotFound`` when it is not
+    listed), in the listing's order (memory, then id)."""
     if which not in ("public", "private", "all"):
         raise exceptions.ValidationError("is_public", f"{which!r} is not one of public, private, all")
     if which != "public" and ctx is not None:
         policy.authorize(ctx, "flavor:list_private")
-    stmt = select(Flavor).where(Flavor.disabled.is_(False))
+    stmt = select(Flavor).where(
+        Flavor.disabled.is_(False), Flavor.memory_mb >= min_ram, Flavor.root_gb >= min_disk
+    )
     if which != "all":
         stmt = stmt.where(Flavor.is_public.is_(which == "public"))
     with db.reader() as session:
-        return [view(f) for f in session.execute(stmt.order_by(Flavor.memory_mb)).scalars()]
+        rows = [view(f) for f in session.execute(stmt.order_by(Flavor.memory_mb, Flavor.flavorid)).scalars()]
+    if marker is not None:
+        at = next((i for i, f in enumerate(rows) if f["id"] == marker), None)
+        if at is None:
+            raise exceptions.MarkerNotFound(f"Invalid marker: {marker} is not a flavor of this listing")
+        rows = rows[at + 1 :]
+    return rows if limit is None else rows[:limit]
 
 
 def show(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:

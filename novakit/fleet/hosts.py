@@ -703,6 +703,12 @@ def list_hosts(
         out.append(
             {
                 "host": node.host,
+                # Nova's os-hypervisors and os-services name them by these (``novakit serve``)
+                "node_uuid": node.uuid,
+                "service_uuid": svc.uuid if svc else None,
+                "hypervisor_hostname": node.hypervisor_hostname,
+                "hypervisor_version": node.hypervisor_version,
+                "cpu_info": dict(node.cpu_info or {}),
                 "hypervisor_type": node.hypervisor_type,
                 "status": "disabled" if svc is None or svc.disabled else "enabled",
                 "disabled_reason": svc.disabled_reason if svc else None,

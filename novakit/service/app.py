@@ -21,12 +21,13 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from novakit import exceptions
+from novakit.compute.api import API
 from novakit.config import Config, load_config
 from novakit.context import generate_request_id
 from novakit.db.engine import Database
 from novakit.identity.keys import KeyRepository
 from novakit.identity.settings import IdentitySettings
-from novakit.service import errors, identity
+from novakit.service import compute, errors, identity
 
 LOG = logging.getLogger(__name__)
 REQUEST_ID_HEADER = "x-openstack-request-id"
@@ -61,7 +62,8 @@ class RequestIdMiddleware:
             LOG.exception("%s: %s %s failed: %s", *what)
             if started:
                 raise
-            body = json.dumps(errors.error_body(500, errors.INTERNAL_MESSAGE)).encode()
+            shape = errors.shape_of(str(scope.get("path", "")))
+            body = json.dumps(errors.error_body(500, errors.INTERNAL_MESSAGE, shape)).encode()
             headers = [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
@@ -89,7 +91,9 @@ def create_app(conf: Config | None = None, settings: IdentitySettings | None = N
     db = Database(conf.database_url)
     app = FastAPI(title="novakit", openapi_url=None, docs_url=None, redoc_url=None, on_shutdown=[db.dispose])
     app.state.identity = identity.IdentityService(db, keys, settings)
+    app.state.compute = compute.ComputeService(API(db, conf), db, conf)
     app.include_router(identity.router)
+    app.include_router(compute.router)
     app.add_exception_handler(exceptions.NovakitError, errors.novakit_error)
     app.add_exception_handler(HTTPException, errors.http_error)
     app.add_middleware(RequestIdMiddleware)

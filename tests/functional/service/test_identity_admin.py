@@ -559,7 +559,7 @@ def test_clouds_yaml_for_a_user_never_prints_a_password(served: Served, sqlite_o
         text=True,
         timeout=60,
     )
-    assert refused.returncode != 0 and "pw-on-cli" not in refused.stdout
+    assert refused.returncode != 0 and "pw-on-cli" not in refused.stdout + refused.stderr
 
 
 def test_no_secret_in_the_log_nor_the_tables(served: Served) -> None:

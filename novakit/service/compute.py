@@ -392,11 +392,12 @@ class InstanceActionNotFound(exceptions.NotFound):
 
 
 def _actions(request: Request, who: Caller, server_id: str, version: Version) -> list[dict[str, Any]]:
-    """The server's actions, newest first as Nova lists them; a deleted server's from 2.21."""
-    found = _service(request).api.list_actions(who.ctx, server_id)
-    if not found and version.at_least(2, 21):
-        found = _service(request).api.list_actions(who.ctx, server_id, deleted=True)
-    return list(reversed(found))
+    """The server's actions, newest first as Nova lists them; a deleted server's from 2.21 (the
+    library lists them; before 2.21 a deleted server is not found, as its show)."""
+    api = _service(request).api
+    if not version.at_least(2, 21):
+        api.get(who.ctx, server_id)
+    return list(reversed(api.list_actions(who.ctx, server_id)))
 
 
 def _action(server_id: str, action: dict[str, Any]) -> dict[str, Any]:

@@ -62,6 +62,8 @@ class ComputeCloud:
     theirs: dict[str, str]
     alice_password: str
     bob_password: str
+    #: a deleted server of the admin project
+    gone: str
 
     #: one token per user for the module (a password's check costs a slow hash)
     tokens: dict[str, str] = field(default_factory=dict)
@@ -116,10 +118,12 @@ def cloud(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Co
             }
             theirs = {"bob-1": boot(lib, bob, "bob-1")["id"]}
             lib.api.act(admin, "web-2", "stop")
+            gone = boot(lib, admin, "gone-1")["id"]
+            lib.api.act(admin, gone, "delete")
         finally:
             db.dispose()
         yield ComputeCloud(
-            served, admin_project, other_project, mine, theirs, "alice-pw-1", "bob-pw-1", tokens
+            served, admin_project, other_project, mine, theirs, "alice-pw-1", "bob-pw-1", gone, tokens
         )
 
 
@@ -250,6 +254,10 @@ def test_server_views_for_admin_and_member(sqlite_cloud: ComputeCloud) -> None:
     assert c.get("/compute/v2.1/servers", "alice", status="SHUTOFF").json()["servers"][0]["id"] == web2
     assert c.get("/compute/v2.1/servers", "alice", status="nonsense").status_code == 400
     assert c.get("/compute/v2.1/servers", "alice", tags="red").json()["servers"] == []
+    # changes-since lists the servers changed since, deleted ones too (DELETED)
+    since = c.get("/compute/v2.1/servers/detail", "alice", **{"changes-since": "2000-01-01T00:00:00Z"})
+    statuses = {s["id"]: s["status"] for s in since.json()["servers"]}
+    assert statuses[c.gone] == "DELETED" and set(statuses) == {*c.mine.values(), c.gone}
 
 
 def test_pages_and_the_next_link(cloud: ComputeCloud) -> None:
@@ -304,6 +312,11 @@ def test_flavors_limits_zones_and_actions(sqlite_cloud: ComputeCloud) -> None:
     assert [a["action"] for a in actions] == ["stop", "create"]
     one = c.get(f"/compute/v2.1/servers/{web2}/os-instance-actions/{actions[0]['request_id']}", "alice", MAX)
     assert one.json()["instanceAction"]["events"], one.text
+    # a deleted server's actions: from 2.21 (before, it is not found, as its show)
+    gone = f"/compute/v2.1/servers/{c.gone}/os-instance-actions"
+    assert c.get(gone, "alice").status_code == 404
+    listed = c.get(gone, "alice", "2.21").json()["instanceActions"]
+    assert [a["action"] for a in listed] == ["delete", "create"]
 
 
 # ------------------------------------------------------------------ real clients

@@ -49,10 +49,12 @@ from novakit import exceptions, policy, quota
 from novakit.catalog import flavors
 from novakit.compute import listing
 from novakit.compute.api import API
+from novakit.compute.views import security_groups_view
 from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.fleet import aggregates, hosts
+from novakit.network import security_groups
 from novakit.service.auth import Caller, caller
 from novakit.service.microversion import Service, Version
 
@@ -311,7 +313,7 @@ def _server(
         "OS-EXT-STS:power_state": view.get("power_state"),
         "progress": 0,
     }
-    if "security_groups" in view:
+    if view.get("security_groups"):  # Nova's view has the key only for a server with groups
         server["security_groups"] = view["security_groups"]
     if view.get("fault"):
         fault = view["fault"]
@@ -356,7 +358,18 @@ def _list_servers(request: Request, who: Caller, detail: bool) -> JSONResponse:
     views = service.api.list_servers(who.ctx, query) if query is not None else []
     if detail:
         rows = _host_rows(service, who.ctx, version)
-        servers = [_server(request, v, version, who.ctx, rows) for v in views]
+        # a show's view has them (its ports are the API database's); a page reads them at once
+        groups = security_groups.instances_groups(service.db, [v["id"] for v in views])
+        servers = [
+            _server(
+                request,
+                {**v, "security_groups": security_groups_view(groups[v["id"]])},
+                version,
+                who.ctx,
+                rows,
+            )
+            for v in views
+        ]
     else:
         servers = [
             {"id": v["id"], "name": v["name"], "links": _links(request, "servers", v["id"])} for v in views

@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from novakit.context import RequestContext
+from novakit.network import networks, subnets
 from tests.functional.cloud import boot, make_cloud
 from tests.functional.service.conftest import Served, add_user, identity_session, serve_cloud
 
@@ -113,9 +114,10 @@ def cloud(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Co
             admin = RequestContext(project_id=admin_project, user_id=admin_user, roles=["admin"])
             alice = RequestContext(project_id=admin_project, user_id=alice_user, roles=["member"])
             bob = RequestContext(project_id=other_project, user_id=bob_user, roles=["member"])
-            mine = {
-                n: boot(lib, ctx, n)["id"] for n, ctx in (("web-1", admin), ("web-2", alice), ("db-1", admin))
-            }
+            networks.create(db, lib.admin, {"name": "lan"})
+            subnets.create(db, lib.admin, {"name": "lan-v4", "network": "lan", "cidr": "10.0.0.0/24"})
+            mine = {n: boot(lib, ctx, n)["id"] for n, ctx in (("web-1", admin), ("web-2", alice))}
+            mine["db-1"] = boot(lib, admin, "db-1", networks=[{"net_id": "lan"}])["id"]
             theirs = {"bob-1": boot(lib, bob, "bob-1")["id"]}
             lib.api.act(admin, "web-2", "stop")
             gone = boot(lib, admin, "gone-1")["id"]
@@ -251,6 +253,8 @@ def test_server_views_for_admin_and_member(sqlite_cloud: ComputeCloud) -> None:
     detail = c.get("/compute/v2.1/servers/detail", "alice", MAX, name="^web-2$").json()["servers"]
     assert [s["id"] for s in detail] == [web2]
     assert detail[0]["flavor"] == member["flavor"]
+    for key in ("addresses", "security_groups", "image", "hostId", "OS-EXT-AZ:availability_zone"):
+        assert detail[0].get(key) == member.get(key), key
     assert c.get("/compute/v2.1/servers", "alice", status="SHUTOFF").json()["servers"][0]["id"] == web2
     assert c.get("/compute/v2.1/servers", "alice", status="nonsense").status_code == 400
     assert c.get("/compute/v2.1/servers", "alice", tags="red").json()["servers"] == []
@@ -258,6 +262,22 @@ def test_server_views_for_admin_and_member(sqlite_cloud: ComputeCloud) -> None:
     since = c.get("/compute/v2.1/servers/detail", "alice", **{"changes-since": "2000-01-01T00:00:00Z"})
     statuses = {s["id"]: s["status"] for s in since.json()["servers"]}
     assert statuses[c.gone] == "DELETED" and set(statuses) == {*c.mine.values(), c.gone}
+
+
+def test_addresses_and_security_groups(sqlite_cloud: ComputeCloud) -> None:
+    """A server with a port: its fixed IP under its network's name with the port's MAC, and the
+    groups its port carries, alike in show and in a listing's detail."""
+    c = sqlite_cloud
+    db1 = c.mine["db-1"]
+    shown = c.get(f"/compute/v2.1/servers/{db1}", "alice").json()["server"]
+    (address,) = shown["addresses"]["lan"]
+    assert address["addr"].startswith("10.0.0.") and address["version"] == 4
+    assert address["OS-EXT-IPS:type"] == "fixed" and len(address["OS-EXT-IPS-MAC:mac_addr"]) == 17
+    assert shown["security_groups"] == [{"name": "default"}]
+    detail = c.get("/compute/v2.1/servers/detail", "alice", name="^db-1$").json()["servers"]
+    assert [(s["addresses"], s["security_groups"]) for s in detail] == [
+        (shown["addresses"], shown["security_groups"])
+    ]
 
 
 def test_pages_and_the_next_link(cloud: ComputeCloud) -> None:

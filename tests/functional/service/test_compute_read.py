@@ -442,3 +442,11 @@ def test_openstacksdk(cloud: ComputeCloud) -> None:
         assert one.project_id == c.admin_project
     finally:
         conn.close()
+
+
+def test_no_secret_in_the_log(cloud: ComputeCloud) -> None:
+    """Last in the module: no password or token the tests handed the service is in its log."""
+    log = cloud.served.log.read_text()
+    assert "/compute/v2.1/servers" in log
+    leaked = [s for s in cloud.served.secrets if s in log]
+    assert not leaked

@@ -565,7 +565,19 @@ def test_clouds_yaml_for_a_user_never_prints_a_password(served: Served, sqlite_o
 def test_no_secret_in_the_log_nor_the_tables(served: Served) -> None:
     """Runs last in the module: no password, token or application credential secret the
     module's tests gave or got is in the service's log (debug level) or in any identity table,
-    where credentials' secrets are argon2 hashes only."""
+    where credentials' secrets are argon2 hashes only. It makes and uses a credential of its own
+    first, so that it checks one whichever tests ran before it on this service (a module-scoped
+    service may be made again when its tests are not run in a row)."""
+    user_id, token = _member(served, "leak-check", "leak-check-pw-1")
+    served.secrets += ["leak-check-pw-1", token]
+    made = _make_cred(served, user_id, token, name="leak-check", secret="leak-check-secret-1")
+    assert made.status_code == 201, made.text
+    served.secrets.append("leak-check-secret-1")
+    cred_id = made.json()["application_credential"]["id"]
+    with served.client() as http:
+        used = http.post(f"{V3}/auth/tokens", json=_cred_auth(cred_id, "leak-check-secret-1"))
+    assert used.status_code == 201, used.text
+    served.secrets.append(used.headers["X-Subject-Token"])
     log = served.log.read_text()
     assert "POST /identity/v3/auth/tokens" in log
     assert [s[:12] for s in served.secrets if s in log] == []

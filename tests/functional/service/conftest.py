@@ -222,3 +222,33 @@ def identity_tables_text(served: Served) -> str:
         return "\n".join(rows)
     finally:
         db.dispose()
+
+
+OPENSTACK = Path(sys.executable).parent / "openstack"
+
+
+def os_env(
+    served: Served, user: str = "admin", password: str | None = None, project: str = "admin", **over: str
+) -> dict[str, str]:
+    """The environment the real ``openstack`` command authenticates with: this service's
+    identity URL, ``user`` (its password, by default the admin's) scoped to ``project``; ``over``
+    replaces any ``OS_*`` variable. No ``OS_*`` of the test's own environment leaks in."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
+    env.update(
+        OS_AUTH_URL=f"{served.url}/identity/v3",
+        OS_IDENTITY_API_VERSION="3",
+        OS_USERNAME=user,
+        OS_PASSWORD=password or served.password,
+        OS_PROJECT_NAME=project,
+        OS_USER_DOMAIN_NAME="Default",
+        OS_PROJECT_DOMAIN_NAME="Default",
+        OS_INTERFACE="public",
+        OS_REGION_NAME="RegionOne",
+    )
+    env.update(over)
+    return env
+
+
+def openstack(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The real ``openstack`` command of the tests' venv, run to its end."""
+    return subprocess.run([str(OPENSTACK), *args], env=env, capture_output=True, text=True, timeout=120)

@@ -12,12 +12,9 @@ listing's pages and the SDK's run on both.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,7 +24,14 @@ import pytest
 from novakit.context import RequestContext
 from novakit.network import networks, subnets
 from tests.functional.cloud import boot, make_cloud
-from tests.functional.service.conftest import Served, add_user, identity_session, serve_cloud
+from tests.functional.service.conftest import (
+    OPENSTACK,
+    Served,
+    add_user,
+    identity_session,
+    os_env,
+    serve_cloud,
+)
 
 pytestmark = pytest.mark.xdist_group("service_compute")
 
@@ -342,29 +346,10 @@ def test_flavors_limits_zones_and_actions(sqlite_cloud: ComputeCloud) -> None:
 # ------------------------------------------------------------------ real clients
 
 
-def _os_env(
-    served: Served, user: str = "admin", password: str | None = None, project: str = "admin"
-) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
-    env.update(
-        OS_AUTH_URL=f"{served.url}/identity/v3",
-        OS_IDENTITY_API_VERSION="3",
-        OS_USERNAME=user,
-        OS_PASSWORD=password or served.password,
-        OS_PROJECT_NAME=project,
-        OS_USER_DOMAIN_NAME="Default",
-        OS_PROJECT_DOMAIN_NAME="Default",
-        OS_INTERFACE="public",
-        OS_REGION_NAME="RegionOne",
-    )
-    return env
-
-
 def _openstack(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     """The command started (not waited for: the test runs its commands side by side)."""
-    command = Path(sys.executable).parent / "openstack"
     return subprocess.Popen(
-        [str(command), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [str(OPENSTACK), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
 
@@ -378,8 +363,8 @@ def test_the_openstack_command(sqlite_cloud: ComputeCloud) -> None:
     """The unpatched ``openstack`` command, as a member (alice) and as the admin; a member's
     ``hypervisor list`` fails with the policy's 403."""
     c = sqlite_cloud
-    admin = _os_env(c.served)
-    alice = _os_env(c.served, "alice", c.alice_password)
+    admin = os_env(c.served)
+    alice = os_env(c.served, "alice", c.alice_password)
     run = {
         "flavors": _openstack(alice, "flavor", "list", "-f", "json"),
         "flavor": _openstack(alice, "flavor", "show", "m1.large", "-f", "json"),

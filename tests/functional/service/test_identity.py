@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select
 
 from novakit.db.models import IdentityRevokedToken
-from tests.functional.service.conftest import Served, add_user, identity_session, serve_cloud
+from tests.functional.service.conftest import (
+    Served,
+    add_user,
+    identity_session,
+    openstack,
+    os_env,
+    serve_cloud,
+)
 
 pytestmark = pytest.mark.xdist_group("service_identity")
 
@@ -42,28 +45,6 @@ def served(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
         yield service
 
 
-def _os_env(served: Served, **over: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
-    env.update(
-        OS_AUTH_URL=f"{served.url}/identity/v3",
-        OS_IDENTITY_API_VERSION="3",
-        OS_USERNAME="admin",
-        OS_PASSWORD=served.password,
-        OS_PROJECT_NAME="admin",
-        OS_USER_DOMAIN_NAME="Default",
-        OS_PROJECT_DOMAIN_NAME="Default",
-        OS_INTERFACE="public",
-        OS_REGION_NAME="RegionOne",
-    )
-    env.update(over)
-    return env
-
-
-def _openstack(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    command = Path(sys.executable).parent / "openstack"
-    return subprocess.run([str(command), *args], env=env, capture_output=True, text=True, timeout=120)
-
-
 def _ids(served: Served) -> tuple[str, str]:
     """The admin user's and project's ids, as the admin's own token shows them."""
     token = served.issue()
@@ -75,7 +56,7 @@ def test_openstack_token_issue(served: Served) -> None:
     """The unpatched ``openstack`` command (python-openstackclient through keystoneauth's
     discovery of /identity/v3) gets a project-scoped token; the token validates, until the
     command revokes it."""
-    done = _openstack(_os_env(served), "token", "issue", "-f", "json")
+    done = openstack(os_env(served), "token", "issue", "-f", "json")
     assert done.returncode == 0, done.stderr
     issued = json.loads(done.stdout)
     served.secrets.append(issued["id"])
@@ -86,16 +67,16 @@ def test_openstack_token_issue(served: Served) -> None:
     assert dt.timedelta(minutes=58) < lifetime <= dt.timedelta(hours=1)
     assert served.validate(issued["id"]).status_code == 200
     # ... and ``openstack token revoke`` ends it (DELETE /v3/auth/tokens).
-    revoked = _openstack(_os_env(served), "token", "revoke", issued["id"])
+    revoked = openstack(os_env(served), "token", "revoke", issued["id"])
     assert revoked.returncode == 0, revoked.stderr
     assert served.validate(issued["id"], caller=served.issue()).status_code == 404
 
 
 def test_openstack_token_issue_from_the_unversioned_url_and_a_wrong_password(served: Served) -> None:
-    done = _openstack(_os_env(served, OS_AUTH_URL=f"{served.url}/identity"), "token", "issue", "-f", "json")
+    done = openstack(os_env(served, OS_AUTH_URL=f"{served.url}/identity"), "token", "issue", "-f", "json")
     assert done.returncode == 0, done.stderr
     served.secrets.append(json.loads(done.stdout)["id"])
-    refused = _openstack(_os_env(served, OS_PASSWORD="not-the-password"), "token", "issue")
+    refused = openstack(os_env(served, OS_PASSWORD="not-the-password"), "token", "issue")
     assert refused.returncode != 0
     assert "HTTP 401" in refused.stderr
     served.secrets.append("not-the-password")

@@ -37,6 +37,8 @@ from tests.functional.service.conftest import (
     add_user,
     identity_session,
     identity_tables_text,
+    openstack,
+    os_env,
     serve_cloud,
 )
 
@@ -74,28 +76,6 @@ def admin_token(admin: str) -> str:
 def body_checker(served: Served) -> tuple[str, str]:
     """A member (its id and token) whose bad bodies the parametrized tests send."""
     return _member(served, "body-checker", "body-checker-pw")
-
-
-def _os_env(served: Served, **over: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
-    env.update(
-        OS_AUTH_URL=f"{served.url}/identity/v3",
-        OS_IDENTITY_API_VERSION="3",
-        OS_USERNAME="admin",
-        OS_PASSWORD=served.password,
-        OS_PROJECT_NAME="admin",
-        OS_USER_DOMAIN_NAME="Default",
-        OS_PROJECT_DOMAIN_NAME="Default",
-        OS_INTERFACE="public",
-        OS_REGION_NAME="RegionOne",
-    )
-    env.update(over)
-    return env
-
-
-def _openstack(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    command = Path(sys.executable).parent / "openstack"
-    return subprocess.run([str(command), *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def _ok(done: subprocess.CompletedProcess[str]) -> Any:
@@ -144,15 +124,15 @@ def test_an_operator_and_an_awx_job_with_the_openstack_command(
     token with its password and makes an application credential; a clouds.yaml from ``novakit
     identity clouds-yaml`` with that credential gets a token (``--os-cloud``) scoped to the
     project; once the credential is deleted the same file gets 401."""
-    admin = _os_env(served)
-    project = _ok(_openstack(admin, "project", "create", "awx", "--description", "CI", "-f", "json"))
+    admin = os_env(served)
+    project = _ok(openstack(admin, "project", "create", "awx", "--description", "CI", "-f", "json"))
     assert (project["name"], project["description"], project["enabled"]) == ("awx", "CI", True)
-    user = _ok(_openstack(admin, "user", "create", "awx-job", "--password", "awx-pw-1", "-f", "json"))
+    user = _ok(openstack(admin, "user", "create", "awx-job", "--password", "awx-pw-1", "-f", "json"))
     served.secrets.append("awx-pw-1")
     assert "awx-pw-1" not in json.dumps(user) and user["name"] == "awx-job"
-    _ok(_openstack(admin, "role", "add", "--user", "awx-job", "--project", "awx", "member"))
+    _ok(openstack(admin, "role", "add", "--user", "awx-job", "--project", "awx", "member"))
     listed = _ok(
-        _openstack(
+        openstack(
             admin,
             "role",
             "assignment",
@@ -170,11 +150,11 @@ def test_an_operator_and_an_awx_job_with_the_openstack_command(
         ("member", "awx-job@Default", "awx@Default")
     ]
 
-    job = _os_env(served, OS_USERNAME="awx-job", OS_PASSWORD="awx-pw-1", OS_PROJECT_NAME="awx")
-    issued = _ok(_openstack(job, "token", "issue", "-f", "json"))
+    job = os_env(served, OS_USERNAME="awx-job", OS_PASSWORD="awx-pw-1", OS_PROJECT_NAME="awx")
+    issued = _ok(openstack(job, "token", "issue", "-f", "json"))
     served.secrets.append(issued["id"])
     assert (issued["user_id"], issued["project_id"]) == (user["id"], project["id"])
-    cred = _ok(_openstack(job, "application", "credential", "create", "awx-cred", "-f", "json"))
+    cred = _ok(openstack(job, "application", "credential", "create", "awx-cred", "-f", "json"))
     served.secrets.append(cred["Secret"])
     assert cred["Project ID"] == project["id"] and [r["name"] for r in cred["Roles"]] == ["member"]
 
@@ -194,7 +174,7 @@ def test_an_operator_and_an_awx_job_with_the_openstack_command(
     config.chmod(0o600)
     by_file = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
     by_file["OS_CLIENT_CONFIG_FILE"] = str(config)
-    by_cred = _ok(_openstack(by_file, "--os-cloud", "awx", "token", "issue", "-f", "json"))
+    by_cred = _ok(openstack(by_file, "--os-cloud", "awx", "token", "issue", "-f", "json"))
     served.secrets.append(by_cred["id"])
     assert (by_cred["user_id"], by_cred["project_id"]) == (user["id"], project["id"])
     body = served.validate(by_cred["id"]).json()["token"]
@@ -202,8 +182,8 @@ def test_an_operator_and_an_awx_job_with_the_openstack_command(
     assert [r["name"] for r in body["roles"]] == ["member"]
     assert body["application_credential"] == {"id": cred["ID"], "name": "awx-cred", "restricted": True}
 
-    _ok(_openstack(job, "application", "credential", "delete", "awx-cred"))
-    refused = _openstack(by_file, "--os-cloud", "awx", "token", "issue")
+    _ok(openstack(job, "application", "credential", "delete", "awx-cred"))
+    refused = openstack(by_file, "--os-cloud", "awx", "token", "issue")
     assert refused.returncode != 0 and "HTTP 401" in refused.stderr
     # ... and the token it had stopped validating with it; the user's own token goes on.
     assert served.validate(by_cred["id"], caller=admin_token).status_code == 404
@@ -212,8 +192,8 @@ def test_an_operator_and_an_awx_job_with_the_openstack_command(
 
 def test_a_member_is_refused_the_admin_commands(served: Served, sqlite_only: None) -> None:
     _member(served, "cli-member", "cli-member-pw")
-    member = _os_env(served, OS_USERNAME="cli-member", OS_PASSWORD="cli-member-pw")
-    refused = _openstack(member, "user", "list")
+    member = os_env(served, OS_USERNAME="cli-member", OS_PASSWORD="cli-member-pw")
+    refused = openstack(member, "user", "list")
     assert refused.returncode != 0
     assert "403" in refused.stderr and "identity:list_users" in refused.stderr
 
@@ -228,7 +208,7 @@ def test_user_set_enable_and_password_then_disable_and_delete(
     made = _call(served, "POST", "/users", admin, body).json()["user"]
     served.secrets += ["set-pw-1", "set-pw-2"]
     assert made["enabled"] is False
-    _ok(_openstack(_os_env(served), "user", "set", "--enable", "--password", "set-pw-2", "set-user"))
+    _ok(openstack(os_env(served), "user", "set", "--enable", "--password", "set-pw-2", "set-user"))
     reader = _call(served, "GET", "/roles", admin, name="reader").json()["roles"][0]["id"]
     project = _call(served, "GET", "/projects", admin, name="admin").json()["projects"][0]["id"]
     grant = f"/projects/{project}/users/{made['id']}/roles/{reader}"

@@ -1,8 +1,21 @@
-"""Moving a server from where it waited to be scheduled into its cell.
+"""Servers into their cells: a new one straight from where it waited, others by copy and swap.
 
 Nova's super conductor creates the instance in the chosen host's cell once the scheduler
-has picked the host, and in cell0 when nothing could be picked. Here the server's records
-(instance, actions, events, faults) wait in the API database's instance tables and move:
+has picked the host, and in cell0 when nothing could be picked. Here a new server's records
+(instance, action) wait in the API database's instance tables until then.
+
+**Placed** (``take_waiting``, ``take_records``, ``write_records``), all inside the claims'
+transaction of the API database: the waiting rows are deleted there (the instance's delete is
+guarded: still building and scheduling, not deleted) and returned by the same statements, the
+mapping points at the cell, and, before that transaction commits, the rows are written in the
+cell's database (a transaction of its own there, committed first). A process killed after the
+cell's commit and before the claims' leaves a copy the mapping does not point at, carrying the
+build's lease: heal removes it once the lease ran out (its ``stray_copy`` rule), and the server
+is still waiting, unclaimed, as before the claim. The caller holds the cell's writers' gate
+before it begins the claims' transaction (``CellRegistry.placement_gates``), so the gates are
+taken in their one order, the cell's before the API database's.
+
+**Moved** (``move_to_cell``: into cell0, an imported guest into its host's cell), in two steps:
 
 1. copied into the cell's database (one transaction there);
 2. in one transaction of the API database: the waiting row is deleted only if it is still
@@ -22,12 +35,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, delete, insert, select
+from sqlalchemy import and_, bindparam, delete, insert, select
 
 from novakit import exceptions
 from novakit.cells import mappings
 from novakit.cells.registry import UNSCHEDULED, Cell
-from novakit.db.models import Instance, InstanceAction, InstanceActionEvent, InstanceFault
+from novakit.db.models import Instance, InstanceAction, InstanceActionEvent, InstanceFault, utcnow
 
 if TYPE_CHECKING:
     from novakit.db.engine import Database
@@ -41,12 +54,8 @@ def _row(obj: Any) -> dict[str, Any]:
     return {c.key: getattr(obj, c.key) for c in obj.__mapper__.column_attrs}
 
 
-def move_to_cell(db: Database, uuids: Sequence[str], cell: Cell, records: Records | None = None) -> list[str]:
+def move_to_cell(db: Database, uuids: Sequence[str], cell: Cell) -> list[str]:
     """Move the waiting servers ``uuids`` into ``cell``; the uuids that moved.
-
-    ``records``: their rows as the caller read them in its last write of them (``read_records``
-    in the claims' transaction), which spares reading them again; the guarded delete of step 2
-    checks them all the same.
 
     cell0 that cannot be made or written (``CellDown``: a PostgreSQL user without CREATEDB, a
     file that cannot be opened) moves nothing: the servers that could not be scheduled stay in
@@ -57,13 +66,13 @@ def move_to_cell(db: Database, uuids: Sequence[str], cell: Cell, records: Record
         return []
     if cell.is_cell0:
         try:
-            return _move(db, uuids, cell, records)
+            return _move(db, uuids, cell)
         except exceptions.CellDown as exc:
             log.warning(
                 "cell0 cannot be written (%s): %d server(s) stay in the API database", exc, len(uuids)
             )
             return []
-    return _move(db, uuids, cell, records)
+    return _move(db, uuids, cell)
 
 
 @dataclass
@@ -77,16 +86,15 @@ class Records:
     faults: list[dict[str, Any]]
 
 
-def _move(db: Database, uuids: Sequence[str], cell: Cell, records: Records | None) -> list[str]:
+def _move(db: Database, uuids: Sequence[str], cell: Cell) -> list[str]:
     """Copy the servers' records into the cell, then delete the originals of the ones that did
     not change meanwhile (guarded by ``_GUARD``); the copies of the others go again."""
     if db.cells.database(cell) is db:
         db.run_in_transaction(lambda s: mappings.set_cell(s, uuids, cell.id))
         db.cells.remember(uuids, cell)
         return list(uuids)
-    if records is None:
-        with db.target_cell(UNSCHEDULED), db.reader() as session:
-            records = read_records(session, uuids)
+    with db.target_cell(UNSCHEDULED), db.reader() as session:
+        records = read_records(session, uuids)
     if not records.instances:
         return []
     with db.target_cell(cell):
@@ -98,6 +106,52 @@ def _move(db: Database, uuids: Sequence[str], cell: Cell, records: Records | Non
     if stayed:
         remove_copies(db, cell, stayed)
     return moved
+
+
+def take_waiting(session: Any, uuid: str, values: dict[str, Any]) -> dict[str, Any] | None:
+    """In the claims' transaction: the waiting server ``uuid`` deleted from the API database's
+    instance tables if it is still building and scheduling (not deleted), and returned as its
+    row with ``values`` written on it (``updated_at`` now unless given); None when it was
+    deleted or changed meanwhile, and nothing was taken."""
+    from novakit.compute.states import TaskState, VmState
+
+    row = session.execute(
+        _TAKE_WAITING,
+        {"uuid": uuid, "task_state": TaskState.SCHEDULING.value, "vm_state": VmState.BUILDING.value},
+    ).first()
+    if row is None:
+        return None
+    return {**dict(zip(_INSTANCE_KEYS, row, strict=True)), "updated_at": utcnow(), **values}
+
+
+def take_records(session: Any, instances: list[dict[str, Any]]) -> Records:
+    """In the claims' transaction, after ``take_waiting``: the taken servers' actions, events
+    and faults deleted from the API database's instance tables, and returned with them."""
+    uuids = [r["uuid"] for r in instances]
+    of_servers = InstanceAction.instance_uuid.in_(uuids)
+    events = _taken(
+        session,
+        InstanceActionEvent,
+        InstanceActionEvent.action_id.in_(select(InstanceAction.id).where(of_servers)),
+    )
+    actions = _taken(session, InstanceAction, of_servers)
+    faults = _taken(session, InstanceFault, InstanceFault.instance_uuid.in_(uuids))
+    return Records(instances, actions, events, faults)
+
+
+def write_records(db: Database, cell: Cell, records: Records) -> None:
+    """The taken servers' rows written in ``cell``'s database, in a transaction of its own there
+    (the caller holds the cell's gate: module docstring)."""
+    with db.target_cell(cell):
+        db.run_in_transaction(lambda session: _copy_records(session, records))
+
+
+def _taken(session: Any, model: Any, where: Any) -> list[dict[str, Any]]:
+    """The rows of ``model`` a ``DELETE ... WHERE where`` took, by column attribute (as ``_row``
+    gives them)."""
+    keys = [c.key for c in model.__mapper__.column_attrs]
+    rows = session.execute(delete(model).where(where).returning(*[getattr(model, k) for k in keys])).all()
+    return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
 def read_records(session: Any, uuids: Sequence[str]) -> Records:
@@ -113,6 +167,19 @@ def read_records(session: Any, uuids: Sequence[str]) -> Records:
     )
     faults = _rows(session, select(InstanceFault).where(InstanceFault.instance_uuid.in_(list(uuids))))
     return Records(instances, actions, events, faults)
+
+
+_INSTANCE_KEYS = [c.key for c in Instance.__mapper__.column_attrs]
+_TAKE_WAITING = (
+    delete(Instance)
+    .where(
+        Instance.uuid == bindparam("uuid"),
+        Instance.deleted == 0,
+        Instance.task_state == bindparam("task_state"),
+        Instance.vm_state == bindparam("vm_state"),
+    )
+    .returning(*[getattr(Instance, k) for k in _INSTANCE_KEYS])
+)
 
 
 def _rows(session: Any, stmt: Any) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ Where a stale answer could send a write to the wrong place, and why it cannot or
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
@@ -297,6 +298,27 @@ class CellRegistry:
                         ) from None
                 self._dbs[url] = db
         return db
+
+    @contextlib.contextmanager
+    def placement_gates(self) -> Iterator[None]:
+        """Hold the writers' gates of the databases a claim may place servers in besides the API
+        database (every cell's but cell0's, by name; no-ops but for SQLite files), for a claims'
+        transaction that writes its servers into their cell before it commits
+        (``novakit.cells.moves``): the cell's gate is taken before the API database's, the one
+        order every writer keeps. A cell whose database cannot be opened is skipped (it is down,
+        and the scheduler places nothing there)."""
+        from novakit.db.engine import write_gate
+
+        with contextlib.ExitStack() as stack:
+            for cell in self.all():
+                if cell.is_cell0 or self.is_api(cell):
+                    continue
+                try:
+                    db = self.database(cell)
+                except exceptions.CellDown:
+                    continue
+                stack.enter_context(write_gate(db))
+            yield
 
     def dispose(self) -> None:
         with self._lock:

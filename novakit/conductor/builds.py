@@ -28,8 +28,9 @@ from sqlalchemy import JSON, bindparam, select, text
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
+from novakit.cells import moves
 from novakit.cells.mappings import set_cell
-from novakit.cells.moves import Records, move_to_cell, read_records
+from novakit.cells.moves import move_to_cell
 from novakit.cells.registry import UNSCHEDULED, Cell, grouped, in_cell_of
 from novakit.compute import actions
 from novakit.compute.rpc import instance_spec
@@ -55,10 +56,6 @@ from novakit.volume import boot
 from novakit.volume.volumes import specs_of_server
 
 LOG = logging.getLogger(__name__)
-
-#: placed servers of one cell: their uuids, and their rows to copy there (None: the cell is the
-#: API database's own, where they already are)
-_Placed = tuple[list[str], Records | None]
 
 BUILD_TASK_STATES = [
     TaskState.SCHEDULING,
@@ -98,27 +95,23 @@ class Builds:
         instance is still building, so one deleted meanwhile is skipped.
 
         The servers wait in the API database until they are placed (``novakit.cells``); the
-        scheduler picks among the hosts of every cell, then each placed server moves into its
-        host's cell and each that could not be placed into cell0 (Nova's super conductor).
+        scheduler picks among the hosts of every cell, and the claims' transaction writes each
+        placed server into its host's cell (``_map_placed``); each that could not be placed
+        moves into cell0 (Nova's super conductor).
         """
         with self.db.target_cell(UNSCHEDULED):
             found = records if records is not None else self._waiting_records(instance_uuids)
             requests, infos, placed = self._schedule_waiting(ctx, instance_uuids, found)
-        for cell, (uuids, rows) in placed.items():
-            if rows is None:  # mapped in the claims' transaction: nothing moves
-                self.db.cells.remember(uuids, cell)
-            else:
-                move_to_cell(self.db, uuids, cell, rows)
+        for cell, uuids in placed.items():
+            self.db.cells.remember(uuids, cell)
         return requests, infos
 
     def _schedule_waiting(
         self, ctx: RequestContext, instance_uuids: list[str], found: dict[str, tuple[Instance, RequestSpec]]
-    ) -> tuple[list[ComputeRequest], dict[str, dict[str, Any]], dict[Cell, _Placed]]:
+    ) -> tuple[list[ComputeRequest], dict[str, dict[str, Any]], dict[Cell, list[str]]]:
         """``first_round`` with the API database's instance tables targeted, over the waiting
-        servers ``found`` (a deleted one is not there); also the placed servers by their cell
-        (those whose cell is the API database itself mapped to it in the claims' transaction,
-        ``_map_placed``; the others still to move there, with their rows as the claims'
-        transaction left them)."""
+        servers ``found`` (a deleted one is not there); also the placed servers by their cell,
+        where the claims' transaction put them (``_map_placed``)."""
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
         uuids = [u for u in instance_uuids if u in found]
@@ -134,17 +127,25 @@ class Builds:
         gone: list[str] = []
         infos: dict[str, dict[str, Any]] = {}
         over_quota: dict[str, exceptions.OverQuota] = {}
-        placed_in: dict[Cell, _Placed] = {}
+        placed_in: dict[Cell, list[str]] = {}
+        # The servers an attempt of the claims' transaction wrote in their cells' databases.
+        written: list[tuple[Cell, list[str]]] = []
         # The lease of the round that starts now: renewed in the claims' write, before the host call.
         lease = self.services.lease_until()
 
         def on_claimed(session: Session, claimed: dict[str, list[Any]]) -> None:
             # In the claims' own transaction: an instance never holds a claim without its host.
+            # Run again when the transaction is retried: what the rolled back attempt wrote in the
+            # cells goes first.
+            for cell, done in written:
+                moves.remove_copies(self.db, cell, done)
+            written.clear()
             placed = [(u, claimed[u]) for u in uuids if claimed.get(u)]
             cell_of = self._cells_of_hosts(placed)
-            recorded[:] = self._claimed(session, found, placed, gone, lease, cell_of)
+            taken: dict[str, dict[str, Any]] = {}
+            recorded[:] = self._claimed(session, found, placed, gone, lease, cell_of, taken)
             placed_in.clear()
-            placed_in.update(self._map_placed(session, recorded, cell_of))
+            placed_in.update(self._map_placed(session, recorded, cell_of, taken, written))
             infos.clear()
             infos.update(_driver_infos(self.services.rpc, session, placed, {host for host, _ in recorded}))
             over_quota.clear()
@@ -152,10 +153,12 @@ class Builds:
                 over_quota.update(self._trimmed_by_quota(session, spec, uuids))
 
         try:
-            selections = self.services.scheduler.select_destinations(spec, uuids, on_claimed=on_claimed)
-        except (exceptions.NoValidHost, exceptions.OverQuota) as exc:
+            with self.db.cells.placement_gates():
+                selections = self.services.scheduler.select_destinations(spec, uuids, on_claimed=on_claimed)
+        except (exceptions.NoValidHost, exceptions.OverQuota, exceptions.CellDown) as exc:
             # OverQuota: the recheck in the claim transaction lost to a concurrent request
-            # (Nova's recheck losers go to error too); nothing was claimed.
+            # (Nova's recheck losers go to error too); CellDown: the chosen host's cell stopped
+            # answering as its servers were written there. Nothing was claimed.
             self._fail_unscheduled(ctx, uuids, exc)
             return [], {}, {}
         unplaced = [uuid for uuid, choices in zip(uuids, selections, strict=True) if not choices]
@@ -172,28 +175,62 @@ class Builds:
         return requests, infos, placed_in
 
     def _map_placed(
-        self, session: Session, recorded: list[tuple[str, InstanceSpec]], cell_of: dict[str, int]
-    ) -> dict[Cell, _Placed]:
-        """In the claims' transaction: the placed servers whose host's cell is the API database
-        itself mapped to that cell (their records are already there: nothing moves, and a
-        process killed after the claim leaves a server placed and mapped at once). Returns
-        every placed server by its host's cell; the others move there after the claim
-        (``move_to_cell``), with their rows read here, as this transaction writes them (no
-        transaction of their own to read them again). A host of no cell (not mapped) moves
-        nothing, as before."""
+        self,
+        session: Session,
+        recorded: list[tuple[str, InstanceSpec]],
+        cell_of: dict[str, int],
+        taken: dict[str, dict[str, Any]],
+        written: list[tuple[Cell, list[str]]],
+    ) -> dict[Cell, list[str]]:
+        """In the claims' transaction: every placed server mapped to its host's cell; returns
+        them by cell. Where the cell is the API database itself their records are already there;
+        into another the records ``_claimed`` took out of the API database (``taken``), with
+        their actions, are written before this transaction commits (``novakit.cells.moves``;
+        ``written`` says which). A process killed after the claim leaves a server placed and
+        mapped at once; one killed before leaves it waiting, unclaimed (and maybe a copy heal
+        removes). A host of no cell (not mapped) maps nothing, as before."""
         by_cell: dict[Cell, list[str]] = defaultdict(list)
         for host, spec in recorded:
             cell_id = cell_of.get(host)
             if cell_id is not None:
                 by_cell[self.db.cells.by_id(cell_id)].append(spec.uuid)
-        out: dict[Cell, _Placed] = {}
         for cell, uuids in by_cell.items():
-            if self.db.cells.is_api(cell):  # told without opening the cell's database
-                set_cell(session, uuids, cell.id)
-                out[cell] = (uuids, None)
-            else:
-                out[cell] = (uuids, read_records(session, uuids))
-        return out
+            if not self.db.cells.is_api(cell):  # told without opening the cell's database
+                records = moves.take_records(session, [taken[u] for u in uuids])
+                written.append((cell, uuids))  # before: its transaction may commit and still fail
+                moves.write_records(self.db, cell, records)
+            set_cell(session, uuids, cell.id)
+        return dict(by_cell)
+
+    def _record_host(
+        self,
+        session: Session,
+        uuid: str,
+        values: dict[str, Any],
+        cell_id: int | None,
+        taken: dict[str, dict[str, Any]],
+    ) -> bool:
+        """The chosen host (``values``, with the round's lease) written on a building instance,
+        or, for a cell of its own database, the instance taken out of the API database with
+        them (into ``taken``); False when it was deleted (or changed) meanwhile, and nothing
+        was written."""
+        if cell_id is not None and not self.db.cells.is_api(self.db.cells.by_id(cell_id)):
+            row = moves.take_waiting(session, uuid, values)
+            if row is not None:
+                taken[uuid] = row
+            return row is not None
+        try:
+            db_api.instance_update(
+                session,
+                uuid,
+                values,
+                expected_task_state=[TaskState.SCHEDULING],
+                expected_vm_state=[VmState.BUILDING],
+                fetch=False,
+            )
+        except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
+            return False
+        return True
 
     def _cells_of_hosts(self, placed: list[tuple[str, list[Any]]]) -> dict[str, int]:
         """The cell id of each chosen and alternate host (a host of no cell is not in the
@@ -261,13 +298,16 @@ class Builds:
         gone: list[str],
         lease: dt.datetime,
         cell_of: dict[str, int],
+        taken: dict[str, dict[str, Any]],
     ) -> list[tuple[str, InstanceSpec]]:
         """Record each claimed instance's host and alternates (inside the claim transaction).
 
         An instance that was deleted meanwhile fails its guarded write: its claim is
         removed in the same transaction and it is skipped; the others go ahead. The
         same write renews the build's lease for the round that follows. ``cell_of``: the
-        cell id of each chosen and alternate host (``_cells_of_hosts``).
+        cell id of each chosen and alternate host (``_cells_of_hosts``). One going to a cell
+        of its own database is taken out of the API database instead, with its host
+        (``moves.take_waiting``, the same guard), into ``taken`` for ``_map_placed``.
         """
         from novakit.placement.allocations import remove_allocations_in_session
 
@@ -282,7 +322,14 @@ class Builds:
             spec = rs.spec or {}
             if chosen.host not in zones:
                 zones[chosen.host] = fleet_aggregates.zone_of_host(session, self.services.conf, chosen.host)
-            if not _record_host(session, uuid, chosen, now, lease, zones[chosen.host]):
+            values = {
+                "host": chosen.host,
+                "node": chosen.nodename,
+                "availability_zone": zones[chosen.host],
+                "scheduled_at": now,
+                "task_lease_until": lease,
+            }
+            if not self._record_host(session, uuid, values, cell_of.get(chosen.host), taken):
                 gone.append(uuid)
                 remove_allocations_in_session(session, uuid)
                 continue
@@ -680,31 +727,6 @@ def _states_of(session: Session, uuids: list[str]) -> dict[str, tuple[str, str |
 def _has_root_volume(spec: dict[str, Any]) -> bool:
     """Whether a request spec (as stored) asks for a root volume: a new one or an existing one."""
     return bool(spec.get("new_root_volume_gb") or spec.get("boot_volume"))
-
-
-def _record_host(
-    session: Session, uuid: str, chosen: Any, now: dt.datetime, lease: dt.datetime, zone: str
-) -> bool:
-    """The chosen host written on a building instance, with the round's lease; False when it
-    was deleted (or changed) meanwhile, and nothing was written."""
-    try:
-        db_api.instance_update(
-            session,
-            uuid,
-            {
-                "host": chosen.host,
-                "node": chosen.nodename,
-                "availability_zone": zone,
-                "scheduled_at": now,
-                "task_lease_until": lease,
-            },
-            expected_task_state=[TaskState.SCHEDULING],
-            expected_vm_state=[VmState.BUILDING],
-            fetch=False,
-        )
-    except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound):
-        return False
-    return True
 
 
 def _built_values(res: InstanceResult, host: str, now: dt.datetime) -> dict[str, Any]:

@@ -52,9 +52,9 @@ from tests.functional.test_cells import PG2_URL, _empty_pg2
 #: with two (the bench's figure, an average over both cells).
 CEILINGS: dict[tuple[str, int], tuple[int, int]] = {
     ("sqlite", 1): (26, 4),
-    ("sqlite", 2): (36, 7),
+    ("sqlite", 2): (31, 6),
     ("postgresql", 1): (27, 4),
-    ("postgresql", 2): (37, 7),
+    ("postgresql", 2): (32, 6),
 }
 
 #: Boots counted; the cheapest is held to the ceilings. What a process keeps may be read again

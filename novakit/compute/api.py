@@ -52,16 +52,30 @@ RACE_RETRIES = 3
 #: anything, and the options for the host
 _Started = tuple[str | None, bool, dict[str, Any]]
 
+#: runs ``fn(*args)`` elsewhere, later (``API.later``)
+Later = Callable[..., None]
+
 
 class API(CreateAPI):
     def __init__(
-        self, db: Database | None = None, conf: Config | None = None, conductor: Conductor | None = None
+        self,
+        db: Database | None = None,
+        conf: Config | None = None,
+        conductor: Conductor | None = None,
+        *,
+        later: Later | None = None,
     ) -> None:
+        """``later``: where the conductor's part of a create or an action runs, when not in the
+        caller's thread (``novakit serve``'s pool: ``later(fn, *args)``). The call then returns
+        once the request is recorded and its task state written, as Nova's API answers 202; the
+        work runs as it would in the caller, and heal recovers it as any other when its
+        process dies (its lease)."""
         self.conf = conf or load_config()
         # Unknown filter or weigher names fail here, before any request is recorded.
         scheduler_manager.check_config(self.conf)
         self.db = db or Database.from_config(self.conf)
         self._conductor = conductor
+        self.later = later
 
     @property
     def conductor(self) -> Conductor:
@@ -282,12 +296,17 @@ class API(CreateAPI):
             raise exceptions.DuplicateName(name=opts.get("name") or ref, project_id=ctx.project_id) from None
         if uuid is None:
             return ActOutcome(server=None, changed=False, action=t.action)
-        # The guarded write is committed: the rest of the action is the conductor's.
-        request = self.conductor.carry_on(ctx, uuid, t, host_options, defer=defer) if changed else None
+        # The guarded write is committed: the rest of the action is the conductor's, here or later.
+        request = None
+        ran = changed and (defer or self.later is None)
+        if ran:
+            request = self.conductor.carry_on(ctx, uuid, t, host_options, defer=defer)
+        elif changed and self.later is not None:
+            self.later(self.conductor.carry_on, ctx, uuid, t, host_options)
         # Read where the server is now: its mapping, not the cell it was in when the action began.
         with targeting(self.db, uuid), self.db.reader() as session:
             view = server_view(db_api.instance_get(session, ctx, uuid, include_deleted=True), ctx)
-            failed = actions.failure_of(session, ctx, uuid, t.record_as) if changed and t.flow else None
+            failed = actions.failure_of(session, ctx, uuid, t.record_as) if ran and t.flow else None
         return ActOutcome(server=view, changed=changed, action=t.action, request=request, error=failed)
 
     def _guarded(self, t: Transition, write: Callable[[Session], _Started]) -> _Started:

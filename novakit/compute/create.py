@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import functools
 import uuid as uuidlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field as dc_field
 from datetime import timedelta
@@ -49,6 +50,7 @@ class CreateAPI:
     db: Database
     conf: Config
     conductor: Any
+    later: Callable[..., None] | None
 
     # ------------------------------------------------------------------ create
 
@@ -60,7 +62,8 @@ class CreateAPI:
         build: bool = True,
         dry_run: bool = False,
     ) -> builtins.list[dict[str, Any]]:
-        """Record the servers (building/scheduling) and, unless ``build`` is False, build them.
+        """Record the servers (building/scheduling) and, unless ``build`` is False, build them
+        (with ``later`` set, there: the servers are returned as recorded).
 
         With ``build=False`` the caller drives the conductor itself (the boot
         playbook) or hands the build to a worker. ``dry_run`` runs every check of
@@ -77,7 +80,9 @@ class CreateAPI:
             raise exceptions.NoValidHost() from None
         if dry_run:
             return [{"name": n, "host": h} for n, h in outcome.would_schedule_to.items()]
-        if build and outcome.unbuilt:
+        if build and outcome.unbuilt and self.later is not None:
+            self.later(self.conductor.build_instances, ctx, outcome.unbuilt, outcome.records)
+        elif build and outcome.unbuilt:
             # The conductor starts from the records just written instead of reading them back,
             # and hands back the rows of the servers that built as it recorded them.
             rows: dict[str, Instance] = {}

@@ -58,6 +58,7 @@ class ServerQuery(schemas._Request):
     changes_since: dt.datetime | None = None  # changed at or after it, deleted ones too
     ip: str | None = None  # a regular expression one of the server's IPv4 fixed IPs matches (Nova's)
     ip6: str | None = None  # the same for its IPv6 fixed IPs
+    reservation_id: str | None = None  # the servers of one create request (Nova's filter)
 
     @field_validator("changes_since")
     @classmethod
@@ -112,6 +113,8 @@ def filters_of(
         filters["project_id"] = ctx.project_id
     if q.user is not None:
         filters["user_id"] = q.user
+    if q.reservation_id is not None:
+        filters["reservation_id"] = q.reservation_id
     if q.changes_since is not None:
         filters["changes_since"] = q.changes_since
         filters["include_deleted"] = True

@@ -134,6 +134,7 @@ def _listing(
     image_ref: str | None = None,
     user_id: str | None = None,
     changes_since: dt.datetime | None = None,
+    reservation_id: str | None = None,
     **_order: Any,
 ) -> Select[Any]:
     stmt = scoped(ctx, select(Instance), include_deleted or only_deleted)
@@ -166,6 +167,8 @@ def _listing(
         stmt = stmt.where(Instance.image_ref == image_ref)
     if user_id is not None:
         stmt = stmt.where(Instance.user_id == user_id)
+    if reservation_id is not None:
+        stmt = stmt.where(Instance.reservation_id == reservation_id)
     if changes_since is not None:
         # Nova's changes-since: changed at or after it, the deleted among them (a deletion is a change).
         changed = func.coalesce(Instance.updated_at, Instance.created_at)
@@ -241,7 +244,8 @@ def instance_get_all(
     ``project_id``, ``only_deleted``, ``states``: (vm_state, task_state, other task states)
     triples as ``states.states_for_status`` gives them, ``name_regex``: a regular expression
     searched in the name (Nova's ``name`` filter), ``instance_type_id``, ``image_ref``,
-    ``user_id``, ``changes_since`` (changed at or after it: Nova's ``changes-since``).
+    ``user_id``, ``changes_since`` (changed at or after it: Nova's ``changes-since``),
+    ``reservation_id`` (the servers of one create request).
     ``marker``: the uuid of the last instance of the previous page (MarkerNotFound if it is
     not one of this listing's); ``after``: a position instead, (sort value, row id) to start
     after, row id None for rows past the value only, -1 for rows at the value too (another

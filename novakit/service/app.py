@@ -27,7 +27,8 @@ from novakit.context import generate_request_id
 from novakit.db.engine import Database
 from novakit.identity.keys import KeyRepository
 from novakit.identity.settings import IdentitySettings
-from novakit.service import compute, errors, identity
+from novakit.service import compute, errors, identity, servers
+from novakit.service.work import WorkPool, threads_from_env
 
 LOG = logging.getLogger(__name__)
 REQUEST_ID_HEADER = "x-openstack-request-id"
@@ -89,11 +90,20 @@ def create_app(conf: Config | None = None, settings: IdentitySettings | None = N
     keys = KeyRepository(settings.key_repository)
     keys.fernet()  # fails now, at start-up, when the repository is not set up
     db = Database(conf.database_url)
-    app = FastAPI(title="novakit", openapi_url=None, docs_url=None, redoc_url=None, on_shutdown=[db.dispose])
+    # The conductor's part of creates and actions runs here, after their 202 (``service.work``).
+    pool = WorkPool(threads_from_env())
+    app = FastAPI(
+        title="novakit",
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        on_shutdown=[pool.shutdown, db.dispose],
+    )
     app.state.identity = identity.IdentityService(db, keys, settings)
-    app.state.compute = compute.ComputeService(API(db, conf), db, conf)
+    app.state.compute = compute.ComputeService(API(db, conf, later=pool), db, conf)
     app.include_router(identity.router)
     app.include_router(compute.router)
+    app.include_router(servers.router)
     app.add_exception_handler(exceptions.NovakitError, errors.novakit_error)
     app.add_exception_handler(HTTPException, errors.http_error)
     app.add_middleware(RequestIdMiddleware)

@@ -176,6 +176,7 @@ SERVER_FILTERS = {
     "ip": "ip",
     "ip6": "ip6",
     "user_id": "user",
+    "reservation_id": "reservation_id",
     "marker": "marker",
     "sort_dir": "sort_dir",
 }

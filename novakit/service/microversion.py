@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from novakit import exceptions
 
@@ -94,6 +94,14 @@ class Service:
             "Vary": f"OpenStack-API-Version, {self.legacy_header}",
         }
 
-    def respond(self, content: Any, version: Version, status_code: int = 200) -> JSONResponse:
-        """``content`` as JSON with the version's headers."""
-        return JSONResponse(content, status_code=status_code, headers=self.headers(version))
+    def respond(
+        self, content: Any, version: Version, status_code: int = 200, headers: dict[str, str] | None = None
+    ) -> JSONResponse:
+        """``content`` as JSON with the version's headers (and ``headers``)."""
+        return JSONResponse(
+            content, status_code=status_code, headers={**self.headers(version), **(headers or {})}
+        )
+
+    def accepted(self, version: Version, status_code: int = 202) -> Response:
+        """No body, with the version's headers: Nova's 202 for an action, 204 for a delete."""
+        return Response(status_code=status_code, headers=self.headers(version))

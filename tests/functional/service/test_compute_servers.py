@@ -1,0 +1,319 @@
+"""Compute v2.1's write side through a real ``novakit serve``: create, actions, rename and delete
+answered at once (202, 204) with the work done in the service's pool, by the real ``openstack``
+command, openstacksdk and plain HTTP; and every refusal answered with Nova's status before
+anything is written.
+
+One service per back end for the module, on the fake driver's hosts (``tests.functional.cloud``),
+booted only through the service. openstacksdk and the HTTP checks run on both back ends, the
+``openstack`` command on SQLite.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from novakit.catalog import flavors, images
+from novakit.context import RequestContext
+from novakit.network import networks, subnets
+from tests.functional.cloud import make_cloud
+from tests.functional.service.conftest import (
+    Served,
+    add_user,
+    identity_session,
+    openstack,
+    os_env,
+    serve_cloud,
+)
+
+pytestmark = pytest.mark.xdist_group("service_servers")
+
+#: a secret a create hands the service (user data, a password): never in its log
+USER_DATA = "#cloud-config\npassword: ud-secret-7f3a\n"
+ADMIN_PASS = "admin-pass-9c1e"
+
+
+@dataclass
+class ServersCloud:
+    served: Served
+    flavor: str  # m1.small's id
+    image: str  # tiny's id
+    network: str  # lan's id
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def token(self, who: str = "admin") -> str:
+        if who not in self.tokens:
+            if who == "admin":
+                self.tokens[who] = self.served.issue()
+            elif who == "alice":
+                self.tokens[who] = self.served.issue("alice", "alice-pw-1", "admin")
+            else:
+                self.tokens[who] = self.served.issue("bob", "bob-pw-1", "other")
+        return self.tokens[who]
+
+    def call(
+        self, method: str, path: str, who: str = "admin", body: Any = None, version: str | None = None
+    ) -> httpx.Response:
+        headers = {"X-Auth-Token": self.token(who)}
+        if version is not None:
+            headers["OpenStack-API-Version"] = f"compute {version}"
+        with self.served.client() as http:
+            return http.request(method, f"/compute/v2.1{path}", headers=headers, json=body)
+
+    def create(self, name: str, who: str = "admin", **extra: Any) -> httpx.Response:
+        server = {"name": name, "flavorRef": self.flavor, "imageRef": self.image, **extra}
+        return self.call("POST", "/servers", who, {"server": server})
+
+    def status(self, server_id: str, who: str = "admin") -> str:
+        answer = self.call("GET", f"/servers/{server_id}", who)
+        assert answer.status_code == 200, answer.text
+        return str(answer.json()["server"]["status"])
+
+    def wait(self, server_id: str, status: str, who: str = "admin") -> None:
+        deadline = time.monotonic() + 60
+        seen = ""
+        while time.monotonic() < deadline:
+            seen = self.status(server_id, who)
+            if seen == status:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"server {server_id} is {seen}, not {status}, after 60 s")
+
+    def count(self) -> int:
+        answer = self.call("GET", "/servers?all_tenants=1")
+        assert answer.status_code == 200, answer.text
+        return len(answer.json()["servers"])
+
+
+@pytest.fixture(scope="module")
+def cloud(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServersCloud]:
+    from novakit.identity import projects
+
+    directory = tmp_path_factory.mktemp("serve")
+    with serve_cloud(backend, directory, "servers") as served:
+        with identity_session(served) as session:
+            projects.create(session, "other")
+        add_user(served, "alice", "alice-pw-1", project="admin")
+        add_user(served, "bob", "bob-pw-1", project="other")
+        served.secrets += ["alice-pw-1", "bob-pw-1", ADMIN_PASS, "ud-secret-7f3a"]
+        db = served.database()
+        try:
+            lib = make_cloud(db, directory)
+            # The network of the admin project as Keystone names it (the tokens' project id).
+            body = served.validate(served.issue()).json()["token"]
+            owner = RequestContext(
+                project_id=body["project"]["id"], user_id=body["user"]["id"], roles=["admin"]
+            )
+            net = networks.create(db, owner, {"name": "lan"})
+            subnets.create(db, owner, {"name": "lan-v4", "network": "lan", "cidr": "10.0.0.0/24"})
+            flavor = flavors.show(db, lib.admin, "m1.small")["id"]
+            image = images.show(db, lib.admin, "tiny")["id"]
+        finally:
+            db.dispose()
+        yield ServersCloud(served, flavor, image, net["id"])
+
+
+@pytest.fixture(scope="module")
+def sqlite_cloud(backend: str, cloud: ServersCloud) -> ServersCloud:
+    if backend != "sqlite":
+        pytest.skip("the openstack command drives the same service on both back ends: SQLite only")
+    return cloud
+
+
+def test_a_create_is_accepted_at_once_and_built_by_the_service(cloud: ServersCloud) -> None:
+    c = cloud
+    user_data = base64.b64encode(USER_DATA.encode()).decode()
+    answer = c.create(
+        "made-1",
+        networks=[{"uuid": c.network}],
+        user_data=user_data,
+        adminPass=ADMIN_PASS,
+        metadata={"role": "web"},
+    )
+    assert answer.status_code == 202, answer.text
+    server = answer.json()["server"]
+    assert set(server) == {"id", "links", "OS-DCF:diskConfig", "security_groups", "adminPass"}
+    assert server["security_groups"] == [{"name": "default"}]
+    assert answer.headers["location"].endswith(f"/compute/v2.1/servers/{server['id']}")
+    c.wait(server["id"], "ACTIVE")
+    shown = c.call("GET", f"/servers/{server['id']}").json()["server"]
+    assert (shown["name"], shown["metadata"]) == ("made-1", {"role": "web"})
+    assert list(shown["addresses"]) == ["lan"]
+    # The create's action carries the request id the service answered with (the audit trail).
+    actions = c.call("GET", f"/servers/{server['id']}/os-instance-actions").json()["instanceActions"]
+    assert [(a["action"], a["request_id"]) for a in actions] == [
+        ("create", answer.headers["x-openstack-request-id"])
+    ]
+
+
+def test_return_reservation_id_and_a_count(cloud: ServersCloud) -> None:
+    c = cloud
+    answer = c.create("many", min_count=2, max_count=2, return_reservation_id=True, networks="auto")
+    assert answer.status_code == 202, answer.text
+    reservation = answer.json()["reservation_id"]
+    assert set(answer.json()) == {"reservation_id"} and reservation.startswith("r-")
+    listed = c.call("GET", f"/servers/detail?reservation_id={reservation}").json()["servers"]
+    assert sorted(s["name"] for s in listed) == ["many-1", "many-2"]
+    for s in listed:
+        c.wait(s["id"], "ACTIVE")
+        assert c.call("DELETE", f"/servers/{s['id']}").status_code == 204
+
+
+def test_openstacksdk_creates_acts_and_deletes(cloud: ServersCloud) -> None:
+    import openstack
+
+    c = cloud
+    conn = openstack.connect(
+        auth_url=f"{c.served.url}/identity/v3",
+        username="alice",
+        password="alice-pw-1",
+        project_name="admin",
+        user_domain_name="Default",
+        project_domain_name="Default",
+        region_name="RegionOne",
+        interface="public",
+    )
+    try:
+        made = conn.compute.create_server(
+            name="sdk-1", flavor_id=c.flavor, image_id=c.image, networks=[{"uuid": c.network}]
+        )
+        server = conn.compute.wait_for_server(made, status="ACTIVE", wait=60, interval=0.2)
+        assert (server.name, server.status) == ("sdk-1", "ACTIVE")
+        conn.compute.stop_server(server)
+        assert (
+            conn.compute.wait_for_server(server, status="SHUTOFF", wait=60, interval=0.2).status == "SHUTOFF"
+        )
+        conn.compute.start_server(server)
+        conn.compute.wait_for_server(server, status="ACTIVE", wait=60, interval=0.2)
+        conn.compute.update_server(server, name="sdk-renamed")
+        assert conn.compute.get_server(server.id).name == "sdk-renamed"
+        conn.compute.delete_server(server)
+        conn.compute.wait_for_delete(server, wait=60, interval=0.2)
+        assert conn.compute.find_server("sdk-renamed") is None
+    finally:
+        conn.close()
+
+
+def test_the_openstack_command_drives_a_server(sqlite_cloud: ServersCloud) -> None:
+    c = sqlite_cloud
+    made = c.create("cli-1", networks="auto")
+    assert made.status_code == 202, made.text
+    uuid = made.json()["server"]["id"]
+    c.wait(uuid, "ACTIVE")
+    admin = os_env(c.served)
+    alice = os_env(c.served, "alice", "alice-pw-1")
+
+    def run(env: dict[str, str], *args: str) -> str:
+        done = openstack(env, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        return done.stdout
+
+    run(alice, "server", "stop", "cli-1")
+    c.wait(uuid, "SHUTOFF")
+    run(alice, "server", "start", "cli-1")
+    c.wait(uuid, "ACTIVE")
+    run(alice, "server", "reboot", "--hard", "--wait", "cli-1")
+    assert c.status(uuid) == "ACTIVE"
+    run(alice, "server", "pause", "cli-1")
+    c.wait(uuid, "PAUSED")
+    run(alice, "server", "unpause", "cli-1")
+    c.wait(uuid, "ACTIVE")
+    # The fake driver's guest writes a console log as it boots (and again at each reboot).
+    log = run(alice, "console", "log", "show", "cli-1")
+    assert f"NOVAKIT-GUEST-READY hostname=cli-1 instance-id={uuid}" in log
+    console = c.call("POST", f"/servers/{uuid}/action", "alice", {"os-getConsoleOutput": {"length": 3}})
+    assert console.status_code == 200, console.text
+    tail = console.json()["output"].splitlines()
+    assert len(tail) == 3 and tail == log.splitlines()[-3:]
+    # The admin's lock holds against the member (Nova: 409, the lock's message).
+    run(admin, "server", "lock", "cli-1")
+    refused = openstack(alice, "server", "stop", "cli-1")
+    assert refused.returncode != 0 and "409" in refused.stderr and "locked" in refused.stderr, refused.stderr
+    assert c.status(uuid) == "ACTIVE"
+    run(admin, "server", "unlock", "cli-1")
+    run(alice, "server", "set", "--name", "cli-renamed", "cli-1")
+    shown = json.loads(run(alice, "server", "show", "cli-renamed", "-f", "json"))
+    assert (shown["id"], shown["status"]) == (uuid, "ACTIVE")
+    events = json.loads(run(alice, "server", "event", "list", "cli-renamed", "-f", "json"))
+    assert sorted(e["Action"] for e in events) == sorted(
+        ["create", "stop", "start", "reboot", "pause", "unpause", "lock", "unlock", "rename"]
+    )
+    run(alice, "server", "delete", "--wait", "cli-renamed")
+    assert c.call("GET", f"/servers/{uuid}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("server", "field"),
+    [
+        ({"personality": [{"path": "/etc/x", "contents": "eA=="}]}, "personality"),
+        ({"user_data": "not base64 !"}, "user_data"),
+        ({"networks": "none"}, "networks"),
+        ({"networks": [{"uuid": "lan", "mac": "x"}]}, "networks"),
+        ({"name": " padded "}, "name"),
+        ({"min_count": 0}, "min_count"),
+        ({"flavorRef": "no-such-flavor"}, "no-such-flavor"),
+        ({"imageRef": "no-such-image"}, "no-such-image"),
+    ],
+    ids=["personality", "user-data", "no-nic", "nic-key", "name", "count", "flavor", "image"],
+)
+def test_a_bad_create_is_400_naming_the_field_and_writes_nothing(
+    cloud: ServersCloud, server: dict[str, Any], field: str
+) -> None:
+    c = cloud
+    before = c.count()
+    body = {"name": "bad", "flavorRef": c.flavor, "imageRef": c.image, "networks": "auto", **server}
+    answer = c.call("POST", "/servers", body={"server": body})
+    assert answer.status_code == 400, answer.text
+    assert field in answer.json()["badRequest"]["message"]
+    assert "ud-secret" not in answer.text
+    assert c.count() == before
+
+
+def test_networks_are_required_from_2_37(cloud: ServersCloud) -> None:
+    c = cloud
+    body = {"server": {"name": "no-net", "flavorRef": c.flavor, "imageRef": c.image}}
+    answer = c.call("POST", "/servers", body=body, version="2.37")
+    assert answer.status_code == 400 and "networks" in answer.text, answer.text
+
+
+def test_action_refusals(cloud: ServersCloud) -> None:
+    """An unknown action or option 400, another project's server 404, a member's admin action 403,
+    an action the state refuses 409; none changes the server."""
+    c = cloud
+    made = c.create("target", networks="auto")
+    uuid = made.json()["server"]["id"]
+    c.wait(uuid, "ACTIVE")
+    cases = [
+        ("admin", {"os-resetState": {"state": "error"}}, 400, "os-resetState"),
+        ("admin", {"reboot": {"type": "WARM"}}, 400, "reboot.type"),
+        ("admin", {"os-stop": None, "os-start": None}, 400, "exactly one action"),
+        ("admin", {"resize": {"flavorRef": c.flavor, "size": 3}}, 400, "resize.size"),
+        ("bob", {"os-stop": None}, 404, uuid),
+        ("alice", {"migrate": None}, 403, "Policy does not allow"),
+        ("admin", {"os-start": None}, 409, "vm_state active"),
+    ]
+    for who, body, status, said in cases:
+        answer = c.call("POST", f"/servers/{uuid}/action", who, body)
+        assert answer.status_code == status, (body, answer.text)
+        assert said in answer.text, (body, answer.text)
+    assert c.call("DELETE", f"/servers/{uuid}", "bob").status_code == 404
+    assert (
+        c.call("PUT", f"/servers/{uuid}", "admin", {"server": {"accessIPv4": "10.0.0.9"}}).status_code == 400
+    )
+    assert c.status(uuid) == "ACTIVE"
+    actions = c.call("GET", f"/servers/{uuid}/os-instance-actions").json()["instanceActions"]
+    assert [a["action"] for a in actions] == ["create"]
+
+
+def test_no_secret_in_the_log(cloud: ServersCloud) -> None:
+    """Last in the module: no password, token, admin password or user data in the service's log."""
+    log = cloud.served.log.read_text()
+    assert "/compute/v2.1/servers" in log
+    assert not [s for s in cloud.served.secrets if s in log]

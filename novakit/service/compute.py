@@ -27,8 +27,13 @@ whose behaviour changes for the resources served here are all implemented:
   server's flavor embedded, not linked; 2.51 an action's events shown to its project's
   members (before it only to a caller allowed ``server:fault_details``); 2.53 services and
   hypervisors named by uuid; 2.55 a flavor's ``description``.
-- The versions in between change resources not served yet (key pairs, server create and
-  actions, migrations, quota classes, diagnostics): a request for them is answered 404.
+- The server writes (``novakit.service.servers``) keep the changes of these versions that
+  concern them: 2.37's required ``networks``; the others there only widen what a body may hold
+  (a NIC's ``tag`` of 2.32 is taken and unused; a rebuild's ``key_name`` and ``user_data`` of
+  2.54 and 2.57 are taken at every version; ``personality``, which 2.57 removed, is refused at
+  every version, as novakit writes no files into a guest).
+- The versions in between change resources not served yet (key pairs, migrations, quota
+  classes, diagnostics, ``createImage``): a request for them is answered 404 (an action, 400).
   2.58 (paging of instance actions) is the next step.
 
 Project ids are Keystone's (the token's project): servers created by the operator path under

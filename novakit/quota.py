@@ -25,8 +25,9 @@ from typing import Any
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.config import Config
+from novakit.context import RequestContext
 from novakit.db.engine import Database
 
 RESOURCES = (
@@ -75,7 +76,7 @@ _LIMITS = text("SELECT resource, hard_limit FROM quotas WHERE project_id = :p")
 
 
 def get_limits(session: Session, conf: Config, project_id: str) -> dict[str, int]:
-    limits = {name: int(getattr(conf.quota, name)) for name in RESOURCES}
+    limits = default_limits(conf)
     for resource, limit in session.execute(_LIMITS, {"p": project_id}):
         if resource in limits:
             limits[resource] = int(limit)
@@ -294,9 +295,7 @@ def check_project_id(project_id: str) -> None:
         )
 
 
-def set_quota(db: Database, project_id: str, resource: str, limit: int, *, dry_run: bool = False) -> None:
-    """Set a project's hard limit for one resource (-1: unlimited); idempotent. ``dry_run``: the
-    same checks, nothing written (check mode)."""
+def _check_limit(resource: str, limit: Any) -> None:
     if resource not in RESOURCES:
         raise exceptions.ValidationError(
             "quota resource", f"{resource!r} is not one of {', '.join(RESOURCES)}"
@@ -305,29 +304,62 @@ def set_quota(db: Database, project_id: str, resource: str, limit: int, *, dry_r
         raise exceptions.ValidationError(
             f"quota {resource}", f"must be -1 (unlimited) or 0 to {MAX_LIMIT}, got {limit!r}"
         )
+
+
+def _upsert(session: Session, project_id: str, resource: str, limit: int) -> None:
+    from novakit.db.models import utcnow
+
+    updated = session.execute(
+        text("UPDATE quotas SET hard_limit = :l, updated_at = :now WHERE project_id = :p AND resource = :r"),
+        {"l": limit, "p": project_id, "r": resource, "now": utcnow()},
+    ).rowcount  # type: ignore[attr-defined]
+    if not updated:
+        session.execute(
+            text(
+                "INSERT INTO quotas (project_id, resource, hard_limit, created_at) VALUES (:p, :r, :l, :now)"
+            ),
+            {"l": limit, "p": project_id, "r": resource, "now": utcnow()},
+        )
+
+
+def set_quota(db: Database, project_id: str, resource: str, limit: int, *, dry_run: bool = False) -> None:
+    """Set a project's hard limit for one resource (-1: unlimited); idempotent. ``dry_run``: the
+    same checks, nothing written (check mode)."""
+    _check_limit(resource, limit)
     check_project_id(project_id)
     if dry_run:
         return
+    db.run_in_transaction(lambda session: _upsert(session, project_id, resource, limit))
 
-    def _write(session: Session) -> None:
-        from novakit.db.models import utcnow
 
-        updated = session.execute(
-            text(
-                "UPDATE quotas SET hard_limit = :l, updated_at = :now WHERE project_id = :p AND resource = :r"
-            ),
-            {"l": limit, "p": project_id, "r": resource, "now": utcnow()},
-        ).rowcount  # type: ignore[attr-defined]
-        if not updated:
-            session.execute(
-                text(
-                    "INSERT INTO quotas (project_id, resource, hard_limit, created_at) "
-                    "VALUES (:p, :r, :l, :now)"
-                ),
-                {"l": limit, "p": project_id, "r": resource, "now": utcnow()},
-            )
+def update_quota(db: Database, ctx: RequestContext, project_id: str, limits: dict[str, Any]) -> None:
+    """Set several of a project's limits at once, for a caller allowed ``quota:update`` (Nova's
+    ``PUT /os-quota-sets``): every limit is checked before any is written, and all are written
+    in one transaction, so that a refused request changes nothing."""
+    policy.authorize(ctx, "quota:update")
+    for resource, limit in limits.items():
+        _check_limit(resource, limit)
+    check_project_id(project_id)
 
-    db.run_in_transaction(_write)
+    def write(session: Session) -> None:
+        for resource, limit in limits.items():
+            _upsert(session, project_id, resource, limit)
+
+    db.run_in_transaction(write)
+
+
+def default_limits(conf: Config) -> dict[str, int]:
+    """The limits of a project that has none of its own (the configuration's)."""
+    return {name: int(getattr(conf.quota, name)) for name in RESOURCES}
+
+
+def show_quota(db: Database, conf: Config, ctx: RequestContext, project_id: str) -> dict[str, dict[str, int]]:
+    """``get_quota_usage`` for a caller: its own project's, or any project's for a caller allowed
+    ``project:any`` (Nova lets a project's members and the admins read its quota)."""
+    if project_id != ctx.project_id:
+        policy.authorize(ctx, "project:any")
+    check_project_id(project_id)
+    return get_quota_usage(db, conf, project_id)
 
 
 def get_quota_usage(db: Database, conf: Config, project_id: str) -> dict[str, dict[str, int]]:

@@ -180,16 +180,23 @@ def create(db: Database, ctx: RequestContext, data: dict[str, Any], dry_run: boo
 
 
 def list_images(
-    db: Database, ctx: RequestContext | None = None, *, visibility: str | None = None
+    db: Database,
+    ctx: RequestContext | None = None,
+    *,
+    visibility: str | None = None,
+    name: str | None = None,
 ) -> list[dict[str, Any]]:
     """The active images ``ctx`` may see, as Glance lists them: community images only when
-    ``visibility`` asks for them; ``visibility`` keeps only images of that visibility.
-    ``ctx`` None: the library's own caller (an operator), every image."""
+    ``visibility`` asks for them; ``visibility`` keeps only images of that visibility, ``name``
+    only those of that exact name (Glance's filter). ``ctx`` None: the library's own caller (an
+    operator), every image."""
     if visibility is not None and visibility not in schemas.VISIBILITIES:
         raise exceptions.ValidationError("visibility", f"must be one of {', '.join(schemas.VISIBILITIES)}")
     stmt = scoped(select(Image), ctx, listing=visibility != "community")
     if visibility is not None:
         stmt = stmt.where(Image.visibility == visibility)
+    if name is not None:
+        stmt = stmt.where(Image.name == name)
     with db.reader() as session:
         rows = session.execute(stmt.where(Image.status == "active").order_by(Image.name, Image.id))
         return [view(i, ctx) for i in rows.scalars()]

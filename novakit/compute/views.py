@@ -139,6 +139,8 @@ def image_view(image: Image, ctx: RequestContext | None) -> dict[str, Any]:
         "status": image.status,
         "visibility": image.visibility,
         "owner": image.project_id,
+        "created_at": image.created_at,
+        "updated_at": image.updated_at,
     }
     if operator:
         view["location"] = image.location

@@ -2,8 +2,9 @@
 
 Makes what is missing of: the roles ``admin``, ``member`` and ``reader`` (and the named admin
 role), the admin project, the admin user with the password given, the user's admin role on
-the project, and the catalog's identity (``<public url>/identity/v3``) and compute
-(``<public url>/compute/v2.1``) endpoints for the public interface of the region. Run again it
+the project, and the catalog's identity (``<public url>/identity/v3``), compute
+(``<public url>/compute/v2.1``) and image (``<public url>/image``) endpoints for the public
+interface of the region. Run again it
 changes nothing, except what differs: a password that no longer matches is set again (its
 tokens stop working), a disabled admin is enabled, an endpoint's URL follows the new one.
 """
@@ -21,7 +22,11 @@ from novakit.identity import assignments, catalog, passwords, projects, roles, u
 
 DEFAULT_ROLES = ("admin", "member", "reader")
 #: the catalog's services: type, name, path below the public URL
-ENDPOINTS = (("identity", "keystone", "/identity/v3"), ("compute", "nova", "/compute/v2.1"))
+ENDPOINTS = (
+    ("identity", "keystone", "/identity/v3"),
+    ("compute", "nova", "/compute/v2.1"),
+    ("image", "glance", "/image"),
+)
 
 
 @dataclass

@@ -490,9 +490,13 @@ def _flavor(request: Request, f: dict[str, Any], version: Version, detail: bool)
 def _list_flavors(request: Request, who: Caller, detail: bool) -> JSONResponse:
     version = COMPUTE.requested(request)
     params = request.query_params
-    # Nova's is_public: true (the default), false, or none (every flavor: an admin's)
+    # Nova's is_public: true (the default), false, or none (every flavor). Nova takes it from a
+    # caller who may list private flavors only; another caller's listing is of the public ones,
+    # whatever it asked (openstacksdk's cloud layer asks is_public=None of every caller).
     asked = (params.get("is_public") or "true").strip().lower()
     which = "all" if asked == "none" else ("public" if _bool("is_public", asked) else "private")
+    if not policy.allowed(who.ctx, "flavor:list_private"):
+        which = "public"
     found = flavors.list_flavors(
         _service(request).db,
         who.ctx,

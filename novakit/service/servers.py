@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from novakit import exceptions
-from novakit.network import filter_sync, security_groups
+from novakit.network import filter_sync, networks, security_groups
 from novakit.service.auth import Caller, caller
 from novakit.service.body import read_json
 from novakit.service.compute import COMPUTE, _links, _server, _service
@@ -89,28 +89,30 @@ def _networks(value: Any) -> list[dict[str, Any]]:
 
 
 def _root_disk(mappings: Any, data: dict[str, Any]) -> None:
-    """Nova's ``block_device_mapping_v2`` as novakit boots from a volume: the one mapping of
-    ``boot_index`` 0, a new volume from the image (``source_type`` image, ``volume_size``) or an
-    existing volume (``source_type`` volume, its ``uuid``)."""
+    """Nova's ``block_device_mapping_v2`` as novakit takes it: one mapping, the root disk
+    (``boot_index`` 0): the image on the host's disk (``source_type`` image, ``destination_type``
+    local: what ``openstack server create --image`` sends), a new volume from the image
+    (destination volume, ``volume_size``), or an existing volume (``source_type`` volume)."""
+    field = "block_device_mapping_v2"
     if not isinstance(mappings, list) or len(mappings) != 1 or not isinstance(mappings[0], dict):
-        raise exceptions.ValidationError(
-            "block_device_mapping_v2", "must hold exactly one mapping, the root disk (boot_index 0)"
-        )
+        raise exceptions.ValidationError(field, "must hold exactly one mapping, the root disk (boot_index 0)")
     bdm = mappings[0]
-    if str(bdm.get("boot_index")) != "0" or bdm.get("destination_type", "volume") != "volume":
-        raise exceptions.ValidationError(
-            "block_device_mapping_v2",
-            "the one mapping must be the root disk: boot_index 0, destination volume",
-        )
-    source = bdm.get("source_type")
+    source, destination = bdm.get("source_type"), bdm.get("destination_type", "volume")
+    if str(bdm.get("boot_index")) != "0":
+        raise exceptions.ValidationError(field, "the one mapping must be the root disk: boot_index 0")
+    if source == "image" and destination == "local":
+        data["image"] = _ref(bdm.get("uuid"), f"{field}.uuid")
+        return
+    if destination != "volume":
+        raise exceptions.ValidationError(f"{field}.destination_type", "must be local (an image) or volume")
     if source == "image":
-        data["image"] = _ref(bdm.get("uuid"), "block_device_mapping_v2.uuid")
+        data["image"] = _ref(bdm.get("uuid"), f"{field}.uuid")
         data["boot_from_volume"] = bdm.get("volume_size")
     elif source == "volume":
         data["boot_volume"] = bdm.get("uuid")
         data.pop("image", None)
     else:
-        raise exceptions.ValidationError("block_device_mapping_v2", "source_type must be image or volume")
+        raise exceptions.ValidationError(f"{field}.source_type", "must be image or volume")
     if "delete_on_termination" in bdm:
         data["delete_on_termination"] = bdm["delete_on_termination"]
 
@@ -133,8 +135,16 @@ def _create_request(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
             data["networks"] = _networks(value)
         elif key == "security_groups":
             data["security_groups"] = value
+        elif key == "tags":  # novakit keeps no server tags: none given is nothing lost
+            if value not in ([], None):
+                raise exceptions.ValidationError("tags", "novakit keeps no server tags")
         elif key not in ("block_device_mapping_v2", "return_reservation_id"):
             raise exceptions.ValidationError(key, "is not a server attribute novakit takes")
+    if data.get("max_count", data.get("min_count")) == 1 and data.get("min_count", 1) == 1:
+        # Nova names a server of a request for one as asked; the library's count names its
+        # servers name-1 ... name-N, which Nova does only for more than one.
+        data.pop("min_count", None)
+        data.pop("max_count", None)
     if "flavor" in data:
         data["flavor"] = _ref(data["flavor"], "flavorRef")
     if data.get("image") in (None, ""):  # no image: a boot from a volume
@@ -361,3 +371,76 @@ async def server_action(server_id: str, request: Request, who: Caller = Depends(
     options = known.options(value)
     await run_in_threadpool(_service(request).api.act, who.ctx, server_id, known.action, options)
     return COMPUTE.accepted(version)
+
+
+# ---------------------------------------------------------------- os-networks (before 2.36)
+
+
+def _network(net: dict[str, Any]) -> dict[str, Any]:
+    """Nova's proxy view of a network (the keys its Neutron proxy fills; the rest null)."""
+    return {"id": net["id"], "label": net["name"], "cidr": None, "mtu": net["mtu"], "shared": net["shared"]}
+
+
+def _networks_served(request: Request) -> Any:
+    """Nova's network proxy went in 2.36: from there it answers 404, as Nova's."""
+    version = COMPUTE.requested(request)
+    if version.at_least(2, 36):
+        raise exceptions.NotFound()
+    return version
+
+
+@router.get("/v2.1/os-networks")
+def list_networks(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    """The networks a create may name (the library's listing), for a client with no network
+    service in its catalog (``openstack server create --network NAME`` looks the name up here).
+    Every novakit network is shared (Neutron's ``shared``): every project sees and uses it."""
+    version = _networks_served(request)
+    del who  # the caller is checked (401); every network is every project's to see
+    listed = networks.list_networks(_service(request).db)
+    return COMPUTE.respond({"networks": [_network(n) for n in listed]}, version)
+
+
+@router.get("/v2.1/os-networks/{network_id}")
+def show_network(network_id: str, request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    version = _networks_served(request)
+    del who
+    return COMPUTE.respond({"network": _network(networks.show(_service(request).db, network_id))}, version)
+
+
+# ---------------------------------------------------------------- a server's security groups
+
+
+def _rule(rule: dict[str, Any], group_id: str) -> dict[str, Any]:
+    """Nova's proxy view of a rule (ingress rules: Nova's proxy shows those)."""
+    return {
+        "id": rule["id"],
+        "parent_group_id": group_id,
+        "ip_protocol": rule["protocol"],
+        "from_port": rule["port_range_min"],
+        "to_port": rule["port_range_max"],
+        "ip_range": {"cidr": rule["remote_ip_prefix"]} if rule["remote_ip_prefix"] else {},
+        "group": {"name": rule["remote_group"]} if rule["remote_group"] else {},
+    }
+
+
+@router.get("/v2.1/servers/{server_id}/os-security-groups")
+def server_security_groups(server_id: str, request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    """The groups the server's ports carry, with their ingress rules (Nova's proxy; this one route
+    of it stays after 2.36). openstack.cloud's ``server`` module reads it on every run."""
+    version = COMPUTE.requested(request)
+    db = _service(request).db
+    groups = [
+        security_groups.show_group(db, who.ctx, name)
+        for name in security_groups.server_groups(db, who.ctx, server_id)
+    ]
+    shown = [
+        {
+            "id": g["id"],
+            "name": g["name"],
+            "description": g["description"],
+            "tenant_id": g["project_id"],
+            "rules": [_rule(r, g["id"]) for r in g["security_group_rules"] if r["direction"] == "ingress"],
+        }
+        for g in groups
+    ]
+    return COMPUTE.respond({"security_groups": shown}, version)

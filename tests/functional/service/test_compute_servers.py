@@ -317,3 +317,36 @@ def test_no_secret_in_the_log(cloud: ServersCloud) -> None:
     log = cloud.served.log.read_text()
     assert "/compute/v2.1/servers" in log
     assert not [s for s in cloud.served.secrets if s in log]
+
+
+def test_the_openstack_command_creates_by_image_name_through_the_image_api(
+    sqlite_cloud: ServersCloud,
+) -> None:
+    """``server create --image NAME --wait`` looks the image up through ``/image/v2`` (the catalog's
+    image endpoint), then boots; ``image list``/``image show`` read the same images."""
+    c = sqlite_cloud
+    alice = os_env(c.served, "alice", "alice-pw-1")
+    images_listed = openstack(alice, "image", "list", "-f", "json")
+    assert images_listed.returncode == 0, images_listed.stderr
+    assert sorted(i["Name"] for i in json.loads(images_listed.stdout)) == ["tiny", "tiny-2"]
+    shown = openstack(alice, "image", "show", "tiny", "-f", "json")
+    assert shown.returncode == 0, shown.stderr
+    image = json.loads(shown.stdout)
+    assert (image["id"], image["status"], image["visibility"]) == (c.image, "active", "public")
+    made = openstack(
+        alice, "server", "create", "--flavor", "m1.small", "--image", "tiny", "--network", "lan", "--wait",
+        "-f", "json", "by-name",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    server = json.loads(made.stdout)
+    assert (server["name"], server["status"]) == ("by-name", "ACTIVE")
+    assert c.status(server["id"], "alice") == "ACTIVE"
+    # Glance finds an image by id only; another project's private image is not found.
+    with c.served.client() as http:
+        headers = {"X-Auth-Token": c.token("alice")}
+        assert http.get("/image/v2/images/tiny", headers=headers).status_code == 404
+        assert http.get("/image/v2/images", headers=headers, params={"owner": "x"}).status_code == 400
+        page = http.get("/image/v2/images", headers=headers, params={"limit": 1}).json()
+        assert [i["name"] for i in page["images"]] == ["tiny"] and "marker=" in page["next"]
+    done = openstack(alice, "server", "delete", "--wait", "by-name")
+    assert done.returncode == 0, done.stderr

@@ -156,7 +156,7 @@ def test_token_body_as_keystone_answers(served: Served) -> None:
     for stamp in ("issued_at", "expires_at"):
         assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$", body[stamp])
     catalog = {entry["type"]: entry for entry in body["catalog"]}
-    assert set(catalog) == {"identity", "compute"}
+    assert set(catalog) == {"identity", "compute", "image"}
     (compute,) = catalog["compute"]["endpoints"]
     assert compute["url"] == f"{served.url}/compute/v2.1"
     assert (compute["interface"], compute["region_id"]) == ("public", "RegionOne")

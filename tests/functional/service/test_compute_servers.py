@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -333,13 +334,15 @@ def test_the_openstack_command_creates_by_image_name_through_the_image_api(
     assert shown.returncode == 0, shown.stderr
     image = json.loads(shown.stdout)
     assert (image["id"], image["status"], image["visibility"]) == (c.image, "active", "public")
+    key = openstack(alice, "keypair", "create", "--public-key", str(_public_key_file(c)), "by-name-key")
+    assert key.returncode == 0, key.stderr
     made = openstack(
-        alice, "server", "create", "--flavor", "m1.small", "--image", "tiny", "--network", "lan", "--wait",
-        "-f", "json", "by-name",
+        alice, "server", "create", "--flavor", "m1.small", "--image", "tiny", "--network", "lan",
+        "--key-name", "by-name-key", "--wait", "-f", "json", "by-name",
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
     server = json.loads(made.stdout)
-    assert (server["name"], server["status"]) == ("by-name", "ACTIVE")
+    assert (server["name"], server["status"], server["key_name"]) == ("by-name", "ACTIVE", "by-name-key")
     assert c.status(server["id"], "alice") == "ACTIVE"
     # Glance finds an image by id only; another project's private image is not found.
     with c.served.client() as http:
@@ -350,3 +353,65 @@ def test_the_openstack_command_creates_by_image_name_through_the_image_api(
         assert [i["name"] for i in page["images"]] == ["tiny"] and "marker=" in page["next"]
     done = openstack(alice, "server", "delete", "--wait", "by-name")
     assert done.returncode == 0, done.stderr
+
+
+def _public_key_file(c: ServersCloud) -> Path:
+    path = c.served.log.parent / "by-name.pub"
+    path.write_text(
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHm2X3WnKzYF6bS1pJ0cWq2rP8sE4dT7vN9uL0aB1cD2 t@novakit\n"
+    )
+    return path
+
+
+def test_the_openstack_command_moves_and_rebuilds_a_server(sqlite_cloud: ServersCloud) -> None:
+    """suspend/resume, rebuild, resize with its confirm, migrate with its confirm, shelve and
+    unshelve, each by the unpatched ``openstack`` command, each ending where Nova's would."""
+    c = sqlite_cloud
+    made = c.create("mover", networks="auto")
+    assert made.status_code == 202, made.text
+    uuid = made.json()["server"]["id"]
+    c.wait(uuid, "ACTIVE")
+    admin = os_env(c.served)
+
+    def run(*args: str) -> None:
+        done = openstack(admin, *args)
+        assert done.returncode == 0, (args, done.stderr)
+
+    def host() -> str:
+        return str(c.call("GET", f"/servers/{uuid}").json()["server"]["OS-EXT-SRV-ATTR:host"])
+
+    run("server", "suspend", "mover")
+    c.wait(uuid, "SUSPENDED")
+    run("server", "resume", "mover")
+    c.wait(uuid, "ACTIVE")
+    run("server", "rebuild", "--image", "tiny-2", "--wait", "mover")
+    shown = c.call("GET", f"/servers/{uuid}").json()["server"]
+    assert (shown["status"], shown["image"]["id"]) == ("ACTIVE", _image_id(c, "tiny-2"))
+    run("server", "resize", "--flavor", "m1.large", "--wait", "mover")
+    assert c.status(uuid) == "VERIFY_RESIZE"
+    run("server", "resize", "confirm", "mover")
+    c.wait(uuid, "ACTIVE")
+    resized = c.call("GET", f"/servers/{uuid}", version="2.47").json()["server"]
+    assert resized["flavor"]["original_name"] == "m1.large"
+    before = host()
+    run("server", "migrate", "--wait", "mover")
+    assert c.status(uuid) == "VERIFY_RESIZE" and host() != before
+    run("server", "migrate", "confirm", "mover")
+    c.wait(uuid, "ACTIVE")
+    run("server", "shelve", "--wait", "mover")
+    assert c.status(uuid) in ("SHELVED", "SHELVED_OFFLOADED")
+    run("server", "unshelve", "--wait", "mover")
+    assert c.status(uuid) == "ACTIVE"
+    actions = [
+        a["action"] for a in c.call("GET", f"/servers/{uuid}/os-instance-actions").json()["instanceActions"]
+    ]
+    for done in ("suspend", "resume", "rebuild", "resize", "confirmResize", "migrate", "shelve", "unshelve"):
+        assert done in actions, (done, actions)
+    run("server", "delete", "--wait", "mover")
+
+
+def _image_id(c: ServersCloud, name: str) -> str:
+    with c.served.client() as http:
+        listed = http.get("/image/v2/images", headers={"X-Auth-Token": c.token()}, params={"name": name})
+    [image] = listed.json()["images"]
+    return str(image["id"])

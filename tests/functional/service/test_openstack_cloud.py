@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from novakit.context import RequestContext
 from novakit.network import networks, subnets
@@ -53,12 +54,36 @@ PLAYBOOK = """
         cloud: novakit
       register: flavors
 
+    - name: A key pair
+      openstack.cloud.keypair:
+        cloud: novakit
+        name: pb-key
+        public_key: "{{ public_key }}"
+      register: keypair
+
+    - name: A server group
+      openstack.cloud.server_group:
+        cloud: novakit
+        name: pb-group
+        policy: anti-affinity
+      register: group
+
+    - name: The project's quota, set by an admin (an application credential of the admin's)
+      openstack.cloud.quota:
+        cloud: novakit-admin
+        name: admin
+        instances: 20
+      register: quota
+
     - name: Boot
       openstack.cloud.server:
         cloud: novakit
         name: pb-1
         image: tiny
         flavor: m1.small
+        key_name: pb-key
+        scheduler_hints:
+          group: "{{ group.server_group.id }}"
         nics:
           - net-id: "{{ network_id }}"
         auto_ip: false
@@ -118,11 +143,15 @@ PLAYBOOK = """
     - name: Results for the test
       ansible.builtin.copy:
         dest: "{{ playbook_dir }}/results.json"
-        content: "{{ {'flavors': flavors, 'booted': booted, 'read': read, 'inventory': inventory.stdout,
+        content: "{{ {'flavors': flavors, 'keypair': keypair, 'group': group, 'quota': quota,
+                     'booted': booted, 'read': read, 'inventory': inventory.stdout,
                      'stopped': stopped, 'read_stopped': read_stopped, 'deleted': deleted,
                      'read_deleted': read_deleted} | to_json }}"
         mode: "0600"
 """
+
+#: a key pair's public half (ed25519; its private half is nobody's)
+PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHm2X3WnKzYF6bS1pJ0cWq2rP8sE4dT7vN9uL0aB1cD2 pb@novakit"
 
 INVENTORY = """
 plugin: openstack.cloud.openstack
@@ -170,7 +199,22 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnsibleCloud]:
             credential["id"],
             OS_APPLICATION_CREDENTIAL_SECRET=credential["secret"],
         ).stdout
-        (directory / "clouds.yaml").write_text(clouds)
+        # The admin's own application credential, for the quota task (setting a quota is an admin's).
+        made = openstack(os_env(served), "application", "credential", "create", "awx-admin", "-f", "json")
+        assert made.returncode == 0, made.stderr
+        admin = {k.lower(): v for k, v in json.loads(made.stdout).items()}
+        served.secrets.append(admin["secret"])
+        admin_clouds = served.novakit(
+            "identity",
+            "clouds-yaml",
+            "novakit-admin",
+            "--application-credential-id",
+            admin["id"],
+            OS_APPLICATION_CREDENTIAL_SECRET=admin["secret"],
+        ).stdout
+        entries = yaml.safe_load(clouds)
+        entries["clouds"].update(yaml.safe_load(admin_clouds)["clouds"])
+        (directory / "clouds.yaml").write_text(yaml.safe_dump(entries))
         (directory / "openstack.yml").write_text(INVENTORY)
         (directory / "playbook.yml").write_text(PLAYBOOK)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "NOVAKIT_", "ANSIBLE_"))}
@@ -194,6 +238,8 @@ def test_a_playbook_of_openstack_cloud_modules_runs_a_server_through_the_service
             "playbook.yml",
             "-e",
             f"bin={BIN} ansible_python_interpreter={BIN / 'python'} network_id={c.network}",
+            "-e",
+            f"public_key='{PUBLIC_KEY}'",
         ],
         cwd=c.directory,
         env=c.env,
@@ -205,7 +251,11 @@ def test_a_playbook_of_openstack_cloud_modules_runs_a_server_through_the_service
     assert c.secret not in ran.stdout + ran.stderr
     r: dict[str, Any] = json.loads((c.directory / "results.json").read_text())
     assert "m1.small" in [f["name"] for f in r["flavors"]["flavors"]]
+    assert r["keypair"]["changed"] and r["keypair"]["keypair"]["name"] == "pb-key"
+    assert r["group"]["changed"] and r["group"]["server_group"]["policies"] == ["anti-affinity"]
+    assert r["quota"]["changed"] and r["quota"]["quotas"]["compute"]["instances"] == 20
     assert r["booted"]["changed"] and r["booted"]["server"]["status"] == "ACTIVE"
+    assert r["booted"]["server"]["key_name"] == "pb-key"
     uuid = r["booted"]["server"]["id"]
     assert [(s["id"], s["status"]) for s in r["read"]["servers"]] == [(uuid, "ACTIVE")]
     assert list(r["read"]["servers"][0]["addresses"]) == ["lan"]

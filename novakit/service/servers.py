@@ -444,3 +444,13 @@ def server_security_groups(server_id: str, request: Request, who: Caller = Depen
         for g in groups
     ]
     return COMPUTE.respond({"security_groups": shown}, version)
+
+
+@router.get("/v2.1/os-floating-ip-pools")
+def floating_ip_pools(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    """Nova's floating IP pools (a proxy gone in 2.36): novakit has no floating IPs, so none.
+    openstacksdk's ``create_server`` asks for them (its ``auto_ip``) when no network service is
+    in the catalog."""
+    version = _networks_served(request)
+    del who
+    return COMPUTE.respond({"floating_ip_pools": []}, version)

@@ -198,6 +198,20 @@ def test_openstacksdk_creates_acts_and_deletes(cloud: ServersCloud) -> None:
         conn.compute.delete_server(server)
         conn.compute.wait_for_delete(server, wait=60, interval=0.2)
         assert conn.compute.find_server("sdk-renamed") is None
+        # The cloud layer's create_server: the image and flavor by name, waiting for ACTIVE (no
+        # floating IP: novakit has none, and its pool list is empty).
+        cloud_made = conn.create_server(
+            "sdk-cloud",
+            image="tiny",
+            flavor="m1.small",
+            nics=[{"net-id": c.network}],
+            auto_ip=False,
+            wait=True,
+            timeout=60,
+        )
+        assert (cloud_made.name, cloud_made.status) == ("sdk-cloud", "ACTIVE")
+        assert conn.delete_server("sdk-cloud", wait=True, timeout=60)
+        assert conn.get_server("sdk-cloud") is None
     finally:
         conn.close()
 
@@ -415,3 +429,65 @@ def _image_id(c: ServersCloud, name: str) -> str:
         listed = http.get("/image/v2/images", headers={"X-Auth-Token": c.token()}, params={"name": name})
     [image] = listed.json()["images"]
     return str(image["id"])
+
+
+PLACEHOLDER = "00000000-0000-0000-0000-000000000000"
+#: the write side's routes (and the proxies it added): 401 without a token on each
+WRITE_ROUTES = [
+    ("POST", "/servers"),
+    ("PUT", f"/servers/{PLACEHOLDER}"),
+    ("DELETE", f"/servers/{PLACEHOLDER}"),
+    ("POST", f"/servers/{PLACEHOLDER}/action"),
+    ("GET", f"/servers/{PLACEHOLDER}/os-security-groups"),
+    ("GET", "/os-networks"),
+    ("GET", f"/os-networks/{PLACEHOLDER}"),
+    ("GET", "/os-floating-ip-pools"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), WRITE_ROUTES, ids=[f"{m} {p}" for m, p in WRITE_ROUTES])
+def test_every_write_route_needs_a_token(sqlite_cloud: ServersCloud, method: str, path: str) -> None:
+    with sqlite_cloud.served.client() as http:
+        answer = http.request(method, f"/compute/v2.1{path}", json={"server": {"name": "x"}})
+    assert answer.status_code == 401, answer.text
+    assert answer.json()["error"]["code"] == 401
+
+
+def test_another_projects_server_is_not_found_by_any_route_or_verb(cloud: ServersCloud) -> None:
+    """bob (project other) on the admin project's server: 404 everywhere, never 403, nothing
+    changed; the same requests of alice (its project) are answered."""
+    c = cloud
+    made = c.create("theirs", networks="auto")
+    uuid = made.json()["server"]["id"]
+    c.wait(uuid, "ACTIVE")
+    requests: list[tuple[str, str, Any]] = [
+        ("GET", f"/servers/{uuid}", None),
+        ("PUT", f"/servers/{uuid}", {"server": {"name": "stolen"}}),
+        ("GET", f"/servers/{uuid}/os-instance-actions", None),
+        ("GET", f"/servers/{uuid}/os-security-groups", None),
+        *[
+            ("POST", f"/servers/{uuid}/action", {name: body})
+            for name, body in [
+                ("os-stop", None),
+                ("reboot", {"type": "HARD"}),
+                ("lock", None),
+                ("rebuild", {"imageRef": c.image}),
+                ("os-getConsoleOutput", {}),
+                ("addSecurityGroup", {"name": "default"}),
+                ("createBackup", {"name": "x"}),
+            ]
+        ],
+        ("DELETE", f"/servers/{uuid}", None),
+    ]
+    for method, path, body in requests:
+        answer = c.call(method, path, "bob", body)
+        # An action novakit does not take is 400 before the server is looked up, as Nova's schema.
+        expected = 400 if body is not None and "createBackup" in body else 404
+        assert answer.status_code == expected, (method, path, body, answer.text)
+        if expected == 404:
+            assert uuid in answer.text or "could not be found" in answer.text, answer.text
+    assert c.status(uuid, "alice") == "ACTIVE"
+    assert c.call("GET", f"/servers/{uuid}", "alice").json()["server"]["name"] == "theirs"
+    shown = c.call("GET", f"/servers/{uuid}/os-security-groups", "alice")
+    assert shown.status_code == 200 and [g["name"] for g in shown.json()["security_groups"]] == []
+    assert c.call("DELETE", f"/servers/{uuid}", "alice").status_code == 204

@@ -27,7 +27,7 @@ from novakit.compute.create import CreateAPI
 from novakit.compute.states import (
     Transition,
 )
-from novakit.compute.views import security_groups_view, server_view
+from novakit.compute.views import host_id, security_groups_view, server_view
 from novakit.config import Config, load_config
 from novakit.context import RequestContext
 from novakit.db import api as db_api
@@ -162,6 +162,7 @@ class API(CreateAPI):
                         "project_id": a.project_id,
                         "start_time": a.start_time,
                         "finish_time": a.finish_time,
+                        "updated_at": a.updated_at or a.start_time,
                         "message": a.message,
                         "events": [
                             {
@@ -170,6 +171,8 @@ class API(CreateAPI):
                                 "finish_time": e.finish_time,
                                 "result": e.result,
                                 "host": e.host if policy.allowed(ctx, "host:show") else None,
+                                # Nova's opaque hostId: the same for one project's events on one host
+                                "host_id": host_id(inst.project_id, e.host) if e.host else "",
                                 "details": actions.shown_text(e.details, ctx),
                                 **(
                                     {"traceback": e.traceback}

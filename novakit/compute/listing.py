@@ -29,7 +29,7 @@ from pydantic import Field, field_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from novakit import policy
+from novakit import exceptions, policy
 from novakit.catalog import flavors, images
 from novakit.compute import schemas, states
 from novakit.context import RequestContext
@@ -56,11 +56,13 @@ class ServerQuery(schemas._Request):
     project: str | None = None  # another project's servers (an admin's), Nova's project_id filter
     user: str | None = None  # servers its user created, Nova's user_id filter
     changes_since: dt.datetime | None = None  # changed at or after it, deleted ones too
+    changes_before: dt.datetime | None = None  # changed at or before it, deleted ones too (Nova 2.66)
+    locked: bool | None = None  # locked (True) or not (False), Nova's 2.73 filter
     ip: str | None = None  # a regular expression one of the server's IPv4 fixed IPs matches (Nova's)
     ip6: str | None = None  # the same for its IPv6 fixed IPs
     reservation_id: str | None = None  # the servers of one create request (Nova's filter)
 
-    @field_validator("changes_since")
+    @field_validator("changes_since", "changes_before")
     @classmethod
     def _utc(cls, value: dt.datetime | None) -> dt.datetime | None:
         """As the database keeps times: naive UTC (a time without a zone is taken as UTC)."""
@@ -115,8 +117,15 @@ def filters_of(
         filters["user_id"] = q.user
     if q.reservation_id is not None:
         filters["reservation_id"] = q.reservation_id
+    if q.locked is not None:
+        filters["locked"] = q.locked
     if q.changes_since is not None:
         filters["changes_since"] = q.changes_since
+        filters["include_deleted"] = True
+    if q.changes_before is not None:
+        if q.changes_since is not None and q.changes_before < q.changes_since:
+            raise exceptions.ValidationError("changes_before", "must not be earlier than changes_since")
+        filters["changes_before"] = q.changes_before
         filters["include_deleted"] = True
     if q.status is not None:
         filters["states"] = states.states_for_status(q.status)

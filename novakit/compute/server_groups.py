@@ -101,6 +101,19 @@ def find(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any] | None:
         return None
 
 
+def of_server(db: Database, instance_uuid: str) -> list[str]:
+    """The ids of the live groups the server is a member of (Nova 2.71's ``server_groups``)."""
+    with db.reader() as session:
+        return list(
+            session.execute(
+                select(InstanceGroup.uuid)
+                .join(InstanceGroupMember, InstanceGroupMember.group_id == InstanceGroup.id)
+                .where(InstanceGroupMember.instance_uuid == instance_uuid, InstanceGroup.deleted == 0)
+                .order_by(InstanceGroup.id)
+            ).scalars()
+        )
+
+
 def list_groups(db: Database, ctx: RequestContext, all_projects: bool = False) -> list[dict[str, Any]]:
     with db.reader() as session:
         stmt = select(InstanceGroup).where(InstanceGroup.deleted == 0).order_by(InstanceGroup.name)

@@ -134,7 +134,9 @@ def _listing(
     image_ref: str | None = None,
     user_id: str | None = None,
     changes_since: dt.datetime | None = None,
+    changes_before: dt.datetime | None = None,
     reservation_id: str | None = None,
+    locked: bool | None = None,
     **_order: Any,
 ) -> Select[Any]:
     stmt = scoped(ctx, select(Instance), include_deleted or only_deleted)
@@ -169,10 +171,15 @@ def _listing(
         stmt = stmt.where(Instance.user_id == user_id)
     if reservation_id is not None:
         stmt = stmt.where(Instance.reservation_id == reservation_id)
+    if locked is not None:
+        stmt = stmt.where(Instance.locked.is_(locked))
     if changes_since is not None:
         # Nova's changes-since: changed at or after it, the deleted among them (a deletion is a change).
         changed = func.coalesce(Instance.updated_at, Instance.created_at)
         stmt = stmt.where(changed >= changes_since)
+    if changes_before is not None:
+        changed = func.coalesce(Instance.updated_at, Instance.created_at)
+        stmt = stmt.where(changed <= changes_before)
     return stmt
 
 
@@ -245,7 +252,8 @@ def instance_get_all(
     triples as ``states.states_for_status`` gives them, ``name_regex``: a regular expression
     searched in the name (Nova's ``name`` filter), ``instance_type_id``, ``image_ref``,
     ``user_id``, ``changes_since`` (changed at or after it: Nova's ``changes-since``),
-    ``reservation_id`` (the servers of one create request).
+    ``changes_before`` (changed at or before it: Nova's 2.66 ``changes-before``),
+    ``reservation_id`` (the servers of one create request), ``locked``.
     ``marker``: the uuid of the last instance of the previous page (MarkerNotFound if it is
     not one of this listing's); ``after``: a position instead, (sort value, row id) to start
     after, row id None for rows past the value only, -1 for rows at the value too (another

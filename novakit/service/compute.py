@@ -13,7 +13,7 @@ project's server is "not found", an admin-only listing answers 403 from ``novaki
 The views are Nova's keys over the library's views: renames and shapes (``_server``,
 ``_flavor``, ...), nothing decided here.
 
-Microversions (``novakit.service.microversion``): 2.1 up to ``MAX_VERSION``, 2.57, the newest
+Microversions (``novakit.service.microversion``): 2.1 up to ``MAX_VERSION``, 2.79, the newest
 whose behaviour changes for the resources served here are all implemented:
 
 - 2.3 the admin's extra ``OS-EXT-SRV-ATTR:*`` keys; 2.9 ``locked``; 2.11 a service's
@@ -27,14 +27,26 @@ whose behaviour changes for the resources served here are all implemented:
   server's flavor embedded, not linked; 2.51 an action's events shown to its project's
   members (before it only to a caller allowed ``server:fault_details``); 2.53 services and
   hypervisors named by uuid; 2.55 a flavor's ``description``.
-- The server writes (``novakit.service.servers``) keep the changes of these versions that
-  concern them: 2.37's required ``networks``; the others there only widen what a body may hold
-  (a NIC's ``tag`` of 2.32 is taken and unused; a rebuild's ``key_name`` and ``user_data`` of
-  2.54 and 2.57 are taken at every version; ``personality``, which 2.57 removed, is refused at
-  every version, as novakit writes no files into a guest).
-- The versions in between change resources not served yet (key pairs, migrations, quota
-  classes, diagnostics, ``createImage``): a request for them is answered 404 (an action, 400).
-  2.58 (paging of instance actions) is the next step.
+- 2.58 the actions in pages (``limit``, ``marker``, ``links``), ``changes-since`` and
+  ``updated_at``; 2.61 a flavor's ``extra_specs``; 2.62 an event's ``hostId`` (and ``host`` for
+  a caller allowed ``host:show``); 2.63 ``trusted_image_certificates`` (null); 2.66
+  ``changes-before`` of servers and actions; 2.71 ``server_groups`` in show, update and
+  rebuild; 2.73 ``locked_reason`` and the ``locked`` filter; 2.75 an unknown listing parameter
+  answers 400, a flavor with no swap shows ``0``.
+- The server writes (``novakit.service.servers``) and the other resources
+  (``novakit.service.compute_extras``) keep the changes that concern them: 2.37's required
+  ``networks``; the key pairs' 2.2 and 2.10, the server groups' 2.13, 2.15 and 2.64 (``policy``
+  and ``rules``), the quota sets' 2.36 and 2.57; a rebuild's ``key_name`` (2.54) and
+  ``user_data`` (2.57), a migration's ``host`` (2.56), a lock's ``locked_reason`` (2.73) only
+  from their version, evacuate's and live migration's ``force`` only before 2.68, a rebuild
+  answered with the server; 2.78's topology (empty: novakit pins no guest to NUMA nodes). The
+  others only widen what a body may hold (a NIC's ``tag`` of 2.32 is taken and unused; 2.63's
+  certificates and 2.74's ``host`` are refused when given, as novakit verifies no certificate
+  and its scheduler picks the host); ``personality`` is refused at every version (novakit
+  writes no files into a guest).
+- Resources not served yet (migrations, volume attachments, interfaces, quota classes,
+  diagnostics, ``createImage``) answer 404 at every version (an action, 400), so their versions
+  (2.59, 2.60, 2.65, 2.70, 2.79, ...) change nothing here.
 
 Project ids are Keystone's (the token's project): servers created by the operator path under
 a project *name* belong to no token's project (README, "OpenStack clients").
@@ -52,7 +64,7 @@ from fastapi.responses import JSONResponse
 
 from novakit import exceptions, policy, quota
 from novakit.catalog import flavors
-from novakit.compute import listing
+from novakit.compute import listing, server_groups
 from novakit.compute.api import API
 from novakit.compute.views import security_groups_view
 from novakit.config import Config
@@ -64,7 +76,7 @@ from novakit.service.auth import Caller, caller
 from novakit.service.microversion import Service, Version
 
 MIN_VERSION = Version(2, 1)
-MAX_VERSION = Version(2, 57)
+MAX_VERSION = Version(2, 79)
 COMPUTE = Service("compute", "X-OpenStack-Nova-API-Version", MIN_VERSION, MAX_VERSION)
 
 router = APIRouter(prefix="/compute")
@@ -191,9 +203,30 @@ SORT_KEYS = {"created_at": "created_at", "display_name": "name", "vm_state": "vm
 TAG_FILTERS = ("tags", "tags-any")
 
 
+#: Nova's query parameters of a server listing, which 2.75 holds to (another one answers 400)
+NOVA_SERVER_PARAMS = frozenset(
+    {
+        "user_id", "project_id", "tenant_id", "launch_index", "image_ref", "image", "kernel_id",
+        "ramdisk_id", "hostname", "key_name", "power_state", "vm_state", "task_state", "host", "node",
+        "flavor", "reservation_id", "launched_at", "terminated_at", "availability_zone", "name",
+        "display_name", "description", "display_description", "locked_by", "uuid", "root_device_name",
+        "config_drive", "access_ip_v4", "access_ip_v6", "auto_disk_config", "progress", "sort_key",
+        "sort_dir", "all_tenants", "soft_deleted", "deleted", "status", "changes-since",
+        "changes-before", "ip", "ip6", "created_at", "block_device_mapping", "services",
+        "metadata", "system_metadata", "info_cache", "security_groups", "pci_devices", "tags",
+        "tags-any", "not-tags", "not-tags-any", "limit", "marker", "locked",
+    }
+)  # fmt: skip
+
+
 def _server_query(request: Request) -> tuple[dict[str, Any] | None, int]:
     """A listing's query in the library's terms and its page size (None: no server can match)."""
     params = request.query_params
+    version = COMPUTE.requested(request)
+    if version.at_least(2, 75):
+        unknown = sorted(set(params) - NOVA_SERVER_PARAMS)
+        if unknown:
+            raise exceptions.ValidationError(unknown[0], "is not a query parameter of a server listing")
     query: dict[str, Any] = {
         field: params[name] for name, field in SERVER_FILTERS.items() if params.get(name) is not None
     }
@@ -209,6 +242,10 @@ def _server_query(request: Request) -> tuple[dict[str, Any] | None, int]:
         query["sort_dir"] = params.getlist("sort_dir")[0]
     if params.get("deleted") is not None:
         query["deleted"] = _bool("deleted", params["deleted"])
+    if version.at_least(2, 66) and params.get("changes-before") is not None:
+        query["changes_before"] = params["changes-before"]
+    if version.at_least(2, 73) and params.get("locked") is not None:
+        query["locked"] = _bool("locked", params["locked"])
     if params.get("all_tenants") is not None and _bool("all_tenants", params["all_tenants"]):
         query["all_projects"] = True
         # Nova honours a project filter only with all_tenants (else it is the caller's own)
@@ -347,6 +384,10 @@ def _server(
         server["description"] = None
     if version.at_least(2, 26):
         server["tags"] = []
+    if version.at_least(2, 63):
+        server["trusted_image_certificates"] = None  # novakit verifies no image certificates
+    if version.at_least(2, 73):
+        server["locked_reason"] = view.get("locked_reason") if view.get("locked") else None
     return server
 
 
@@ -403,7 +444,22 @@ def show_server(server_id: str, request: Request, who: Caller = Depends(caller))
     service = _service(request)
     view = service.api.get(who.ctx, server_id)
     rows = _host_rows(service, who.ctx, version)
-    return COMPUTE.respond({"server": _server(request, view, version, who.ctx, rows)}, version)
+    return COMPUTE.respond({"server": shown_server(request, view, version, who.ctx, rows)}, version)
+
+
+def shown_server(
+    request: Request,
+    view: dict[str, Any],
+    version: Version,
+    ctx: RequestContext,
+    host_rows: dict[str, dict[str, Any]] | None,
+) -> dict[str, Any]:
+    """``_server`` as show, update and rebuild answer it: from 2.71 with ``server_groups``, the
+    groups it is a member of (a listing has no such key)."""
+    server = _server(request, view, version, ctx, host_rows)
+    if version.at_least(2, 71):
+        server["server_groups"] = server_groups.of_server(_service(request).db, view["id"])
+    return server
 
 
 class InstanceActionNotFound(exceptions.NotFound):
@@ -419,8 +475,8 @@ def _actions(request: Request, who: Caller, server_id: str, version: Version) ->
     return list(reversed(api.list_actions(who.ctx, server_id)))
 
 
-def _action(server_id: str, action: dict[str, Any]) -> dict[str, Any]:
-    return {
+def _action(server_id: str, action: dict[str, Any], version: Version) -> dict[str, Any]:
+    out = {
         "action": action["action"],
         "instance_uuid": server_id,
         "request_id": action["request_id"],
@@ -429,13 +485,64 @@ def _action(server_id: str, action: dict[str, Any]) -> dict[str, Any]:
         "start_time": _action_time(action["start_time"]),
         "message": action["message"],
     }
+    if version.at_least(2, 58):
+        out["updated_at"] = _action_time(action["updated_at"])
+    return out
+
+
+def _changed_between(request: Request, version: Version, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """2.58's ``changes-since`` and 2.66's ``changes-before`` of an action listing: the actions
+    last updated at or after, at or before, the times given."""
+    params = request.query_params
+    bounds = {"changes-since": (2, 58), "changes-before": (2, 66)}
+    since, before = (
+        _when(name, params[name]) if params.get(name) is not None and version.at_least(*at) else None
+        for name, at in bounds.items()
+    )
+    if since is not None and before is not None and before < since:
+        raise exceptions.ValidationError("changes-before", "must not be earlier than changes-since")
+    return [
+        a
+        for a in found
+        if (since is None or a["updated_at"] >= since) and (before is None or a["updated_at"] <= before)
+    ]
+
+
+def _when(name: str, value: str) -> dt.datetime:
+    """A query's time (ISO 8601; one without a zone is UTC), as the database keeps times."""
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise exceptions.ValidationError(name, "must be an ISO 8601 time") from None
+    return when.astimezone(dt.UTC).replace(tzinfo=None) if when.tzinfo is not None else when
 
 
 @router.get("/v2.1/servers/{server_id}/os-instance-actions")
 def list_instance_actions(server_id: str, request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    """A server's actions, newest first; from 2.58 in pages (``limit``, ``marker``: a request id,
+    the next page in ``links``) and narrowed by the time each was last updated."""
     version = COMPUTE.requested(request)
     found = _actions(request, who, server_id, version)
-    return COMPUTE.respond({"instanceActions": [_action(server_id, a) for a in found]}, version)
+    body: dict[str, Any] = {}
+    if version.at_least(2, 58):
+        found = _changed_between(request, version, found)
+        params = request.query_params
+        marker = params.get("marker")
+        if marker is not None:
+            ids = [a["request_id"] for a in found]
+            if marker not in ids:
+                raise exceptions.MarkerNotFound(marker=marker)
+            found = found[ids.index(marker) + 1 :]
+        limit = _int("limit", params["limit"]) if params.get("limit") is not None else listing.MAX_LIMIT
+        limit = min(limit, listing.MAX_LIMIT)
+        if len(found) > limit:
+            found = found[:limit]
+            rest = [(k, v) for k, v in params.multi_items() if k != "marker"]
+            rest.append(("marker", found[-1]["request_id"]))
+            path = f"{_base(request)}/v2.1/servers/{server_id}/os-instance-actions"
+            body["links"] = [{"rel": "next", "href": f"{path}?{urlencode(rest)}"}]
+    body["instanceActions"] = [_action(server_id, a, version) for a in found]
+    return COMPUTE.respond(body, version)
 
 
 @router.get("/v2.1/servers/{server_id}/os-instance-actions/{request_id}")
@@ -446,21 +553,26 @@ def show_instance_action(
     found = [a for a in _actions(request, who, server_id, version) if a["request_id"] == request_id]
     if not found:
         raise InstanceActionNotFound(request_id=request_id, instance_uuid=server_id)
-    action = _action(server_id, found[0])
+    action = _action(server_id, found[0], version)
     if version.at_least(2, 51) or policy.allowed(who.ctx, "server:fault_details"):
-        action["events"] = [
-            {
-                "event": e["event"],
-                "start_time": _action_time(e["start_time"]),
-                "finish_time": _action_time(e["finish_time"]),
-                "result": e["result"],
-                # the library gives a traceback only to a caller allowed server:fault_details
-                "traceback": e.get("traceback"),
-            }
-            for a in found
-            for e in a["events"]
-        ]
+        action["events"] = [_event(e, version, who.ctx) for a in found for e in a["events"]]
     return COMPUTE.respond({"instanceAction": action}, version)
+
+
+def _event(e: dict[str, Any], version: Version, ctx: RequestContext) -> dict[str, Any]:
+    out = {
+        "event": e["event"],
+        "start_time": _action_time(e["start_time"]),
+        "finish_time": _action_time(e["finish_time"]),
+        "result": e["result"],
+        # the library gives a traceback only to a caller allowed server:fault_details
+        "traceback": e.get("traceback"),
+    }
+    if version.at_least(2, 62):
+        out["hostId"] = e["host_id"]  # opaque, the same for the project's events on one host
+        if policy.allowed(ctx, "host:show"):
+            out["host"] = e["host"] or ""
+    return out
 
 
 # ---------------------------------------------------------------- flavors
@@ -476,7 +588,8 @@ def _flavor(request: Request, f: dict[str, Any], version: Version, detail: bool)
                 "ram": f["ram"],
                 "disk": f["disk"],
                 "OS-FLV-EXT-DATA:ephemeral": f["ephemeral"],
-                "swap": f["swap"] or "",  # Nova's "" for no swap (until 2.75)
+                # Nova's "" for no swap until 2.75, 0 from it
+                "swap": f["swap"] or (0 if version.at_least(2, 75) else ""),
                 "OS-FLV-DISABLED:disabled": False,
                 "rxtx_factor": 1.0,
                 "os-flavor-access:is_public": f["is_public"],
@@ -484,6 +597,8 @@ def _flavor(request: Request, f: dict[str, Any], version: Version, detail: bool)
         )
     if version.at_least(2, 55):
         out["description"] = f["description"]
+    if detail and version.at_least(2, 61):
+        out["extra_specs"] = dict(f["extra_specs"])
     return out
 
 

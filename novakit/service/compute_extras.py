@@ -143,14 +143,13 @@ _POLICIES_BEFORE_2_15 = ("affinity", "anti-affinity")
 
 
 def _server_group(group: dict[str, Any], version: Version) -> dict[str, Any]:
-    """Nova's server group before 2.64: its one policy as ``policies``, no metadata."""
-    out: dict[str, Any] = {
-        "id": group["id"],
-        "name": group["name"],
-        "policies": [group["policy"]],
-        "members": list(group["members"]),
-        "metadata": {},
-    }
+    """Nova's server group: before 2.64 its one policy as ``policies`` and an empty ``metadata``;
+    from 2.64 ``policy`` and its ``rules``."""
+    out: dict[str, Any] = {"id": group["id"], "name": group["name"], "members": list(group["members"])}
+    if version.at_least(2, 64):
+        out.update(policy=group["policy"], rules=dict(group["rules"]))
+    else:
+        out.update(policies=[group["policy"]], metadata={})
     if version.at_least(2, 13):
         out.update(project_id=group["project_id"], user_id=group["user_id"])
     return out
@@ -168,19 +167,33 @@ def list_server_groups(request: Request, who: Caller = Depends(caller)) -> JSONR
 @router.post("/v2.1/os-server-groups")
 async def create_server_group(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
     version = COMPUTE.requested(request)
-    given = _object(await read_json(request), "server_group", "name and policies")
-    _only(given, {"name", "policies"}, "server_group")
-    policies = given.get("policies")
-    if not isinstance(policies, list) or len(policies) != 1 or not isinstance(policies[0], str):
-        raise exceptions.ValidationError("server_group.policies", "is required: a list of one policy")
-    if not version.at_least(2, 15) and policies[0] not in _POLICIES_BEFORE_2_15:
-        raise exceptions.ValidationError(
-            "server_group.policies", f"must be one of {', '.join(_POLICIES_BEFORE_2_15)} before 2.15"
-        )
+    rules: Any = None
+    if version.at_least(2, 64):
+        # 2.64: one ``policy`` and its ``rules`` (max_server_per_host, for anti-affinity)
+        given = _object(await read_json(request), "server_group", "name and policy")
+        _only(given, {"name", "policy", "rules"}, "server_group")
+        chosen = given.get("policy")
+        if not isinstance(chosen, str):
+            raise exceptions.ValidationError("server_group.policy", "is required: a string")
+        rules = given.get("rules")
+        if rules is not None and not isinstance(rules, dict):
+            raise exceptions.ValidationError("server_group.rules", "must be an object")
+    else:
+        given = _object(await read_json(request), "server_group", "name and policies")
+        _only(given, {"name", "policies"}, "server_group")
+        policies = given.get("policies")
+        if not isinstance(policies, list) or len(policies) != 1 or not isinstance(policies[0], str):
+            raise exceptions.ValidationError("server_group.policies", "is required: a list of one policy")
+        chosen = policies[0]
+        if not version.at_least(2, 15) and chosen not in _POLICIES_BEFORE_2_15:
+            raise exceptions.ValidationError(
+                "server_group.policies", f"must be one of {', '.join(_POLICIES_BEFORE_2_15)} before 2.15"
+            )
     name = given.get("name")
     if not isinstance(name, str):
         raise exceptions.ValidationError("server_group.name", "is required: a string")
-    made = await run_in_threadpool(server_groups.create, _service(request).db, who.ctx, name, policies[0])
+    db = _service(request).db
+    made = await run_in_threadpool(server_groups.create, db, who.ctx, name, chosen, rules)
     return COMPUTE.respond({"server_group": _server_group(made, version)}, version)
 
 

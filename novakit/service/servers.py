@@ -16,8 +16,8 @@ files, access IPs, an action with no library counterpart) is refused with 400 na
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -28,7 +28,8 @@ from novakit import exceptions
 from novakit.network import filter_sync, networks, security_groups
 from novakit.service.auth import Caller, caller
 from novakit.service.body import read_json
-from novakit.service.compute import COMPUTE, _links, _server, _service
+from novakit.service.compute import COMPUTE, _links, _service, shown_server
+from novakit.service.microversion import Version
 
 router = APIRouter(prefix="/compute")
 
@@ -97,6 +98,8 @@ def _root_disk(mappings: Any, data: dict[str, Any]) -> None:
     if not isinstance(mappings, list) or len(mappings) != 1 or not isinstance(mappings[0], dict):
         raise exceptions.ValidationError(field, "must hold exactly one mapping, the root disk (boot_index 0)")
     bdm = mappings[0]
+    if bdm.get("volume_type") is not None:
+        raise exceptions.ValidationError(f"{field}.volume_type", "novakit's volumes have no types")
     source, destination = bdm.get("source_type"), bdm.get("destination_type", "volume")
     if str(bdm.get("boot_index")) != "0":
         raise exceptions.ValidationError(field, "the one mapping must be the root disk: boot_index 0")
@@ -135,6 +138,11 @@ def _create_request(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
             data["networks"] = _networks(value)
         elif key == "security_groups":
             data["security_groups"] = value
+        elif key in ("trusted_image_certificates", "host", "hypervisor_hostname"):
+            # 2.63's certificates (novakit verifies none), 2.74's host (novakit's scheduler picks
+            # it; an admin names it with a zone or a hint): none given is nothing lost
+            if value not in ([], None):
+                raise exceptions.ValidationError(key, "is not taken by novakit")
         elif key == "tags":  # novakit keeps no server tags: none given is nothing lost
             if value not in ([], None):
                 raise exceptions.ValidationError("tags", "novakit keeps no server tags")
@@ -208,7 +216,7 @@ async def update_server(server_id: str, request: Request, who: Caller = Depends(
     service = _service(request)
     await run_in_threadpool(service.api.rename, who.ctx, server_id, server["name"])
     view = await run_in_threadpool(service.api.get, who.ctx, server_id)
-    return COMPUTE.respond({"server": _server(request, view, version, who.ctx, None)}, version)
+    return COMPUTE.respond({"server": shown_server(request, view, version, who.ctx, None)}, version)
 
 
 @router.delete("/v2.1/servers/{server_id}", status_code=204)
@@ -230,6 +238,20 @@ class Action:
     action: str | None
     options: Callable[[Any], dict[str, Any]] = lambda _: {}
     run: Callable[[Request, Caller, str, Any], Any] | None = None
+    #: keys of the action's body taken only from a microversion on (Nova's schema of that version)
+    since: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    #: keys taken only before a microversion (Nova removed them there)
+    until: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+    def check_version(self, name: str, value: Any, version: Version) -> None:
+        """A key of the body that the asked microversion does not take is 400, naming it."""
+        for key in value if isinstance(value, dict) else ():
+            if key in self.since and not version.at_least(*self.since[key]):
+                at = ".".join(map(str, self.since[key]))
+                raise exceptions.ValidationError(f"{name}.{key}", f"is taken from microversion {at}")
+            if key in self.until and version.at_least(*self.until[key]):
+                at = ".".join(map(str, self.until[key]))
+                raise exceptions.ValidationError(f"{name}.{key}", f"is not taken from microversion {at}")
 
 
 def _object(name: str, value: Any) -> dict[str, Any]:
@@ -330,17 +352,27 @@ ACTIONS: dict[str, Action] = {
     "unpause": Action("unpause"),
     "suspend": Action("suspend"),
     "resume": Action("resume"),
-    "lock": Action("lock", lambda v: _only("lock", v, {"locked_reason": "reason"})),
+    "lock": Action(
+        "lock", lambda v: _only("lock", v, {"locked_reason": "reason"}), since={"locked_reason": (2, 73)}
+    ),
     "unlock": Action("unlock"),
-    "rebuild": Action("rebuild", _rebuild),
+    "rebuild": Action(
+        "rebuild", _rebuild, since={"key_name": (2, 54), "user_data": (2, 57)}, until={"personality": (2, 57)}
+    ),
     "resize": Action("resize", _resize),
     "confirmResize": Action("confirm_resize"),
     "revertResize": Action("revert_resize"),
-    "migrate": Action("migrate", _host_option("migrate")),
+    "migrate": Action("migrate", _host_option("migrate"), since={"host": (2, 56)}),
     "os-migrateLive": Action(
-        "live_migrate", _host_option("os-migrateLive", ("block_migration", "disk_over_commit", "force"))
+        "live_migrate",
+        _host_option("os-migrateLive", ("block_migration", "disk_over_commit", "force")),
+        until={"disk_over_commit": (2, 25), "force": (2, 68)},
     ),
-    "evacuate": Action("evacuate", _host_option("evacuate", ("onSharedStorage", "adminPass", "force"))),
+    "evacuate": Action(
+        "evacuate",
+        _host_option("evacuate", ("onSharedStorage", "adminPass", "force")),
+        until={"onSharedStorage": (2, 14), "force": (2, 68)},
+    ),
     "shelve": Action("shelve"),
     "shelveOffload": Action("shelve_offload"),
     "unshelve": Action("unshelve", lambda v: _only("unshelve", v, {})),
@@ -368,8 +400,16 @@ async def server_action(server_id: str, request: Request, who: Caller = Depends(
         answered = await run_in_threadpool(known.run, request, who, server_id, value)
         return answered if isinstance(answered, Response) else COMPUTE.accepted(version)
     assert known.action is not None
+    known.check_version(name, value, version)
     options = known.options(value)
-    await run_in_threadpool(_service(request).api.act, who.ctx, server_id, known.action, options)
+    api = _service(request).api
+    outcome = await run_in_threadpool(api.act, who.ctx, server_id, known.action, options)
+    if known.action == "rebuild" and outcome.server is not None:
+        # Nova answers a rebuild with the server (2.75 made it show's view in full).
+        rebuilt = shown_server(request, outcome.server, version, who.ctx, None)
+        if "admin_password" in options:
+            rebuilt["adminPass"] = options["admin_password"]
+        return COMPUTE.respond({"server": rebuilt}, version, status_code=202)
     return COMPUTE.accepted(version)
 
 
@@ -454,3 +494,16 @@ def floating_ip_pools(request: Request, who: Caller = Depends(caller)) -> JSONRe
     version = _networks_served(request)
     del who
     return COMPUTE.respond({"floating_ip_pools": []}, version)
+
+
+# ---------------------------------------------------------------- topology (2.78)
+
+
+@router.get("/v2.1/servers/{server_id}/topology")
+def server_topology(server_id: str, request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    """Nova's NUMA topology of a server (2.78): novakit pins no guest to NUMA nodes, so none."""
+    version = COMPUTE.requested(request)
+    if not version.at_least(2, 78):
+        raise exceptions.NotFound()
+    _service(request).api.get(who.ctx, server_id)  # another project's server is not found
+    return COMPUTE.respond({"nodes": [], "pagesize_kb": None}, version)

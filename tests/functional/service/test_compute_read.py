@@ -35,7 +35,7 @@ from tests.functional.service.conftest import (
 
 pytestmark = pytest.mark.xdist_group("service_compute")
 
-MAX = "2.57"
+MAX = "2.79"
 SERVER_PLACEHOLDER = "00000000-0000-0000-0000-000000000000"
 #: every route of this slice (401 without a token on each)
 ROUTES = [
@@ -182,7 +182,7 @@ def test_microversion_headers_and_406(sqlite_cloud: ComputeCloud) -> None:
         new = show(**{"OpenStack-API-Version": "compute 2.47"})
         legacy = show(**{"X-OpenStack-Nova-API-Version": "2.9"})
         latest = show(**{"OpenStack-API-Version": "compute latest"})
-        too_new = show(**{"OpenStack-API-Version": "compute 2.58"})
+        too_new = show(**{"OpenStack-API-Version": "compute 2.80"})
         too_old = show(**{"X-OpenStack-Nova-API-Version": "2.0"})
         garbage = show(**{"OpenStack-API-Version": "compute 2.x"})
     assert default.headers["openstack-api-version"] == "compute 2.1"

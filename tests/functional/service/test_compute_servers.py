@@ -491,3 +491,90 @@ def test_another_projects_server_is_not_found_by_any_route_or_verb(cloud: Server
     shown = c.call("GET", f"/servers/{uuid}/os-security-groups", "alice")
     assert shown.status_code == 200 and [g["name"] for g in shown.json()["security_groups"]] == []
     assert c.call("DELETE", f"/servers/{uuid}", "alice").status_code == 204
+
+
+def test_microversions_2_58_to_2_79(cloud: ServersCloud) -> None:
+    """The behaviour changes of 2.58 to 2.79 for the resources served (the others, migrations,
+    volume attachments and interfaces, are not served at any version)."""
+    c = cloud
+    group = c.call(
+        "POST",
+        "/os-server-groups",
+        body={
+            "server_group": {"name": "mv-g", "policy": "anti-affinity", "rules": {"max_server_per_host": 2}}
+        },
+        version="2.64",
+    )
+    assert group.status_code == 200, group.text
+    made = group.json()["server_group"]
+    assert (made["policy"], made["rules"]) == ("anti-affinity", {"max_server_per_host": 2})
+    assert "policies" not in made and "metadata" not in made
+    body = {
+        "server": {"name": "mv", "flavorRef": c.flavor, "imageRef": c.image, "networks": "auto"},
+        "os:scheduler_hints": {"group": made["id"]},
+    }
+    uuid = c.call("POST", "/servers", body=body, version="2.79").json()["server"]["id"]
+    c.wait(uuid, "ACTIVE")
+    for _ in ("os-stop", "os-start"):
+        assert c.call("POST", f"/servers/{uuid}/action", body={_: None}, version="2.79").status_code == 202
+        c.wait(uuid, "SHUTOFF" if _ == "os-stop" else "ACTIVE")
+
+    # 2.58: actions in pages, with updated_at; 2.66: changes-before
+    first = c.call("GET", f"/servers/{uuid}/os-instance-actions?limit=2", version="2.58").json()
+    assert [a["action"] for a in first["instanceActions"]] == ["start", "stop"]
+    assert all(a["updated_at"] for a in first["instanceActions"])
+    with c.served.client() as http:
+        headers = {"X-Auth-Token": c.token(), "OpenStack-API-Version": "compute 2.58"}
+        rest = http.get(first["links"][0]["href"], headers=headers).json()
+    assert [a["action"] for a in rest["instanceActions"]] == ["create"] and "links" not in rest
+    old = c.call(
+        "GET", f"/servers/{uuid}/os-instance-actions?changes-before=2000-01-01T00:00:00Z", version="2.66"
+    )
+    assert old.json()["instanceActions"] == []
+    # 2.62: an event's hostId (and host for an admin)
+    request_id = first["instanceActions"][0]["request_id"]
+    shown = c.call("GET", f"/servers/{uuid}/os-instance-actions/{request_id}", version="2.62").json()
+    [event] = shown["instanceAction"]["events"]
+    assert len(event["hostId"]) == 56 and event["host"]
+    # 2.61: flavors carry their extra specs; 2.75: swap 0 (not "") for none
+    assert "extra_specs" not in c.call("GET", f"/flavors/{c.flavor}", version="2.60").json()["flavor"]
+    flavor = c.call("GET", f"/flavors/{c.flavor}", version="2.75").json()["flavor"]
+    assert (flavor["extra_specs"], flavor["swap"]) == ({}, 0)
+    assert c.call("GET", f"/flavors/{c.flavor}", version="2.74").json()["flavor"]["swap"] == ""
+    # 2.63 and 2.71: no certificates; the groups a server is in
+    server = c.call("GET", f"/servers/{uuid}", version="2.71").json()["server"]
+    assert (server["trusted_image_certificates"], server["server_groups"]) == (None, [made["id"]])
+    assert "server_groups" not in c.call("GET", f"/servers/{uuid}", version="2.70").json()["server"]
+    # 2.73: a lock's reason, and the locked filter
+    reason = {"lock": {"locked_reason": "maintenance"}}
+    assert c.call("POST", f"/servers/{uuid}/action", body=reason, version="2.72").status_code == 400
+    assert c.call("POST", f"/servers/{uuid}/action", body=reason, version="2.73").status_code == 202
+    locked = c.call("GET", f"/servers/{uuid}", version="2.73").json()["server"]
+    assert (locked["locked"], locked["locked_reason"]) == (True, "maintenance")
+    only = c.call("GET", "/servers?locked=true", version="2.73").json()["servers"]
+    assert [s["id"] for s in only] == [uuid]
+    assert c.call("POST", f"/servers/{uuid}/action", body={"unlock": None}, version="2.73").status_code == 202
+    # 2.66: changes-before on the listing; 2.75: an unknown parameter is 400 (before, ignored)
+    assert (
+        c.call("GET", "/servers?changes-before=2000-01-01T00:00:00Z", version="2.66").json()["servers"] == []
+    )
+    assert c.call("GET", "/servers?colour=red", version="2.74").status_code == 200
+    strict = c.call("GET", "/servers?colour=red", version="2.75")
+    assert strict.status_code == 400 and "colour" in strict.text
+    # 2.68: evacuate and live migration take no force
+    for action in ({"evacuate": {"force": True}}, {"os-migrateLive": {"host": None, "force": True}}):
+        refused = c.call("POST", f"/servers/{uuid}/action", body=action, version="2.68")
+        assert refused.status_code == 400 and "force" in refused.text, refused.text
+    # 2.75: a rebuild answers the server in full
+    rebuilt = c.call(
+        "POST", f"/servers/{uuid}/action", body={"rebuild": {"imageRef": c.image}}, version="2.75"
+    )
+    assert rebuilt.status_code == 202 and rebuilt.json()["server"]["id"] == uuid
+    assert rebuilt.json()["server"]["server_groups"] == [made["id"]]
+    c.wait(uuid, "ACTIVE")
+    # 2.78: the topology (novakit pins no guest to NUMA nodes)
+    assert c.call("GET", f"/servers/{uuid}/topology", version="2.77").status_code == 404
+    topology = c.call("GET", f"/servers/{uuid}/topology", version="2.78")
+    assert (topology.status_code, topology.json()) == (200, {"nodes": [], "pagesize_kb": None})
+    assert c.call("GET", f"/servers/{uuid}/topology", "bob", version="2.78").status_code == 404
+    assert c.call("DELETE", f"/servers/{uuid}").status_code == 204

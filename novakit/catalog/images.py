@@ -254,16 +254,23 @@ def check_name_free(
 
 
 def add_snapshot(
-    session: Session, name: str, instance: Any, host: str, kind: str, metadata: dict[str, Any]
+    session: Session,
+    name: str,
+    instance: Any,
+    host: str,
+    kind: str,
+    metadata: dict[str, Any],
+    image_id: str | None = None,
 ) -> Image:
     """A new image of ``instance``'s root disk, ``queued`` until its host has written it (Nova
-    creates the Glance record first, then uploads). ``kind``: snapshot or shelved.
+    creates the Glance record first, then uploads). ``kind``: snapshot or shelved. ``image_id``:
+    its id, chosen when the request was started (a new one otherwise).
 
     The image is private to the server's project (its owner), as Nova's snapshots are.
     """
     check_name_free(session, name, ctx=RequestContext(instance.project_id, instance.user_id or ""))
     row = Image(
-        uuid=str(uuidlib.uuid4()),
+        uuid=image_id or str(uuidlib.uuid4()),
         name=name,
         project_id=instance.project_id,
         visibility=SERVER_IMAGE_VISIBILITY,

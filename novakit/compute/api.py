@@ -310,7 +310,10 @@ class API(CreateAPI):
         with targeting(self.db, uuid), self.db.reader() as session:
             view = server_view(db_api.instance_get(session, ctx, uuid, include_deleted=True), ctx)
             failed = actions.failure_of(session, ctx, uuid, t.record_as) if ran and t.flow else None
-        return ActOutcome(server=view, changed=changed, action=t.action, request=request, error=failed)
+        image_id = host_options.get("image_id") if changed else None
+        return ActOutcome(
+            server=view, changed=changed, action=t.action, request=request, error=failed, image_id=image_id
+        )
 
     def _guarded(self, t: Transition, write: Callable[[Session], _Started]) -> _Started:
         """The guarded write that starts ``t``. The actions Nova runs whatever task is under way
@@ -386,6 +389,8 @@ class ActOutcome:
     would_move_to: str | None = None  # a move's dry run: the host the scheduler would choose
     # a move that failed (rolled back, or left in error): why, with its failed steps
     error: str | None = None
+    # a snapshot's (``create_image``): the id its image has (chosen when the action started)
+    image_id: str | None = None
 
 
 def _check_lock(ctx: RequestContext, inst: Instance, t: Transition) -> None:

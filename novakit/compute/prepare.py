@@ -13,6 +13,7 @@ rows of the table: a test keeps it so).
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from collections.abc import Callable
 from typing import Any
 
@@ -221,7 +222,10 @@ def _prepare_create_image(
     conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     images.check_name_free(session, opts["name"], ctx=ctx)
-    return {}, {"name": opts["name"], "metadata": opts.get("metadata") or {}}
+    # The image's id is chosen now, so that the caller is told it before the snapshot is taken
+    # (Nova's createImage answers it at once).
+    image_id = str(uuidlib.uuid4())
+    return {}, {"name": opts["name"], "metadata": opts.get("metadata") or {}, "image_id": image_id}
 
 
 def _prepare_shelve_offload(

@@ -102,6 +102,9 @@ class Service:
             content, status_code=status_code, headers={**self.headers(version), **(headers or {})}
         )
 
-    def accepted(self, version: Version, status_code: int = 202) -> Response:
-        """No body, with the version's headers: Nova's 202 for an action, 204 for a delete."""
-        return Response(status_code=status_code, headers=self.headers(version))
+    def accepted(
+        self, version: Version, status_code: int = 202, headers: dict[str, str] | None = None
+    ) -> Response:
+        """No body, with the version's headers (and ``headers``): Nova's 202 for an action, 204
+        for a delete."""
+        return Response(status_code=status_code, headers={**self.headers(version), **(headers or {})})

@@ -373,6 +373,9 @@ ACTIONS: dict[str, Action] = {
         _host_option("evacuate", ("onSharedStorage", "adminPass", "force")),
         until={"onSharedStorage": (2, 14), "force": (2, 68)},
     ),
+    "createImage": Action(
+        "create_image", lambda v: _only("createImage", v, {"name": "name", "metadata": "metadata"})
+    ),
     "shelve": Action("shelve"),
     "shelveOffload": Action("shelve_offload"),
     "unshelve": Action("unshelve", lambda v: _only("unshelve", v, {})),
@@ -410,6 +413,12 @@ async def server_action(server_id: str, request: Request, who: Caller = Depends(
         if "admin_password" in options:
             rebuilt["adminPass"] = options["admin_password"]
         return COMPUTE.respond({"server": rebuilt}, version, status_code=202)
+    if known.action == "create_image" and outcome.image_id is not None:
+        # The image's id, chosen as the snapshot started: in the body from 2.45, before in Location.
+        if version.at_least(2, 45):
+            return COMPUTE.respond({"image_id": outcome.image_id}, version, status_code=202)
+        location = f"{str(request.base_url).rstrip('/')}/image/v2/images/{outcome.image_id}"
+        return COMPUTE.accepted(version, headers={"Location": location})
     return COMPUTE.accepted(version)
 
 

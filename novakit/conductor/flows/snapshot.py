@@ -36,7 +36,13 @@ class Snapshot(Flow):
     def run(self, ctx: RequestContext, uuid: str, action: str, options: dict[str, Any]) -> None:
         t = ACTIONS[action]
         image, host, spec = queue_image(
-            self.services, ctx, uuid, options["name"], "snapshot", options["metadata"]
+            self.services,
+            ctx,
+            uuid,
+            options["name"],
+            "snapshot",
+            options["metadata"],
+            options.get("image_id"),
         )
         self.services.step(ctx, uuid, T.IMAGE_SNAPSHOT_PENDING, T.IMAGE_PENDING_UPLOAD)
         self.services.step(ctx, uuid, T.IMAGE_PENDING_UPLOAD, T.IMAGE_UPLOADING)
@@ -62,10 +68,17 @@ class Snapshot(Flow):
 
 
 def queue_image(
-    services: Services, ctx: RequestContext, uuid: str, name: str, kind: str, metadata: dict[str, Any]
+    services: Services,
+    ctx: RequestContext,
+    uuid: str,
+    name: str,
+    kind: str,
+    metadata: dict[str, Any],
+    image_id: str | None = None,
 ) -> tuple[str, str, InstanceSpec]:
     """The image recorded ``queued`` (Nova creates the Glance record before the upload): its
-    uuid, the server's host, and the server as the host needs it."""
+    uuid (``image_id`` when the request chose it), the server's host, and the server as the
+    host needs it."""
 
     def write(session: Session) -> tuple[str, str, InstanceSpec]:
         inst = db_api.instance_get(session, ctx_admin(ctx), uuid)
@@ -74,7 +87,9 @@ def queue_image(
         # snapshot boots nothing); the user's metadata and the snapshot's own come over them.
         base = images.by_uuid(session, inst.image_ref or "")
         inherited = dict(base.properties or {}) if base is not None else {}
-        row = images.add_snapshot(session, name, inst, str(inst.host), kind, {**inherited, **metadata})
+        row = images.add_snapshot(
+            session, name, inst, str(inst.host), kind, {**inherited, **metadata}, image_id
+        )
         return row.uuid, str(inst.host), instance_spec(session, inst)
 
     result: tuple[str, str, InstanceSpec] = services.db.run_in_transaction(write)

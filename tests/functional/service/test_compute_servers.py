@@ -578,3 +578,47 @@ def test_microversions_2_58_to_2_79(cloud: ServersCloud) -> None:
     assert (topology.status_code, topology.json()) == (200, {"nodes": [], "pagesize_kb": None})
     assert c.call("GET", f"/servers/{uuid}/topology", "bob", version="2.78").status_code == 404
     assert c.call("DELETE", f"/servers/{uuid}").status_code == 204
+
+
+def _image_when_active(c: ServersCloud, image_id: str, who: str) -> dict[str, Any]:
+    with c.served.client() as http:
+        headers = {"X-Auth-Token": c.token(who)}
+        deadline = time.monotonic() + 60
+        while True:
+            image = http.get(f"/image/v2/images/{image_id}", headers=headers)
+            if (
+                image.status_code == 200 and image.json()["status"] == "active"
+            ) or time.monotonic() > deadline:
+                assert image.status_code == 200, image.text
+                return dict(image.json())
+            time.sleep(0.1)
+
+
+def test_create_image_answers_the_image_id_and_the_snapshot_becomes_active(cloud: ServersCloud) -> None:
+    """createImage: 202 with the image's id (2.45: in the body; before, in Location); the snapshot
+    is the server's project's private image, active once its host wrote it."""
+    c = cloud
+    uuid = c.create("snapper", networks="auto").json()["server"]["id"]
+    c.wait(uuid, "ACTIVE")
+    action = f"/servers/{uuid}/action"
+    body = {"createImage": {"name": "snap-1", "metadata": {"purpose": "test"}}}
+    made = c.call("POST", action, "alice", body, version="2.45")
+    assert made.status_code == 202, made.text
+    shown = _image_when_active(c, made.json()["image_id"], "alice")
+    assert (shown["name"], shown["status"], shown["visibility"]) == ("snap-1", "active", "private")
+    assert shown["purpose"] == "test" and "image_host" not in shown
+    c.wait(uuid, "ACTIVE")
+    older = c.call("POST", action, "alice", {"createImage": {"name": "snap-2"}}, version="2.44")
+    assert older.status_code == 202 and not older.content, older.text
+    location = older.headers["location"]
+    assert "/image/v2/images/" in location
+    assert _image_when_active(c, location.rsplit("/", 1)[-1], "alice")["name"] == "snap-2"
+    # another project's member does not find it; a name taken is refused (novakit's images are
+    # named uniquely), nothing started
+    with c.served.client() as http:
+        bob = http.get(f"/image/v2/images/{shown['id']}", headers={"X-Auth-Token": c.token("bob")})
+    assert bob.status_code == 404
+    c.wait(uuid, "ACTIVE")
+    dup = c.call("POST", action, "alice", {"createImage": {"name": "snap-1"}}, version="2.45")
+    assert dup.status_code == 400 and "snap-1" in dup.text, dup.text
+    assert c.call("DELETE", f"/servers/{uuid}").status_code == 204

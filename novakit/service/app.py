@@ -27,7 +27,7 @@ from novakit.context import generate_request_id
 from novakit.db.engine import Database
 from novakit.identity.keys import KeyRepository
 from novakit.identity.settings import IdentitySettings
-from novakit.service import compute, compute_extras, errors, identity, images, servers
+from novakit.service import compute, compute_extras, errors, identity, images, server_resources, servers
 from novakit.service.work import WorkPool, threads_from_env
 
 LOG = logging.getLogger(__name__)
@@ -105,6 +105,7 @@ def create_app(conf: Config | None = None, settings: IdentitySettings | None = N
     app.include_router(compute.router)
     app.include_router(servers.router)
     app.include_router(compute_extras.router)
+    app.include_router(server_resources.router)
     app.include_router(images.router)
     app.add_exception_handler(exceptions.NovakitError, errors.novakit_error)
     app.add_exception_handler(HTTPException, errors.http_error)

@@ -44,9 +44,12 @@ whose behaviour changes for the resources served here are all implemented:
   certificates and 2.74's ``host`` are refused when given, as novakit verifies no certificate
   and its scheduler picks the host); ``personality`` is refused at every version (novakit
   writes no files into a guest).
-- Resources not served yet (migrations, volume attachments, interfaces, quota classes,
-  diagnostics, ``createImage``) answer 404 at every version (an action, 400), so their versions
-  (2.59, 2.60, 2.65, 2.70, 2.79, ...) change nothing here.
+- Migrations, volume attachments and interfaces (``novakit.service.server_resources``) keep
+  theirs: 2.23's migration types and a server's live migrations, 2.59's migrations in pages
+  with their ``uuid``, 2.66's ``changes-before``, 2.49's and 2.70's device ``tag`` (novakit
+  keeps none: null, a tag given is refused), 2.79's ``delete_on_termination`` of an attachment.
+- Resources not served yet (quota classes, diagnostics, interface attach and detach, the abort
+  of a live migration) answer 404 at every version (an action, 400).
 
 Project ids are Keystone's (the token's project): servers created by the operator path under
 a project *name* belong to no token's project (README, "OpenStack clients").

@@ -75,6 +75,7 @@ from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.fleet import aggregates, hosts
 from novakit.network import security_groups
+from novakit.service import paging
 from novakit.service.auth import Caller, caller
 from novakit.service.microversion import Service, Version
 
@@ -267,9 +268,8 @@ def _next_link(
     """Nova's ``servers_links``: the next page, when this one is full."""
     if not servers or len(servers) < limit:
         return []
-    params = [(k, v) for k, v in request.query_params.multi_items() if k != "marker"]
-    params.append(("marker", servers[-1]["id"]))
-    return [{"rel": "next", "href": f"{_base(request)}/v2.1/{path}?{urlencode(params)}"}]
+    query = paging.next_query(request, servers[-1]["id"])
+    return [{"rel": "next", "href": f"{_base(request)}/v2.1/{path}?{query}"}]
 
 
 def _flavor_of_server(request: Request, snap: dict[str, Any], version: Version) -> dict[str, Any]:
@@ -493,31 +493,9 @@ def _action(server_id: str, action: dict[str, Any], version: Version) -> dict[st
     return out
 
 
-def _changed_between(request: Request, version: Version, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """2.58's ``changes-since`` and 2.66's ``changes-before`` of an action listing: the actions
-    last updated at or after, at or before, the times given."""
-    params = request.query_params
-    bounds = {"changes-since": (2, 58), "changes-before": (2, 66)}
-    since, before = (
-        _when(name, params[name]) if params.get(name) is not None and version.at_least(*at) else None
-        for name, at in bounds.items()
-    )
-    if since is not None and before is not None and before < since:
-        raise exceptions.ValidationError("changes-before", "must not be earlier than changes-since")
-    return [
-        a
-        for a in found
-        if (since is None or a["updated_at"] >= since) and (before is None or a["updated_at"] <= before)
-    ]
-
-
-def _when(name: str, value: str) -> dt.datetime:
-    """A query's time (ISO 8601; one without a zone is UTC), as the database keeps times."""
-    try:
-        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise exceptions.ValidationError(name, "must be an ISO 8601 time") from None
-    return when.astimezone(dt.UTC).replace(tzinfo=None) if when.tzinfo is not None else when
+def _updated_at(action: dict[str, Any]) -> dt.datetime:
+    when: dt.datetime = action["updated_at"]
+    return when
 
 
 @router.get("/v2.1/servers/{server_id}/os-instance-actions")
@@ -528,22 +506,13 @@ def list_instance_actions(server_id: str, request: Request, who: Caller = Depend
     found = _actions(request, who, server_id, version)
     body: dict[str, Any] = {}
     if version.at_least(2, 58):
-        found = _changed_between(request, version, found)
-        params = request.query_params
-        marker = params.get("marker")
-        if marker is not None:
-            ids = [a["request_id"] for a in found]
-            if marker not in ids:
-                raise exceptions.MarkerNotFound(marker=marker)
-            found = found[ids.index(marker) + 1 :]
-        limit = _int("limit", params["limit"]) if params.get("limit") is not None else listing.MAX_LIMIT
-        limit = min(limit, listing.MAX_LIMIT)
-        if len(found) > limit:
-            found = found[:limit]
-            rest = [(k, v) for k, v in params.multi_items() if k != "marker"]
-            rest.append(("marker", found[-1]["request_id"]))
+        found = paging.changed_between(
+            request, found, _updated_at, since=True, before=version.at_least(2, 66)
+        )
+        found, following = paging.page(request, found, "request_id")
+        if following is not None:
             path = f"{_base(request)}/v2.1/servers/{server_id}/os-instance-actions"
-            body["links"] = [{"rel": "next", "href": f"{path}?{urlencode(rest)}"}]
+            body["links"] = [{"rel": "next", "href": f"{path}?{following}"}]
     body["instanceActions"] = [_action(server_id, a, version) for a in found]
     return COMPUTE.respond(body, version)
 

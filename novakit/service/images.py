@@ -25,6 +25,7 @@ from starlette.concurrency import run_in_threadpool
 
 from novakit import exceptions
 from novakit.catalog import images
+from novakit.service import paging
 from novakit.service.auth import Caller, caller
 
 router = APIRouter(prefix="/image")
@@ -32,7 +33,6 @@ router = APIRouter(prefix="/image")
 #: what Glance's listing takes that novakit answers; another parameter is refused (400) rather
 #: than ignored (a listing that leaves out a filter given answers another question)
 FILTERS = ("name", "visibility", "limit", "marker")
-MAX_LIMIT = 1000
 #: the view's own keys; a property of the same name is not shown over them
 _OWN = {
     "id",
@@ -124,29 +124,17 @@ def list_images(request: Request, who: Caller = Depends(caller)) -> JSONResponse
     unknown = sorted(set(params) - set(FILTERS))
     if unknown:
         raise exceptions.ValidationError(unknown[0], "is not a filter of the image listing")
-    limit = MAX_LIMIT
-    if params.get("limit") is not None:
-        given = params["limit"]
-        if not given.isdigit():
-            raise exceptions.ValidationError("limit", "must be a non-negative integer")
-        limit = min(int(given), MAX_LIMIT)
     listed = images.list_images(
         _db(request), who.ctx, visibility=params.get("visibility"), name=params.get("name")
     )
-    marker = params.get("marker")
-    if marker is not None:
-        ids = [i["id"] for i in listed]
-        if marker not in ids:
-            raise exceptions.MarkerNotFound(marker=marker)
-        listed = listed[ids.index(marker) + 1 :]
-    page = listed[:limit]
+    found, following = paging.page(request, listed)
     body: dict[str, Any] = {
-        "images": [_image(i) for i in page],
+        "images": [_image(i) for i in found],
         "first": "/v2/images",
         "schema": "/v2/schemas/images",
     }
-    if len(listed) > limit and page:
-        body["next"] = f"/v2/images?limit={limit}&marker={page[-1]['id']}"
+    if following is not None:
+        body["next"] = f"/v2/images?{following}"
     return JSONResponse(body)
 
 

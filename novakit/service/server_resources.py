@@ -27,19 +27,19 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Any
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from novakit import exceptions
-from novakit.compute import listing, volume_attach
+from novakit.compute import volume_attach
 from novakit.moves import migrations
 from novakit.network import ports
+from novakit.service import paging
 from novakit.service.auth import Caller, caller
 from novakit.service.body import read_json
-from novakit.service.compute import COMPUTE, _action_time, _base, _int, _service, _when
+from novakit.service.compute import COMPUTE, _action_time, _base, _service
 from novakit.service.microversion import Version
 from novakit.volume import volumes
 
@@ -124,26 +124,12 @@ def list_migrations(request: Request, who: Caller = Depends(caller)) -> JSONResp
     ]
     body: dict[str, Any] = {}
     if version.at_least(2, 59):
-        if params.get("changes-since") is not None:
-            since = _when("changes-since", params["changes-since"])
-            found = [m for m in found if _changed(m) >= since]
-        if version.at_least(2, 66) and params.get("changes-before") is not None:
-            before = _when("changes-before", params["changes-before"])
-            found = [m for m in found if _changed(m) <= before]
-        marker = params.get("marker")
-        if marker is not None:
-            ids = [m["id"] for m in found]
-            if marker not in ids:
-                raise exceptions.MarkerNotFound(f"Marker {marker} could not be found.")
-            found = found[ids.index(marker) + 1 :]
-        limit = min(_int("limit", params["limit"]), listing.MAX_LIMIT) if "limit" in params else None
-        if limit is not None and len(found) > limit:
-            found = found[:limit]
-        if limit is not None and found and len(found) == limit:
-            rest = [(k, v) for k, v in params.multi_items() if k != "marker"]
-            rest.append(("marker", found[-1]["id"]))
-            href = f"{_base(request)}/v2.1/os-migrations?{urlencode(rest)}"
-            body["migrations_links"] = [{"rel": "next", "href": href}]
+        found = paging.changed_between(request, found, _changed, since=True, before=version.at_least(2, 66))
+        if "limit" in params or "marker" in params:
+            found, following = paging.page(request, found)
+            if following is not None:
+                href = f"{_base(request)}/v2.1/os-migrations?{following}"
+                body["migrations_links"] = [{"rel": "next", "href": href}]
     body["migrations"] = [_migration(request, m, version) for m in found]
     return COMPUTE.respond(body, version)
 

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from novakit.context import RequestContext
 from novakit.db.engine import Database
 from tests.conftest import PG_URL, need_real
 from tests.pgdatabases import own_database
@@ -192,6 +193,22 @@ def identity_session(served: Served) -> Iterator[Any]:
             yield session
     finally:
         db.dispose()
+
+
+def keystone_admin(served: Served) -> RequestContext:
+    """The library's caller for the bootstrap admin as the service knows it: its token's user and
+    project ids (Keystone's), not the operator path's project names."""
+    body = served.validate(served.issue()).json()["token"]
+    return RequestContext(project_id=body["project"]["id"], user_id=body["user"]["id"], roles=["admin"])
+
+
+def make_lan(db: Database, owner: RequestContext) -> str:
+    """The network ``lan`` (with its subnet 10.0.0.0/24) of ``owner``'s project; its id."""
+    from novakit.network import networks, subnets
+
+    net = networks.create(db, owner, {"name": "lan"})
+    subnets.create(db, owner, {"name": "lan-v4", "network": "lan", "cidr": "10.0.0.0/24"})
+    return str(net["id"])
 
 
 def add_user(served: Served, name: str, password: str, role: str = "member", project: str = "admin") -> None:

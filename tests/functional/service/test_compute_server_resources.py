@@ -22,13 +22,15 @@ import pytest
 
 from novakit.catalog import flavors, images
 from novakit.context import RequestContext
-from novakit.network import networks, subnets
+from novakit.network import subnets
 from novakit.volume import volumes
 from tests.functional.cloud import Cloud, make_cloud
 from tests.functional.service.conftest import (
     Served,
     add_user,
     identity_session,
+    keystone_admin,
+    make_lan,
     openstack,
     os_env,
     serve_cloud,
@@ -129,15 +131,11 @@ def cloud(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Re
         db = served.database()
         try:
             lib = make_cloud(db, directory)
-            body = served.validate(served.issue()).json()["token"]
-            owner = RequestContext(
-                project_id=body["project"]["id"], user_id=body["user"]["id"], roles=["admin"]
-            )
-            net = networks.create(db, owner, {"name": "lan"})
-            subnets.create(db, owner, {"name": "lan-v4", "network": "lan", "cidr": "10.0.0.0/24"})
+            owner = keystone_admin(served)
+            net = make_lan(db, owner)
             flavor = flavors.show(db, lib.admin, "m1.small")["id"]
             image = images.show(db, lib.admin, "tiny")["id"]
-            yield ResourcesCloud(served, lib, owner, flavor, image, net["id"])
+            yield ResourcesCloud(served, lib, owner, flavor, image, net)
         finally:
             db.dispose()
 

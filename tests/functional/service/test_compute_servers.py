@@ -22,13 +22,13 @@ import httpx
 import pytest
 
 from novakit.catalog import flavors, images
-from novakit.context import RequestContext
-from novakit.network import networks, subnets
 from tests.functional.cloud import make_cloud
 from tests.functional.service.conftest import (
     Served,
     add_user,
     identity_session,
+    keystone_admin,
+    make_lan,
     openstack,
     os_env,
     serve_cloud,
@@ -108,17 +108,12 @@ def cloud(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
         try:
             lib = make_cloud(db, directory)
             # The network of the admin project as Keystone names it (the tokens' project id).
-            body = served.validate(served.issue()).json()["token"]
-            owner = RequestContext(
-                project_id=body["project"]["id"], user_id=body["user"]["id"], roles=["admin"]
-            )
-            net = networks.create(db, owner, {"name": "lan"})
-            subnets.create(db, owner, {"name": "lan-v4", "network": "lan", "cidr": "10.0.0.0/24"})
+            net = make_lan(db, keystone_admin(served))
             flavor = flavors.show(db, lib.admin, "m1.small")["id"]
             image = images.show(db, lib.admin, "tiny")["id"]
         finally:
             db.dispose()
-        yield ServersCloud(served, flavor, image, net["id"])
+        yield ServersCloud(served, flavor, image, net)
 
 
 @pytest.fixture(scope="module")

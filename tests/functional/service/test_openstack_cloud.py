@@ -30,11 +30,17 @@ from typing import Any
 import pytest
 import yaml
 
-from novakit.context import RequestContext
-from novakit.network import networks, subnets
 from tests.conftest import need_real
 from tests.functional.cloud import make_cloud
-from tests.functional.service.conftest import Served, add_user, openstack, os_env, serve_cloud
+from tests.functional.service.conftest import (
+    Served,
+    add_user,
+    keystone_admin,
+    make_lan,
+    openstack,
+    os_env,
+    serve_cloud,
+)
 
 pytestmark = [pytest.mark.xdist_group("service_ansible"), pytest.mark.slow]
 
@@ -177,13 +183,11 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnsibleCloud]:
     directory = tmp_path_factory.mktemp("osc-ansible")
     with serve_cloud("sqlite", directory, "ansible") as served:
         add_user(served, "alice", "alice-pw-1", project="admin")
-        body = served.validate(served.issue()).json()["token"]
-        owner = RequestContext(project_id=body["project"]["id"], user_id=body["user"]["id"], roles=["admin"])
+        owner = keystone_admin(served)
         db = served.database()
         try:
             make_cloud(db, directory)
-            network = networks.create(db, owner, {"name": "lan"})["id"]
-            subnets.create(db, owner, {"name": "lan-v4", "network": "lan", "cidr": "10.0.0.0/24"})
+            network = make_lan(db, owner)
         finally:
             db.dispose()
         # AWX's way: the job gets an application credential of alice's, and a clouds.yaml for it.

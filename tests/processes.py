@@ -72,7 +72,8 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        # Gone between the signal and the read (reading a vanished process's stat is ESRCH).
         return False
 
 

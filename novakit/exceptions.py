@@ -21,14 +21,18 @@ sees the text)::
     ├── NotFound (404)
     │   ├── InstanceNotFound, FlavorNotFound, ImageNotFound,
     │   ├── ComputeHostNotFound, ServerGroupNotFound, ResourceProviderNotFound, KeypairNotFound
+    │   ├── ConsumerAllocationsNotFound  the consumer holds no allocations
+    │   ├── FlavorExtraSpecsNotFound, FlavorAccessNotFound
     │   └── MarkerNotFound .......... a listing's marker names no server of the listing
     ├── Conflict (409)
     │   ├── UnexpectedTaskStateError  a guarded state write lost a race
     │   │   └── UnexpectedDeletingTaskStateError
     │   ├── DuplicateName ........... a live server of that name exists
     │   ├── KeyPairExists ........... the user has a key pair of that name
+    │   ├── FlavorAccessExists ...... the project has access to the private flavor already
     │   ├── HostInUse ............... a host that still has servers or claims cannot be deleted
     │   ├── ConcurrentUpdateDetected  retries of a compare-and-swap ran out
+    │   ├── AllocationNotFits ....... allocations asked do not fit a provider's inventory now
     │   └── ServerDiffers ........... a declared server exists with another flavor or image
     ├── NoValidHost (500) ........... the scheduler found nowhere to go;
     │                                 ``explanation`` says why for each host
@@ -235,6 +239,14 @@ class FlavorNotFound(NotFound):
     msg_fmt = "Flavor %(flavor_id)s could not be found."
 
 
+class FlavorExtraSpecsNotFound(NotFound):
+    msg_fmt = "Flavor %(flavor_id)s has no extra spec %(key)s."
+
+
+class FlavorAccessNotFound(NotFound):
+    msg_fmt = "Project %(project_id)s has no access to flavor %(flavor_id)s."
+
+
 class ImageNotFound(NotFound):
     msg_fmt = "Image %(image_id)s could not be found."
 
@@ -270,6 +282,10 @@ class ResourceProviderNotFound(NotFound):
 class Conflict(NovakitError):
     msg_fmt = "Conflict: %(reason)s"
     code = 409
+
+
+class FlavorAccessExists(Conflict):
+    msg_fmt = "Project %(project_id)s has access to flavor %(flavor_id)s already."
 
 
 class KeyPairExists(Conflict):
@@ -405,6 +421,16 @@ class InventoryInUse(Conflict):
         "Cannot remove %(resource_class)s from provider %(provider)s: %(used)s is allocated; "
         "free the allocations first"
     )
+
+
+class AllocationNotFits(Conflict):
+    """Allocations asked of a provider do not fit its inventory now (Placement's 409)."""
+
+    msg_fmt = "Unable to allocate inventory: resource provider %(provider)s %(reason)s"
+
+
+class ConsumerAllocationsNotFound(NotFound):
+    msg_fmt = "No allocations for consumer '%(consumer)s'"
 
 
 class ServerDiffers(Conflict):

@@ -53,12 +53,17 @@ ADMIN_ONLY: dict[str, str] = {
     "flavor:create": "create a flavor",
     "flavor:delete": "delete a flavor",
     "flavor:list_private": "list and show private flavors (Nova's flavors without public access)",
+    "flavor:extra_specs": "set and unset a flavor's extra specs (openstack flavor set/unset --property)",
+    "flavor:access": "list, give and take away projects' access to a private flavor (openstack flavor "
+    "set/unset --project)",
     "image:create": "register an image",
-    "image:delete": "delete an image",
+    "image:delete": "delete another project's image (an image's owner deletes its own)",
+    "image:deactivate": "deactivate an image or reactivate it (Glance's deactivate, reactivate)",
     "image:publicize": "make an image public (Glance's publicize_image)",
     # A network is a libvirt network or bridge on the hosts: the fleet's, as Neutron's provider networks.
     "network:create": "create a network or a subnet (a libvirt network or bridge of the hosts)",
     "network:delete": "delete a network or a subnet",
+    "network:update": "rename a network or a subnet, share or unshare a network, set a subnet's DNS servers",
     "security_group:project": "create a security group in another project (Neutron's admin)",
     "security_group:delete_default": "delete a project's default security group (Neutron lets only an admin)",
     "quota:update": "set a project's quota",
@@ -97,6 +102,11 @@ ADMIN_ONLY: dict[str, str] = {
     "(Nova's unlock_override)",
     # Key pairs are a user's (Nova's os-keypairs ``user_id``): an admin may act on anyone's.
     "keypair:any_user": "list, show, create and delete another user's key pairs (``user_id``, --user)",
+    # The Placement API (``/placement``): admin for everything, as Placement's own policy defaults.
+    "placement:read": "read resource providers, their inventories, usages, traits, aggregates, "
+    "allocations, allocation candidates and projects' usages (the Placement API)",
+    "placement:allocations:update": "set or delete a consumer's allocations (Placement's PUT and "
+    "DELETE /allocations/{consumer_uuid})",
     "server:fault_details": "see a fault's host, details and traceback, the scheduler's reasons "
     "behind 'No valid host was found.', and a host's words when a console log fails",
 }
@@ -131,6 +141,14 @@ def scope(ctx: RequestContext, stmt: _Stmt, project_column: Any, project_id: str
     if allowed(ctx, "project:any"):
         return stmt
     return stmt.where(project_column == ctx.project_id)
+
+
+def scope_shared(ctx: RequestContext, stmt: _Stmt, project_column: Any, shared_column: Any) -> _Stmt:
+    """``scope`` for what a project may share with every other (Neutron's shared networks): a
+    member sees its own project's rows and the shared ones; an admin (``project:any``) all."""
+    if allowed(ctx, "project:any"):
+        return stmt
+    return stmt.where((project_column == ctx.project_id) | shared_column.is_(True))
 
 
 def project_filter(ctx: RequestContext, asked: str | None = None) -> str | None:

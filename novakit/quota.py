@@ -332,20 +332,46 @@ def set_quota(db: Database, project_id: str, resource: str, limit: int, *, dry_r
     db.run_in_transaction(lambda session: _upsert(session, project_id, resource, limit))
 
 
-def update_quota(db: Database, ctx: RequestContext, project_id: str, limits: dict[str, Any]) -> None:
+def update_quota(
+    db: Database, ctx: RequestContext, project_id: str, limits: dict[str, Any], *, force: bool = False
+) -> None:
     """Set several of a project's limits at once, for a caller allowed ``quota:update`` (Nova's
     ``PUT /os-quota-sets``): every limit is checked before any is written, and all are written
-    in one transaction, so that a refused request changes nothing."""
+    in one transaction, so that a refused request changes nothing.
+
+    A limit below what the project holds now is refused, as Nova's quota driver refuses it,
+    unless ``force``: then it is set, and only refuses what the project asks for next. Key
+    pairs are counted per user, not per project: their limit is not compared with a use."""
     policy.authorize(ctx, "quota:update")
     for resource, limit in limits.items():
         _check_limit(resource, limit)
     check_project_id(project_id)
 
     def write(session: Session) -> None:
+        if not force:
+            _check_not_below_usage(session, project_id, limits)
         for resource, limit in limits.items():
             _upsert(session, project_id, resource, limit)
 
     db.run_in_transaction(write)
+
+
+def _check_not_below_usage(session: Session, project_id: str, limits: dict[str, Any]) -> None:
+    finite = {r: v for r, v in limits.items() if v != UNLIMITED and r not in USER_RESOURCES}
+    if not finite:
+        return
+    used = count_usage(
+        session,
+        project_id,
+        volumes=any(r in VOLUME_RESOURCES for r in finite),
+        security_groups=any(r in SECURITY_GROUP_RESOURCES for r in finite),
+    )
+    for resource, limit in finite.items():
+        if limit < used.get(resource, 0):
+            raise exceptions.ValidationError(
+                f"quota {resource}",
+                f"must be at least the project's use, {used[resource]}, unless forced (force)",
+            )
 
 
 def default_limits(conf: Config) -> dict[str, int]:

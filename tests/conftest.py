@@ -155,9 +155,11 @@ def pg_database() -> Iterator[Database | None]:
 
 
 def _truncate(db: Database) -> None:
-    """Empty every table, keeping the cells the migrations made (cell0, cell1); cell0's own
+    """Empty every table, keeping the cells the migrations made (cell0, cell1) and the identity
+    revision's row; cell0's own
     database (made beside the API database on first use) is emptied too."""
-    names = ", ".join(t.name for t in Base.metadata.sorted_tables if t.name != "cell_mappings")
+    kept = {"cell_mappings", "identity_revision"}  # made by the migrations, rows and all
+    names = ", ".join(t.name for t in Base.metadata.sorted_tables if t.name not in kept)
     with db.engine.begin() as conn:
         conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
         conn.execute(text("DELETE FROM cell_mappings WHERE name NOT IN ('cell0', 'cell1')"))

@@ -137,3 +137,11 @@ def remove_member(db: Database, ctx: RequestContext, ref: str, member: str) -> N
         session.delete(row)
 
     db.run_in_transaction(write)
+
+
+def show_member(db: Database, ctx: RequestContext, ref: str, member: str) -> dict[str, Any]:
+    """One member of ``ref``, among those ``ctx`` may list (``list_members``)."""
+    for found in list_members(db, ctx, ref):
+        if found["member_id"] == member:
+            return found
+    raise exceptions.NotFound(f"Project {member} is not a member of image {ref}.")

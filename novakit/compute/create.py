@@ -260,7 +260,7 @@ class CreateAPI:
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
         from novakit.volume import boot
 
-        flavor = flavors.get(session, req.flavor)
+        flavor = flavors.usable(session, ctx, req.flavor)
         if req.image is None and req.boot_volume is None:
             raise exceptions.ValidationError(
                 "image", "is required unless the server boots from an existing volume (boot_volume)"

@@ -123,7 +123,7 @@ def _prepare_rename(
 def _prepare_resize(
     conf: Config, session: Session, ctx: RequestContext, inst: Instance, opts: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    new = flavors.snapshot(flavors.get(session, opts["flavor"]))
+    new = flavors.snapshot(flavors.usable(session, ctx, opts["flavor"]))
     old = dict(inst.flavor or {})
     sizes = ("vcpus", "memory_mb", "root_gb", "ephemeral_gb", "swap", "extra_specs")
     if new.get("name") == old.get("name") and all(new.get(k) == old.get(k) for k in sizes):

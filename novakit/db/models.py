@@ -165,6 +165,18 @@ class Flavor(TimestampMixin, Base):
     description: Mapped[str | None] = mapped_column(Text)
 
 
+class FlavorProject(TimestampMixin, Base):
+    """A project given access to a private flavor (Nova's ``flavor_projects``): it lists, shows
+    and boots the flavor as a public one (``novakit.catalog.flavors``)."""
+
+    __tablename__ = "flavor_projects"
+    __table_args__ = (UniqueConstraint("flavor_id", "project_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    flavor_id: Mapped[int] = mapped_column(Integer, ForeignKey("flavors.id", ondelete="CASCADE"))
+    project_id: Mapped[str] = mapped_column(String(255))
+
+
 class Image(TimestampMixin, Base):
     __tablename__ = "images"
     __table_args__ = (UniqueConstraint("uuid"), Index("ix_images_name", "name"))
@@ -929,6 +941,17 @@ class IdentityApplicationCredentialRole(Base):
     role_id: Mapped[int] = mapped_column(
         ForeignKey("identity_roles.id", ondelete="CASCADE"), primary_key=True
     )
+
+
+class IdentityRevision(Base):
+    """One row: a number every change of the identity tables raises in its own transaction
+    (``novakit.identity.revision``). A service process keeps the tokens it validated with the
+    number they were validated at, and checks a token again only when the number moved."""
+
+    __tablename__ = "identity_revision"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    revision: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
 
 
 #: The tables a cell's database holds; every other table is the API database's.

@@ -11,6 +11,8 @@ identity stays the operator's environment (``novakit.context``).
 - ``passwords``: argon2 hashes, the only form a password is kept in;
 - ``keys``: the Fernet key repository (Keystone's layout: ``0`` staged, highest primary);
 - ``tokens``: a token's payload, encrypted with the primary key, and its validation;
+- ``revision``: the number every change to the identity tables raises, which tells a service
+  process when a token it validated must be checked again;
 - ``auth``: ``POST /v3/auth/tokens`` as a library call (password, token and application
   credential methods);
 - ``catalog``: the service catalog's endpoints; ``bootstrap``: ``keystone-manage bootstrap``;
@@ -37,3 +39,8 @@ def is_default_domain(domain_id: str | None, domain_name: str | None) -> bool:
     if domain_id is not None:
         return domain_id == DEFAULT_DOMAIN_ID
     return domain_name == DEFAULT_DOMAIN_NAME
+
+
+# Registered with every session from the first import of the package: no identity write can
+# miss raising the revision (``revision``'s docstring).
+from novakit.identity import revision as _revision  # noqa: E402,F401

@@ -3,7 +3,9 @@
 Makes what is missing of: the roles ``admin``, ``member`` and ``reader`` (and the named admin
 role), the admin project, the admin user with the password given, the user's admin role on
 the project, and the catalog's identity (``<public url>/identity/v3``), compute
-(``<public url>/compute/v2.1``) and image (``<public url>/image``) endpoints for the public
+(``<public url>/compute/v2.1``), image (``<public url>/image``), network
+(``<public url>/network``) and placement
+(``<public url>/placement``) endpoints for the public
 interface of the region. Run again it
 changes nothing, except what differs: a password that no longer matches is set again (its
 tokens stop working), a disabled admin is enabled, an endpoint's URL follows the new one.
@@ -26,6 +28,9 @@ ENDPOINTS = (
     ("identity", "keystone", "/identity/v3"),
     ("compute", "nova", "/compute/v2.1"),
     ("image", "glance", "/image"),
+    ("network", "neutron", "/network"),
+    ("placement", "placement", "/placement"),
+    ("block-storage", "cinder", "/volume/v3"),
 )
 
 

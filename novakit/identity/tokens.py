@@ -27,6 +27,8 @@ import contextlib
 import datetime as dt
 import json
 import secrets
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +46,15 @@ from novakit.db.models import (
     IdentityUser,
     utcnow,
 )
-from novakit.identity import application_credentials, assignments, catalog, domain_view, projects, users
+from novakit.identity import (
+    application_credentials,
+    assignments,
+    catalog,
+    domain_view,
+    projects,
+    revision,
+    users,
+)
 from novakit.identity.errors import TokenInvalid
 from novakit.identity.keys import KeyRepository
 from novakit.identity.schemas import MAX_TOKEN_LENGTH
@@ -197,10 +207,66 @@ def check(session: Session, payload: Payload) -> ValidToken:
     return ValidToken(payload, user, project, carried, cred)
 
 
-def validate(db: Database, keys: KeyRepository, token: str) -> ValidToken:
+@dataclass(frozen=True)
+class _Kept:
+    valid: ValidToken
+    revision: int
+    until: dt.datetime
+
+
+class TokenCache:
+    """The tokens one process validated, each with the identity revision it was validated at
+    (``novakit.identity.revision``) and the moment it expires (the token's, or its application
+    credential's if sooner). A kept token is good while the revision has not moved and that
+    moment has not come; any change to the identity tables makes every kept token be checked
+    again in full. At most ``size`` tokens, the least recently used dropped first."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._kept: OrderedDict[str, _Kept] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, token: str, revision: int, now: dt.datetime) -> ValidToken | None:
+        with self._lock:
+            kept = self._kept.get(token)
+            if kept is None:
+                return None
+            if kept.revision != revision or now >= kept.until:
+                del self._kept[token]
+                return None
+            self._kept.move_to_end(token)
+            return kept.valid
+
+    def put(self, token: str, valid: ValidToken, revision: int) -> None:
+        until = valid.payload.expires_at
+        cred = valid.application_credential
+        if cred is not None and cred.expires_at is not None:
+            until = min(until, cred.expires_at)
+        with self._lock:
+            self._kept[token] = _Kept(valid, revision, until)
+            self._kept.move_to_end(token)
+            while len(self._kept) > self.size:
+                self._kept.popitem(last=False)
+
+
+def validate(db: Database, keys: KeyRepository, token: str, cache: TokenCache | None = None) -> ValidToken:
+    """The token's standing now (``check``). With a ``cache``, a token this process validated
+    since the identity tables last changed is taken as it was then, after one read of the
+    revision; it is still decrypted (a key rotated away refuses it) and its expiry still read."""
     payload = unseal(keys, token)
+    now = utcnow()
+    if now >= payload.expires_at:
+        raise TokenInvalid("expired")
     with db.reader() as session:
-        return check(session, payload)
+        if cache is None:
+            return check(session, payload)
+        rev = revision.current(session)
+        if rev is not None and (kept := cache.get(token, rev, now)) is not None:
+            return kept
+        valid = check(session, payload)
+    if rev is not None:
+        cache.put(token, valid, rev)
+    return valid
 
 
 def revoke(db: Database, token: ValidToken) -> None:

@@ -68,7 +68,8 @@ def _resolve(session: Session, ctx: RequestContext, field: str, req: Any, count:
             raise exceptions.PortInUse(port=port.name or port.uuid, device_id=port.device_id)
         return Nic(field=field, port=port, network=session.get(Network, port.network_id))
     if req.net_id is not None:
-        network = networks.get(session, req.net_id)
+        # A network the caller may see: its project's or a shared one (another project's is not found).
+        network = networks.get_visible(session, ctx, req.net_id)
         if req.fixed_ip is not None:
             if count > 1:
                 raise exceptions.ValidationError(

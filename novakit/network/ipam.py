@@ -71,12 +71,14 @@ def has_subnets(session: Session, network: Network) -> bool:
     return bool(subnet_api.of_network(session, network.id))
 
 
-def free_count(session: Session, network: Network) -> int:
-    """How many addresses of the network's pools nobody holds (as this transaction sees it)."""
+def free_count(session: Session, network: Network, subnet: Subnet | None = None) -> int:
+    """How many addresses of the network's pools (of ``subnet``'s only, when given) nobody holds
+    (as this transaction sees it)."""
     taken = allocated(session, network.id)
     total = 0
-    for subnet in subnet_api.of_network(session, network.id):
-        ranges = pool_ranges(subnet)
+    counted = [subnet] if subnet is not None else subnet_api.of_network(session, network.id)
+    for each in counted:
+        ranges = pool_ranges(each)
         total += sum(end - start + 1 for start, end in ranges) - _inside(ranges, taken)
     return total
 
@@ -104,9 +106,12 @@ def subnet_of(session: Session, network: Network, address: str, field: str) -> S
     )
 
 
-def check_requested(session: Session, network: Network, address: str, field: str) -> Subnet:
-    """A requested fixed IP: inside a subnet of the network and held by no port; its subnet."""
-    subnet = subnet_of(session, network, address, field)
+def check_requested(
+    session: Session, network: Network, address: str, field: str, subnet: Subnet | None = None
+) -> Subnet:
+    """A requested fixed IP: inside a subnet of the network (``subnet``, when given) and held by
+    no port; its subnet."""
+    subnet = in_subnet(session, network, address, field, subnet)
     address = str(ipaddress.IPv4Address(address))
     held = session.execute(
         select(IPAllocation.id).where(
@@ -132,18 +137,34 @@ def _insert(session: Session, port_id: int, subnet: Subnet, address: str) -> boo
     return True
 
 
+def in_subnet(session: Session, network: Network, address: str, field: str, subnet: Subnet | None) -> Subnet:
+    """``subnet_of``, and (``subnet`` given, Neutron's fixed IP of a named subnet) that subnet."""
+    found = subnet_of(session, network, address, field)
+    if subnet is not None and found.id != subnet.id:
+        raise exceptions.ValidationError(
+            field, f"{address} is not inside subnet {subnet.name} ({subnet.cidr})"
+        )
+    return found
+
+
 def allocate(
-    session: Session, port_id: int, network: Network, requested: str | None = None, field: str = "fixed_ip"
+    session: Session,
+    port_id: int,
+    network: Network,
+    requested: str | None = None,
+    field: str = "fixed_ip",
+    subnet: Subnet | None = None,
 ) -> tuple[Subnet, str] | None:
     """Give port ``port_id`` an address of ``network``: ``requested``, or the first free one of the
-    pools. None when the network has no subnet (a port with no fixed IP, as Neutron makes one)."""
+    pools (of ``subnet`` only, when given). None when the network has no subnet (a port with no
+    fixed IP, as Neutron makes one)."""
     if requested is not None:
-        subnet = subnet_of(session, network, requested, field)
+        subnet = in_subnet(session, network, requested, field, subnet)
         address = str(ipaddress.IPv4Address(requested))
         if not _insert(session, port_id, subnet, address):
             raise exceptions.IpAddressInUse(field=field, ip_address=address, network=network.name)
         return subnet, address
-    subnets = subnet_api.of_network(session, network.id)
+    subnets = [subnet] if subnet is not None else subnet_api.of_network(session, network.id)
     if not subnets:
         return None
     taken = allocated(session, network.id)

@@ -33,11 +33,25 @@ class NetworkCreate(schemas._Request):
     source: str | None = Field(default=None, pattern=_SOURCE)
     is_default: bool = False
     mtu: int | None = Field(default=None, ge=68, le=65535)
+    # Neutron's shared network: every project may see it and put ports on it. The operator's
+    # networks are the fleet's (shared); the HTTP service takes Neutron's default, unshared.
+    shared: bool = True
 
     _check_name = field_validator("name")(classmethod(lambda cls, v: schemas._check_name(v)))
 
 
-def view(net: Network, subnets: list[str] | None = None) -> dict[str, Any]:
+class NetworkUpdate(schemas._Request):
+    name: str | None = None
+    shared: bool | None = None
+
+    _check_name = field_validator("name")(
+        classmethod(lambda cls, v: schemas._check_name(v) if v is not None else v)
+    )
+
+
+def view(
+    net: Network, subnets: list[str] | None = None, subnet_ids: list[str] | None = None
+) -> dict[str, Any]:
     return {
         "id": net.uuid,
         "name": net.name,
@@ -47,6 +61,8 @@ def view(net: Network, subnets: list[str] | None = None) -> dict[str, Any]:
         "mtu": net.mtu,
         "shared": bool(net.shared),
         "subnets": list(subnets or []),
+        "subnet_ids": list(subnet_ids or []),
+        "project_id": net.project_id,
     }
 
 
@@ -62,16 +78,28 @@ def get(session: Session, ref: str) -> Network:
     return row
 
 
+def get_visible(session: Session, ctx: RequestContext, ref: str) -> Network:
+    """A network by uuid or name that ``ctx`` may see: its project's or a shared one (an admin's:
+    any); another project's unshared network is one that does not exist."""
+    stmt = select(Network).where(or_(Network.uuid == ref, Network.name == ref))
+    row = (
+        session.execute(policy.scope_shared(ctx, stmt, Network.project_id, Network.shared)).scalars().first()
+    )
+    if row is None:
+        raise exceptions.NetworkNotFound(network=ref)
+    return row
+
+
 def get_default(session: Session) -> Network | None:
     return session.execute(select(Network).where(Network.is_default.is_(True))).scalars().first()
 
 
-def _subnet_names(session: Session, network_id: int) -> list[str]:
-    return list(
-        session.execute(
-            select(Subnet.name).where(Subnet.network_id == network_id).order_by(Subnet.id)
-        ).scalars()
-    )
+def _subnets_of(session: Session, network_id: int) -> tuple[list[str], list[str]]:
+    """The network's subnets' names and ids."""
+    rows = session.execute(
+        select(Subnet.name, Subnet.uuid).where(Subnet.network_id == network_id).order_by(Subnet.id)
+    ).all()
+    return [r.name for r in rows], [r.uuid for r in rows]
 
 
 def _name_taken(name: str) -> exceptions.Conflict:
@@ -103,7 +131,7 @@ def create(
             source=req.source or req.name,
             is_default=req.is_default,
             mtu=req.mtu,
-            shared=True,
+            shared=req.shared,
             project_id=ctx.project_id,
         )
         session.add(row)
@@ -121,19 +149,61 @@ def create(
         raise _name_taken(req.name) from None
 
 
-def list_networks(db: Database) -> list[dict[str, Any]]:
+def list_networks(db: Database, ctx: RequestContext | None = None) -> list[dict[str, Any]]:
+    """Every network, or (``ctx`` given) those ``ctx`` may see (``get_visible``)."""
     with db.reader() as session:
-        nets = session.execute(select(Network).order_by(Network.name)).scalars().all()
+        stmt = select(Network).order_by(Network.name)
+        if ctx is not None:
+            stmt = policy.scope_shared(ctx, stmt, Network.project_id, Network.shared)
+        nets = session.execute(stmt).scalars().all()
         subnets: dict[int, list[str]] = {}
-        for network_id, name in session.execute(select(Subnet.network_id, Subnet.name).order_by(Subnet.id)):
+        ids: dict[int, list[str]] = {}
+        rows = session.execute(select(Subnet.network_id, Subnet.name, Subnet.uuid).order_by(Subnet.id))
+        for network_id, name, uuid in rows:
             subnets.setdefault(network_id, []).append(name)
-        return [view(n, subnets.get(n.id)) for n in nets]
+            ids.setdefault(network_id, []).append(uuid)
+        return [view(n, subnets.get(n.id), ids.get(n.id)) for n in nets]
 
 
-def show(db: Database, ref: str) -> dict[str, Any]:
+def show(db: Database, ref: str, ctx: RequestContext | None = None) -> dict[str, Any]:
+    """A network, of those ``ctx`` may see when given."""
     with db.reader() as session:
-        net = get(session, ref)
-        return view(net, _subnet_names(session, net.id))
+        net = get(session, ref) if ctx is None else get_visible(session, ctx, ref)
+        return view(net, *_subnets_of(session, net.id))
+
+
+def update(db: Database, ctx: RequestContext, ref: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Rename a network, or share or unshare it (Neutron's ``PUT /networks/{id}``). Unsharing
+    is refused while another project has a port on it (Neutron's InvalidSharedSetting)."""
+    policy.authorize(ctx, "network:update")
+    req = schemas.parse(NetworkUpdate, data)
+
+    def write(session: Session) -> dict[str, Any]:
+        net = get_visible(session, ctx, ref)
+        if req.name is not None and req.name != net.name:
+            if session.execute(select(Network.id).where(Network.name == req.name)).first() is not None:
+                raise _name_taken(req.name)
+            net.name = req.name
+        if req.shared is False and net.shared:
+            others = session.execute(
+                select(func.count(Port.id)).where(
+                    Port.network_id == net.id, Port.project_id != net.project_id
+                )
+            ).scalar_one()
+            if others:
+                raise exceptions.Conflict(
+                    reason=f"network {net.name} cannot be unshared: "
+                    f"{others} port(s) of other projects are on it"
+                )
+        if req.shared is not None:
+            net.shared = req.shared
+        session.flush()
+        return view(net, *_subnets_of(session, net.id))
+
+    try:
+        return db.run_in_transaction(write)
+    except IntegrityError:
+        raise _name_taken(req.name or ref) from None
 
 
 def delete(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = False) -> None:

@@ -23,9 +23,10 @@ from novakit import exceptions, policy
 from novakit.compute import schemas
 from novakit.context import RequestContext
 from novakit.db.engine import Database
-from novakit.db.models import IPAllocation, Network, Port, Subnet
+from novakit.db.models import IPAllocation, Network, Port, SecurityGroupPortBinding, Subnet
 from novakit.host.messages import FixedIp
 from novakit.network import ipam, networks, security_groups
+from novakit.network import subnets as subnet_api
 
 MAC_BASE = "fa:16:3e"  # Neutron's base_mac: the 0x02 bit of fa says "locally administered"
 DEVICE_OWNER = "compute:nova"
@@ -34,7 +35,10 @@ _MAC_ATTEMPTS = 16
 
 
 class FixedIpRequest(schemas._Request):
-    ip_address: str
+    """A fixed IP asked for: an address, a subnet to take one from (Neutron's ``subnet_id``), or both."""
+
+    ip_address: str | None = None
+    subnet: str | None = Field(default=None, min_length=1, max_length=255)
 
 
 class PortCreate(schemas._Request):
@@ -44,6 +48,8 @@ class PortCreate(schemas._Request):
     mac_address: str | None = None
     # Neutron's port security: disabled, the port is not filtered and carries no group.
     port_security_enabled: bool = True
+    # The groups it carries (names or ids, of the caller's project); None: ``default``.
+    security_groups: list[str] | None = Field(default=None, max_length=16)
 
     _check_name = field_validator("name")(
         classmethod(lambda cls, v: schemas._check_name(v) if v is not None else v)
@@ -53,6 +59,15 @@ class PortCreate(schemas._Request):
     @classmethod
     def _mac(cls, v: str | None) -> str | None:
         return check_mac(v) if v is not None else None
+
+
+class PortUpdate(schemas._Request):
+    name: str | None = None
+    security_groups: list[str] | None = Field(default=None, max_length=16)
+
+    _check_name = field_validator("name")(
+        classmethod(lambda cls, v: schemas._check_name(v) if v is not None else v)
+    )
 
 
 def check_mac(value: str) -> str:
@@ -109,7 +124,11 @@ def fixed_ip_specs(ips: list[tuple[IPAllocation, Subnet]]) -> list[FixedIp]:
 
 
 def view(
-    port: Port, network: Network, ips: list[tuple[IPAllocation, Subnet]], groups: list[str] | None = None
+    port: Port,
+    network: Network,
+    ips: list[tuple[IPAllocation, Subnet]],
+    groups: list[str] | None = None,
+    group_ids: list[str] | None = None,
 ) -> dict[str, Any]:
     return {
         "id": port.uuid,
@@ -117,13 +136,14 @@ def view(
         "network": network.name,
         "network_id": network.uuid,
         "mac_address": port.mac_address,
-        "fixed_ips": [{"subnet": s.name, "ip_address": a.ip_address} for a, s in ips],
+        "fixed_ips": [{"subnet": s.name, "subnet_id": s.uuid, "ip_address": a.ip_address} for a, s in ips],
         "device_id": port.device_id,
         "device_owner": port.device_owner,
         "binding_host": port.binding_host,
         "status": port.status,
         "project_id": port.project_id,
         "security_groups": list(groups or []),  # names (``novakit.network.security_groups``)
+        "security_group_ids": list(group_ids or []),
         "port_security_enabled": port.port_security_enabled,
     }
 
@@ -174,28 +194,58 @@ def create(
     req = schemas.parse(PortCreate, data)
 
     def write(session: Session) -> dict[str, Any] | None:
-        network = networks.get(session, req.network)
+        network = networks.get_visible(session, ctx, req.network)
         mac = req.mac_address
         if mac is not None and session.execute(select(Port.id).where(Port.mac_address == mac)).first():
             raise exceptions.MacAddressInUse(mac=req.mac_address)
-        requested = req.fixed_ips[0].ip_address if req.fixed_ips else None
+        asked = req.fixed_ips[0] if req.fixed_ips else FixedIpRequest()
+        requested = asked.ip_address
+        subnet = _subnet_of_network(session, network, asked.subnet) if asked.subnet is not None else None
         if requested is not None:
-            ipam.check_requested(session, network, requested, "fixed_ips[0].ip_address")
-        elif ipam.has_subnets(session, network) and not ipam.free_count(session, network):
+            ipam.check_requested(session, network, requested, "fixed_ips[0].ip_address", subnet)
+        elif ipam.has_subnets(session, network) and not ipam.free_count(session, network, subnet):
             raise exceptions.IpAddressGenerationFailure(network=network.name)
+        secured = req.port_security_enabled
+        # Neutron: a new port carries its project's default group, unless it has no port security.
+        if req.security_groups is not None:
+            groups = (
+                security_groups.resolve_for_boot(session, ctx, req.security_groups)
+                if req.security_groups
+                else []
+            )
+        else:
+            groups = [security_groups.DEFAULT] if secured else []
+        if groups and not secured:
+            raise security_groups.no_port_security(req.name or "(new)", "security_groups")
         if dry_run:
             return None
-        secured = req.port_security_enabled
         port = insert_port(
             session, ctx, network, name=req.name, mac=req.mac_address, port_security_enabled=secured
         )
-        ipam.allocate(session, port.id, network, requested, "fixed_ips[0].ip_address")
-        # Neutron: a new port carries its project's default group, unless it has no port security.
-        groups = [security_groups.DEFAULT] if secured else []
+        ipam.allocate(session, port.id, network, requested, "fixed_ips[0].ip_address", subnet)
         security_groups.bind_port(session, ctx, port, groups)
-        return view(port, network, fixed_ips(session, [port.id])[port.id], groups)
+        return _view_of(session, port, network)
 
     return db.run_or_dry_run(write, dry_run=dry_run)
+
+
+def _subnet_of_network(session: Session, network: Network, ref: str) -> Subnet:
+    """A fixed IP's named subnet: one of the port's network (else 400, naming the field)."""
+    try:
+        found = subnet_api.get(session, ref)
+    except exceptions.SubnetNotFound:
+        found = None
+    if found is None or found.network_id != network.id:
+        raise exceptions.ValidationError(
+            "fixed_ips[0].subnet", f"subnet {ref} is not a subnet of network {network.name}"
+        )
+    return found
+
+
+def _view_of(session: Session, port: Port, network: Network) -> dict[str, Any]:
+    groups = security_groups.port_groups(session, [port.id])[port.id]
+    ids = security_groups.port_group_ids(session, [port.id])[port.id]
+    return view(port, network, fixed_ips(session, [port.id])[port.id], groups, ids)
 
 
 def list_ports(
@@ -211,7 +261,8 @@ def list_ports(
         rows = session.execute(stmt).all()
         ips = fixed_ips(session, [p.id for p, _ in rows])
         groups = security_groups.port_groups(session, [p.id for p, _ in rows])
-        return [view(p, n, ips[p.id], groups[p.id]) for p, n in rows]
+        ids = security_groups.port_group_ids(session, [p.id for p, _ in rows])
+        return [view(p, n, ips[p.id], groups[p.id], ids[p.id]) for p, n in rows]
 
 
 def show(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
@@ -219,8 +270,53 @@ def show(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
         port = get(session, ctx, ref)
         network = session.get(Network, port.network_id)
         assert network is not None
-        groups = security_groups.port_groups(session, [port.id])[port.id]
-        return view(port, network, fixed_ips(session, [port.id])[port.id], groups)
+        return _view_of(session, port, network)
+
+
+def update_port(
+    db: Database,
+    ctx: RequestContext,
+    ref: str,
+    data: dict[str, Any],
+    *,
+    on_change: security_groups.OnChange | None = None,
+) -> dict[str, Any]:
+    """Rename a port, or replace the groups it carries (Neutron's ``PUT /ports/{id}``: the list
+    given is the whole list). ``on_change``: called, once committed, with the ports whose
+    filters changed (this one, and those whose rules name a group it gained or lost)."""
+    req = schemas.parse(PortUpdate, data)
+    touched: list[str] = []
+
+    def write(session: Session) -> dict[str, Any]:
+        port = get(session, ctx, ref)
+        network = session.get(Network, port.network_id)
+        assert network is not None
+        if req.name is not None:
+            port.name = req.name
+        if req.security_groups is not None:
+            names = (
+                security_groups.resolve_for_boot(session, ctx, req.security_groups)
+                if req.security_groups
+                else []
+            )
+            if names and not port.port_security_enabled:
+                raise security_groups.no_port_security(port.name or port.uuid, "security_groups")
+            before = security_groups.port_group_db_ids(session, port.id)
+            session.execute(
+                delete(SecurityGroupPortBinding).where(SecurityGroupPortBinding.port_id == port.id)
+            )
+            security_groups.bind_port(session, ctx, port, names)
+            after = security_groups.port_group_db_ids(session, port.id)
+            if before != after:
+                changed = security_groups.referrers(session, sorted(set(before) ^ set(after)))
+                touched[:] = security_groups.port_uuids(session, [port.id, *changed])
+        session.flush()
+        return _view_of(session, port, network)
+
+    shown = db.run_in_transaction(write)
+    if on_change is not None and touched:
+        on_change(list(touched))
+    return shown
 
 
 def delete_port(

@@ -77,6 +77,7 @@ __all__ = [
     "server_groups",
     "show_group",
     "show_rule",
+    "update_group",
 ]
 
 DEFAULT = "default"
@@ -284,6 +285,45 @@ def create_group(
         return db.run_or_dry_run(write, dry_run=dry_run)
     except IntegrityError:
         raise _name_taken(req.name, project_id) from None
+
+
+class GroupUpdate(schemas._Request):
+    name: str | None = None
+    description: str | None = Field(default=None, max_length=255)
+
+    _check_name = field_validator("name")(
+        classmethod(lambda cls, v: schemas._check_name(v) if v is not None else v)
+    )
+
+
+def update_group(db: Database, ctx: RequestContext, ref: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Rename a group or change its description (Neutron's ``PUT /security-groups/{id}``); the
+    default group keeps its name (Neutron's SecurityGroupCannotUpdateDefault), and no other
+    group takes it."""
+    req = schemas.parse(GroupUpdate, data)
+
+    def write(session: Session) -> dict[str, Any]:
+        group = get(session, ctx, ref)
+        if req.name is not None and req.name != group.name:
+            if group.name == DEFAULT or req.name.lower() == DEFAULT:
+                raise exceptions.Conflict(reason="Updating default security group name not allowed.")
+            taken = session.execute(
+                select(SecurityGroup.id).where(
+                    SecurityGroup.project_id == group.project_id, SecurityGroup.name == req.name
+                )
+            ).first()
+            if taken is not None:
+                raise _name_taken(req.name, group.project_id)
+            group.name = req.name
+        if "description" in req.model_fields_set:
+            group.description = req.description
+        session.flush()
+        return group_view(session, group)
+
+    try:
+        return db.run_in_transaction(write)
+    except IntegrityError:
+        raise _name_taken(req.name or ref, ctx.project_id) from None
 
 
 def list_groups(db: Database, ctx: RequestContext, *, project_id: str | None = None) -> list[dict[str, Any]]:
@@ -568,6 +608,30 @@ def port_groups(session: Session, port_ids: list[int]) -> dict[int, list[str]]:
     for port_id, name in rows:
         out[port_id].append(name)
     return out
+
+
+def port_group_ids(session: Session, port_ids: list[int]) -> dict[int, list[str]]:
+    """port id -> the ids of the groups it carries (Neutron's port ``security_groups``)."""
+    out: dict[int, list[str]] = {p: [] for p in port_ids}
+    if not port_ids:
+        return out
+    rows = session.execute(
+        select(SecurityGroupPortBinding.port_id, SecurityGroup.uuid)
+        .join(SecurityGroup, SecurityGroup.id == SecurityGroupPortBinding.security_group_id)
+        .where(SecurityGroupPortBinding.port_id.in_(port_ids))
+        .order_by(SecurityGroup.name)
+    )
+    for port_id, uuid in rows:
+        out[port_id].append(uuid)
+    return out
+
+
+def port_group_db_ids(session: Session, port_id: int) -> list[int]:
+    """The row ids of the groups one port carries, sorted."""
+    stmt = select(SecurityGroupPortBinding.security_group_id).where(
+        SecurityGroupPortBinding.port_id == port_id
+    )
+    return sorted(session.execute(stmt).scalars())
 
 
 def server_groups(db: Database, ctx: RequestContext, server: str) -> list[str]:

@@ -68,6 +68,20 @@ class SubnetCreate(schemas._Request):
         return [schemas.ipv4_address(x) for x in v]
 
 
+class SubnetUpdate(schemas._Request):
+    name: str | None = None
+    dns_nameservers: list[str] | None = Field(default=None, max_length=5)
+
+    _check_name = field_validator("name")(
+        classmethod(lambda cls, v: schemas._check_name(v) if v is not None else v)
+    )
+
+    @field_validator("dns_nameservers")
+    @classmethod
+    def _dns(cls, v: list[str] | None) -> list[str] | None:
+        return [schemas.ipv4_address(x) for x in v] if v is not None else None
+
+
 def default_pools(cidr: ipaddress.IPv4Network, gateway: ipaddress.IPv4Address | None) -> list[dict[str, str]]:
     """The range less its network, broadcast and gateway addresses, as Neutron makes it."""
     first, last = cidr.network_address + 1, cidr.broadcast_address - 1
@@ -125,11 +139,17 @@ def view(subnet: Subnet, network_name: str) -> dict[str, Any]:
         "dns_nameservers": list(subnet.dns_nameservers or []),
         "allocation_pools": list(subnet.allocation_pools or []),
         "enable_dhcp": bool(subnet.enable_dhcp),
+        "project_id": subnet.project_id,
     }
 
 
-def get(session: Session, ref: str) -> Subnet:
-    row = session.execute(select(Subnet).where(or_(Subnet.uuid == ref, Subnet.name == ref))).scalars().first()
+def get(session: Session, ref: str, ctx: RequestContext | None = None) -> Subnet:
+    """A subnet by uuid or name; ``ctx`` given, of a network it may see (``networks.get_visible``)."""
+    stmt = select(Subnet).where(or_(Subnet.uuid == ref, Subnet.name == ref))
+    if ctx is not None:
+        stmt = stmt.join(Network, Network.id == Subnet.network_id)
+        stmt = policy.scope_shared(ctx, stmt, Network.project_id, Network.shared)
+    row = session.execute(stmt).scalars().first()
     if row is None:
         raise exceptions.SubnetNotFound(subnet=ref)
     return row
@@ -204,11 +224,19 @@ def create(
         raise _name_taken(req.name) from None
 
 
-def list_subnets(db: Database, network: str | None = None) -> list[dict[str, Any]]:
+def list_subnets(
+    db: Database, network: str | None = None, ctx: RequestContext | None = None
+) -> list[dict[str, Any]]:
+    """Every subnet (of ``network``), or (``ctx`` given) those of the networks ``ctx`` may see."""
     with db.reader() as session:
         stmt = select(Subnet, Network).join(Network, Network.id == Subnet.network_id).order_by(Subnet.name)
+        if ctx is not None:
+            stmt = policy.scope_shared(ctx, stmt, Network.project_id, Network.shared)
         if network is not None:
-            stmt = stmt.where(Subnet.network_id == networks.get(session, network).id)
+            net = (
+                networks.get(session, network) if ctx is None else networks.get_visible(session, ctx, network)
+            )
+            stmt = stmt.where(Subnet.network_id == net.id)
         out = []
         for subnet, net in session.execute(stmt).all():
             v = view(subnet, net.name)
@@ -217,9 +245,32 @@ def list_subnets(db: Database, network: str | None = None) -> list[dict[str, Any
         return out
 
 
-def show(db: Database, ref: str) -> dict[str, Any]:
+def show(db: Database, ref: str, ctx: RequestContext | None = None) -> dict[str, Any]:
     with db.reader() as session:
-        return _full_view(session, get(session, ref))
+        return _full_view(session, get(session, ref, ctx))
+
+
+def update(db: Database, ctx: RequestContext, ref: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Rename a subnet or set its DNS servers (Neutron's ``PUT /subnets/{id}``); its range,
+    gateway and pools stay as made (the addresses given out depend on them)."""
+    policy.authorize(ctx, "network:update")
+    req = schemas.parse(SubnetUpdate, data)
+
+    def write(session: Session) -> dict[str, Any]:
+        subnet = get(session, ref, ctx)
+        if req.name is not None and req.name != subnet.name:
+            if session.execute(select(Subnet.id).where(Subnet.name == req.name)).first() is not None:
+                raise _name_taken(req.name)
+            subnet.name = req.name
+        if req.dns_nameservers is not None:
+            subnet.dns_nameservers = list(req.dns_nameservers)
+        session.flush()
+        return _full_view(session, subnet)
+
+    try:
+        return db.run_in_transaction(write)
+    except IntegrityError:
+        raise _name_taken(req.name or ref) from None
 
 
 def delete(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = False) -> None:

@@ -19,14 +19,15 @@ import uuid as uuidlib
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import insert, text, update
+from sqlalchemy import bindparam, insert, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
+from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import PlacementAggregate
-from novakit.placement.providers import lookup_provider
+from novakit.placement.providers import ProviderView, lookup_provider, provider_by_uuid
 
 
 class AggregateView(BaseModel):
@@ -176,6 +177,33 @@ def get_provider_aggregates(db: Database, provider_name: str) -> list[AggregateV
             {"p": provider.id},
         )
         return [_view(r) for r in rows]
+
+
+def provider_aggregate_uuids(db: Database, ctx: RequestContext, uuid: str) -> tuple[ProviderView, list[str]]:
+    """The provider of ``uuid`` and the uuids of its aggregates (Placement knows an aggregate by
+    its uuid only: GET /resource_providers/{uuid}/aggregates)."""
+    policy.authorize(ctx, "placement:read")
+    with db.reader() as session:
+        provider = provider_by_uuid(session, uuid)
+        rows = session.execute(
+            text(
+                "SELECT pa.uuid FROM placement_aggregates pa "
+                "JOIN resource_provider_aggregates rpa ON rpa.aggregate_id = pa.id "
+                "WHERE rpa.resource_provider_id = :p ORDER BY pa.uuid"
+            ),
+            {"p": provider.id},
+        )
+        return provider, list(rows.scalars())
+
+
+def aggregate_ids(session: Session, uuids: list[str]) -> list[int]:
+    """The ids of the aggregates of ``uuids`` that exist (an unknown uuid is no aggregate's)."""
+    if not uuids:
+        return []
+    statement = text("SELECT id FROM placement_aggregates WHERE uuid IN :u").bindparams(
+        bindparam("u", expanding=True)
+    )
+    return list(session.execute(statement, {"u": uuids}).scalars())
 
 
 def availability_zones(session: Session) -> dict[str, list[int]]:

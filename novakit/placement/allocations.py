@@ -23,11 +23,12 @@ from typing import Any, TypeVar
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
+from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import utcnow
 from novakit.placement.inventories import bump_generation, validate_resource_class
-from novakit.placement.providers import lookup_provider
+from novakit.placement.providers import ProviderView, find_provider, lookup_provider, provider_by_uuid
 
 T = TypeVar("T")
 
@@ -182,17 +183,31 @@ def claim_in_session(
         raise exceptions.ConcurrentUpdateDetected(
             attempts=retries + 1, what=f"the generation of resource provider {provider_id}"
         )
+    _replace_held(session, consumer_uuid, {provider_id: resources}, bool(rows[0][9]), project_id, user_id)
+    return ClaimOutcome(True)
+
+
+def _replace_held(
+    session: Session,
+    consumer_uuid: str,
+    claimed: dict[int, dict[str, int]],
+    holds_any: bool,
+    project_id: str | None,
+    user_id: str | None,
+) -> None:
+    """Write ``claimed`` ({provider id: resources}, whose generations the caller swapped) as all
+    the consumer holds, replacing what it held (``holds_any``: whether it held anything)."""
     # Replacing a claim elsewhere frees capacity there: bump those providers too so
     # that a reader's generation tells it allocations changed (freeing cannot over-commit).
     # Providers are locked before their allocation rows are deleted (and the triggers touch
     # their inventories), the order every claim uses, so two transactions cannot deadlock on it.
-    held = list(session.execute(_HELD, params).scalars()) if rows[0][9] else []
+    held = list(session.execute(_HELD, {"consumer": consumer_uuid}).scalars()) if holds_any else []
     now = utcnow()
-    others = [rp for rp in held if rp != provider_id]
+    others = [rp for rp in held if rp not in claimed]
     if others:
         session.execute(_TOUCH, {"ids": others, "now": now})
     if held:
-        session.execute(_DELETE_CONSUMER, params)
+        session.execute(_DELETE_CONSUMER, {"consumer": consumer_uuid})
     session.execute(
         _INSERT,
         [
@@ -205,10 +220,10 @@ def claim_in_session(
                 "user": user_id,
                 "now": now,
             }
+            for provider_id, resources in claimed.items()
             for rc, amount in resources.items()
         ],
     )
-    return ClaimOutcome(True)
 
 
 def claim_resources(
@@ -311,3 +326,127 @@ def get_usages(db: Database, provider_name: str) -> dict[str, int]:
         ):
             usage[rc] = int(used)
         return usage
+
+
+# ---------------------------------------------------------------- the Placement API's operations
+
+
+@dataclass(frozen=True)
+class ConsumerAllocations:
+    """What one consumer holds: ``{provider uuid: (its generation, {class: amount})}``, and whose."""
+
+    allocations: dict[str, tuple[int, dict[str, int]]]
+    project_id: str | None = None
+    user_id: str | None = None
+
+
+def show_consumer(db: Database, ctx: RequestContext, consumer_uuid: str) -> ConsumerAllocations:
+    """The consumer's allocations (Placement's GET /allocations/{consumer_uuid}): empty when it
+    holds none, as Placement answers for a consumer it does not know."""
+    policy.authorize(ctx, "placement:read")
+    found: dict[str, tuple[int, dict[str, int]]] = {}
+    project = user = None
+    with db.reader() as session:
+        rows = session.execute(
+            text(
+                "SELECT rp.uuid, rp.generation, a.resource_class, a.used, a.project_id, a.user_id "
+                "FROM allocations a JOIN resource_providers rp ON rp.id = a.resource_provider_id "
+                "WHERE a.consumer_id = :c ORDER BY rp.uuid, a.resource_class"
+            ),
+            {"c": consumer_uuid},
+        )
+        for rp_uuid, generation, rc, used, project_id, user_id in rows:
+            found.setdefault(rp_uuid, (generation, {}))[1][rc] = used
+            project, user = project or project_id, user or user_id
+    return ConsumerAllocations(found, project, user)
+
+
+def set_allocations(
+    db: Database,
+    ctx: RequestContext,
+    consumer_uuid: str,
+    wanted: dict[str, dict[str, int]],
+    project_id: str | None,
+    user_id: str | None,
+) -> None:
+    """Make ``wanted`` ({provider uuid: {class: amount}}) all the consumer holds, atomically
+    (Placement's PUT /allocations/{consumer_uuid}): every provider's capacity checked and its
+    generation swapped, or nothing written. A provider that does not exist is the request's
+    error (ValidationError, 400); one the amounts do not fit now is AllocationNotFits (409)."""
+    policy.authorize(ctx, "placement:allocations:update")
+    if not wanted:
+        raise exceptions.ValidationError("allocations", "must name at least one resource provider")
+    for resources in wanted.values():
+        validate_resources(resources)
+
+    def _replace(session: Session) -> bool | None:
+        providers = {}
+        for rp_uuid in wanted:
+            provider = find_provider(session, rp_uuid)
+            if provider is None or provider.uuid != rp_uuid:
+                raise exceptions.ValidationError(
+                    "allocations", f"names resource provider {rp_uuid}, which does not exist"
+                )
+            providers[provider.id] = (provider.uuid, wanted[rp_uuid])
+        holds_any = False
+        # Providers in id order, the order that keeps two such writes from deadlocking.
+        for provider_id in sorted(providers):
+            rp_uuid, resources = providers[provider_id]
+            rows = session.execute(_STATE, {"consumer": consumer_uuid, "id": provider_id}).all()
+            reason = why_not_fits(resources, rows)
+            if reason:
+                raise exceptions.AllocationNotFits(provider=rp_uuid, reason=reason)
+            holds_any = holds_any or bool(rows[0][9])
+            if not bump_generation(session, provider_id, rows[0][0]):
+                return None  # another write got there first: roll back and read again
+        claimed = {provider_id: resources for provider_id, (_, resources) in providers.items()}
+        _replace_held(session, consumer_uuid, claimed, holds_any, project_id, user_id)
+        return True
+
+    retry_on_conflict(db, _replace, what=f"the allocations of consumer {consumer_uuid}")
+
+
+def delete_consumer_allocations(db: Database, ctx: RequestContext, consumer_uuid: str) -> None:
+    """Release everything the consumer holds (Placement's DELETE /allocations/{consumer_uuid});
+    ConsumerAllocationsNotFound (404) when it holds nothing."""
+    policy.authorize(ctx, "placement:allocations:update")
+    if not remove_allocations(db, consumer_uuid):
+        raise exceptions.ConsumerAllocationsNotFound(consumer=consumer_uuid)
+
+
+def provider_usages(db: Database, ctx: RequestContext, uuid: str) -> tuple[ProviderView, dict[str, int]]:
+    """The provider of ``uuid`` and what is used of each class it has inventory of (read together)."""
+    policy.authorize(ctx, "placement:read")
+    with db.reader() as session:
+        provider = provider_by_uuid(session, uuid)
+        usage = dict.fromkeys(
+            session.execute(
+                text("SELECT resource_class FROM inventories WHERE resource_provider_id = :id"),
+                {"id": provider.id},
+            ).scalars(),
+            0,
+        )
+        for rc, used in session.execute(
+            text(
+                "SELECT resource_class, SUM(used) FROM allocations WHERE resource_provider_id = :id "
+                "GROUP BY resource_class"
+            ),
+            {"id": provider.id},
+        ):
+            usage[rc] = int(used)
+        return provider, usage
+
+
+def project_usages(
+    db: Database, ctx: RequestContext, project_id: str, user_id: str | None = None
+) -> dict[str, int]:
+    """What the allocations of ``project_id`` (and of ``user_id`` in it) use, by class
+    (Placement's GET /usages)."""
+    policy.authorize(ctx, "placement:read")
+    sql = "SELECT resource_class, SUM(used) FROM allocations WHERE project_id = :p"
+    params = {"p": project_id}
+    if user_id is not None:
+        sql += " AND user_id = :u"
+        params["u"] = user_id
+    with db.reader() as session:
+        return {rc: int(used) for rc, used in session.execute(text(sql + " GROUP BY resource_class"), params)}

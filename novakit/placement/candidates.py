@@ -31,8 +31,14 @@ from typing import Any
 from sqlalchemy import bindparam, text
 from sqlalchemy.orm import Session
 
-from novakit.placement.allocations import why_not_fits
+from novakit import exceptions, policy
+from novakit.context import RequestContext
+from novakit.db.engine import Database
+from novakit.placement.aggregates import aggregate_ids
+from novakit.placement.allocations import validate_resources, why_not_fits
 from novakit.placement.inventories import STANDARD_CLASSES
+from novakit.placement.providers import find_provider
+from novakit.placement.traits import trait_ids, traits_of, validate_trait
 
 
 @dataclass
@@ -293,3 +299,72 @@ def explain(
             reason = why_not_fits(req.resources, reordered) or "fits now (capacity freed since the query)"
         reasons[name] = reason
     return reasons, examined
+
+
+# ---------------------------------------------------------------- the Placement API's queries
+
+
+@dataclass
+class ProviderAsk:
+    """What a Placement API request asks of providers, by name: amounts that must fit, traits
+    required and forbidden, ``member_of`` groups of aggregate uuids (each: any of them), and for
+    a listing a provider's ``name``, ``uuid`` or tree (``in_tree``: a provider is its own tree
+    here, novakit nests none). ``limit``: at most that many (None: all)."""
+
+    resources: dict[str, int] = field(default_factory=dict)
+    required: list[str] = field(default_factory=list)
+    forbidden: list[str] = field(default_factory=list)
+    member_of: list[list[str]] = field(default_factory=list)
+    name: str | None = None
+    uuid: str | None = None
+    in_tree: str | None = None
+    limit: int | None = None
+
+
+def _request(session: Session, ask: ProviderAsk) -> CandidateRequest:
+    """The candidate query's request for ``ask``: names resolved to ids; an unknown trait is the
+    request's error, as Placement's "No such trait(s)"."""
+    for name in (*ask.required, *ask.forbidden):
+        validate_trait(name)
+    ids = trait_ids(session, {*ask.required, *ask.forbidden})
+    unknown = sorted({*ask.required, *ask.forbidden} - ids.keys())
+    if unknown:
+        raise exceptions.ValidationError("required", f"No such trait(s): {', '.join(unknown)}")
+    only: list[str] | None = None
+    for key in (ask.uuid, ask.in_tree):
+        if key is not None:
+            provider = find_provider(session, key)
+            names = [provider.name] if provider is not None and provider.uuid == key else []
+            only = names if only is None else [n for n in only if n in names]
+    if ask.name is not None:
+        only = [ask.name] if only is None or ask.name in only else []
+    return CandidateRequest(
+        resources=dict(ask.resources),
+        required_trait_ids=[ids[n] for n in ask.required],
+        forbidden_trait_ids=[ids[n] for n in ask.forbidden],
+        member_of=[aggregate_ids(session, group) for group in ask.member_of],
+        only_hosts=only,
+        limit=ask.limit if ask.limit is not None else max(count_providers(session), 1),
+    )
+
+
+def find_providers(db: Database, ctx: RequestContext, ask: ProviderAsk) -> list[Candidate]:
+    """The providers ``ask`` names, in id order (Placement's GET /resource_providers): the
+    candidate query, so that its ``resources`` filter means what a claim would find."""
+    policy.authorize(ctx, "placement:read")
+    if ask.resources:
+        validate_resources(ask.resources)
+    with db.reader() as session:
+        return get_allocation_candidates(session, _request(session, ask))
+
+
+def allocation_candidates(
+    db: Database, ctx: RequestContext, ask: ProviderAsk
+) -> tuple[list[Candidate], dict[int, list[str]]]:
+    """The providers that can take ``ask.resources`` now, and the traits of each by provider id
+    (Placement's GET /allocation_candidates; one provider per candidate: novakit shares none)."""
+    policy.authorize(ctx, "placement:read")
+    validate_resources(ask.resources)
+    with db.reader() as session:
+        found = get_allocation_candidates(session, _request(session, ask))
+        return found, traits_of(session, [c.provider_id for c in found])

@@ -20,11 +20,12 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
 from novakit.config import PlacementConfig
+from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import utcnow
-from novakit.placement.providers import ProviderView, lookup_provider
+from novakit.placement.providers import ProviderView, lookup_provider, provider_by_uuid
 
 LOG = logging.getLogger(__name__)
 
@@ -131,6 +132,16 @@ def read_inventory(session: Session, provider_id: int) -> dict[str, InventorySpe
 def get_inventory(db: Database, provider_name: str) -> dict[str, InventorySpec]:
     with db.reader() as session:
         return read_inventory(session, lookup_provider(session, provider_name).id)
+
+
+def provider_inventories(
+    db: Database, ctx: RequestContext, uuid: str
+) -> tuple[ProviderView, dict[str, InventorySpec]]:
+    """The provider of ``uuid`` and its inventories, read together (one generation for both)."""
+    policy.authorize(ctx, "placement:read")
+    with db.reader() as session:
+        provider = provider_by_uuid(session, uuid)
+        return provider, read_inventory(session, provider.id)
 
 
 def bump_generation(session: Session, provider_id: int, expected: int) -> bool:

@@ -14,7 +14,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
+from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import utcnow
 
@@ -43,6 +44,21 @@ def lookup_provider(session: Session, name_or_uuid: str) -> ProviderView:
     if provider is None:
         raise exceptions.ResourceProviderNotFound(name_or_uuid=name_or_uuid)
     return provider
+
+
+def provider_by_uuid(session: Session, uuid: str) -> ProviderView:
+    """The provider of ``uuid`` (never of a name: the Placement API finds providers by uuid only)."""
+    provider = find_provider(session, uuid)
+    if provider is None or provider.uuid != uuid:
+        raise exceptions.ResourceProviderNotFound(name_or_uuid=uuid)
+    return provider
+
+
+def show_provider(db: Database, ctx: RequestContext, uuid: str) -> ProviderView:
+    """The provider of ``uuid``, for a caller allowed ``placement:read``."""
+    policy.authorize(ctx, "placement:read")
+    with db.reader() as session:
+        return provider_by_uuid(session, uuid)
 
 
 def get_provider(db: Database, name_or_uuid: str) -> ProviderView:

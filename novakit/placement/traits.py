@@ -15,11 +15,12 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from novakit import exceptions
+from novakit import exceptions, policy
+from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.placement.allocations import retry_on_conflict
 from novakit.placement.inventories import bump_generation
-from novakit.placement.providers import lookup_provider
+from novakit.placement.providers import ProviderView, lookup_provider, provider_by_uuid
 
 COMPUTE_STATUS_DISABLED = "COMPUTE_STATUS_DISABLED"
 _NAME = re.compile(r"^[A-Z0-9_]{1,255}$")
@@ -81,6 +82,61 @@ def get_traits(db: Database, provider_name: str) -> set[str]:
                 {"id": provider.id},
             ).scalars()
         )
+
+
+_OF_PROVIDERS = text(
+    "SELECT rpt.resource_provider_id, t.name FROM traits t "
+    "JOIN resource_provider_traits rpt ON rpt.trait_id = t.id WHERE rpt.resource_provider_id IN :ids"
+).bindparams(bindparam("ids", expanding=True))
+
+
+def traits_of(session: Session, provider_ids: Iterable[int]) -> dict[int, list[str]]:
+    """The traits of each of ``provider_ids`` (sorted; a provider with none is absent)."""
+    ids = list(provider_ids)
+    found: dict[int, list[str]] = {}
+    if ids:
+        for provider_id, name in session.execute(_OF_PROVIDERS, {"ids": ids}):
+            found.setdefault(provider_id, []).append(name)
+    return {k: sorted(v) for k, v in found.items()}
+
+
+def provider_traits(db: Database, ctx: RequestContext, uuid: str) -> tuple[ProviderView, list[str]]:
+    """The provider of ``uuid`` and its traits (Placement's GET /resource_providers/{uuid}/traits)."""
+    policy.authorize(ctx, "placement:read")
+    with db.reader() as session:
+        provider = provider_by_uuid(session, uuid)
+        return provider, traits_of(session, [provider.id]).get(provider.id, [])
+
+
+def list_traits(
+    db: Database,
+    ctx: RequestContext,
+    *,
+    names: Iterable[str] | None = None,
+    prefix: str | None = None,
+    associated: bool | None = None,
+) -> list[str]:
+    """The traits placement knows, sorted: only ``names`` (those that exist), only those starting
+    with ``prefix``, only those some provider has (``associated``) or none has (False)."""
+    policy.authorize(ctx, "placement:read")
+    sql = "SELECT t.name FROM traits t WHERE 1 = 1"
+    params: dict[str, object] = {}
+    wanted = list(names) if names is not None else None
+    if wanted is not None:
+        sql += " AND t.name IN :names"
+        params["names"] = wanted or [""]
+    if prefix is not None:
+        # a LIKE pattern would read _ as a wildcard, and trait names are full of _
+        sql += " AND SUBSTR(t.name, 1, :n) = :prefix"
+        params.update(n=len(prefix), prefix=prefix)
+    if associated is not None:
+        held = "EXISTS (SELECT 1 FROM resource_provider_traits r WHERE r.trait_id = t.id)"
+        sql += f" AND {'' if associated else 'NOT '}{held}"
+    statement = text(sql + " ORDER BY t.name")
+    if wanted is not None:
+        statement = statement.bindparams(bindparam("names", expanding=True))
+    with db.reader() as session:
+        return list(session.execute(statement, params).scalars())
 
 
 def _change_traits(db: Database, provider_name: str, add: set[str], remove: set[str], replace: bool) -> None:

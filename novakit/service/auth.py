@@ -52,7 +52,9 @@ async def caller(request: Request) -> Caller:
         raise Unauthorized()
     identity = request.app.state.identity
     try:
-        valid = await run_in_threadpool(tokens.validate, identity.db, identity.keys, token)
+        valid = await run_in_threadpool(
+            tokens.validate, identity.db, identity.keys, token, identity.token_cache
+        )
     except TokenInvalid:
         raise Unauthorized() from None
     return Caller(valid, context_of(valid, request.state.request_id))

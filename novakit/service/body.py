@@ -19,6 +19,14 @@ MAX_BODY = 1024 * 1024
 
 
 async def read_json(request: Request, limit: int = MAX_BODY) -> dict[str, Any]:
+    parsed = await read_any_json(request, limit)
+    if not isinstance(parsed, dict):
+        raise exceptions.ValidationError("body", "must be a JSON object")
+    return parsed
+
+
+async def read_any_json(request: Request, limit: int = MAX_BODY) -> Any:
+    """The body as JSON of any kind (a JSON patch is a list)."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise RequestTooLarge(limit=limit)
@@ -31,6 +39,4 @@ async def read_json(request: Request, limit: int = MAX_BODY) -> dict[str, Any]:
         parsed = json.loads(bytes(data))
     except (ValueError, UnicodeDecodeError):
         raise exceptions.ValidationError("body", "is not valid JSON") from None
-    if not isinstance(parsed, dict):
-        raise exceptions.ValidationError("body", "must be a JSON object")
     return parsed

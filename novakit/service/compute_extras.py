@@ -1,22 +1,27 @@
 """Compute v2.1's key pairs, server groups, quota sets and the flavors' write side (Nova's
-``os-keypairs``, ``os-server-groups``, ``os-quota-sets`` and ``flavor-manage`` controllers),
-thin over the library.
+``os-keypairs``, ``os-server-groups``, ``os-quota-sets``, ``flavor-manage``,
+``os-flavor-extra-specs`` and ``os-flavor-access`` controllers), thin over the library.
 
 Each handler translates Nova's body into the library's request (names only) and answers with
 Nova's view of the library's; every decision is the library's: the name rules and the key
 checks (``novakit.keypairs``), the policies (``novakit.server_groups``), the limits' bounds and
 who may set them (``novakit.quota``), who may create or delete a flavor and its sizes'
-bounds (``novakit.catalog.flavors``). A refusal is the library's exception, answered by the
-error table (``novakit.service.errors``): 400 for a bad body (naming the field), 403 for a
-caller the policy refuses, 404 for what the caller may not see (another user's key pair,
-another project's group), 409 for a name taken; nothing is written.
+bounds, its extra specs' keys and values, which projects may use a private flavor
+(``novakit.catalog.flavors``), a quota set below the project's use without ``force``
+(``novakit.quota``). A refusal is the library's exception, answered by the error table
+(``novakit.service.errors``): 400 for a bad body (naming the field), 403 for a caller the
+policy refuses, 404 for what the caller may not see (another user's key pair, another
+project's group, a private flavor its project has no access to), 409 for a name taken or an
+access given already; nothing is written.
 
 Whose records: key pairs are the caller's own (an admin names another user's with
 ``user_id``, from 2.10); server groups the caller's project's; a quota set is read by the
-project's members and the admins, and set by the admins.
+project's members and the admins, and set by the admins; a flavor's extra specs are read by
+whoever sees the flavor, and set, like its access list, by the admins.
 
-Microversions up to the service's 2.57: key pairs' ``type``, 201 on create and 204 on delete
-from 2.2 (200 and 202 before), ``user_id`` from 2.10; server groups' ``project_id`` and
+Microversions: key pairs' ``type``, 201 on create and 204 on delete from 2.2 (200 and 202
+before), ``user_id`` from 2.10, pages (``limit``, ``marker``: a name) and ``keypairs_links``
+from 2.35; server groups' ``project_id`` and
 ``user_id`` from 2.13 and the soft policies from 2.15; the quota sets drop the network
 quotas at 2.36 and the personality file quotas at 2.57; a flavor's ``description`` from 2.55.
 What Nova keeps and novakit does not (a server group's metadata, quotas of metadata items,
@@ -26,6 +31,7 @@ or empty; setting such a quota is refused with 400 naming it.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -36,9 +42,10 @@ from novakit import exceptions, quota
 from novakit.catalog import flavors
 from novakit.compute import server_groups
 from novakit.keypairs import registry as keypairs
+from novakit.service import paging
 from novakit.service.auth import Caller, caller
 from novakit.service.body import read_json
-from novakit.service.compute import COMPUTE, _action_time, _bool, _flavor, _service
+from novakit.service.compute import COMPUTE, _action_time, _base, _bool, _flavor, _service
 from novakit.service.microversion import Version
 
 router = APIRouter(prefix="/compute")
@@ -94,10 +101,17 @@ def _keypair(pair: dict[str, Any], version: Version, full: bool) -> dict[str, An
 
 @router.get("/v2.1/os-keypairs")
 def list_keypairs(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    """The user's key pairs by name; from 2.35 a page of them (``limit``, after ``marker``)."""
     version = COMPUTE.requested(request)
     user = _keypair_user(request, version)
     found = keypairs.list_keypairs(_service(request).db, who.ctx, user_id=user)
-    return COMPUTE.respond({"keypairs": [{"keypair": _keypair(p, version, False)} for p in found]}, version)
+    following = None
+    if version.at_least(2, 35):
+        found, following = paging.page(request, found, "name")
+    body: dict[str, Any] = {"keypairs": [{"keypair": _keypair(p, version, False)} for p in found]}
+    if following is not None:
+        body["keypairs_links"] = [{"rel": "next", "href": f"{_base(request)}/v2.1/os-keypairs?{following}"}]
+    return COMPUTE.respond(body, version)
 
 
 @router.post("/v2.1/os-keypairs")
@@ -290,16 +304,18 @@ def show_quota_defaults(project_id: str, request: Request, who: Caller = Depends
 
 @router.put("/v2.1/os-quota-sets/{project_id}")
 async def update_quota_set(project_id: str, request: Request, who: Caller = Depends(caller)) -> JSONResponse:
-    """Set some of a project's quotas (an admin's). ``force`` is taken and has no effect:
-    novakit reserves nothing, and a limit below the use only refuses what comes next."""
+    """Set some of a project's quotas (an admin's); one below the project's use only with
+    ``force`` (the library's check)."""
     version = COMPUTE.requested(request)
     _no_user(request)
     given = _object(await read_json(request), "quota_set", "the quotas to set")
     limits: dict[str, Any] = {}
+    force = False
     for key, value in given.items():
         if key == "force":
             if not isinstance(value, bool):
                 raise exceptions.ValidationError("quota_set.force", "must be true or false")
+            force = value
         elif key in _KEPT and _shown(_KEPT[key], version):
             limits[key] = value
         elif key in _NOT_KEPT and _shown(_NOT_KEPT[key][1], version):
@@ -307,7 +323,9 @@ async def update_quota_set(project_id: str, request: Request, who: Caller = Depe
         else:
             raise exceptions.ValidationError(f"quota_set.{key}", "is not a quota of this microversion")
     service = _service(request)
-    await run_in_threadpool(quota.update_quota, service.db, who.ctx, project_id, limits)
+    await run_in_threadpool(
+        functools.partial(quota.update_quota, service.db, who.ctx, project_id, limits, force=force)
+    )
     usage = await run_in_threadpool(quota.show_quota, service.db, service.conf, who.ctx, project_id)
     current = {k: v["limit"] for k, v in usage.items()}
     return COMPUTE.respond({"quota_set": _quota_set(current, None, version, None)}, version)
@@ -359,3 +377,90 @@ async def delete_flavor(flavor_id: str, request: Request, who: Caller = Depends(
     version = COMPUTE.requested(request)
     await run_in_threadpool(flavors.delete, _service(request).db, who.ctx, flavor_id)
     return COMPUTE.accepted(version, 202)
+
+
+# ---------------------------------------------------------------- a flavor's extra specs
+
+
+def _extra_specs(specs: dict[str, Any]) -> dict[str, Any]:
+    """Nova's answer of an extra specs write: the specs the request gave, as it gave them."""
+    return {"extra_specs": specs}
+
+
+@router.post("/v2.1/flavors/{flavor_id}/os-extra_specs")
+async def create_flavor_extra_specs(
+    flavor_id: str, request: Request, who: Caller = Depends(caller)
+) -> JSONResponse:
+    """Set some of a flavor's extra specs (an admin's): Nova answers 200 with the body given."""
+    version = COMPUTE.requested(request)
+    given = _object(await read_json(request), "extra_specs", "keys and values")
+    await run_in_threadpool(flavors.set_extra_specs, _service(request).db, who.ctx, flavor_id, given)
+    return COMPUTE.respond(_extra_specs(given), version)
+
+
+@router.get("/v2.1/flavors/{flavor_id}/os-extra_specs/{key}")
+def show_flavor_extra_spec(
+    flavor_id: str, key: str, request: Request, who: Caller = Depends(caller)
+) -> JSONResponse:
+    version = COMPUTE.requested(request)
+    value = flavors.show_extra_spec(_service(request).db, who.ctx, flavor_id, key)
+    return COMPUTE.respond({key: value}, version)
+
+
+@router.put("/v2.1/flavors/{flavor_id}/os-extra_specs/{key}")
+async def update_flavor_extra_spec(
+    flavor_id: str, key: str, request: Request, who: Caller = Depends(caller)
+) -> JSONResponse:
+    """Set the one extra spec the path names: the body is ``{key: value}`` of that key only."""
+    version = COMPUTE.requested(request)
+    given = await read_json(request)
+    if list(given) != [key]:
+        raise exceptions.ValidationError("body", "must be one object of the one key the path names")
+    await run_in_threadpool(flavors.set_extra_specs, _service(request).db, who.ctx, flavor_id, given)
+    return COMPUTE.respond(given, version)
+
+
+@router.delete("/v2.1/flavors/{flavor_id}/os-extra_specs/{key}")
+async def delete_flavor_extra_spec(
+    flavor_id: str, key: str, request: Request, who: Caller = Depends(caller)
+) -> Response:
+    """Remove one extra spec: Nova answers 200 with no body."""
+    version = COMPUTE.requested(request)
+    await run_in_threadpool(flavors.unset_extra_spec, _service(request).db, who.ctx, flavor_id, key)
+    return COMPUTE.accepted(version, 200)
+
+
+# ---------------------------------------------------------------- access to a private flavor
+
+#: the flavor actions (``POST /flavors/{id}/action``) and the library's call for each
+_ACCESS_ACTIONS = {"addTenantAccess": flavors.add_access, "removeTenantAccess": flavors.remove_access}
+
+
+def _flavor_access(access: list[dict[str, str]]) -> dict[str, Any]:
+    """Nova's flavor access list: each project (``tenant_id``) given access to the flavor."""
+    return {"flavor_access": [{"flavor_id": a["flavor_id"], "tenant_id": a["project_id"]} for a in access]}
+
+
+@router.get("/v2.1/flavors/{flavor_id}/os-flavor-access")
+def list_flavor_access(flavor_id: str, request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    version = COMPUTE.requested(request)
+    found = flavors.list_access(_service(request).db, who.ctx, flavor_id)
+    return COMPUTE.respond(_flavor_access(found), version)
+
+
+@router.post("/v2.1/flavors/{flavor_id}/action")
+async def flavor_action(flavor_id: str, request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    """``addTenantAccess`` or ``removeTenantAccess``: ``{"tenant": project id}``; the flavor's
+    access list after it."""
+    version = COMPUTE.requested(request)
+    body = await read_json(request)
+    if len(body) != 1 or next(iter(body)) not in _ACCESS_ACTIONS:
+        raise exceptions.ValidationError("action", f"must be one of {', '.join(_ACCESS_ACTIONS)}")
+    name = next(iter(body))
+    given = _object(body, name, "tenant")
+    _only(given, {"tenant"}, name)
+    tenant = given.get("tenant")
+    if not isinstance(tenant, str) or not 1 <= len(tenant) <= 255:
+        raise exceptions.ValidationError(f"{name}.tenant", "is required: a project id of 1 to 255 characters")
+    found = await run_in_threadpool(_ACCESS_ACTIONS[name], _service(request).db, who.ctx, flavor_id, tenant)
+    return COMPUTE.respond(_flavor_access(found), version)

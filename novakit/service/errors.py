@@ -7,7 +7,15 @@ The shape is the service's, chosen by the path (``shape_of``):
 - Nova's (``/compute``): ``{"itemNotFound": {"code": 404, "message": "..."}}``, the key named by
   the status as Nova's ``Fault`` names it (``badRequest``, ``forbidden``, ``conflictingRequest``,
   ``overLimit``, ...; ``computeFault`` otherwise). A 401 keeps Keystone's shape under
-  ``/compute`` too: in front of a real Nova it is keystonemiddleware's answer, in that shape.
+  ``/compute`` too: in front of a real Nova it is keystonemiddleware's answer, in that shape;
+- Placement's (``/placement``): ``{"errors": [{"status": 404, "title": "Not Found", "detail":
+  "...", "request_id": "req-...", "code": "placement.undefined_code"}]}``; a 406 of a version out
+  of range adds the range (``min_version``, ``max_version``: osc-placement's negotiation reads
+  it); a 401 in Keystone's shape.
+- Cinder's (``/volume``): Nova's shape (Cinder's ``Fault`` has the same names), 401 Keystone's too.
+- Neutron's (``/network``): ``{"NeutronError": {"type": "NetworkNotFound", "message": "...",
+  "detail": ""}}``, the type the library exception's name (``NEUTRON_TYPES`` where Neutron names
+  it otherwise), else the status's (``HTTPNotFound``, ...); a 401 in Keystone's shape.
 
 A service may answer a library exception with another status than its code (``STATUS_BY_SERVICE``:
 Nova answers a listing's unknown marker 400, not 404). The message of a 4xx error is the
@@ -38,8 +46,29 @@ class RequestTooLarge(exceptions.NovakitError):
     code = 413
 
 
+class UnsupportedMediaType(exceptions.NovakitError):
+    msg_fmt = "The request's Content-Type is not %(expected)s."
+    code = 415
+
+
 KEYSTONE = "identity"
 NOVA = "compute"
+NEUTRON = "network"
+#: Neutron's names for what the library names otherwise (its ``type`` of an error body)
+NEUTRON_TYPES = {
+    "ValidationError": "HTTPBadRequest",
+    "IpAddressInUse": "IpAddressAlreadyAllocated",
+    "Conflict": "HTTPConflict",
+    "NotFound": "HTTPNotFound",
+    "SecurityGroupCannotRemoveDefault": "SecurityGroupCannotRemoveDefault",
+}
+CINDER = "volume"
+PLACEMENT = "placement"
+#: Placement's error codes where it names one (its ``errors.py``); any other error's is undefined
+PLACEMENT_CODES: dict[type[exceptions.NovakitError], str] = {
+    exceptions.ConcurrentUpdateDetected: "placement.concurrent_update",
+    exceptions.InventoryInUse: "placement.inventory.inuse",
+}
 
 #: Nova's names for its error bodies' one key, by status (Nova's ``Fault._fault_names``)
 NOVA_FAULT_NAMES = {
@@ -59,19 +88,54 @@ NOVA_FAULT_NAMES = {
 #: where a service answers a library exception with another status than the exception's code
 STATUS_BY_SERVICE: dict[str, dict[type[exceptions.NovakitError], int]] = {
     NOVA: {exceptions.MarkerNotFound: 400},
+    # Cinder: a volume in the wrong status is its InvalidVolume (400); over quota is 413.
+    CINDER: {exceptions.InvalidVolume: 400, exceptions.OverQuota: 413},
 }
 
 
 def shape_of(path: str) -> str:
     """Whose error shape a request's answer takes (the module docstring)."""
-    return NOVA if path == "/compute" or path.startswith("/compute/") else KEYSTONE
+    if path == f"/{NEUTRON}" or path.startswith(f"/{NEUTRON}/"):
+        return NEUTRON
+    for shape in (NOVA, CINDER, PLACEMENT):
+        if path == f"/{shape}" or path.startswith(f"/{shape}/"):
+            return shape
+    return KEYSTONE
 
 
 def error_body(status: int, message: str, shape: str = KEYSTONE) -> dict[str, Any]:
-    if shape == NOVA and status != 401:
+    if shape == NEUTRON and status != 401:
+        return neutron_body(status, message)
+    if shape in (NOVA, CINDER) and status != 401:
         return {NOVA_FAULT_NAMES.get(status, "computeFault"): {"code": status, "message": message}}
     title = {413: "Request Entity Too Large"}.get(status) or HTTPStatus(status).phrase
     return {"error": {"code": status, "title": title, "message": message}}
+
+
+def placement_body(
+    status: int, message: str, request: Request, exc: Exception | None = None
+) -> dict[str, Any]:
+    """Placement's error body: the request's id, the error's code and, for a version out of
+    range (``VersionNotAcceptable``'s arguments), the range."""
+    entry: dict[str, Any] = {
+        "status": status,
+        "title": HTTPStatus(status).phrase,
+        "detail": message,
+        "request_id": getattr(request.state, "request_id", ""),
+        "code": "placement.undefined_code",
+    }
+    for kind, code in PLACEMENT_CODES.items():
+        if isinstance(exc, kind):
+            entry["code"] = code
+    if isinstance(exc, exceptions.NovakitError) and {"minimum", "maximum"} <= exc.kwargs.keys():
+        entry.update(min_version=str(exc.kwargs["minimum"]), max_version=str(exc.kwargs["maximum"]))
+    return {"errors": [entry]}
+
+
+def neutron_body(status: int, message: str, kind: str | None = None) -> dict[str, Any]:
+    """Neutron's error body: ``kind`` the library exception's name, else the status's."""
+    named = NEUTRON_TYPES.get(kind or "", kind) or "HTTP" + HTTPStatus(status).phrase.replace(" ", "")
+    return {"NeutronError": {"type": named, "message": message, "detail": ""}}
 
 
 def error_response(
@@ -96,6 +160,12 @@ async def novakit_error(request: Request, exc: Exception) -> Response:
         LOG.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
         return error_response(status, INTERNAL_MESSAGE, shape=shape)
     headers = {"WWW-Authenticate": f'Keystone uri="{request.base_url}"'} if status == 401 else None
+    if shape == PLACEMENT and status != 401:
+        return JSONResponse(placement_body(status, exc.format_message(), request, exc), status_code=status)
+    if shape == NEUTRON and status != 401:
+        return JSONResponse(
+            neutron_body(status, exc.format_message(), type(exc).__name__), status_code=status
+        )
     return error_response(status, exc.format_message(), headers, shape)
 
 
@@ -104,4 +174,7 @@ async def http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     messages = {404: "The resource could not be found.", 405: "The method is not allowed for this resource."}
     message = messages.get(exc.status_code, str(exc.detail))
+    if shape_of(request.url.path) == PLACEMENT:
+        body = placement_body(exc.status_code, message, request)
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
     return error_response(exc.status_code, message, exc.headers, shape_of(request.url.path))

@@ -18,7 +18,7 @@ maps its exceptions. Tokens travel in headers only; none is logged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -50,6 +50,8 @@ class IdentityService:
     db: Database
     keys: KeyRepository
     settings: IdentitySettings
+    #: the tokens this worker validated, checked again once the identity tables change
+    token_cache: tokens.TokenCache = field(default_factory=tokens.TokenCache)
 
 
 def _service(request: Request) -> IdentityService:
@@ -104,7 +106,9 @@ async def _caller_and_subject(request: Request) -> tuple[tokens.ValidToken, toke
     if not subject_token:
         raise exceptions.ValidationError("X-Subject-Token", "is required: the token to validate")
     try:
-        subject = await run_in_threadpool(tokens.validate, service.db, service.keys, subject_token)
+        subject = await run_in_threadpool(
+            tokens.validate, service.db, service.keys, subject_token, service.token_cache
+        )
     except TokenInvalid:
         raise TokenNotFound() from None
     if subject.user.uuid != asking.token.user.uuid:

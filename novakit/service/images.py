@@ -1,38 +1,49 @@
-"""Image v2 (Glance's API), the read side, under ``/image``: what the clients look images up with.
+"""Image v2 (Glance's API) under ``/image``: images, their data, tags and actions.
 
 ``openstack server create --image NAME`` and openstacksdk's ``find_image`` ask the Image API,
 not Compute, for the image (Compute's own image proxy went in 2.36): ``GET /image`` (the
-versions), ``GET /image/v2/images`` (a listing: ``name``, ``visibility``, ``owner``, ``status``,
-``limit``, ``marker``, the next page in ``next``) and ``GET /image/v2/images/{id}``. Which images
-a caller sees is the library's visibility (``novakit.catalog.images``): another project's private
-image is not found. Uploads, updates, members and the other filters are issue 29's.
+versions), ``GET /image/v2/images`` (a listing: ``name``, ``visibility``, ``status``,
+``limit``, ``marker``, the next page in ``next``) and ``GET /image/v2/images/{id}``. The writes
+are Glance's: ``POST /v2/images`` (a queued image), ``PUT``/``GET .../file`` (the data, streamed
+into and out of the image store: ``novakit.catalog.image_data``), ``PATCH`` (a JSON patch),
+``DELETE``, tags, and an admin's ``actions/deactivate`` and ``actions/reactivate``. Members
+are ``novakit.service.image_members``'. Who sees and changes what is the library's
+(``novakit.catalog.images``): another project's private image is not found.
 
 The view is Glance's: the image's own keys, its properties as keys of their own (Glance keeps no
-``properties`` object), the sha256 novakit records as ``os_hash_algo``/``os_hash_value``
-(Glance's ``checksum`` is an MD5, which novakit does not compute: null), and never where the
-compute hosts read the file.
+``properties`` object), ``checksum`` (MD5) and ``os_hash_algo``/``os_hash_value`` (SHA-512 of
+an upload; the SHA-256 novakit records of an image registered by location), and never where
+the compute hosts read the file.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid as uuidlib
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import anyio.from_thread
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from novakit import exceptions
-from novakit.catalog import images
+from novakit.catalog import image_data, images
 from novakit.service import paging
 from novakit.service.auth import Caller, caller
+from novakit.service.body import read_any_json, read_json
+from novakit.service.errors import UnsupportedMediaType
 
 router = APIRouter(prefix="/image")
 
 #: what Glance's listing takes that novakit answers; another parameter is refused (400) rather
 #: than ignored (a listing that leaves out a filter given answers another question)
-FILTERS = ("name", "visibility", "limit", "marker")
+FILTERS = ("name", "visibility", "status", "os_hidden", "limit", "marker")
+#: the media types of a PATCH body (Glance's JSON patch) and of an upload
+PATCH_TYPES = ("application/openstack-images-v2.1-json-patch", "application/openstack-images-v2.0-json-patch")
+DATA_TYPE = "application/octet-stream"
 #: the view's own keys; a property of the same name is not shown over them
 _OWN = {
     "id",
@@ -68,31 +79,40 @@ def _time(value: dt.datetime | None) -> str | None:
     return value.replace(tzinfo=None).isoformat(timespec="seconds") + "Z" if value is not None else None
 
 
+def _hash(view: dict[str, Any]) -> tuple[str | None, str | None]:
+    """Glance's ``os_hash_algo``/``os_hash_value``: the SHA-512 of an upload, else the SHA-256
+    novakit records of an image registered at a location."""
+    if view.get("sha512"):
+        return "sha512", view["sha512"]
+    return ("sha256", view["checksum"]) if view.get("checksum") else (None, None)
+
+
 def _image(view: dict[str, Any]) -> dict[str, Any]:
     """Glance's image for the library's view of it."""
     ident = view["id"]
     out: dict[str, Any] = {
         k: v for k, v in (view.get("properties") or {}).items() if k not in _OWN and isinstance(k, str)
     }
+    algo, value = _hash(view)
     out.update(
         {
             "id": ident,
-            "name": view["name"],
+            "name": view["name"] or None,
             "status": view["status"],
             "visibility": view["visibility"],
             "owner": view["owner"],
-            "size": view["size"] or None,
+            "size": view["size"] if view["status"] in ("active", "deactivated") else None,
             "virtual_size": None,
             "min_disk": view["min_disk"],
             "min_ram": view["min_ram"],
-            "disk_format": view["disk_format"],
-            "container_format": view["container_format"],
-            "checksum": None,
-            "os_hash_algo": "sha256" if view["checksum"] else None,
-            "os_hash_value": view["checksum"],
-            "protected": False,
+            "disk_format": view["disk_format"] or None,
+            "container_format": view["container_format"] or None,
+            "checksum": view.get("md5"),
+            "os_hash_algo": algo,
+            "os_hash_value": value,
+            "protected": bool(view.get("protected")),
             "os_hidden": False,
-            "tags": [],
+            "tags": list(view.get("tags") or []),
             "created_at": _time(view.get("created_at")),
             "updated_at": _time(view.get("updated_at") or view.get("created_at")),
             "self": f"/v2/images/{ident}",
@@ -101,6 +121,28 @@ def _image(view: dict[str, Any]) -> dict[str, Any]:
         }
     )
     return out
+
+
+def image_id_of(image_id: str) -> str:
+    """``image_id`` when it is a UUID: Glance finds an image by its id only (a name is no
+    image's id: not found)."""
+    try:
+        uuidlib.UUID(image_id)
+    except ValueError:
+        raise exceptions.ImageNotFound(image_id=image_id) from None
+    return image_id
+
+
+def _media_type(request: Request, *expected: str) -> None:
+    given = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if given not in expected:
+        raise UnsupportedMediaType(expected=" or ".join(expected))
+
+
+def _flag(name: str, given: str) -> bool:
+    if given.lower() not in ("true", "false"):
+        raise exceptions.ValidationError(name, "must be true or false")
+    return given.lower() == "true"
 
 
 @router.get("")
@@ -125,7 +167,12 @@ def list_images(request: Request, who: Caller = Depends(caller)) -> JSONResponse
     if unknown:
         raise exceptions.ValidationError(unknown[0], "is not a filter of the image listing")
     listed = images.list_images(
-        _db(request), who.ctx, visibility=params.get("visibility"), name=params.get("name")
+        _db(request),
+        who.ctx,
+        visibility=params.get("visibility"),
+        name=params.get("name"),
+        status=params.get("status"),
+        hidden=_flag("os_hidden", params.get("os_hidden", "false")),
     )
     found, following = paging.page(request, listed)
     body: dict[str, Any] = {
@@ -138,16 +185,94 @@ def list_images(request: Request, who: Caller = Depends(caller)) -> JSONResponse
     return JSONResponse(body)
 
 
+@router.post("/v2/images")
+async def create_image(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    data = await read_json(request)
+    view = await run_in_threadpool(images.create_queued, _db(request), who.ctx, data)
+    shown = _image(view)
+    return JSONResponse(shown, status_code=201, headers={"Location": f"{_base(request)}{shown['self']}"})
+
+
 @router.get("/v2/images/{image_id}")
 async def show_image(image_id: str, request: Request, who: Caller = Depends(caller)) -> JSONResponse:
-    try:
-        uuidlib.UUID(image_id)
-    except ValueError:
-        # Glance finds an image by its id only: a name is no image's id.
-        raise exceptions.ImageNotFound(image_id=image_id) from None
-    view = await run_in_threadpool(images.show, _db(request), who.ctx, image_id)
+    view = await run_in_threadpool(images.show, _db(request), who.ctx, image_id_of(image_id))
     return JSONResponse(_image(view))
+
+
+@router.patch("/v2/images/{image_id}")
+async def update_image(image_id: str, request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    _media_type(request, *PATCH_TYPES)
+    changes = await read_any_json(request)
+    view = await run_in_threadpool(images.update, _db(request), who.ctx, image_id_of(image_id), changes)
+    return JSONResponse(_image(view))
+
+
+@router.delete("/v2/images/{image_id}", status_code=204)
+async def delete_image(image_id: str, request: Request, who: Caller = Depends(caller)) -> Response:
+    await run_in_threadpool(image_data.delete, _db(request), who.ctx, image_id_of(image_id), _store(request))
+    return Response(status_code=204)
+
+
+@router.put("/v2/images/{image_id}/file", status_code=204)
+async def upload_data(image_id: str, request: Request, who: Caller = Depends(caller)) -> Response:
+    """The body, chunk by chunk as it arrives, into the library's upload (a worker thread
+    pulls each chunk from the event loop): never the whole body in memory."""
+    _media_type(request, DATA_TYPE)
+    stream = request.stream().__aiter__()
+
+    async def following() -> bytes | None:
+        try:
+            return await stream.__anext__()
+        except StopAsyncIteration:
+            return None
+
+    def chunks() -> Iterator[bytes]:
+        while (chunk := anyio.from_thread.run(following)) is not None:
+            if chunk:
+                yield chunk
+
+    db, ident = _db(request), image_id_of(image_id)
+    await run_in_threadpool(image_data.upload, db, who.ctx, ident, chunks(), _store(request))
+    return Response(status_code=204)
+
+
+@router.get("/v2/images/{image_id}/file", response_model=None)
+async def download_data(image_id: str, request: Request, who: Caller = Depends(caller)) -> Response:
+    db, ident = _db(request), image_id_of(image_id)
+    view, path = await run_in_threadpool(image_data.data, db, who.ctx, ident, _store(request))
+    if path is None:
+        return Response(status_code=204)
+    headers = {"Content-MD5": view["md5"]} if view.get("md5") else None
+    return FileResponse(path, media_type=DATA_TYPE, headers=headers)
+
+
+@router.put("/v2/images/{image_id}/tags/{tag}", status_code=204)
+async def add_tag(image_id: str, tag: str, request: Request, who: Caller = Depends(caller)) -> Response:
+    await run_in_threadpool(images.set_tag, _db(request), who.ctx, image_id_of(image_id), tag, True)
+    return Response(status_code=204)
+
+
+@router.delete("/v2/images/{image_id}/tags/{tag}", status_code=204)
+async def remove_tag(image_id: str, tag: str, request: Request, who: Caller = Depends(caller)) -> Response:
+    await run_in_threadpool(images.set_tag, _db(request), who.ctx, image_id_of(image_id), tag, False)
+    return Response(status_code=204)
+
+
+@router.post("/v2/images/{image_id}/actions/deactivate", status_code=204)
+async def deactivate(image_id: str, request: Request, who: Caller = Depends(caller)) -> Response:
+    await run_in_threadpool(images.set_active, _db(request), who.ctx, image_id_of(image_id), False)
+    return Response(status_code=204)
+
+
+@router.post("/v2/images/{image_id}/actions/reactivate", status_code=204)
+async def reactivate(image_id: str, request: Request, who: Caller = Depends(caller)) -> Response:
+    await run_in_threadpool(images.set_active, _db(request), who.ctx, image_id_of(image_id), True)
+    return Response(status_code=204)
 
 
 def _db(request: Request) -> Any:
     return request.app.state.compute.db
+
+
+def _store(request: Request) -> Path:
+    return image_data.store_of(request.app.state.compute.conf)

@@ -58,7 +58,8 @@ class VersionNotAcceptable(exceptions.NovakitError):
 
 @dataclass(frozen=True)
 class Service:
-    """A microversioned API: its name in ``OpenStack-API-Version``, its legacy header, its range."""
+    """A microversioned API: its name in ``OpenStack-API-Version``, its legacy header (empty: it
+    has none, as Cinder's and Placement's), its range."""
 
     name: str
     legacy_header: str
@@ -85,9 +86,11 @@ class Service:
                 words = part.split()
                 if len(words) == 2 and words[0].lower() == self.name:
                     return words[1]
-        return request.headers.get(self.legacy_header)
+        return request.headers.get(self.legacy_header) if self.legacy_header else None
 
     def headers(self, version: Version) -> dict[str, str]:
+        if not self.legacy_header:
+            return {"OpenStack-API-Version": f"{self.name} {version}", "Vary": "OpenStack-API-Version"}
         return {
             "OpenStack-API-Version": f"{self.name} {version}",
             self.legacy_header: str(version),

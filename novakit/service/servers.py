@@ -440,20 +440,18 @@ def _networks_served(request: Request) -> Any:
 
 @router.get("/v2.1/os-networks")
 def list_networks(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
-    """The networks a create may name (the library's listing), for a client with no network
-    service in its catalog (``openstack server create --network NAME`` looks the name up here).
-    Every novakit network is shared (Neutron's ``shared``): every project sees and uses it."""
+    """The networks a create may name (the library's listing of those the caller may see: its
+    project's and the shared ones), for an older client that looks a network's name up here."""
     version = _networks_served(request)
-    del who  # the caller is checked (401); every network is every project's to see
-    listed = networks.list_networks(_service(request).db)
+    listed = networks.list_networks(_service(request).db, who.ctx)
     return COMPUTE.respond({"networks": [_network(n) for n in listed]}, version)
 
 
 @router.get("/v2.1/os-networks/{network_id}")
 def show_network(network_id: str, request: Request, who: Caller = Depends(caller)) -> JSONResponse:
     version = _networks_served(request)
-    del who
-    return COMPUTE.respond({"network": _network(networks.show(_service(request).db, network_id))}, version)
+    shown = networks.show(_service(request).db, network_id, who.ctx)
+    return COMPUTE.respond({"network": _network(shown)}, version)
 
 
 # ---------------------------------------------------------------- a server's security groups

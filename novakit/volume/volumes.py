@@ -6,15 +6,18 @@ inserts its row: a size beyond the host's free space is refused with nothing wri
 (``volumes``, ``gigabytes``) is checked before and rechecked in that transaction. The host then
 makes it (``volume_create`` through ``novakit.compute.rpc``) and the status goes ``available``, or
 ``error`` with the host's reason and the claim freed. Deleting asks the host to remove it, then
-soft-deletes the row and frees the claim in one transaction.
+soft-deletes the row and frees the claim in one transaction. A volume's zone is its host's
+(``novakit.fleet.aggregates``): a create may ask for one, and only its hosts are chosen from.
 """
 
 from __future__ import annotations
 
 import uuid as uuidlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import or_, select
+from sqlalchemy import update as update_stmt
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -30,10 +33,10 @@ from novakit.db.models import (
     VolumeAttachment,
     utcnow,
 )
-from novakit.fleet import hosts
+from novakit.fleet import aggregates, hosts
 from novakit.host.messages import ComputeRequest, ComputeResult, Fault, VolumeSpec
 from novakit.placement.allocations import claim_in_session, remove_allocations_in_session
-from novakit.volume.states import ATTACHED, VolumeStatus, set_status
+from novakit.volume.states import ATTACHED, STEPS, VolumeStatus, set_status
 
 if TYPE_CHECKING:
     from novakit.compute.rpc import ComputeRPC
@@ -80,11 +83,14 @@ def attachments_of(session: Session, volume_ids: list[int]) -> dict[int, list[Vo
     return out
 
 
-def view(v: Volume, attachments: list[VolumeAttachment] | None = None) -> dict[str, Any]:
-    """A volume as Cinder shows it (``attachments`` with server_id and device)."""
+def view(
+    v: Volume, attachments: list[VolumeAttachment] | None = None, zone: str | None = None
+) -> dict[str, Any]:
+    """A volume as Cinder shows it (``attachments`` with server_id and device; ``zone``: its
+    host's availability zone, ``zone_of``)."""
     return {
         "id": v.uuid,
-        "name": v.name,
+        "name": None if v.name == v.uuid else v.name,  # an unnamed volume (``create``)
         "description": v.description,
         "size": v.size,
         "status": v.status,
@@ -92,10 +98,13 @@ def view(v: Volume, attachments: list[VolumeAttachment] | None = None) -> dict[s
         "host": v.host,
         "pool": v.pool,
         "format": v.format,
+        "availability_zone": zone,
         "bootable": bool(v.bootable),
         "image_id": v.image_id,
         "project_id": v.project_id,
+        "user_id": v.user_id,
         "created_at": v.created_at.isoformat() if v.created_at else None,
+        "updated_at": v.updated_at.isoformat() if v.updated_at else None,
         "attachments": [
             {
                 "attachment_id": a.uuid,
@@ -163,8 +172,9 @@ def image_min_gb(image_row: Any) -> int:
     return max(int(image_row.min_disk or 0), -(-int(image_row.size or 0) // GiB))
 
 
-def _hosts_by_free_disk(session: Session, conf: Any) -> list[tuple[str, int, int]]:
-    """(host, provider id, free DISK_GB) of every up, enabled host, the most free first."""
+def _hosts_by_free_disk(session: Session, conf: Any, zone: str | None = None) -> list[tuple[str, int, int]]:
+    """(host, provider id, free DISK_GB) of every up, enabled host (of ``zone``, when given), the
+    most free first."""
     rows = session.execute(
         select(Service, ResourceProvider.id, Inventory.free)
         .join(ResourceProvider, ResourceProvider.name == Service.host)
@@ -176,6 +186,7 @@ def _hosts_by_free_disk(session: Session, conf: Any) -> list[tuple[str, int, int
         (svc.host, rp_id, int(free))
         for svc, rp_id, free in rows
         if hosts.takes_work(svc.disabled, svc.disabled_reason, svc, conf)
+        and (zone is None or aggregates.zone_of_host(session, conf, svc.host) == zone)
     ]
 
 
@@ -198,16 +209,24 @@ def _provider_of(session: Session, conf: Any, host: str) -> int:
 def create(
     svc: Services,
     ctx: RequestContext,
-    name: str,
+    name: str | None,
     size: int,
     *,
     image: str | None = None,
     host: str | None = None,
     description: str | None = None,
     fmt: str = "qcow2",
+    zone: str | None = None,
     dry_run: bool = False,
+    later: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
     """Create a volume and have its host make it; returns it as ``show`` does.
+
+    ``name``: None makes an unnamed volume (Cinder's): its row keeps its id as its name, since
+    names are unique among a project's live volumes, and ``view`` shows none.
+    ``zone``: an availability zone its host is chosen in (refused with ``host``: a host has one
+    zone). ``later`` (``novakit serve``'s pool, ``later(fn, *args)``): the host makes it there,
+    and the volume is returned ``creating`` once its row and claim are written (Cinder's 202).
 
     ``dry_run`` (check mode): the same checks and the same transaction (row, quota recheck, claim),
     rolled back, and no host asked; returns the volume as it would be once made.
@@ -217,19 +236,22 @@ def create(
     writes the row and the claim: a refused request leaves no row and no claim.
     """
     db, conf = svc.db, svc.conf
+    volume_uuid = str(uuidlib.uuid4())
+    row_name = volume_uuid if name is None else name
     with db.reader() as session:
-        errors = _check_request(session, name, size, fmt, description)
+        errors = _check_request(session, row_name, size, fmt, description)
+        if zone is not None:
+            errors += _check_zone(session, conf, zone, host)
         if errors:
             raise exceptions.ValidationError(errors[0][0], errors[0][1], errors)
         image_row = _source_image(session, ctx, image, size) if image else None
     quota.check_quota(db, conf, ctx.project_id, {"volumes": 1, "gigabytes": size})
-    volume_uuid = str(uuidlib.uuid4())
 
     def write(session: Session) -> tuple[Volume, str]:
-        chosen, rp_id = _volume_host(session, conf, host)
+        chosen, rp_id = _volume_host(session, conf, host, zone)
         row = Volume(
             uuid=volume_uuid,
-            name=name,
+            name=row_name,
             description=description,
             project_id=ctx.project_id,
             user_id=ctx.user_id,
@@ -252,9 +274,23 @@ def create(
     except _Rehearsed as rehearsal:
         return rehearsal.made
     except IntegrityError:
-        raise _name_taken(name, ctx.project_id) from None
-    _make_on_host(svc, ctx, row, chosen)
+        raise _name_taken(row_name, ctx.project_id) from None
+    if later is not None:
+        later(_make_on_host, svc, ctx, row, chosen)
+    else:
+        _make_on_host(svc, ctx, row, chosen)
     return show(svc, ctx, volume_uuid)
+
+
+def _check_zone(session: Session, conf: Any, zone: Any, host: str | None) -> list[tuple[str, str]]:
+    if not isinstance(zone, str) or not zone:
+        return [("availability_zone", "must be the name of an availability zone")]
+    if host is not None:
+        return [("availability_zone", "is chosen by the host named; give one of them only")]
+    known = {aggregates.zone_of_host(session, conf, h) for h, _, _ in _hosts_by_free_disk(session, conf)}
+    if zone not in known:
+        return [("availability_zone", f"{zone!r} is no zone with a host up and enabled to hold the volume")]
+    return []
 
 
 def _source_image(session: Session, ctx: RequestContext, image: str, size: int) -> Any:
@@ -274,12 +310,12 @@ def _made_from(image_row: Any) -> dict[str, Any]:
     return {"image_id": image_row.uuid if image_row is not None else None, "bootable": image_row is not None}
 
 
-def _volume_host(session: Session, conf: Any, host: str | None) -> tuple[str, int]:
+def _volume_host(session: Session, conf: Any, host: str | None, zone: str | None = None) -> tuple[str, int]:
     """The host a new volume goes to and its provider: the one asked for, else the up and
-    enabled host with the most free disk."""
+    enabled host (of ``zone``) with the most free disk."""
     if host is not None:
         return host, _provider_of(session, conf, host)
-    candidates = _hosts_by_free_disk(session, conf)
+    candidates = _hosts_by_free_disk(session, conf, zone)
     if not candidates:
         raise exceptions.ValidationError("host", "no compute host is up and enabled to hold the volume")
     return candidates[0][0], candidates[0][1]
@@ -339,10 +375,15 @@ def outcome(result: ComputeResult, volume_uuid: str) -> Fault | None:
 # --- reads ---------------------------------------------------------------------------------
 
 
+def zone_of(session: Session, conf: Any, v: Volume) -> str | None:
+    """A volume's availability zone: its host's (none while it has no host)."""
+    return aggregates.zone_of_host(session, conf, v.host) if v.host else None
+
+
 def show(svc: Services, ctx: RequestContext, ref: str) -> dict[str, Any]:
     with svc.db.reader() as session:
         v = get(session, ctx, ref)
-        return view(v, attachments_of(session, [v.id]).get(v.id, []))
+        return view(v, attachments_of(session, [v.id]).get(v.id, []), zone_of(session, svc.conf, v))
 
 
 def list_volumes(svc: Services, ctx: RequestContext, *, all_projects: bool = False) -> list[dict[str, Any]]:
@@ -355,7 +396,52 @@ def list_volumes(svc: Services, ctx: RequestContext, *, all_projects: bool = Fal
             stmt = stmt.where(Volume.project_id == ctx.project_id)
         rows = list(session.execute(stmt).scalars())
         attached = attachments_of(session, [v.id for v in rows])
-        return [view(v, attached.get(v.id, [])) for v in rows]
+        zones = {h: aggregates.zone_of_host(session, svc.conf, h) for h in {v.host for v in rows if v.host}}
+        return [view(v, attached.get(v.id, []), zones.get(v.host or "")) for v in rows]
+
+
+# --- update --------------------------------------------------------------------------------
+
+#: what ``update`` may change
+UPDATABLE = ("name", "description")
+
+
+def update(svc: Services, ctx: RequestContext, ref: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """Rename a volume (None: unnamed) or change its description (Cinder's ``PUT /volumes/{id}``),
+    in any status: neither is seen by its host. Every field is checked before anything is written; a name
+    taken by another live volume of the project is refused. Returns the volume as ``show`` does."""
+    unknown = sorted(set(changes) - set(UPDATABLE))
+    if unknown:
+        raise exceptions.ValidationError(unknown[0], "cannot be changed (only name and description)")
+    errors: list[tuple[str, str]] = []
+    named = changes.get("name") is not None
+    if named and (rule := schemas.name_error(changes["name"])) is not None:
+        errors.append(("name", rule))
+    description = changes.get("description")
+    if description is not None and (not isinstance(description, str) or len(description) > 255):
+        errors.append(("description", "must be a string of at most 255 characters"))
+    if errors:
+        raise exceptions.ValidationError(errors[0][0], errors[0][1], errors)
+
+    def write(session: Session) -> str:
+        v = get(session, ctx, ref)
+        values = {k: changes[k] for k in UPDATABLE if k in changes}
+        if "name" in values and values["name"] is None:
+            values["name"] = v.uuid  # unnamed, as ``create`` keeps it
+        if values:
+            session.execute(
+                update_stmt(Volume)
+                .where(Volume.id == v.id, Volume.deleted == 0)
+                .values(**values, updated_at=utcnow())
+            )
+            session.flush()
+        return v.uuid
+
+    try:
+        volume_uuid = svc.db.run_in_transaction(write)
+    except IntegrityError:
+        raise _name_taken(str(changes.get("name")), ctx.project_id) from None
+    return show(svc, ctx, volume_uuid)
 
 
 # --- delete --------------------------------------------------------------------------------
@@ -369,6 +455,13 @@ def delete(svc: Services, ctx: RequestContext, ref: str, *, dry_run: bool = Fals
 
     def start(session: Session) -> Volume:
         v = get(session, ctx, ref)
+        can_start = STEPS["delete"].from_
+        if dry_run and v.status not in can_start and v.status not in ATTACHED:
+            # what the real run's guarded step would refuse, said before anything is done
+            raise exceptions.InvalidVolume(
+                reason=f"volume {v.name} is {v.status}; "
+                f"to be deleted it must be {' or '.join(sorted(can_start))}"
+            )
         if v.status in ATTACHED:
             servers = [a.instance_uuid for a in attachments_of(session, [v.id]).get(v.id, [])]
             raise exceptions.InvalidVolume(
@@ -410,7 +503,7 @@ def delete_on_host(svc: Services, request_id: str, v: Volume) -> ComputeResult:
 def finish_delete(session: Session, v: Volume) -> None:
     """A ``deleting`` volume its host has removed: its row soft-deleted, its claim freed."""
     session.execute(
-        update(Volume)
+        update_stmt(Volume)
         .where(Volume.id == v.id, Volume.deleted == 0, Volume.status == VolumeStatus.DELETING.value)
         .values(deleted=Volume.id, deleted_at=utcnow(), updated_at=utcnow())
     )

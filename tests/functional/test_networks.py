@@ -47,7 +47,7 @@ def test_network_subnet_and_port_as_neutron_makes_them(cloud: Cloud, ctx: Reques
     assert sub["gateway_ip"] == "192.168.50.1"
     assert sub["allocation_pools"] == [{"start": "192.168.50.2", "end": "192.168.50.254"}]
     port = ports.create(cloud.db, ctx, {"name": "p1", "network": "lan"})
-    assert port["fixed_ips"] == [{"subnet": "lan-v4", "ip_address": "192.168.50.2"}]
+    assert port["fixed_ips"] == [{"subnet": "lan-v4", "subnet_id": sub["id"], "ip_address": "192.168.50.2"}]
     assert port["mac_address"].startswith("fa:16:3e:") and port["device_id"] is None
     assert networks.show(cloud.db, "lan")["subnets"] == ["lan-v4"]
     assert [p["id"] for p in ports.list_ports(cloud.db, ctx)] == [port["id"]]

@@ -4,7 +4,9 @@ status codes; and every refusal (no token, a member on an admin's route, another
 project's record, a bad body) answered before anything is written.
 
 One service per back end for the module. openstacksdk and the HTTP checks run on both back
-ends, the ``openstack`` command on SQLite.
+ends, the ``openstack`` command on SQLite. One server of project ``other`` is booted through the
+library (the fake driver) on the served database, so that the project has a use its quota
+cannot be set below; a boot with a private flavor goes the same way.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
+from novakit import exceptions
+from novakit.context import RequestContext
 from novakit.keypairs import keys
+from tests.functional.cloud import Cloud, boot, make_cloud
 from tests.functional.service.conftest import (
     Served,
     add_user,
@@ -38,6 +43,10 @@ class ExtrasCloud:
     served: Served
     admin_project: str  # the admin project's Keystone id
     other_project: str
+    #: the library over the served database (its fake hosts, flavors m1.small and m1.large,
+    #: image tiny), and bob's caller there
+    lib: Cloud
+    bob: RequestContext
     tokens: dict[str, str] = field(default_factory=dict)
 
     def token(self, who: str = "admin") -> str:
@@ -84,7 +93,19 @@ def cloud(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ex
         add_user(served, "alice", PASSWORDS["alice"], project="admin")
         add_user(served, "bob", PASSWORDS["bob"], project="other")
         token = served.validate(served.issue()).json()["token"]
-        yield ExtrasCloud(served, token["project"]["id"], other)
+        bob_token = served.issue("bob", PASSWORDS["bob"], "other")
+        bob = RequestContext(
+            project_id=other,
+            user_id=served.validate(bob_token).json()["token"]["user"]["id"],
+            roles=["member"],
+        )
+        db = served.database()
+        try:
+            lib = make_cloud(db, directory)
+            boot(lib, bob, "bob-1")
+            yield ExtrasCloud(served, token["project"]["id"], other, lib, bob, {"bob": bob_token})
+        finally:
+            db.dispose()
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +137,12 @@ ROUTES = [
     ("PUT", "/os-quota-sets/p"),
     ("POST", "/flavors"),
     ("DELETE", "/flavors/f"),
+    ("POST", "/flavors/f/os-extra_specs"),
+    ("GET", "/flavors/f/os-extra_specs/k"),
+    ("PUT", "/flavors/f/os-extra_specs/k"),
+    ("DELETE", "/flavors/f/os-extra_specs/k"),
+    ("GET", "/flavors/f/os-flavor-access"),
+    ("POST", "/flavors/f/action"),
 ]
 
 
@@ -181,6 +208,49 @@ def test_a_key_pair_is_its_users_own(cloud: ExtrasCloud) -> None:
     )
     assert again.status_code == 409, again.text
     assert c.call("DELETE", "/os-keypairs/mine", "alice").status_code == 202
+
+
+def test_key_pairs_are_paged_from_2_35(cloud: ExtrasCloud) -> None:
+    c = cloud
+    for name in ("page-a", "page-b", "page-c"):
+        body = {"keypair": {"name": name, "public_key": _public_key()}}
+        assert c.call("POST", "/os-keypairs", "alice", body).status_code == 200
+    every = [k["keypair"]["name"] for k in c.ok("GET", "/os-keypairs", "alice", version="2.35")["keypairs"]]
+    assert every == sorted(every) and {"page-a", "page-b", "page-c"} <= set(every)
+    # page through two at a time by the next links, as a client does
+    seen: list[str] = []
+    path = "/os-keypairs?limit=2"
+    while True:
+        answer = c.ok("GET", path, "alice", version="2.35")
+        names = [k["keypair"]["name"] for k in answer["keypairs"]]
+        seen += names
+        links = answer.get("keypairs_links")
+        if links is None:
+            assert len(names) < 2
+            break
+        assert len(names) == 2 and links[0]["rel"] == "next", answer
+        href = links[0]["href"]
+        prefix = f"{c.served.url}/compute/v2.1/os-keypairs?"
+        assert href.startswith(prefix) and f"marker={names[-1]}" in href and "limit=2" in href, href
+        path = "/os-keypairs?" + href[len(prefix) :]
+    assert seen == every
+    after = c.ok("GET", "/os-keypairs?marker=page-a&limit=1", "alice", version="2.35")
+    assert [k["keypair"]["name"] for k in after["keypairs"]] == ["page-b"] and "keypairs_links" in after
+    # before 2.35 Nova takes no pages: limit and marker are not read
+    old = c.ok("GET", "/os-keypairs?limit=1&marker=nothing", "alice", version="2.34")
+    assert len(old["keypairs"]) == len(every) and "keypairs_links" not in old
+    for query in ("marker=no-such-pair", "limit=-1", "limit=many"):
+        bad = c.call("GET", f"/os-keypairs?{query}", "alice", version="2.35")
+        assert bad.status_code == 400 and "badRequest" in bad.json(), (query, bad.text)
+    # an admin pages another user's pairs (user_id, 2.10); the next link keeps the user
+    alice_id = c.ok("GET", "/os-keypairs/page-a", "alice", version="2.10")["keypair"]["user_id"]
+    theirs = c.ok("GET", f"/os-keypairs?user_id={alice_id}&limit=1", "admin", version="2.35")
+    assert [k["keypair"]["name"] for k in theirs["keypairs"]] == every[:1]
+    assert f"user_id={alice_id}" in theirs["keypairs_links"][0]["href"]
+    refused = c.call("GET", f"/os-keypairs?user_id={alice_id}&limit=1", "bob", version="2.35")
+    assert refused.status_code == 403, refused.text
+    for name in ("page-a", "page-b", "page-c"):
+        assert c.call("DELETE", f"/os-keypairs/{name}", "alice").status_code == 202
 
 
 @pytest.mark.parametrize(
@@ -339,6 +409,36 @@ def test_only_an_admin_sets_a_quota(cloud: ExtrasCloud) -> None:
     assert c.ok("GET", path, "bob")["quota_set"]["cores"] == 14
 
 
+def _instances_in_use(cloud: ExtrasCloud) -> int:
+    detail = cloud.ok("GET", f"/os-quota-sets/{cloud.other_project}/detail")["quota_set"]
+    return int(detail["instances"]["in_use"])
+
+
+def test_a_quota_below_the_use_needs_force(cloud: ExtrasCloud) -> None:
+    c = cloud
+    path = f"/os-quota-sets/{c.other_project}"
+    used = _instances_in_use(c)
+    assert used >= 1  # bob-1
+    before = c.ok("GET", path)["quota_set"]
+    for body in (
+        {"quota_set": {"instances": used - 1}},
+        {"quota_set": {"cores": 0, "force": False}},
+        {"quota_set": {"instances": used + 5, "ram": 1}},
+    ):
+        refused = c.call("PUT", path, "admin", body)
+        assert refused.status_code == 400 and "badRequest" in refused.json(), refused.text
+        assert "force" in refused.json()["badRequest"]["message"]
+        assert c.ok("GET", path)["quota_set"] == before  # nothing written, not even instances
+    # at the use, unlimited, and below it with force
+    assert c.ok("PUT", path, "admin", {"quota_set": {"instances": used}})["quota_set"]["instances"] == used
+    assert c.ok("PUT", path, "admin", {"quota_set": {"cores": -1}})["quota_set"]["cores"] == -1
+    forced = c.ok("PUT", path, "admin", {"quota_set": {"instances": used - 1, "force": True}})
+    assert forced["quota_set"]["instances"] == used - 1
+    detail = c.ok("GET", f"{path}/detail", "bob")["quota_set"]["instances"]
+    assert detail == {"limit": used - 1, "in_use": used, "reserved": 0}
+    c.ok("PUT", path, "admin", {"quota_set": {"instances": 10, "cores": 20}})
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -426,6 +526,178 @@ def test_a_bad_flavor_body_is_400_and_writes_nothing(
     assert "x1.bad" not in cloud.flavor_names()
 
 
+def _make_flavor(cloud: ExtrasCloud, ident: str, public: bool = True) -> None:
+    body = {
+        "flavor": {
+            "name": ident.replace("-", "."),
+            "id": ident,
+            "ram": 256,
+            "vcpus": 1,
+            "disk": 1,
+            "os-flavor-access:is_public": public,
+        }
+    }
+    cloud.ok("POST", "/flavors", "admin", body)
+
+
+def test_an_admin_sets_a_flavors_extra_specs(cloud: ExtrasCloud) -> None:
+    c = cloud
+    _make_flavor(c, "x1-specs")
+    base = "/flavors/x1-specs/os-extra_specs"
+    given = {"extra_specs": {"hw:cpu_policy": "dedicated", "quota:cpu_shares": 512}}
+    assert c.ok("POST", base, "admin", given) == given  # Nova's answer: the body given
+    kept = {"hw:cpu_policy": "dedicated", "quota:cpu_shares": "512"}  # a number is kept as its text
+    assert c.ok("GET", base, "alice") == {"extra_specs": kept}
+    assert c.ok("GET", "/flavors/x1-specs", "alice", version="2.61")["flavor"]["extra_specs"] == kept
+    assert "extra_specs" not in c.ok("GET", "/flavors/x1-specs", "alice", version="2.60")["flavor"]
+    detail = c.ok("GET", "/flavors/detail", "alice", version="2.61")["flavors"]
+    assert [f["extra_specs"] for f in detail if f["id"] == "x1-specs"] == [kept]
+    assert c.ok("GET", f"{base}/hw:cpu_policy", "alice") == {"hw:cpu_policy": "dedicated"}
+    missing = c.call("GET", f"{base}/hw:nothing", "alice")
+    assert missing.status_code == 404 and "itemNotFound" in missing.json(), missing.text
+    assert c.ok("PUT", f"{base}/hw:cpu_policy", "admin", {"hw:cpu_policy": "shared"}) == {
+        "hw:cpu_policy": "shared"
+    }
+    # the body names exactly the key of the path
+    for body in ({"hw:other": "x"}, {"hw:cpu_policy": "x", "hw:other": "y"}, {}):
+        mismatch = c.call("PUT", f"{base}/hw:cpu_policy", "admin", body)
+        assert mismatch.status_code == 400 and "badRequest" in mismatch.json(), mismatch.text
+    # a member reads them and changes nothing
+    for method, path, body in (
+        ("POST", base, {"extra_specs": {"k": "v"}}),
+        ("PUT", f"{base}/hw:cpu_policy", {"hw:cpu_policy": "isolate"}),
+        ("DELETE", f"{base}/hw:cpu_policy", None),
+    ):
+        refused = c.call(method, path, "alice", body)
+        assert refused.status_code == 403 and "forbidden" in refused.json(), (method, refused.text)
+    assert c.ok("GET", base)["extra_specs"] == {"hw:cpu_policy": "shared", "quota:cpu_shares": "512"}
+    deleted = c.call("DELETE", f"{base}/quota:cpu_shares")
+    assert deleted.status_code == 200 and deleted.content == b"", deleted.text
+    assert c.call("DELETE", f"{base}/quota:cpu_shares").status_code == 404
+    assert c.ok("GET", base)["extra_specs"] == {"hw:cpu_policy": "shared"}
+    assert c.call("POST", "/flavors/no-such/os-extra_specs", "admin", given).status_code == 404
+    assert c.call("DELETE", "/flavors/x1-specs").status_code == 202
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"extra_specs": {"bad/key": "v"}},
+        {"extra_specs": {"": "v"}},
+        {"extra_specs": {"k" * 256: "v"}},
+        {"extra_specs": {"hw:ok": "v" * 256}},
+        {"extra_specs": {"hw:ok": True}},
+        {"extra_specs": {"hw:ok": {"nested": 1}}},
+        {"extra_specs": {"hw:ok": None}},
+        {"extra_specs": "hw:ok=v"},
+        {"extra_specs": {"hw:ok": "v"}, "more": 1},
+        {"specs": {"hw:ok": "v"}},
+        "not json",
+    ],
+)
+def test_bad_extra_specs_are_400_and_write_nothing(cloud: ExtrasCloud, body: Any) -> None:
+    c = cloud
+    if "x1-badspecs" not in [f["id"] for f in c.ok("GET", "/flavors?is_public=none")["flavors"]]:
+        _make_flavor(c, "x1-badspecs")
+    path = "/flavors/x1-badspecs/os-extra_specs"
+    headers = {"X-Auth-Token": c.token(), "Content-Type": "application/json"}
+    with c.served.client() as http:
+        content = body if isinstance(body, str) else json.dumps(body)
+        answer = http.post(f"/compute/v2.1{path}", headers=headers, content=content)
+    assert answer.status_code == 400 and "badRequest" in answer.json(), answer.text
+    assert c.ok("GET", path) == {"extra_specs": {}}
+
+
+def _access(cloud: ExtrasCloud, flavor: str, action: str, project: str, who: str = "admin") -> httpx.Response:
+    return cloud.call("POST", f"/flavors/{flavor}/action", who, {action: {"tenant": project}})
+
+
+def test_a_private_flavor_is_its_projects_only(cloud: ExtrasCloud) -> None:
+    c = cloud
+    _make_flavor(c, "x1-priv", public=False)
+    _make_flavor(c, "x1-pub")
+
+    def bob_sees() -> bool:
+        listed = [f["id"] for f in c.ok("GET", "/flavors", "bob")["flavors"]]
+        detailed = [f["id"] for f in c.ok("GET", "/flavors/detail", "bob")["flavors"]]
+        shown = c.call("GET", "/flavors/x1-priv", "bob")
+        specs = c.call("GET", "/flavors/x1-priv/os-extra_specs", "bob")
+        assert ("x1-priv" in listed) == ("x1-priv" in detailed) == (shown.status_code == 200)
+        assert specs.status_code == shown.status_code
+        assert shown.status_code in (200, 404), shown.text
+        return shown.status_code == 200
+
+    assert not bob_sees()
+    assert c.call("GET", "/flavors/x1-priv", "alice").status_code == 404  # a member of the admin project
+    assert c.ok("GET", "/flavors/x1-priv/os-flavor-access") == {"flavor_access": []}
+    public = c.call("GET", "/flavors/x1-pub/os-flavor-access")
+    assert public.status_code == 404 and "itemNotFound" in public.json(), public.text
+    for refused in (
+        c.call("GET", "/flavors/x1-priv/os-flavor-access", "alice"),
+        _access(c, "x1-priv", "addTenantAccess", c.other_project, "alice"),
+        _access(c, "x1-priv", "addTenantAccess", c.other_project, "bob"),
+    ):
+        assert refused.status_code == 403 and "forbidden" in refused.json(), refused.text
+    assert not bob_sees()
+    given = _access(c, "x1-priv", "addTenantAccess", c.other_project)
+    assert given.status_code == 200, given.text
+    expected = {"flavor_access": [{"flavor_id": "x1-priv", "tenant_id": c.other_project}]}
+    assert given.json() == expected
+    again = _access(c, "x1-priv", "addTenantAccess", c.other_project)
+    assert again.status_code == 409 and "conflictingRequest" in again.json(), again.text
+    assert _access(c, "x1-pub", "addTenantAccess", c.other_project).status_code == 409
+    assert c.ok("GET", "/flavors/x1-priv/os-flavor-access") == expected
+    assert bob_sees()
+    assert c.call("GET", "/flavors/x1-priv", "alice").status_code == 404  # given to other only
+    removed = _access(c, "x1-priv", "removeTenantAccess", c.other_project)
+    assert removed.status_code == 200 and removed.json() == {"flavor_access": []}, removed.text
+    absent = _access(c, "x1-priv", "removeTenantAccess", c.other_project)
+    assert absent.status_code == 404 and "itemNotFound" in absent.json(), absent.text
+    assert not bob_sees()
+    assert _access(c, "no-such", "addTenantAccess", c.other_project).status_code == 404
+    for name in ("x1-priv", "x1-pub"):
+        assert c.call("DELETE", f"/flavors/{name}").status_code == 202
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"addTenantAccess": {}},
+        {"addTenantAccess": {"tenant": ""}},
+        {"addTenantAccess": {"tenant": 5}},
+        {"addTenantAccess": {"tenant": "p" * 256}},
+        {"addTenantAccess": {"tenant": "p", "role": "x"}},
+        {"addTenantAccess": "p"},
+        {"addTenantAccess": {"tenant": "p"}, "removeTenantAccess": {"tenant": "p"}},
+        {"frobnicate": {"tenant": "p"}},
+        {},
+    ],
+)
+def test_a_bad_flavor_action_is_400_and_writes_nothing(cloud: ExtrasCloud, body: Any) -> None:
+    c = cloud
+    if "x1-badaccess" not in [f["id"] for f in c.ok("GET", "/flavors?is_public=none")["flavors"]]:
+        _make_flavor(c, "x1-badaccess", public=False)
+    answer = c.call("POST", "/flavors/x1-badaccess/action", "admin", body)
+    assert answer.status_code == 400 and "badRequest" in answer.json(), answer.text
+    assert c.ok("GET", "/flavors/x1-badaccess/os-flavor-access") == {"flavor_access": []}
+
+
+def test_a_private_flavor_boots_only_in_the_projects_given_access(cloud: ExtrasCloud) -> None:
+    """The boot's own look-up (the library's, which ``POST /servers`` calls): a project without
+    access is told there is no such flavor, over HTTP (Nova's 400) as in the library."""
+    c = cloud
+    _make_flavor(c, "x1-boot", public=False)
+    server = {"server": {"name": "priv-1", "flavorRef": "x1-boot", "imageRef": "tiny"}}
+    refused = c.call("POST", "/servers", "bob", server)
+    assert refused.status_code == 400 and "x1-boot" in refused.json()["badRequest"]["message"], refused.text
+    with pytest.raises(exceptions.FlavorNotFound):
+        c.lib.api.create(c.bob, {"name": "priv-1", "flavor": "x1-boot", "image": "tiny"})
+    assert _access(c, "x1-boot", "addTenantAccess", c.other_project).status_code == 200
+    made = boot(c.lib, c.bob, "priv-1", flavor="x1-boot")
+    assert made["flavor"]["flavorid"] == "x1-boot"
+    assert "priv-1" in [s["name"] for s in c.ok("GET", "/servers", "bob")["servers"]]
+
+
 # ---------------------------------------------------------------- the openstack command
 
 
@@ -502,6 +774,37 @@ def test_the_openstack_command_manages_flavors(sqlite_cloud: ExtrasCloud) -> Non
     assert refused.returncode != 0 and "m1.tiny" in c.flavor_names()
     _run(admin, "flavor", "delete", "m1.tiny")
     assert "m1.tiny" not in c.flavor_names()
+
+
+def test_the_openstack_command_sets_flavor_properties_and_access(sqlite_cloud: ExtrasCloud) -> None:
+    c = sqlite_cloud
+    _make_flavor(c, "x1-osc", public=False)
+    admin = os_env(c.served)
+    given = ("--property", "hw:cpu_policy=dedicated", "--property", "k2=v2", "--project", "other")
+    _run(admin, "flavor", "set", *given, "x1.osc")
+    shown = json.loads(_run(admin, "flavor", "show", "-f", "json", "x1.osc"))
+    assert shown["properties"] == {"hw:cpu_policy": "dedicated", "k2": "v2"}, shown
+    assert c.other_project in str(shown.get("access_project_ids")), shown
+    assert c.ok("GET", "/flavors/x1-osc/os-flavor-access")["flavor_access"] == [
+        {"flavor_id": "x1-osc", "tenant_id": c.other_project}
+    ]
+    _run(admin, "flavor", "unset", "--property", "k2", "--project", "other", "x1.osc")
+    assert c.ok("GET", "/flavors/x1-osc/os-extra_specs") == {"extra_specs": {"hw:cpu_policy": "dedicated"}}
+    assert c.ok("GET", "/flavors/x1-osc/os-flavor-access") == {"flavor_access": []}
+    assert c.call("DELETE", "/flavors/x1-osc").status_code == 202
+
+
+def test_the_openstack_command_sets_a_quota_below_the_use_with_force(sqlite_cloud: ExtrasCloud) -> None:
+    c = sqlite_cloud
+    admin = os_env(c.served)
+    used = _instances_in_use(c)
+    before = c.ok("GET", f"/os-quota-sets/{c.other_project}")["quota_set"]["instances"]
+    refused = openstack(admin, "quota", "set", "--instances", str(used - 1), "other")
+    assert refused.returncode != 0 and "force" in refused.stderr, refused.stderr
+    assert c.ok("GET", f"/os-quota-sets/{c.other_project}")["quota_set"]["instances"] == before
+    _run(admin, "quota", "set", "--force", "--instances", str(used - 1), "other")
+    assert c.ok("GET", f"/os-quota-sets/{c.other_project}")["quota_set"]["instances"] == used - 1
+    c.ok("PUT", f"/os-quota-sets/{c.other_project}", "admin", {"quota_set": {"instances": 10}})
 
 
 def test_no_secret_in_the_log(cloud: ExtrasCloud) -> None:

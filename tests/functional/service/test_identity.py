@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import func, select
 
 from novakit.db.models import IdentityRevokedToken
+from novakit.identity.bootstrap import ENDPOINTS
 from tests.functional.service.conftest import (
     Served,
     add_user,
@@ -156,7 +157,8 @@ def test_token_body_as_keystone_answers(served: Served) -> None:
     for stamp in ("issued_at", "expires_at"):
         assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$", body[stamp])
     catalog = {entry["type"]: entry for entry in body["catalog"]}
-    assert set(catalog) == {"identity", "compute", "image"}
+    # Every service the bootstrap puts in the catalog (identity, compute, image, network, ...).
+    assert set(catalog) == {service_type for service_type, _, _ in ENDPOINTS}
     (compute,) = catalog["compute"]["endpoints"]
     assert compute["url"] == f"{served.url}/compute/v2.1"
     assert (compute["interface"], compute["region_id"]) == ("public", "RegionOne")

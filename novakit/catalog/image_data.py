@@ -1,0 +1,134 @@
+"""An image's data (Glance's image file): uploaded into the image store, downloaded from it.
+
+The image store is a directory of the controller (``store_of``: ``images`` in the state
+directory), one file per image, named for its id. A compute host boots an uploaded image
+through its image cache, which reads only from its own ``image_store`` (the libvirt driver's
+option): on a controller that is also a compute host, give the driver this directory; else
+copy the files to the hosts' stores as with any image registered by location.
+
+An upload is written chunk by chunk into a private partial file beside its final name while
+its size, MD5 (Glance's ``checksum``), SHA-256 (what the hosts verify) and SHA-512 (Glance's
+``os_hash_value``) are computed; it becomes the image's file only when the last chunk is on
+disk (fsync, then rename). The image moves ``queued`` → ``saving`` → ``active``
+(``images.TRANSITIONS``); if the upload fails anywhere (the client goes away, the disk fills,
+the image was deleted meanwhile), no file is left and the image is ``queued`` again, as Glance
+leaves it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from novakit import exceptions, policy
+from novakit.catalog import images
+from novakit.config import Config
+from novakit.context import RequestContext
+from novakit.db.engine import Database
+from novakit.files import FILE_MODE, private_dir
+
+
+def store_of(conf: Config) -> Path:
+    """The directory uploaded images are written to."""
+    return conf.state_dir / "images"
+
+
+def upload(
+    db: Database, ctx: RequestContext, image_id: str, chunks: Iterable[bytes], store: Path
+) -> dict[str, Any]:
+    """Write ``chunks`` as the data of queued image ``image_id`` (its owner's or an admin's)
+    and make it active; the image as ``ctx`` sees it. Its disk and container formats must be
+    set first (Glance's rule); an image not queued is refused (409)."""
+
+    def begin(session: Session) -> str:
+        row = images.owned(session, ctx, image_id)
+        if not row.disk_format or not row.container_format:
+            raise exceptions.ValidationError(
+                "disk_format", "and container_format must be set before the image's data is uploaded"
+            )
+        images.transition(session, row.uuid, "upload")
+        return row.uuid
+
+    image_id = db.run_in_transaction(begin)  # the image's uuid (a file name), however it was named
+    root = private_dir(store)
+    partial, final = root / f".{image_id}.partial", root / image_id
+    placed = False
+    try:
+        size, sums = _write(partial, chunks)
+        os.replace(partial, final)
+        placed = True
+        db.run_in_transaction(lambda s: _uploaded(s, image_id, final, size, sums))
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        if placed:
+            final.unlink(missing_ok=True)
+        # Best effort: the upload's own error is what the caller hears.
+        with contextlib.suppress(Exception):
+            db.run_in_transaction(lambda s: images.transition(s, image_id, "upload_failed"))
+        raise
+    with db.reader() as session:
+        return images.view(images.find(session, ctx, image_id), ctx)
+
+
+def _write(path: Path, chunks: Iterable[bytes]) -> tuple[int, dict[str, str]]:
+    hashers = {
+        "md5": hashlib.md5(usedforsecurity=False),
+        "sha256": hashlib.sha256(),
+        "sha512": hashlib.sha512(),
+    }
+    size = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with os.fdopen(fd, "wb") as out:
+        for chunk in chunks:
+            out.write(chunk)
+            for hasher in hashers.values():
+                hasher.update(chunk)
+            size += len(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    return size, {name: hasher.hexdigest() for name, hasher in hashers.items()}
+
+
+def _uploaded(session: Session, image_id: str, path: Path, size: int, sums: dict[str, str]) -> None:
+    images.transition(session, image_id, "uploaded")
+    row = images.by_uuid(session, image_id)
+    assert row is not None
+    row.location, row.size, row.checksum = str(path), size, sums["sha256"]
+    properties = dict(row.properties or {})
+    properties[images.STORED["md5"]] = sums["md5"]
+    properties[images.STORED["sha512"]] = sums["sha512"]
+    row.properties = properties
+
+
+def data(db: Database, ctx: RequestContext, image_id: str, store: Path) -> tuple[dict[str, Any], Path | None]:
+    """The image ``ctx`` may download and its file in the store; None when the store holds no
+    data of it (a queued image; an image registered at a host's location). A deactivated
+    image's data is an admin's only (Glance's)."""
+    with db.reader() as session:
+        row = images.find(session, ctx, image_id)
+        if row.status == "deactivated" and not policy.allowed(ctx, "image:deactivate"):
+            raise exceptions.Forbidden(reason=f"image {image_id} is deactivated: nobody downloads its data")
+        shown, location = images.view(row, ctx), row.location
+    return shown, _stored(location, store)
+
+
+def delete(db: Database, ctx: RequestContext, image_id: str, store: Path) -> None:
+    """Delete an image (``images.delete``) and the data the store holds of it."""
+    path = _stored(images.delete(db, ctx, image_id), store)
+    if path is not None:
+        path.unlink(missing_ok=True)
+
+
+def _stored(location: str, store: Path) -> Path | None:
+    """``location`` when it is a file of the image store (never a path elsewhere)."""
+    if not location:
+        return None
+    path = Path(location.removeprefix("file://"))
+    root = store.resolve()
+    return path if path.resolve().parent == root and path.is_file() else None

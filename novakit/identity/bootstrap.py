@@ -2,13 +2,12 @@
 
 Makes what is missing of: the roles ``admin``, ``member`` and ``reader`` (and the named admin
 role), the admin project, the admin user with the password given, the user's admin role on
-the project, and the catalog's identity (``<public url>/identity/v3``), compute
-(``<public url>/compute/v2.1``), image (``<public url>/image``), network
-(``<public url>/network``) and placement
-(``<public url>/placement``) endpoints for the public
-interface of the region. Run again it
-changes nothing, except what differs: a password that no longer matches is set again (its
-tokens stop working), a disabled admin is enabled, an endpoint's URL follows the new one.
+the project, and the catalog's endpoints for the public interface of the region (``ENDPOINTS``:
+identity ``/identity/v3``, compute ``/compute/v2.1``, image ``/image``, network ``/network``,
+placement ``/placement`` and block-storage ``/volume/v3`` below the public URL; the volume URL
+names no project, as Cinder's may from 3.67). Run again it changes nothing, except what
+differs: a password that no longer matches is set again (its tokens stop working), a disabled
+admin is enabled, an endpoint's URL follows the new one.
 """
 
 from __future__ import annotations

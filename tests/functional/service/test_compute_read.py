@@ -374,7 +374,7 @@ def test_the_openstack_command(sqlite_cloud: ComputeCloud) -> None:
         "hypervisors": _openstack(admin, "hypervisor", "list", "-f", "json"),
         "services": _openstack(admin, "compute", "service", "list", "-f", "json"),
         "refused": _openstack(alice, "hypervisor", "list"),
-        "zones": _openstack(alice, "availability", "zone", "list", "-f", "json"),
+        "zones": _openstack(alice, "availability", "zone", "list", "--compute", "-f", "json"),
         "events": _openstack(alice, "server", "event", "list", "web-2", "-f", "json"),
     }
     flavors = _json(run["flavors"])

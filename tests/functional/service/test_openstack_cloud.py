@@ -97,6 +97,21 @@ PLAYBOOK = """
         timeout: 120
       register: booted
 
+    - name: Boot again with the network by name (the Network API), the same server and nothing changed
+      openstack.cloud.server:
+        cloud: novakit
+        name: pb-1
+        image: tiny
+        flavor: m1.small
+        key_name: pb-key
+        network: lan
+        # The module compares the groups it is given with the server's (none given: remove all)
+        security_groups: [default]
+        auto_ip: false
+        wait: true
+        timeout: 120
+      register: again
+
     - name: Read
       openstack.cloud.server_info:
         cloud: novakit
@@ -150,7 +165,7 @@ PLAYBOOK = """
       ansible.builtin.copy:
         dest: "{{ playbook_dir }}/results.json"
         content: "{{ {'flavors': flavors, 'keypair': keypair, 'group': group, 'quota': quota,
-                     'booted': booted, 'read': read, 'inventory': inventory.stdout,
+                     'booted': booted, 'again': again, 'read': read, 'inventory': inventory.stdout,
                      'stopped': stopped, 'read_stopped': read_stopped, 'deleted': deleted,
                      'read_deleted': read_deleted} | to_json }}"
         mode: "0600"
@@ -262,6 +277,7 @@ def test_a_playbook_of_openstack_cloud_modules_runs_a_server_through_the_service
     assert r["booted"]["changed"] and r["booted"]["server"]["status"] == "ACTIVE"
     assert r["booted"]["server"]["key_name"] == "pb-key"
     uuid = r["booted"]["server"]["id"]
+    assert not r["again"]["changed"] and r["again"]["server"]["id"] == uuid
     assert [(s["id"], s["status"]) for s in r["read"]["servers"]] == [(uuid, "ACTIVE")]
     assert list(r["read"]["servers"][0]["addresses"]) == ["lan"]
     hosts = json.loads(r["inventory"])

@@ -35,6 +35,7 @@ service logs at ``info`` (its access log included) to a file.
 
     python bench/api.py [--servers 10000] [--boots 100] [--clients 16] [--requests 400]
     python bench/api.py --db-url postgresql+psycopg://... [--only listing,boots,tokens,workers] [--poll 5]
+    python bench/api.py --only boots --serve-workers 2     # the boots against two worker processes
 
 Figures only; nothing here asserts a time.
 """
@@ -485,6 +486,9 @@ def main() -> None:
         "--watch", type=float, default=100, help="ms between the many clients' watcher's listings"
     )
     parser.add_argument("--only", default="listing,boots,tokens,workers", help="comma-separated parts")
+    parser.add_argument(
+        "--serve-workers", type=int, default=1, help="the service's workers for listing, boots and tokens"
+    )
     args = parser.parse_args()
     parts = set(args.only.split(","))
     unknown = parts - {"listing", "boots", "tokens", "workers"}
@@ -496,11 +500,12 @@ def main() -> None:
         cloud.poll, cloud.watch = args.poll / 1000, args.watch / 1000
         try:
             began = time.perf_counter()
-            with _serve(cloud, 1) as service:
+            with _serve(cloud, args.serve_workers) as service:
                 _fill(cloud, service, args.servers)
                 fill = time.perf_counter() - began
                 print(
-                    f"novakit serve on {backend}, {args.servers} servers of the admin's project "
+                    f"novakit serve ({args.serve_workers} worker(s)) on {backend}, {args.servers} servers "
+                    "of the admin's project "
                     f"(set up in {fill:.1f} s), {HOSTS} fake hosts, load {os.getloadavg()[0]:.2f}"
                 )
                 one = None

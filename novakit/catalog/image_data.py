@@ -13,17 +13,28 @@ disk (fsync, then rename). The image moves ``queued`` → ``saving`` → ``activ
 (``images.TRANSITIONS``); if the upload fails anywhere (the client goes away, the disk fills,
 the image was deleted meanwhile), no file is left and the image is ``queued`` again, as Glance
 leaves it.
+
+An upload whose process was killed leaves the image ``saving`` and its partial file behind.
+Heal settles it (``abandoned_uploads``, ``recover_upload``): once neither the row nor the partial
+file (every chunk written moves its mtime) has changed for ``compute.build_timeout``, the
+image is ``queued`` again, by a write that expects the change heal read, and the partial file
+is removed; the upload can be made again. A live upload that writes again meanwhile keeps its
+image, and a stalled one that wakes up after heal finds its image no longer ``saving`` (409),
+and removes its own file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import hashlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
+from sqlalchemy import update as sql_update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
@@ -31,6 +42,7 @@ from novakit.catalog import images
 from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
+from novakit.db.models import Image
 from novakit.files import FILE_MODE, private_dir
 
 
@@ -57,7 +69,7 @@ def upload(
 
     image_id = db.run_in_transaction(begin)  # the image's uuid (a file name), however it was named
     root = private_dir(store)
-    partial, final = root / f".{image_id}.partial", root / image_id
+    partial, final = _partial(root, image_id), root / image_id
     placed = False
     try:
         size, sums = _write(partial, chunks)
@@ -74,6 +86,49 @@ def upload(
         raise
     with db.reader() as session:
         return images.view(images.find(session, ctx, image_id), ctx)
+
+
+def _partial(store: Path, image_id: str) -> Path:
+    return store / f".{image_id}.partial"
+
+
+def abandoned_uploads(
+    db: Database, store: Path, now: dt.datetime, timeout: int
+) -> list[tuple[str, dt.datetime]]:
+    """The ``saving`` images whose upload made no progress for ``timeout`` seconds before
+    ``now`` (naive UTC), each with the row's last change (what ``recover_upload`` expects)."""
+    with db.reader() as session:
+        rows = session.execute(select(Image.uuid, Image.updated_at).where(Image.status == "saving")).all()
+    stuck = []
+    for image_id, changed in rows:
+        if changed is None:  # no change recorded: not an upload (its transition sets it)
+            continue
+        last = changed
+        with contextlib.suppress(FileNotFoundError):
+            written = dt.datetime.fromtimestamp(_partial(store, image_id).stat().st_mtime, dt.UTC)
+            last = max(last, written.replace(tzinfo=None))
+        if (now - last).total_seconds() >= timeout:
+            stuck.append((image_id, changed))
+    return stuck
+
+
+def recover_upload(db: Database, image_id: str, changed: dt.datetime, store: Path) -> bool:
+    """An abandoned upload's image back to ``queued`` and its partial file removed; False when
+    the image changed since heal read it (its upload came back, or it was deleted)."""
+
+    def write(session: Session) -> bool:
+        done = session.execute(
+            sql_update(Image)
+            .where(Image.uuid == image_id, Image.status == "saving", Image.updated_at == changed)
+            .values(status=images.TRANSITIONS["upload_failed"][1])
+            .execution_options(synchronize_session=False)
+        )
+        return getattr(done, "rowcount", 0) == 1
+
+    if not db.run_in_transaction(write):
+        return False
+    _partial(store, image_id).unlink(missing_ok=True)
+    return True
 
 
 def _write(path: Path, chunks: Iterable[bytes]) -> tuple[int, dict[str, str]]:

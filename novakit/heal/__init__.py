@@ -105,6 +105,11 @@ What it corrects, and why each rule is what it is:
 * **Orphan attachments**: a volume attached (in the records) to a server that no longer exists
   is detached in the records and ``available`` again (``novakit.volume.attachments``).
 
+* **Interrupted image uploads** (``novakit.heal.uploads``, a run over every host): an image
+  left ``saving`` whose row and partial file have not changed for ``conf.compute.build_timeout``
+  (the process that wrote it is gone) is ``queued`` again and its partial file removed
+  (``novakit.catalog.image_data``); its upload can be made again.
+
 * **Interrupted volume operations** (``novakit.heal.volumes``): a volume left in a transitional
   status for longer than ``conf.compute.build_timeout`` (``novakit.volume.states.abandoned``;
   volumes have no owner or lease, so their last change counts) is settled as Cinder's volume

@@ -54,6 +54,7 @@ Kind = Literal[
     "resize_confirmed",
     "shelved_offloaded",
     "port_filter",
+    "upload_recovered",
 ]
 
 _OFF = (PowerState.SHUTDOWN, PowerState.CRASHED)

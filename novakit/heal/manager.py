@@ -18,6 +18,7 @@ from novakit.db.engine import Database
 from novakit.db.models import ComputeNode, utcnow
 from novakit.fleet import aggregates as fleet_aggregates
 from novakit.fleet import hosts as host_records
+from novakit.heal import uploads
 from novakit.heal.base import (
     LOG,
     LOST_RACE,
@@ -208,6 +209,7 @@ class Healer(
         out += step(self._due_moves, dry_run)
         # A move of a server that is gone ends as its delete would have ended it.
         out += step(self._moves_of_gone_servers, reports, dry_run)
+        out += step(uploads.interrupted_uploads, self.db, self.conf, self.clock(), dry_run)
         return out
 
     # ------------------------------------------------------------------ reading

@@ -106,11 +106,14 @@ report:
           description:
             - C(power_state), C(stopped), C(vanished), C(task_recovered), C(build_timeout), C(build_adopted),
               C(abandoned_action), C(orphan_allocation), C(orphan_guest), C(imported_guest), C(stray_copy)
-              (the copy an interrupted move into a cell left behind, removed) or C(volume_recovered) (a volume
-              whose operation was cut off, settled).
+              (the copy an interrupted move into a cell left behind, removed), C(volume_recovered) (a volume
+              whose operation was cut off, settled) or C(upload_recovered) (an image whose upload was cut off,
+              queued again).
           type: str
         instance:
-          description: The instance (or, for an orphan guest, the guest's uuid; for C(volume_recovered), the volume's).
+          description:
+            - The instance (or, for an orphan guest, the guest's uuid; for C(volume_recovered), the volume's;
+              for C(upload_recovered), the image's).
           type: str
         host:
           description: Its host.

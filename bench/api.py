@@ -28,6 +28,12 @@ the service tests' fixture does.
   and the subject's both checked). Median and min..max, and the medians' differences.
 * ``workers``: the listing again against a service of ``--workers 2`` on the same database, beside
   the one-worker figure of the same run.
+* ``ports`` (issue 29): ``--ports`` ports on the admin's network (one made by the library, the
+  rest its rows copied), then ``--clients`` clients on ``GET /network/v2.0/ports?limit=100`` and
+  on the whole listing: p50, p99, requests per second.
+* ``upload`` (issue 29): an image's data of ``--upload-mib`` MiB (1 GiB) through ``PUT
+  /image/v2/images/{id}/file``, streamed in 1 MiB pieces, against ``cp`` of the same file on the
+  same disk, in turn, ``--upload-rounds`` times: MiB/s and the ratio (issue 29's goal: 0.7).
 
 The clients run in this process, on the same cores as the service (two on the machine the
 results were taken on), so the figures are the pair's, as a deployment's would not be. The
@@ -72,7 +78,7 @@ from novakit.catalog import flavors, images  # noqa: E402
 from novakit.compute.api import API  # noqa: E402
 from novakit.context import RequestContext  # noqa: E402
 from novakit.db.engine import Database  # noqa: E402
-from novakit.network import networks, subnets  # noqa: E402
+from novakit.network import networks, ports, subnets  # noqa: E402
 from novakit.quota import set_quota  # noqa: E402
 
 NOVAKIT = [sys.executable, "-m", "novakit.cli.main"]
@@ -290,16 +296,26 @@ def _together(clients: int, jobs: int, job: Callable[[httpx.Client, int], None],
     return time.perf_counter() - began
 
 
-def _listing(cloud: Cloud, service: Service, clients: int, requests: int) -> dict[str, float]:
+def _listing(
+    cloud: Cloud,
+    service: Service,
+    clients: int,
+    requests: int,
+    path: str = LISTING,
+    key: str = "servers",
+    expect: int = 100,
+) -> dict[str, float]:
+    """``requests`` GETs of ``path`` by ``clients`` clients; each must answer ``expect`` ``key``
+    items (else it counts as failed)."""
     headers = {"X-Auth-Token": cloud.token}
     times: list[float] = []
     failed = []
 
     def get(http: httpx.Client, _n: int) -> None:
         began = time.perf_counter()
-        answer = http.get(LISTING, headers=headers)
+        answer = http.get(path, headers=headers)
         times.append((time.perf_counter() - began) * 1000)
-        if answer.status_code != 200 or len(answer.json()["servers"]) != 100:
+        if answer.status_code != 200 or len(answer.json()[key]) != expect:
             failed.append(answer.status_code)
 
     with httpx.Client(base_url=service.url, timeout=120) as http:
@@ -406,6 +422,99 @@ def _last_launched(db: Database, prefix: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
+def _fill_ports(cloud: Cloud, count: int) -> None:
+    """``count`` ports on the admin's ``lan``: one made by the library (its address, its default
+    group), the rest its rows copied under new uuids, MACs and addresses, as the servers are."""
+    assert cloud.owner is not None
+    seed = ports.create(cloud.db, cloud.owner, {"network": "lan", "name": "port-seed"})
+    assert seed is not None
+    columns = [c["name"] for c in inspect(cloud.db.engine).get_columns("ports")]
+    kept = [c for c in columns if c not in ("id", "uuid", "name", "mac_address")]
+    copy_port = text(
+        f"INSERT INTO ports (uuid, name, mac_address, {', '.join(kept)}) "
+        f"SELECT :u, :n, :m, {', '.join(kept)} FROM ports WHERE uuid = :t"
+    )
+    copy_address = text(
+        "INSERT INTO ip_allocations (port_id, subnet_id, network_id, ip_address) "
+        "SELECT p.id, a.subnet_id, a.network_id, :ip FROM ports p, ip_allocations a "
+        "JOIN ports s ON s.id = a.port_id WHERE p.uuid = :u AND s.uuid = :t"
+    )
+    copy_groups = text(
+        "INSERT INTO security_group_port_bindings (port_id, security_group_id) "
+        "SELECT p.id, b.security_group_id FROM ports p, security_group_port_bindings b "
+        "JOIN ports s ON s.id = b.port_id WHERE p.uuid = :u AND s.uuid = :t"
+    )
+    rows = [
+        {
+            "u": str(uuid.uuid4()),
+            "n": f"port-{i}",
+            "m": f"fa:16:3e:{0x80 + i // 65536:02x}:{i // 256 % 256:02x}:{i % 256:02x}",
+            "ip": f"10.0.{128 + i // 256}.{i % 256}",
+            "t": seed["id"],
+        }
+        for i in range(count - 1)
+    ]
+    with cloud.db.engine.begin() as conn:
+        for statement in (copy_port, copy_address, copy_groups):
+            conn.execute(statement, rows)
+    if cloud.db.engine.dialect.name == "postgresql":
+        with cloud.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("ANALYZE"))
+
+
+def _upload(cloud: Cloud, service: Service, mib: int, rounds: int) -> dict[str, list[float]]:
+    """``mib`` MiB uploaded as an image's data (``POST /image/v2/images``, then ``PUT .../file``
+    streamed in 1 MiB pieces; the image deleted after) and copied by ``cp`` to the same disk, in
+    turn, ``rounds`` times: MiB/s of each."""
+    source = cloud.area / "upload.raw"
+    block = os.urandom(1 << 20)
+    with open(source, "wb") as out:
+        for _ in range(mib):
+            out.write(block)
+    headers = {"X-Auth-Token": cloud.token}
+
+    def pieces() -> Iterator[bytes]:
+        with open(source, "rb") as data:
+            while piece := data.read(1 << 20):
+                yield piece
+
+    out: dict[str, list[float]] = {"cp": [], "upload": []}
+    with httpx.Client(base_url=service.url, timeout=600) as http:
+        for n in range(rounds):
+            copy = cloud.area / "copy.raw"
+            began = time.perf_counter()
+            subprocess.run(["cp", str(source), str(copy)], check=True)
+            out["cp"].append(mib / (time.perf_counter() - began))
+            copy.unlink()
+            image = {"name": f"upload-{n}", "disk_format": "raw", "container_format": "bare"}
+            made = http.post("/image/v2/images", headers=headers, json=image)
+            assert made.status_code == 201, made.text
+            image_id = made.json()["id"]
+            began = time.perf_counter()
+            put = http.put(
+                f"/image/v2/images/{image_id}/file",
+                headers={**headers, "Content-Type": "application/octet-stream"},
+                content=pieces(),
+            )
+            out["upload"].append(mib / (time.perf_counter() - began))
+            assert put.status_code == 204, put.text
+            assert http.delete(f"/image/v2/images/{image_id}", headers=headers).status_code == 204
+    source.unlink()
+    return out
+
+
+def _print_upload(u: dict[str, list[float]], mib: int) -> None:
+    print(f"image upload of {mib} MiB, {len(u['cp'])} rounds in turn with cp (load {os.getloadavg()[0]:.2f})")
+    for kind, label in (("cp", "cp of the same file"), ("upload", "PUT /image/v2/images/{id}/file")):
+        rates = u[kind]
+        print(f"  {label:<50} {statistics.median(rates):8.1f} MiB/s  [{min(rates):.1f}..{max(rates):.1f}]")
+    paired = [a / b for a, b in zip(u["upload"], u["cp"], strict=True)]
+    print(
+        f"  upload / cp: {statistics.median(u['upload']) / statistics.median(u['cp']):.2f} (medians), "
+        f"paired {statistics.median(paired):.2f} [{min(paired):.2f}..{max(paired):.2f}] (goal 0.7)"
+    )
+
+
 def _tokens(cloud: Cloud, service: Service, requests: int) -> dict[str, list[float]]:
     token = {"X-Auth-Token": cloud.token}
     kinds: dict[str, tuple[str, dict[str, str], int]] = {
@@ -485,13 +594,18 @@ def main() -> None:
     parser.add_argument(
         "--watch", type=float, default=100, help="ms between the many clients' watcher's listings"
     )
-    parser.add_argument("--only", default="listing,boots,tokens,workers", help="comma-separated parts")
+    parser.add_argument(
+        "--only", default="listing,boots,tokens,workers,ports,upload", help="comma-separated parts"
+    )
+    parser.add_argument("--ports", type=int, default=10000, help="ports of the admin's network (ports)")
+    parser.add_argument("--upload-mib", type=int, default=1024, help="MiB of the image uploaded (upload)")
+    parser.add_argument("--upload-rounds", type=int, default=3)
     parser.add_argument(
         "--serve-workers", type=int, default=1, help="the service's workers for listing, boots and tokens"
     )
     args = parser.parse_args()
     parts = set(args.only.split(","))
-    unknown = parts - {"listing", "boots", "tokens", "workers"}
+    unknown = parts - {"listing", "boots", "tokens", "workers", "ports", "upload"}
     if unknown:
         parser.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
     backend = "PostgreSQL" if args.db_url else "SQLite"
@@ -518,6 +632,20 @@ def main() -> None:
                 if "boots" in parts:
                     booted = _boots(cloud, service, args.boots, args.clients)
                     _print_boots(booted, args.boots, args.clients, cloud.poll, cloud.watch)
+                if "ports" in parts:
+                    _fill_ports(cloud, args.ports)
+                    with cloud.db.engine.connect() as conn:  # the seed servers' ports too
+                        everyone = int(conn.execute(text("SELECT COUNT(*) FROM ports")).scalar_one())
+                    for path, requests, expect in (
+                        ("/network/v2.0/ports?limit=100", args.requests, 100),
+                        ("/network/v2.0/ports", max(args.requests // 20, args.clients), everyone),
+                    ):
+                        found = _listing(cloud, service, args.clients, requests, path, "ports", expect)
+                        print(_listing_line(f"{args.clients} clients x GET {path}", found))
+                if "upload" in parts:
+                    _print_upload(
+                        _upload(cloud, service, args.upload_mib, args.upload_rounds), args.upload_mib
+                    )
             if "workers" in parts and one is not None:
                 with _serve(cloud, 2) as service:
                     two = _listing(cloud, service, args.clients, args.requests)

@@ -85,13 +85,14 @@ def declared_format(image_id: str, disk_format: str) -> str:
     return fmt
 
 
-def _qemu_img(*args: str, cpu_limit: bool = True) -> subprocess.CompletedProcess[str]:
-    """qemu-img under Nova's limits. ``cpu_limit`` False: a copy of a whole disk (convert) may
-    take longer than the 30 s meant for reading a header; its memory stays limited."""
+def _qemu_img(*args: str, limited: bool = True) -> subprocess.CompletedProcess[str]:
+    """qemu-img under Nova's limits, which guard the reading of an image's header. ``limited``
+    False: a copy of a whole disk (convert), run without them as Nova runs its convert: it may
+    take longer than 30 s, and the stacks of its I/O threads alone can pass 1 GiB of address
+    space under load (``qemu_thread_create: Resource temporarily unavailable``, seen)."""
     cmd = ["qemu-img", *args]
-    if shutil.which("prlimit"):
-        limits = [f"--as={_QEMU_IMG_AS}"] + ([f"--cpu={_QEMU_IMG_CPU}"] if cpu_limit else [])
-        cmd = ["prlimit", *limits, "--", *cmd]
+    if limited and shutil.which("prlimit"):
+        cmd = ["prlimit", f"--as={_QEMU_IMG_AS}", f"--cpu={_QEMU_IMG_CPU}", "--", *cmd]
     try:
         return subprocess.run(cmd, check=True, capture_output=True, text=True, env=_c_locale())
     except FileNotFoundError:
@@ -241,5 +242,5 @@ def grow(path: str | os.PathLike[str], fmt: str, size_bytes: int) -> None:
 def convert_to_qcow2(src: str | os.PathLike[str], src_format: str, dest: str | os.PathLike[str]) -> None:
     """A standalone qcow2 copy of ``src`` with its backing chain flattened in (a snapshot image)."""
     _qemu_img(
-        "convert", "-q", "-f", src_format, "-O", "qcow2", os.fspath(src), os.fspath(dest), cpu_limit=False
+        "convert", "-q", "-f", src_format, "-O", "qcow2", os.fspath(src), os.fspath(dest), limited=False
     )

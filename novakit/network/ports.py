@@ -243,9 +243,8 @@ def _subnet_of_network(session: Session, network: Network, ref: str) -> Subnet:
 
 
 def _view_of(session: Session, port: Port, network: Network) -> dict[str, Any]:
-    groups = security_groups.port_groups(session, [port.id])[port.id]
-    ids = security_groups.port_group_ids(session, [port.id])[port.id]
-    return view(port, network, fixed_ips(session, [port.id])[port.id], groups, ids)
+    groups, ids = security_groups.carried_groups(session, [port.id])
+    return view(port, network, fixed_ips(session, [port.id])[port.id], groups[port.id], ids[port.id])
 
 
 def list_ports(
@@ -260,8 +259,7 @@ def list_ports(
             stmt = stmt.where(Port.device_id == device_id)
         rows = session.execute(stmt).all()
         ips = fixed_ips(session, [p.id for p, _ in rows])
-        groups = security_groups.port_groups(session, [p.id for p, _ in rows])
-        ids = security_groups.port_group_ids(session, [p.id for p, _ in rows])
+        groups, ids = security_groups.carried_groups(session, [p.id for p, _ in rows])
         return [view(p, n, ips[p.id], groups[p.id], ids[p.id]) for p, n in rows]
 
 

@@ -596,34 +596,28 @@ def no_port_security(port: str, field: str) -> exceptions.ValidationError:
 
 def port_groups(session: Session, port_ids: list[int]) -> dict[int, list[str]]:
     """port id -> the names of the groups it carries."""
-    out: dict[int, list[str]] = {p: [] for p in port_ids}
+    return carried_groups(session, port_ids)[0]
+
+
+def carried_groups(
+    session: Session, port_ids: list[int]
+) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+    """port id -> the names, and port id -> the ids (Neutron's port ``security_groups``), of
+    the groups each port carries, in the order of their names; one query."""
+    names: dict[int, list[str]] = {p: [] for p in port_ids}
+    ids: dict[int, list[str]] = {p: [] for p in port_ids}
     if not port_ids:
-        return out
+        return names, ids
     rows = session.execute(
-        select(SecurityGroupPortBinding.port_id, SecurityGroup.name)
+        select(SecurityGroupPortBinding.port_id, SecurityGroup.name, SecurityGroup.uuid)
         .join(SecurityGroup, SecurityGroup.id == SecurityGroupPortBinding.security_group_id)
         .where(SecurityGroupPortBinding.port_id.in_(port_ids))
         .order_by(SecurityGroup.name)
     )
-    for port_id, name in rows:
-        out[port_id].append(name)
-    return out
-
-
-def port_group_ids(session: Session, port_ids: list[int]) -> dict[int, list[str]]:
-    """port id -> the ids of the groups it carries (Neutron's port ``security_groups``)."""
-    out: dict[int, list[str]] = {p: [] for p in port_ids}
-    if not port_ids:
-        return out
-    rows = session.execute(
-        select(SecurityGroupPortBinding.port_id, SecurityGroup.uuid)
-        .join(SecurityGroup, SecurityGroup.id == SecurityGroupPortBinding.security_group_id)
-        .where(SecurityGroupPortBinding.port_id.in_(port_ids))
-        .order_by(SecurityGroup.name)
-    )
-    for port_id, uuid in rows:
-        out[port_id].append(uuid)
-    return out
+    for port_id, name, uuid in rows:
+        names[port_id].append(name)
+        ids[port_id].append(uuid)
+    return names, ids
 
 
 def port_group_db_ids(session: Session, port_id: int) -> list[int]:

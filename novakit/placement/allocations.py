@@ -309,23 +309,28 @@ def get_allocations_for_consumer(db: Database, consumer_uuid: str) -> dict[str, 
 def get_usages(db: Database, provider_name: str) -> dict[str, int]:
     """``{resource_class: used}`` for every class the provider has inventory or allocations of."""
     with db.reader() as session:
-        provider = lookup_provider(session, provider_name)
-        usage = {
-            rc: 0
-            for rc in session.execute(
-                text("SELECT resource_class FROM inventories WHERE resource_provider_id = :id"),
-                {"id": provider.id},
-            ).scalars()
-        }
-        for rc, used in session.execute(
-            text(
-                "SELECT resource_class, SUM(used) FROM allocations WHERE resource_provider_id = :id "
-                "GROUP BY resource_class"
-            ),
-            {"id": provider.id},
-        ):
-            usage[rc] = int(used)
-        return usage
+        return _usage_of(session, lookup_provider(session, provider_name).id)
+
+
+def _usage_of(session: Session, provider_id: int) -> dict[str, int]:
+    """``{resource_class: used}``: 0 for each class of the provider's inventory, the sum of its
+    allocations for each class allocated."""
+    usage = dict.fromkeys(
+        session.execute(
+            text("SELECT resource_class FROM inventories WHERE resource_provider_id = :id"),
+            {"id": provider_id},
+        ).scalars(),
+        0,
+    )
+    for rc, used in session.execute(
+        text(
+            "SELECT resource_class, SUM(used) FROM allocations WHERE resource_provider_id = :id "
+            "GROUP BY resource_class"
+        ),
+        {"id": provider_id},
+    ):
+        usage[rc] = int(used)
+    return usage
 
 
 # ---------------------------------------------------------------- the Placement API's operations
@@ -419,22 +424,7 @@ def provider_usages(db: Database, ctx: RequestContext, uuid: str) -> tuple[Provi
     policy.authorize(ctx, "placement:read")
     with db.reader() as session:
         provider = provider_by_uuid(session, uuid)
-        usage = dict.fromkeys(
-            session.execute(
-                text("SELECT resource_class FROM inventories WHERE resource_provider_id = :id"),
-                {"id": provider.id},
-            ).scalars(),
-            0,
-        )
-        for rc, used in session.execute(
-            text(
-                "SELECT resource_class, SUM(used) FROM allocations WHERE resource_provider_id = :id "
-                "GROUP BY resource_class"
-            ),
-            {"id": provider.id},
-        ):
-            usage[rc] = int(used)
-        return provider, usage
+        return provider, _usage_of(session, provider.id)
 
 
 def project_usages(

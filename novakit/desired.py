@@ -32,14 +32,16 @@ from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 from novakit import exceptions, worker
-from novakit.catalog import images
+from novakit.client.api import CloudAPI
 from novakit.compute import names, states
-from novakit.compute.api import API
+from novakit.compute.api import API as LibraryAPI
 from novakit.compute.states import VmState
 from novakit.context import RequestContext
 from novakit.host.messages import ComputeRequest
 
 View = dict[str, Any]
+#: the library's API in this process, or the same calls through ``novakit serve`` (a cloud)
+API = LibraryAPI | CloudAPI
 Settled = Callable[[View | None], bool]
 
 
@@ -176,17 +178,14 @@ def check_unchanged(api: API, ctx: RequestContext, server: View, create: Mapping
             wanted=flavor,
             remedy="resizing is not supported: delete it and create it again, or use another name",
         )
-    if image:
-        with api.db.reader() as session:
-            wanted = images.usable(session, ctx, image)
-        if wanted.uuid != server["image"]:
-            raise exceptions.ServerDiffers(
-                name=server["name"],
-                what="image",
-                actual=server["image"],
-                wanted=image,
-                remedy="rebuild it (novakit.cloud.server_action, action rebuild) to change its image",
-            )
+    if image and api.image_id(ctx, image) != server["image"]:
+        raise exceptions.ServerDiffers(
+            name=server["name"],
+            what="image",
+            actual=server["image"],
+            wanted=image,
+            remedy="rebuild it (novakit.cloud.server_action, action rebuild) to change its image",
+        )
 
 
 # --------------------------------------------------------------- the calls
@@ -324,7 +323,7 @@ def ensure_count(
         _delete(api, ctx, server["id"], server, False, detached)
     deleted = [s["name"] for s in outcome.surplus]
     if background.wait:
-        _wait_for_count(api, ctx, list(new.values()), outcome.surplus, background, proc, str(log))
+        _wait_for_count(api, ctx, list(new.values()), outcome.surplus, background, proc, log)
     actions = {n: ["create"] for n in created}
     views = []
     for server in outcome.servers:
@@ -398,12 +397,14 @@ def _wait_for_count(
     surplus: list[View],
     background: Background,
     proc: Any,
-    log: str,
+    log: Path | None,
 ) -> None:
     """Wait for the new servers to be ACTIVE (one in ERROR fails the call with its fault) and
     the surplus ones to be gone."""
     for server in new:
-        seen = wait_until(api, ctx, server, _reached(VmState.ACTIVE), "ACTIVE", background, proc, log)
+        seen = wait_until(
+            api, ctx, server, _reached(VmState.ACTIVE), "ACTIVE", background, proc, str(log) if log else None
+        )
         if seen is not None and seen["vm_state"] == VmState.ERROR.value:
             reason = (seen.get("fault") or {}).get("message") or "no fault recorded"
             raise exceptions.ServerFailed(
@@ -514,7 +515,7 @@ def _carry_on(
     proc = None
     if work.get("build") or work.get("request") is not None or work.get("then"):
         proc, log = hand_off(api, ctx, out.server["id"], background, **work)
-        out.worker_log = str(log)
+        out.worker_log = str(log) if log is not None else None
     if not background.wait:
         return out
     out.server = wait_until(api, ctx, out.server, goal.settled, goal.wanted, background, proc, out.worker_log)
@@ -538,8 +539,16 @@ class Work(TypedDict, total=False):
 
 def hand_off(
     api: API, ctx: RequestContext, server: str, background: Background, **work: Unpack[Work]
-) -> tuple[subprocess.Popen[bytes], Path]:
-    """Start a detached worker that carries on with ``server`` (``worker.Job``); its process and log."""
+) -> tuple[subprocess.Popen[bytes] | None, Path | None]:
+    """Start a detached worker that carries on with ``server`` (``worker.Job``); its process and log.
+
+    Through a cloud there is no worker: the service runs the build and the action's host part in
+    its own pool, and the later steps of a path are started from here, each once the server has
+    settled from the one before (``CloudAPI.carry_on``: the call then waits for them whatever
+    ``background.wait`` says)."""
+    if isinstance(api, CloudAPI):
+        api.carry_on(ctx, server, list(work.get("then", ())))
+        return None, None
     request = work.get("request")
     job = worker.Job.for_context(
         ctx,

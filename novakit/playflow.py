@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from novakit import exceptions, policy
@@ -411,6 +412,8 @@ def heartbeat(
 
 #: the steps of the ``novakit.cloud.conductor`` task
 STEPS = ("schedule", "record", "summary", "action", "record_action", "images", "heartbeat")
+#: the steps a caller asks of ``novakit serve`` (``run_step``'s ``deliver``)
+DELIVERED_STEPS = ("schedule", "summary", "action")
 
 
 def parse_results(
@@ -457,8 +460,13 @@ def run_step(
     check_mode: bool = False,
     host_failures: dict[str, str] | None = None,
     diff: bool = False,
+    deliver: Callable[[RequestContext, list[ComputeRequest]], None] | None = None,
 ) -> dict[str, Any]:
     """One step of the ``novakit.cloud.conductor`` task, ``params`` being its options.
+
+    ``deliver`` (``novakit serve``, the step asked through a cloud): the schedule and action
+    steps hand their requests to it, which runs the rounds itself, and return none (no hosts,
+    no secrets); the record steps, which take what hosts answered, are then not the caller's.
 
     ``diff`` (``--diff``): the steps that end a run say each server's state before
     it (the ``before`` the playbook kept from its first step) and after it, as
@@ -472,7 +480,14 @@ def run_step(
     The compute requests it returns carry no secrets: those of the schedule and
     action steps come apart in ``secrets`` (``split_secrets``).
     """
+    if deliver is not None and params["step"] not in DELIVERED_STEPS:
+        raise exceptions.ValidationError(
+            "step", f"is one of {', '.join(DELIVERED_STEPS)} through a cloud: the service runs the rounds"
+        )
     out = _run_step(api, ctx, params, check_mode, host_failures)
+    if deliver is not None and out.get("requests"):
+        deliver(ctx, [ComputeRequest.model_validate(r) for r in out["requests"]])
+        out.update(requests=[], hosts=[], round_hosts=[])
     if diff:
         _add_diff(api, ctx, params, out)
     if out.get("requests"):

@@ -161,6 +161,8 @@ err_console = Console(stderr=True)
 class _State:
     conf: Config | None = None
     ctx: RequestContext | None = None
+    cloud: str | None = None  # the cloud the command goes through (``novakit.client``), else None
+    cloud_api: Any = None
 
 
 STATE = _State()
@@ -178,9 +180,23 @@ def main_options(
         "--request-id",
         help="tie the call to this request id (default: the Ansible run's, else a new one)",
     ),
+    os_cloud: str | None = typer.Option(
+        None,
+        "--os-cloud",
+        help="go through novakit serve as this cloud of clouds.yaml (default: OS_CLOUD, unless a "
+        "database URL is given); no database URL is then needed",
+    ),
 ) -> None:
+    from novakit.client import cloud_name
+
     STATE.conf = guard(lambda: load_config(config, db_url=db_url))
+    STATE.cloud = cloud_name(os_cloud, db_url)
     given = {"project": project, "user": user, "roles": role, "request_id": request_id}
+    if STATE.cloud is not None:
+        named = [f"--{k}" for k, v in given.items() if k != "request_id" and v]
+        if named:
+            fail(f"{named[0]} is the cloud's credentials' to say: not with a cloud ({STATE.cloud})")
+        return  # the caller is the cloud's token's, read when a command first needs it (``ctx``)
     STATE.ctx = guard(lambda: context_from(given, identity=conf().identity))
 
 
@@ -209,17 +225,32 @@ def conf() -> Config:
 
 
 def ctx() -> RequestContext:
+    if STATE.ctx is None and STATE.cloud is not None:
+        STATE.ctx = guard(lambda: api().caller())
     assert STATE.ctx is not None
     return STATE.ctx
 
 
 def db() -> Any:
+    """The database, for the commands that open it (the operator path)."""
     from novakit.db.engine import Database
 
+    if STATE.cloud is not None:
+        fail(
+            f"this command opens the database, and does not go through a cloud yet ({STATE.cloud}): "
+            "give --db-url, or use the openstack command"
+        )
     return guard(lambda: Database.from_config(conf()))
 
 
 def api() -> Any:
+    """The library's API, or through a cloud the same calls to novakit serve (``novakit.client``)."""
     from novakit.compute.api import API
 
+    if STATE.cloud is not None:
+        if STATE.cloud_api is None:
+            from novakit.client.api import connect
+
+            STATE.cloud_api = guard(lambda: connect(str(STATE.cloud)))
+        return STATE.cloud_api
     return API(db(), conf())

@@ -277,8 +277,12 @@ def _create_in_background(
     """Record the servers and hand their build to a background worker, which reads the
     configuration this command was given; say where its log is."""
     from novakit import worker
+    from novakit.client.api import CloudAPI
 
     servers: list[dict[str, Any]] = guard(lambda: compute.create(caller, data, build=False))
+    if isinstance(compute, CloudAPI):  # the service builds what it records
+        err_console.print(f"{len(servers)} server(s) recorded; novakit serve builds them", highlight=False)
+        return servers
     given = cli.find_root().params
     job = worker.Job.for_context(
         caller,

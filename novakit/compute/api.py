@@ -137,6 +137,13 @@ class API(CreateAPI):
         ]
         return views, sorted(c.name for c in down)
 
+    def image_id(self, ctx: RequestContext, ref: str) -> str:
+        """The id of the image named or numbered ``ref`` that ``ctx`` may use (``images.usable``)."""
+        from novakit.catalog import images
+
+        with self.db.reader() as session:
+            return images.usable(session, ctx, ref).uuid
+
     def console_output(self, ctx: RequestContext, ref: str, lines: int | None = None) -> str:
         """The server's console log, read from its host (``novakit.compute.console``)."""
         from novakit.compute import console

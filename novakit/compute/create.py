@@ -73,11 +73,11 @@ class CreateAPI:
         """
         try:
             outcome = self.create_servers(ctx, data, dry_run=dry_run)
-        except exceptions.NoValidHost:
-            if policy.allowed(ctx, "host:show"):
+        except exceptions.NoValidHost as exc:
+            shown = no_valid_host_shown(ctx, exc)
+            if shown is exc:
                 raise
-            # As the real run's fault shows it to this caller: no hosts, no reasons.
-            raise exceptions.NoValidHost() from None
+            raise shown from None
         if dry_run:
             return [{"name": n, "host": h} for n, h in outcome.would_schedule_to.items()]
         if build and outcome.unbuilt and self.later is not None:
@@ -502,6 +502,13 @@ class CreateAPI:
         """The names of ``names`` the caller's project has live servers of, in that order."""
         taken = cell_instances.names_of_project(self.db, ctx.project_id, names=names)
         return [n for n in names if n in taken]
+
+
+def no_valid_host_shown(ctx: RequestContext, exc: exceptions.NoValidHost) -> exceptions.NoValidHost:
+    """``exc`` as ``ctx`` may see it: the scheduler's reasons name hosts, which only those who
+    may see hosts read; anyone else gets what the real run's fault shows them (no hosts, no
+    reasons)."""
+    return exc if policy.allowed(ctx, "host:show") else exceptions.NoValidHost()
 
 
 @dataclass

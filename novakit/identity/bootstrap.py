@@ -4,10 +4,11 @@ Makes what is missing of: the roles ``admin``, ``member`` and ``reader`` (and th
 role), the admin project, the admin user with the password given, the user's admin role on
 the project, and the catalog's endpoints for the public interface of the region (``ENDPOINTS``:
 identity ``/identity/v3``, compute ``/compute/v2.1``, image ``/image``, network ``/network``,
-placement ``/placement`` and block-storage ``/volume/v3`` below the public URL; the volume URL
-names no project, as Cinder's may from 3.67). Run again it changes nothing, except what
-differs: a password that no longer matches is set again (its tokens stop working), a disabled
-admin is enabled, an endpoint's URL follows the new one.
+placement ``/placement``, block-storage ``/volume/v3`` and novakit ``/novakit/v1`` (novakit's
+own tools) below the public URL; the volume URL names no project, as Cinder's may from 3.67).
+Run again it changes nothing, except what differs: a password that no longer matches is set
+again (its tokens stop working), a disabled admin is enabled, an endpoint's URL follows the new
+one.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ ENDPOINTS = (
     ("network", "neutron", "/network"),
     ("placement", "placement", "/placement"),
     ("block-storage", "cinder", "/volume/v3"),
+    # novakit's own tools through the service (``novakit.client``, ``novakit.service.native``)
+    ("novakit", "novakit", "/novakit/v1"),
 )
 
 

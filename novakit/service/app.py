@@ -27,7 +27,16 @@ from novakit.context import generate_request_id
 from novakit.db.engine import Database
 from novakit.identity.keys import KeyRepository
 from novakit.identity.settings import IdentitySettings
-from novakit.service import compute, compute_extras, errors, identity, images, server_resources, servers
+from novakit.service import (
+    compute,
+    compute_extras,
+    errors,
+    identity,
+    images,
+    native,
+    server_resources,
+    servers,
+)
 from novakit.service import image_members as image_member_routes
 from novakit.service import network as network_api
 from novakit.service import placement as placement_api
@@ -115,6 +124,7 @@ def create_app(conf: Config | None = None, settings: IdentitySettings | None = N
     app.include_router(network_api.router)
     app.include_router(volume_api.router)
     app.include_router(placement_api.router)
+    app.include_router(native.router)
     app.add_exception_handler(exceptions.NovakitError, errors.novakit_error)
     app.add_exception_handler(HTTPException, errors.http_error)
     app.add_middleware(RequestIdMiddleware)

@@ -16,6 +16,10 @@ The shape is the service's, chosen by the path (``shape_of``):
 - Neutron's (``/network``): ``{"NeutronError": {"type": "NetworkNotFound", "message": "...",
   "detail": ""}}``, the type the library exception's name (``NEUTRON_TYPES`` where Neutron names
   it otherwise), else the status's (``HTTPNotFound``, ...); a 401 in Keystone's shape.
+- novakit's own (``/novakit``, ``novakit.service.native``): ``{"error": {"type": "InstanceNotFound",
+  "code": 404, "message": "...", ...}}``, with what the exception carries (a server's view, a
+  scheduler's explanation), so that ``novakit.client`` raises the same exception; a 401 in
+  Keystone's shape.
 
 A service may answer a library exception with another status than its code (``STATUS_BY_SERVICE``:
 Nova answers a listing's unknown marker 400, not 404). The message of a 4xx error is the
@@ -31,6 +35,7 @@ from http import HTTPStatus
 from typing import Any
 
 from fastapi import Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
@@ -63,6 +68,10 @@ NEUTRON_TYPES = {
     "SecurityGroupCannotRemoveDefault": "SecurityGroupCannotRemoveDefault",
 }
 CINDER = "volume"
+#: novakit's own tools (``novakit.service.native``)
+NATIVE = "novakit"
+#: what a native error answer carries of its exception besides the message (``client.api.CARRIED``)
+CARRIED = ("server", "changed", "explanation", "field", "rule", "errors")
 PLACEMENT = "placement"
 #: Placement's error codes where it names one (its ``errors.py``); any other error's is undefined
 PLACEMENT_CODES: dict[type[exceptions.NovakitError], str] = {
@@ -97,13 +106,15 @@ def shape_of(path: str) -> str:
     """Whose error shape a request's answer takes (the module docstring)."""
     if path == f"/{NEUTRON}" or path.startswith(f"/{NEUTRON}/"):
         return NEUTRON
-    for shape in (NOVA, CINDER, PLACEMENT):
+    for shape in (NOVA, CINDER, PLACEMENT, NATIVE):
         if path == f"/{shape}" or path.startswith(f"/{shape}/"):
             return shape
     return KEYSTONE
 
 
 def error_body(status: int, message: str, shape: str = KEYSTONE) -> dict[str, Any]:
+    if shape == NATIVE and status != 401:
+        return native_body(status, None, message)
     if shape == NEUTRON and status != 401:
         return neutron_body(status, message)
     if shape in (NOVA, CINDER) and status != 401:
@@ -152,10 +163,29 @@ def status_of(exc: exceptions.NovakitError, shape: str = KEYSTONE) -> int:
     return code if 400 <= code <= 599 else 500
 
 
+def native_body(status: int, exc: exceptions.NovakitError | None, message: str) -> dict[str, Any]:
+    """novakit's own shape: the library exception's name, message and what it carries (a
+    server's view, a scheduler's explanation), so that ``CloudAPI`` raises the same exception."""
+    error: dict[str, Any] = {
+        "type": type(exc).__name__ if exc is not None else "NovakitError",
+        "code": status,
+        "message": message,
+    }
+    for name in CARRIED if exc is not None else ():
+        if hasattr(exc, name):
+            error[name] = getattr(exc, name)
+    return {"error": error}
+
+
 async def novakit_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, exceptions.NovakitError)
     shape = shape_of(request.url.path)
     status = status_of(exc, shape)
+    if shape == NATIVE and status != 401 and (status < 500 or isinstance(exc, exceptions.NoValidHost)):
+        # The scheduler's answer is the library's text for its caller (its reasons only for those
+        # who may see hosts: ``novakit.service.native``); any other 5xx says nothing, as below.
+        body = native_body(status, exc, exc.format_message())
+        return JSONResponse(jsonable_encoder(body), status_code=status)
     if status >= 500:
         LOG.error("%s %s failed: %s: %s", request.method, request.url.path, type(exc).__name__, exc)
         return error_response(status, INTERNAL_MESSAGE, shape=shape)

@@ -118,6 +118,12 @@ class CallbackModule(CallbackBase):
     def _summary(self):
         from sqlalchemy import select
 
+        from novakit.client import cloud_name
+
+        if cloud_name(None, None) is not None:
+            # Through a cloud the run holds no database to read: its tasks' results say it all.
+            return [], {}
+
         from novakit.compute.api import API
         from novakit.config import load_config
         from novakit.context import context_from

@@ -37,6 +37,10 @@ COMMON_ARGS: dict[str, Any] = {
     "request_id": {"type": "str"},
 }
 
+#: the option of the modules that go through ``novakit serve`` (``takes_cloud``; the
+#: ``novakit.cloud.cloud`` doc fragment)
+CLOUD_ARGS: dict[str, Any] = {"cloud": {"type": "str"}}
+
 
 # Hosts that Ansible could not reach, or whose compute task failed, in this run, as the
 # callback plugin saw them: a JSON object {host: reason}.
@@ -78,6 +82,9 @@ class NovakitModule:
     #: every novakit module answers in check mode what a real run would do (the library's dry runs)
     supports_check_mode = True
     needs_database = True
+    #: the module may go through ``novakit serve`` (its ``cloud`` option, ``OS_CLOUD``): its calls
+    #: are those ``novakit.client.CloudAPI`` carries
+    takes_cloud = False
 
     @classmethod
     def full_argument_spec(cls) -> dict[str, Any]:
@@ -85,6 +92,8 @@ class NovakitModule:
         spec = {**cls.family_args, **cls.argument_spec}
         if cls.needs_database:
             spec.update(COMMON_ARGS)
+        if cls.takes_cloud:
+            spec.update(CLOUD_ARGS)
         return spec
 
     def __init__(self, ansible: Any = None) -> None:
@@ -100,6 +109,7 @@ class NovakitModule:
         self.extra_vars: dict[str, Any] = {}
         # The databases the task opened, closed when it ends (``outcome``).
         self._databases: list[Any] = []
+        self._cloud_api: Any = None
         if not HAS_NOVAKIT:
             self.ansible.fail_json(msg=missing_required_lib("novakit"), exception=IMPORT_ERROR)
         self.check_mode = self.ansible.check_mode
@@ -109,12 +119,30 @@ class NovakitModule:
 
     # --- helpers for subclasses ------------------------------------------------
 
+    def cloud(self) -> str | None:
+        """The cloud the task goes through, or None for the database (``novakit.client.cloud_name``)."""
+        from novakit.client import cloud_name
+
+        if not self.takes_cloud:
+            return None
+        return cloud_name(self.params.get("cloud"), self.params.get("db_url"))
+
     def context(self) -> RequestContext:
         """The options' identity and request id over the environment's (``novakit.context.context_from``).
 
         A module sees no play variables: the run's request id reaches it through the
         environment only (the callback's id, the AWX job id, the ansible-runner ident).
+
+        Through a cloud, the identity is the cloud's token's (``CloudAPI.caller``).
         """
+        if self.cloud() is not None:
+            for name in ("project", "user", "roles"):
+                if self.params.get(name) is not None:
+                    raise nk_exceptions.ValidationError(
+                        name, "is the cloud's credentials' to say: not with cloud"
+                    )
+            caller: RequestContext = self.api().caller()
+            return caller
         extra_vars = getattr(self, "extra_vars", None) or None
         return context_from(self.params, extra_vars=extra_vars, identity=self.config().identity)
 
@@ -129,9 +157,17 @@ class NovakitModule:
         return self._opened(Database.from_config(self.config()))
 
     def api(self) -> Any:
+        """The library's API over the database, or through a cloud the same calls to ``novakit serve``."""
         from novakit.compute.api import API
         from novakit.db.engine import Database
 
+        cloud = self.cloud()
+        if cloud is not None:
+            if self._cloud_api is None:
+                from novakit.client.api import connect
+
+                self._cloud_api = connect(cloud)
+            return self._cloud_api
         conf = self.config()
         return API(self._opened(Database.from_config(conf)), conf)
 

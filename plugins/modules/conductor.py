@@ -38,7 +38,7 @@ description:
     (the task delegated to another host, or novakit missing next to Ansible) the action plugin runs
     this module on the target, with the same result.
 version_added: 0.1.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common]
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud]
 attributes:
   check_mode:
     details:
@@ -286,6 +286,7 @@ STEPS = ["schedule", "record", "summary", "action", "record_action", "images", "
 
 
 class ConductorModule(NovakitModule):
+    takes_cloud = True
     argument_spec = {
         "step": {"type": "str", "required": True, "choices": STEPS},
         "server": {"type": "dict"},
@@ -314,6 +315,12 @@ class ConductorModule(NovakitModule):
     def run(self):
         from novakit import playflow
 
+        if self.cloud() is not None:
+            # The service runs the step, and the rounds it starts (``CloudAPI.run_step``).
+            own = {name: self.params[name] for name in self.argument_spec}
+            return self.api().run_step(
+                self.context(), own, check_mode=self.check_mode, diff=self.ansible._diff
+            )
         return playflow.run_step(
             self.api(),
             self.context(),

@@ -23,7 +23,7 @@ description:
   - The options of an existing server (flavor, image) are not changed; a different value is an error
     that says what to do (rebuild with M(novakit.cloud.server_action), or a new server).
 version_added: 0.1.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.wait]
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud, novakit.cloud.wait]
 attributes:
   check_mode:
     details:
@@ -350,6 +350,7 @@ CREATE = (
 
 
 class ServerModule(NovakitModule):
+    takes_cloud = True
     argument_spec = {
         "name": {"type": "str", "required": True},
         "count": {"type": "int"},

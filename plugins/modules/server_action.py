@@ -27,7 +27,7 @@ description:
     state table.
   - For many servers across inventory hosts, use the C(novakit.cloud.server_action) playbook.
 version_added: 0.1.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.wait]
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud, novakit.cloud.wait]
 attributes:
   check_mode:
     details:
@@ -216,6 +216,7 @@ OWN_OPTION_NAMES = {
 
 
 class ServerActionModule(NovakitModule):
+    takes_cloud = True
     argument_spec = {
         "server": {"type": "str", "required": True, "aliases": ["name"]},
         "action": {

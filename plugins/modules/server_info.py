@@ -12,7 +12,7 @@ description:
     (instance actions with their events, as Nova's os-instance-actions).
   - Reads only; it never changes anything.
 version_added: 0.1.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common]
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud]
 attributes:
   check_mode:
     details:
@@ -87,6 +87,7 @@ from ansible_collections.novakit.cloud.plugins.module_utils.novakit import Novak
 
 
 class ServerInfoModule(NovakitModule):
+    takes_cloud = True
     argument_spec = {
         "server": {"type": "str", "aliases": ["name"]},
         "status": {"type": "str"},

@@ -202,7 +202,9 @@ def _run_environment(monkeypatch: pytest.MonkeyPatch, environ: dict[str, str]) -
 
 def _module_id(monkeypatch: pytest.MonkeyPatch, params: dict[str, Any], run_vars: Any = None) -> str:
     base = _collection(monkeypatch, "module_utils.novakit").NovakitModule
-    module = SimpleNamespace(params=params, config=lambda: load_config(), extra_vars=run_vars or {})
+    module = SimpleNamespace(
+        params=params, config=lambda: load_config(), extra_vars=run_vars or {}, cloud=lambda: None
+    )
     return str(base.context(module).request_id)
 
 

@@ -1,0 +1,200 @@
+"""``/novakit/v1``: the library's API for novakit's own tools (``novakit.client.CloudAPI``).
+
+The ``novakit`` command, the ``novakit.cloud`` modules and the playbooks, given a cloud instead
+of a database URL, call the library here. Each route is one library call with the token's caller
+(``auth.caller``) and answers what the call returned, as JSON: the same views, the same
+outcomes, the same errors (the library exception's name, message and what it carries: a
+server's view, a scheduler's explanation for those who may read it). Nothing is decided here.
+
+What a call starts runs in the service's pool, as for the Compute API: a create's builds, an
+action's host part (the ``API``'s ``later``), a playbook step's requests (``playflow.run_step``'s
+``deliver``). So a deferred action is not handed back (its request holds what only the service
+may send to a host), and the playbooks' record steps, which take what hosts answered, are not
+served: the rounds are the service's.
+
+Bodies are JSON objects read with the service's limit (``body.read_json``) and checked by the
+models below, unknown fields refused; every route is POST, a listing's query being a body.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import Field
+from starlette.concurrency import run_in_threadpool
+
+from novakit import exceptions, playflow
+from novakit.compute import rounds, schemas
+from novakit.compute.api import API
+from novakit.compute.create import no_valid_host_shown
+from novakit.context import RequestContext
+from novakit.host.messages import ComputeRequest
+from novakit.service.auth import Caller, caller
+from novakit.service.body import read_json
+
+PREFIX = "/novakit/v1"
+router = APIRouter(prefix=PREFIX)
+
+
+class _Ref(schemas._Request):
+    ref: str = Field(min_length=1, max_length=255)
+    deleted: bool = False
+
+
+class _Listing(schemas._Request):
+    query: dict[str, Any] = Field(default_factory=dict)
+
+
+class _Console(schemas._Request):
+    ref: str = Field(min_length=1, max_length=255)
+    lines: int | None = Field(default=None, ge=1)
+
+
+class _Create(schemas._Request):
+    server: dict[str, Any]
+    dry_run: bool = False
+    declarative: bool = False
+
+
+class _Act(schemas._Request):
+    ref: str = Field(min_length=1, max_length=255)
+    action: str = Field(min_length=1, max_length=64)
+    options: dict[str, Any] = Field(default_factory=dict)
+    dry_run: bool = False
+    declarative: bool = False
+
+
+class _Step(schemas._Request):
+    params: dict[str, Any]
+    check_mode: bool = False
+    diff: bool = False
+
+
+def _api(request: Request) -> API:
+    api: API = request.app.state.compute.api
+    return api
+
+
+async def _body(request: Request, model: type[schemas.M]) -> schemas.M:
+    return schemas.parse(model, await read_json(request))
+
+
+def _plain(value: Any) -> Any:
+    """JSON of a library answer: dataclasses as dicts, datetimes as ISO strings."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+def _answer(value: Any) -> JSONResponse:
+    return JSONResponse(_plain(value))
+
+
+@router.post("/servers/get")
+async def get_server(request: Request, who: Caller = Depends(caller)) -> Response:
+    given = await _body(request, _Ref)
+    return _answer(await run_in_threadpool(_api(request).get, who.ctx, given.ref, deleted=given.deleted))
+
+
+@router.post("/servers/list")
+async def list_servers(request: Request, who: Caller = Depends(caller)) -> Response:
+    given = await _body(request, _Listing)
+    servers, down = await run_in_threadpool(_api(request).list_servers_and_down, who.ctx, given.query)
+    return _answer({"servers": servers, "down_cells": down})
+
+
+@router.post("/servers/console")
+async def console(request: Request, who: Caller = Depends(caller)) -> Response:
+    given = await _body(request, _Console)
+    text = await run_in_threadpool(_api(request).console_output, who.ctx, given.ref, given.lines)
+    return _answer({"output": text})
+
+
+@router.post("/servers/actions")
+async def server_actions(request: Request, who: Caller = Depends(caller)) -> Response:
+    given = await _body(request, _Ref)
+    found = await run_in_threadpool(_api(request).list_actions, who.ctx, given.ref, deleted=given.deleted)
+    return _answer({"actions": found})
+
+
+@router.post("/images/usable")
+async def usable_image(request: Request, who: Caller = Depends(caller)) -> Response:
+    given = await _body(request, _Ref)
+    return _answer({"id": await run_in_threadpool(_api(request).image_id, who.ctx, given.ref)})
+
+
+def _create(api: API, ctx: RequestContext, given: _Create) -> dict[str, Any]:
+    """``create_servers``, and the build of what it left unbuilt handed to the pool."""
+    try:
+        outcome = api.create_servers(ctx, given.server, dry_run=given.dry_run, declarative=given.declarative)
+    except exceptions.NoValidHost as exc:
+        raise no_valid_host_shown(ctx, exc) from None
+    if outcome.unbuilt and not given.dry_run and api.later is not None:
+        api.later(api.conductor.build_instances, ctx, outcome.unbuilt, outcome.records)
+    answer: dict[str, Any] = _plain(dataclasses.replace(outcome, records=None))
+    answer.pop("records")
+    return answer
+
+
+@router.post("/servers/create")
+async def create_servers(request: Request, who: Caller = Depends(caller)) -> Response:
+    given = await _body(request, _Create)
+    return _answer(await run_in_threadpool(_create, _api(request), who.ctx, given))
+
+
+@router.post("/servers/act")
+async def act(request: Request, who: Caller = Depends(caller)) -> Response:
+    given = await _body(request, _Act)
+    outcome = await run_in_threadpool(
+        _api(request).act,
+        who.ctx,
+        given.ref,
+        given.action,
+        given.options,
+        dry_run=given.dry_run,
+        declarative=given.declarative,
+    )
+    answer: dict[str, Any] = _plain(dataclasses.replace(outcome, request=None))
+    answer.pop("request")
+    return _answer(answer)
+
+
+def _deliverer(api: API) -> Any:
+    """A step's requests to the hosts, round after round, in the pool (as ``worker.run`` does)."""
+
+    def deliver(ctx: RequestContext, requests: list[ComputeRequest]) -> None:
+        conductor = api.conductor
+        assert api.later is not None
+        api.later(rounds.run, conductor.rpc, conductor, ctx, requests)
+
+    return deliver
+
+
+@router.post("/steps")
+async def step(request: Request, who: Caller = Depends(caller)) -> Response:
+    given = await _body(request, _Step)
+    api = _api(request)
+
+    def run() -> dict[str, Any]:
+        try:
+            return playflow.run_step(
+                api,
+                who.ctx,
+                given.params,
+                check_mode=given.check_mode,
+                diff=given.diff,
+                deliver=_deliverer(api),
+            )
+        except exceptions.NoValidHost as exc:
+            raise no_valid_host_shown(who.ctx, exc) from None
+
+    return _answer(await run_in_threadpool(run))

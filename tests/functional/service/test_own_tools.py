@@ -1,0 +1,343 @@
+"""novakit's own tools through ``novakit serve`` (issue 29, part 6): the ``novakit`` command with
+``--os-cloud`` (or ``OS_CLOUD``), the ``novakit.cloud`` server modules with ``cloud:``, and the
+``boot.yml`` and ``server_action.yml`` playbooks, with no database URL in their environment.
+
+Their environment names no database and points the embedded default at an empty directory: a
+call that fell back to a database would find none of the cloud's servers (and would leave a file
+there, which the tests look for). What they did is read back from the service's database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from novakit.compute.api import API
+from novakit.context import RequestContext
+from tests.functional.cloud import make_cloud
+from tests.functional.service.conftest import (
+    Served,
+    add_user,
+    keystone_admin,
+    make_lan,
+    openstack,
+    os_env,
+    serve_cloud,
+)
+from tests.unit.test_awx_credential_type import inject
+
+pytestmark = pytest.mark.xdist_group("service_own_tools")
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Tools:
+    served: Served
+    directory: Path
+    env: dict[str, str]  # no database URL; clouds.yaml with "nk" (the admin) and "dev" (a member)
+    admin: RequestContext  # the admin as the service knows it
+    awx: dict[str, str]  # what AWX's novakit credential injects for the member's application credential
+
+    def novakit(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "novakit.cli.main", *args],
+            env={**self.env, **env},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    def server(self, name: str) -> dict[str, Any] | None:
+        """The server of that name as the service's database has it (None: none, or deleted)."""
+        db = self.served.database()
+        try:
+            return next((s for s in API(db).list(self.admin) if s["name"] == name), None)
+        finally:
+            db.dispose()
+
+    def embedded_default_untouched(self) -> bool:
+        return not any((self.directory / "own-state").rglob("*.db"))
+
+
+def _ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def tools(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tools]:
+    directory = tmp_path_factory.mktemp("own")
+    with serve_cloud(backend, directory, "own") as served:
+        add_user(served, "dev", "dev-pw-1", project="admin")
+        db = served.database()
+        try:
+            make_cloud(db, directory)
+            admin = keystone_admin(served)
+            make_lan(db, admin)
+        finally:
+            db.dispose()
+        # The member's application credential, made with the real openstack command (AWX's form).
+        dev = os_env(served, user="dev", password="dev-pw-1")
+        made = openstack(dev, "application", "credential", "create", "dev-cred", "-f", "json")
+        assert made.returncode == 0, made.stderr
+        cred = json.loads(made.stdout)
+        served.secrets.append(cred["Secret"])
+        by_credential = served.novakit(
+            "identity",
+            "clouds-yaml",
+            "dev",
+            "--application-credential-id",
+            cred["ID"],
+            OS_APPLICATION_CREDENTIAL_SECRET=cred["Secret"],
+        ).stdout
+        clouds = yaml.safe_load(by_credential)
+        # The admin by password: a file the operator writes (clouds-yaml never writes a password).
+        clouds["clouds"]["nk"] = {
+            "auth": {
+                "auth_url": f"{served.url}/identity/v3",
+                "username": "admin",
+                "password": served.password,
+                "project_name": "admin",
+                "user_domain_name": "Default",
+                "project_domain_name": "Default",
+            },
+            "region_name": "RegionOne",
+            "interface": "public",
+            "identity_api_version": 3,
+        }
+        config = directory / "clouds.yaml"
+        config.write_text(yaml.safe_dump(clouds))
+        config.chmod(0o600)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "NOVAKIT_", "ANSIBLE_"))}
+        env.update(
+            OS_CLIENT_CONFIG_FILE=str(config),
+            NOVAKIT_STATE_DIR=str(directory / "own-state"),
+            PATH=f"{BIN}:{env.get('PATH', '')}",
+            ANSIBLE_LOCAL_TEMP=str(directory / "ansible-tmp"),
+            ANSIBLE_HOME=str(directory / "ansible-home"),
+        )
+        awx_files = directory / "awx"
+        awx_files.mkdir()
+        awx = inject(
+            {
+                "auth_url": f"{served.url}/identity/v3",
+                "application_credential_id": cred["ID"],
+                "application_credential_secret": cred["Secret"],
+            },
+            awx_files,
+        )
+        yield Tools(served, directory, env, admin, awx)
+
+
+def test_the_command_runs_a_server_s_life_through_the_cloud(tools: Tools) -> None:
+    """create, list, show, stop (OS_CLOUD), start, events, delete: all answered by the service."""
+    out = _ok(
+        tools.novakit(
+            "--os-cloud", "nk", "server", "create", "cli-web", "--flavor", "m1.small", "--image", "tiny",
+            "--nic", "net-id=lan", "-f", "json",
+        )
+    )  # fmt: skip
+    (created,) = json.loads(out)
+    assert (created["name"], created["status"]) == ("cli-web", "ACTIVE"), created
+    assert (tools.server("cli-web") or {}).get("status") == "ACTIVE"
+
+    listed = json.loads(_ok(tools.novakit("--os-cloud", "nk", "server", "list", "-f", "json")))
+    assert "cli-web" in [s["name"] for s in listed]
+
+    _ok(tools.novakit("server", "stop", "cli-web", OS_CLOUD="nk"))
+    assert (tools.server("cli-web") or {}).get("status") == "SHUTOFF"
+    shown = json.loads(_ok(tools.novakit("server", "show", "cli-web", "-f", "json", OS_CLOUD="nk")))
+    assert shown["status"] == "SHUTOFF"
+
+    _ok(tools.novakit("--os-cloud", "nk", "server", "start", "cli-web"))
+    events = _ok(tools.novakit("--os-cloud", "nk", "server", "events", "cli-web"))
+    for action in ("create", "stop", "start"):
+        assert action in events
+
+    _ok(tools.novakit("--os-cloud", "nk", "server", "delete", "cli-web"))
+    assert tools.server("cli-web") is None
+    assert tools.embedded_default_untouched()
+
+
+def test_the_command_s_refusals_come_from_the_service(tools: Tools) -> None:
+    """The library's errors, word for word, as one line and status 1; a command that opens the
+    database says it does not go through a cloud; identity options are the token's."""
+    missing = tools.novakit("--os-cloud", "nk", "server", "show", "no-such-server")
+    assert missing.returncode == 1 and "no-such-server" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    bad = tools.novakit(
+        "--os-cloud", "nk", "server", "create", "bad", "--flavor", "no-such-flavor", "--image", "tiny"
+    )
+    assert bad.returncode == 1 and "no-such-flavor" in bad.stderr
+    assert tools.server("bad") is None
+    opened = tools.novakit("--os-cloud", "nk", "network", "list")
+    assert opened.returncode == 1 and "does not go through a cloud" in opened.stderr
+    named = tools.novakit("--os-cloud", "nk", "--project", "other", "server", "list")
+    assert named.returncode == 1 and "--project" in named.stderr
+    unknown = tools.novakit("--os-cloud", "nowhere", "server", "list")
+    assert unknown.returncode == 1 and "nowhere" in unknown.stderr
+    assert tools.embedded_default_untouched()
+
+
+def test_a_member_s_credential_sees_only_its_own_and_no_hosts(tools: Tools) -> None:
+    """The member's application credential: its servers only, no host column, admin actions refused."""
+    out = _ok(
+        tools.novakit(
+            "--os-cloud", "dev", "server", "create", "dev-1", "--flavor", "m1.small", "--image", "tiny",
+            "--nic", "net-id=lan", "-f", "json",
+        )
+    )  # fmt: skip
+    (created,) = json.loads(out)
+    assert created["status"] == "ACTIVE" and not created.get("host"), created
+    shown = json.loads(_ok(tools.novakit("--os-cloud", "dev", "server", "show", "dev-1", "-f", "json")))
+    assert not shown.get("host")
+    refused = tools.novakit("--os-cloud", "dev", "server", "migrate", "dev-1")
+    assert refused.returncode == 1 and "policy" in refused.stderr.lower()
+    _ok(tools.novakit("--os-cloud", "dev", "server", "delete", "dev-1"))
+    assert tools.server("dev-1") is None
+
+
+def _playbook(tools: Tools, name: str, *extra: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    args = [str(BIN / "ansible-playbook"), "-i", str(ROOT / "inventory" / "local.yml"), str(ROOT / name)]
+    done = subprocess.run(
+        [*args, *extra, *(["--check"] if check else [])],
+        env={**{k: v for k, v in tools.env.items() if k != "OS_CLIENT_CONFIG_FILE"}, **tools.awx},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    shown = done.stdout + done.stderr
+    assert not [s for s in tools.served.secrets if s in shown], "a secret reached the playbook's output"
+    return done
+
+
+def test_the_boot_and_action_playbooks_go_through_the_cloud(tools: Tools, backend: str) -> None:
+    """boot.yml with only what AWX's novakit credential injects for an application credential
+    (OS_CLOUD, the clouds.yaml): the service schedules and builds; a second run changes nothing;
+    server_action.yml stops one (its check mode first) and reboots it hard; a lower count deletes
+    the surplus."""
+    if backend != "sqlite":
+        pytest.skip("the playbooks drive the same service and calls on both back ends: SQLite only")
+    boot = ("-e", "server_name=pb", "-e", "count=2", "-e", "networks=lan", "-e", "flavor=m1.small")
+    done = _playbook(tools, "playbooks/boot.yml", *boot)
+    assert done.returncode == 0, done.stdout[-3000:]
+    for name in ("pb-1", "pb-2"):
+        assert (tools.server(name) or {}).get("status") == "ACTIVE"
+    again = _playbook(tools, "playbooks/boot.yml", *boot)
+    assert again.returncode == 0 and "changed=0" in again.stdout.split("PLAY RECAP")[-1], again.stdout[-3000:]
+
+    stop = ("-e", "servers=pb-1", "-e", "server_action=stop")
+    checked = _playbook(tools, "playbooks/server_action.yml", *stop, check=True)
+    assert checked.returncode == 0 and "stop would run on: pb-1" in checked.stdout, checked.stdout[-3000:]
+    assert (tools.server("pb-1") or {}).get("status") == "ACTIVE"
+    done = _playbook(tools, "playbooks/server_action.yml", *stop)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert (tools.server("pb-1") or {}).get("status") == "SHUTOFF"
+    reboot = ("-e", "servers=pb-1", "-e", "server_action=reboot", "-e", "reboot_type=hard")
+    done = _playbook(tools, "playbooks/server_action.yml", *reboot)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert (tools.server("pb-1") or {}).get("status") == "ACTIVE"
+
+    down = ("-e", "server_name=pb", "-e", "count=1", "-e", "networks=lan", "-e", "flavor=m1.small")
+    done = _playbook(tools, "playbooks/boot.yml", *down)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert tools.server("pb-2") is None and (tools.server("pb-1") or {}).get("status") == "ACTIVE"
+    assert tools.embedded_default_untouched()
+
+
+def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
+    """server (state stopped, then absent), server_action (lock) and server_info with ``cloud:``;
+    check mode answers what would happen and changes nothing; the identity options are refused."""
+    if backend != "sqlite":
+        pytest.skip("the modules drive the same service and calls on both back ends: SQLite only")
+    play = tools.directory / "modules.yml"
+    play.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "tasks": [
+                        {
+                            "name": "stopped server",
+                            "novakit.cloud.server": {
+                                "cloud": "dev",
+                                "name": "mod-1",
+                                "flavor": "m1.small",
+                                "image": "tiny",
+                                "nics": [{"net-name": "lan"}],
+                                "state": "stopped",
+                            },
+                            "register": "made",
+                        },
+                        {
+                            "name": "locked",
+                            "novakit.cloud.server_action": {
+                                "cloud": "dev",
+                                "server": "mod-1",
+                                "action": "lock",
+                            },
+                            "register": "locked",
+                        },
+                        {
+                            "name": "info",
+                            "novakit.cloud.server_info": {"cloud": "dev", "server": "mod-1"},
+                            "register": "info",
+                        },
+                        {
+                            "name": "identity given",
+                            "novakit.cloud.server_info": {"cloud": "dev", "project": "other"},
+                            "register": "named",
+                            "ignore_errors": True,
+                        },
+                        {
+                            "ansible.builtin.copy": {
+                                "dest": str(tools.directory / "modules.json"),
+                                "content": "{{ {'made': made, 'locked': locked, 'info': info, 'named': named}"
+                                " | to_json }}",
+                            },
+                        },
+                    ],
+                }
+            ]
+        )
+    )
+    done = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(play)]
+        + ["-e", f"ansible_python_interpreter={sys.executable}"],
+        env={**tools.env, "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "playbooks" / "collections")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    seen = json.loads((tools.directory / "modules.json").read_text())
+    assert seen["made"]["changed"] and seen["made"]["actions"] == ["create", "stop"]
+    assert seen["made"]["server"]["status"] == "SHUTOFF"
+    assert seen["locked"]["changed"] and seen["locked"]["server"]["locked"]
+    (info,) = seen["info"]["servers"]
+    assert (info["name"], info["status"], info["locked"]) == ("mod-1", "SHUTOFF", True)
+    assert seen["named"]["failed"] and "project" in seen["named"]["msg"]
+    assert (tools.server("mod-1") or {}).get("locked") is True
+    assert tools.embedded_default_untouched()
+
+
+def test_no_secret_reaches_the_service_log(tools: Tools) -> None:
+    """The passwords and the application credential's secret the tools authenticated with, and
+    the tokens they got, are nowhere in the service's log (run last: after the others' calls)."""
+    logged = tools.served.log.read_text()
+    assert "/novakit/v1/servers/create" in logged or "/novakit/v1/" in logged
+    assert not [s for s in tools.served.secrets if s in logged]

@@ -19,7 +19,7 @@ transaction that inserts its row (``recheck``): the count includes the new row.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import bindparam, text
@@ -332,8 +332,24 @@ def set_quota(db: Database, project_id: str, resource: str, limit: int, *, dry_r
     db.run_in_transaction(lambda session: _upsert(session, project_id, resource, limit))
 
 
+def check_known_project(
+    project_id: str, known_project: Callable[[str], bool] | None, field: str = "project_id"
+) -> None:
+    """Nova's ``verify_project_id``: where an identity service keeps the projects, a project id it
+    does not know is refused (400) before anything is written. The operator path has none (its
+    projects are the names its callers give), and checks nothing."""
+    if known_project is not None and not known_project(project_id):
+        raise exceptions.ValidationError(field, "is not a project of the identity service")
+
+
 def update_quota(
-    db: Database, ctx: RequestContext, project_id: str, limits: dict[str, Any], *, force: bool = False
+    db: Database,
+    ctx: RequestContext,
+    project_id: str,
+    limits: dict[str, Any],
+    *,
+    force: bool = False,
+    known_project: Callable[[str], bool] | None = None,
 ) -> None:
     """Set several of a project's limits at once, for a caller allowed ``quota:update`` (Nova's
     ``PUT /os-quota-sets``): every limit is checked before any is written, and all are written
@@ -341,11 +357,15 @@ def update_quota(
 
     A limit below what the project holds now is refused, as Nova's quota driver refuses it,
     unless ``force``: then it is set, and only refuses what the project asks for next. Key
-    pairs are counted per user, not per project: their limit is not compared with a use."""
+    pairs are counted per user, not per project: their limit is not compared with a use.
+
+    ``known_project`` (``novakit serve``, whose identity knows every project): a project it does
+    not know is refused (``check_known_project``)."""
     policy.authorize(ctx, "quota:update")
     for resource, limit in limits.items():
         _check_limit(resource, limit)
     check_project_id(project_id)
+    check_known_project(project_id, known_project)
 
     def write(session: Session) -> None:
         if not force:

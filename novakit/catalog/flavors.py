@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import uuid as uuidlib
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import bindparam, exists, or_, select
@@ -244,14 +245,22 @@ def list_access(db: Database, ctx: RequestContext, ref: str) -> list[dict[str, s
 
 
 def add_access(
-    db: Database, ctx: RequestContext, ref: str, project_id: str, *, dry_run: bool = False
+    db: Database,
+    ctx: RequestContext,
+    ref: str,
+    project_id: str,
+    *,
+    dry_run: bool = False,
+    known_project: Callable[[str], bool] | None = None,
 ) -> list[dict[str, str]]:
     """Give ``project_id`` access to a private flavor (``FlavorAccessExists`` when it has it; a
-    public flavor takes none: ``Conflict``); the flavor's access list after it."""
-    from novakit.quota import check_project_id
+    public flavor takes none: ``Conflict``); the flavor's access list after it. ``known_project``:
+    as ``quota.update_quota``'s (a project the identity service does not know is refused)."""
+    from novakit.quota import check_known_project, check_project_id
 
     policy.authorize(ctx, "flavor:access")
     check_project_id(project_id)
+    check_known_project(project_id, known_project, "tenant")
 
     def write(session: Session) -> list[dict[str, str]]:
         row = get(session, ref, lock=not dry_run)

@@ -26,6 +26,13 @@ def get(session: Session, project_id: str) -> IdentityProject | None:
     ).scalar_one_or_none()
 
 
+def exists(db: Database, project_id: str) -> bool:
+    """Whether the identity keeps a project of that id (the ``known_project`` of the library's
+    calls that take a project id in the service: Nova's ``verify_project_id``)."""
+    with db.reader() as session:
+        return get(session, project_id) is not None
+
+
 def find(session: Session, name: str, domain_id: str = DEFAULT_DOMAIN_ID) -> IdentityProject | None:
     return session.execute(
         select(IdentityProject).where(IdentityProject.name == name, IdentityProject.domain_id == domain_id)

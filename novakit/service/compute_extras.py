@@ -41,6 +41,7 @@ from starlette.concurrency import run_in_threadpool
 from novakit import exceptions, quota
 from novakit.catalog import flavors
 from novakit.compute import server_groups
+from novakit.identity import projects
 from novakit.keypairs import registry as keypairs
 from novakit.service import paging
 from novakit.service.auth import Caller, caller
@@ -324,7 +325,15 @@ async def update_quota_set(project_id: str, request: Request, who: Caller = Depe
             raise exceptions.ValidationError(f"quota_set.{key}", "is not a quota of this microversion")
     service = _service(request)
     await run_in_threadpool(
-        functools.partial(quota.update_quota, service.db, who.ctx, project_id, limits, force=force)
+        functools.partial(
+            quota.update_quota,
+            service.db,
+            who.ctx,
+            project_id,
+            limits,
+            force=force,
+            known_project=functools.partial(projects.exists, service.db),
+        )
     )
     usage = await run_in_threadpool(quota.show_quota, service.db, service.conf, who.ctx, project_id)
     current = {k: v["limit"] for k, v in usage.items()}
@@ -462,5 +471,10 @@ async def flavor_action(flavor_id: str, request: Request, who: Caller = Depends(
     tenant = given.get("tenant")
     if not isinstance(tenant, str) or not 1 <= len(tenant) <= 255:
         raise exceptions.ValidationError(f"{name}.tenant", "is required: a project id of 1 to 255 characters")
-    found = await run_in_threadpool(_ACCESS_ACTIONS[name], _service(request).db, who.ctx, flavor_id, tenant)
+    db = _service(request).db
+    # A project to give access to must be one the identity knows (Nova's verify_project_id).
+    known = {"known_project": functools.partial(projects.exists, db)} if name == "addTenantAccess" else {}
+    found = await run_in_threadpool(
+        functools.partial(_ACCESS_ACTIONS[name], db, who.ctx, flavor_id, tenant, **known)
+    )
     return COMPUTE.respond(_flavor_access(found), version)

@@ -409,6 +409,27 @@ def test_only_an_admin_sets_a_quota(cloud: ExtrasCloud) -> None:
     assert c.ok("GET", path, "bob")["quota_set"]["cores"] == 14
 
 
+def test_a_project_the_identity_does_not_know_gets_no_quota_and_no_flavor_access(cloud: ExtrasCloud) -> None:
+    """Nova's verify_project_id: an admin's quota set or flavor access for a project id that is no
+    project's is 400, naming the field, with nothing written; a member is still told 403 first."""
+    c = cloud
+    ghost = "0" * 32
+    refused = c.call("PUT", f"/os-quota-sets/{ghost}", "admin", {"quota_set": {"instances": 3}})
+    assert refused.status_code == 400 and "project_id" in refused.json()["badRequest"]["message"], (
+        refused.text
+    )
+    assert c.call("PUT", f"/os-quota-sets/{ghost}", "bob", {"quota_set": {"instances": 3}}).status_code == 403
+    assert (
+        c.ok("GET", f"/os-quota-sets/{ghost}")["quota_set"]["instances"]
+        == c.ok("GET", f"/os-quota-sets/{ghost}/defaults")["quota_set"]["instances"]
+    )
+    _make_flavor(c, "x1-ghost", public=False)
+    given = _access(c, "x1-ghost", "addTenantAccess", ghost)
+    assert given.status_code == 400 and "tenant" in given.json()["badRequest"]["message"], given.text
+    assert c.ok("GET", "/flavors/x1-ghost/os-flavor-access") == {"flavor_access": []}
+    assert c.call("DELETE", "/flavors/x1-ghost").status_code == 202
+
+
 def _instances_in_use(cloud: ExtrasCloud) -> int:
     detail = cloud.ok("GET", f"/os-quota-sets/{cloud.other_project}/detail")["quota_set"]
     return int(detail["instances"]["in_use"])

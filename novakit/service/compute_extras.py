@@ -472,9 +472,11 @@ async def flavor_action(flavor_id: str, request: Request, who: Caller = Depends(
     if not isinstance(tenant, str) or not 1 <= len(tenant) <= 255:
         raise exceptions.ValidationError(f"{name}.tenant", "is required: a project id of 1 to 255 characters")
     db = _service(request).db
-    # A project to give access to must be one the identity knows (Nova's verify_project_id).
-    known = {"known_project": functools.partial(projects.exists, db)} if name == "addTenantAccess" else {}
-    found = await run_in_threadpool(
-        functools.partial(_ACCESS_ACTIONS[name], db, who.ctx, flavor_id, tenant, **known)
-    )
+    if name == "addTenantAccess":
+        # A project to give access to must be one the identity knows (Nova's verify_project_id).
+        known = functools.partial(projects.exists, db)
+        call = functools.partial(flavors.add_access, db, who.ctx, flavor_id, tenant, known_project=known)
+    else:
+        call = functools.partial(flavors.remove_access, db, who.ctx, flavor_id, tenant)
+    found = await run_in_threadpool(call)
     return COMPUTE.respond(_flavor_access(found), version)

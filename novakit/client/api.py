@@ -21,10 +21,11 @@ from __future__ import annotations
 import builtins
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from novakit import exceptions, worker
+from novakit.client.calls import call_name
 from novakit.compute.api import ActOutcome
 from novakit.compute.create import CreateOutcome
 from novakit.context import RequestContext
@@ -193,6 +194,13 @@ class CloudAPI:
         del ctx
         found: str = self._call("POST", "/images/usable", {"ref": ref})["id"]
         return found
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` run by the service, which gives its ``db``, ``conf`` and
+        ``ctx`` (``novakit.client.calls``): one of the library's front-door calls it serves
+        (``novakit.service.native.CALLS``)."""
+        body = {"name": call_name(fn), "args": list(args), "kwargs": dict(kwargs)}
+        return self._call("POST", "/call", body)["result"]
 
     # ------------------------------------------------------------------ creates and actions
 

@@ -12,6 +12,11 @@ action's host part (the ``API``'s ``later``), a playbook step's requests (``play
 may send to a host), and the playbooks' record steps, which take what hosts answered, are not
 served: the rounds are the service's.
 
+``/call`` runs one of the catalog modules' front-door functions (``CALLS``: networks, subnets,
+key pairs, server groups), each of which takes its caller and applies the policy itself; the
+database, the configuration and the caller are the service's and the token's, bound by name
+(``novakit.client.calls``), never the client's.
+
 Bodies are JSON objects read with the service's limit (``body.read_json``) and checked by the
 models below, unknown fields refused; every route is POST, a listing's query being a body.
 """
@@ -19,6 +24,8 @@ models below, unknown fields refused; every route is POST, a listing's query bei
 from __future__ import annotations
 
 import dataclasses
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -27,6 +34,7 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 
 from novakit import exceptions, playflow
+from novakit.client.calls import bind, call_name
 from novakit.compute import rounds, schemas
 from novakit.compute.api import API
 from novakit.compute.create import no_valid_host_shown
@@ -65,6 +73,12 @@ class _Act(schemas._Request):
     options: dict[str, Any] = Field(default_factory=dict)
     dry_run: bool = False
     declarative: bool = False
+
+
+class _Call(schemas._Request):
+    name: str = Field(min_length=1, max_length=200)
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 class _Step(schemas._Request):
@@ -166,6 +180,51 @@ async def act(request: Request, who: Caller = Depends(caller)) -> Response:
     answer: dict[str, Any] = _plain(dataclasses.replace(outcome, request=None))
     answer.pop("request")
     return _answer(answer)
+
+
+def _served_calls() -> dict[str, Callable[..., Any]]:
+    """The library's front-door calls of the catalog modules that the service runs for a cloud
+    (``CloudAPI.call``), by their wire name. Each takes its caller (``ctx``) and decides what it
+    may see and do itself (``novakit.policy``); one that takes no caller is never served."""
+    from novakit.compute import server_groups
+    from novakit.keypairs import registry
+    from novakit.network import networks, subnets
+
+    served = (
+        networks.show,
+        networks.list_networks,
+        networks.create,
+        networks.delete,
+        subnets.show,
+        subnets.list_subnets,
+        subnets.create,
+        subnets.delete,
+        registry.find,
+        registry.show,
+        registry.create,
+        registry.delete,
+        server_groups.find,
+        server_groups.create,
+        server_groups.delete_group,
+    )
+    assert all("ctx" in inspect.signature(fn).parameters for fn in served)
+    return {call_name(fn): fn for fn in served}
+
+
+CALLS = _served_calls()
+
+
+@router.post("/call")
+async def call(request: Request, who: Caller = Depends(caller)) -> Response:
+    """One of ``CALLS`` with the service's database and configuration and the token's caller."""
+    given = await _body(request, _Call)
+    fn = CALLS.get(given.name)
+    if fn is None:
+        raise exceptions.ValidationError("name", "is not a library call the service runs for a cloud")
+    api = _api(request)
+    bound = bind(fn, {"db": api.db, "conf": api.conf, "ctx": who.ctx}, given.args, given.kwargs)
+    result = await run_in_threadpool(lambda: fn(*bound.args, **bound.kwargs))
+    return _answer({"result": result})
 
 
 def _deliverer(api: API) -> Any:

@@ -86,8 +86,8 @@ class CatalogModule(NovakitModule):
         raise NotImplementedError
 
     def find(self) -> dict[str, Any] | None:
-        """The resource as it is, by the task's name (or id), or None."""
-        return lookup(self.library().show, self.database(), self.params["name"])
+        """The resource as it is, by the task's name (or id), as the caller may see it, or None."""
+        return lookup(self.call, self.library().show, self.params["name"])
 
     def wanted(self) -> dict[str, Any]:
         """The fields the task asks for, under the view's keys."""
@@ -99,9 +99,7 @@ class CatalogModule(NovakitModule):
     def create(self, dry_run: bool) -> dict[str, Any] | None:
         """The new resource (in a dry run, as planned), made of the task's name and wanted fields."""
         data = {"name": self.params["name"], **self.wanted()}
-        made: dict[str, Any] | None = self.library().create(
-            self.database(), self.context(), data, dry_run=dry_run
-        )
+        made: dict[str, Any] | None = self.call(self.library().create, data, dry_run=dry_run)
         return made
 
     def update(
@@ -115,7 +113,7 @@ class CatalogModule(NovakitModule):
         return None
 
     def delete(self, current: dict[str, Any], dry_run: bool) -> None:
-        self.library().delete(self.database(), self.context(), current["id"], dry_run=dry_run)
+        self.call(self.library().delete, current["id"], dry_run=dry_run)
 
     # --- the cycle ----------------------------------------------------------------------
 

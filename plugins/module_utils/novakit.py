@@ -10,6 +10,7 @@ server as last seen, with its status, task state and fault).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import traceback
@@ -170,6 +171,23 @@ class NovakitModule:
             return self._cloud_api
         conf = self.config()
         return API(self._opened(Database.from_config(conf)), conf)
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A library front-door call with the task's database, configuration and caller given
+        by name (``novakit.client.calls.bind``); through a cloud, the service runs it with its
+        own and the token's (``CloudAPI.call``)."""
+        if self.cloud() is not None:
+            return self.api().call(fn, *args, **kwargs)
+        from novakit.client.calls import bind
+
+        wants = inspect.signature(fn).parameters
+        provided = {
+            "db": self.database() if "db" in wants else None,
+            "conf": self.config() if "conf" in wants else None,
+            "ctx": self.context() if "ctx" in wants else None,
+        }
+        bound = bind(fn, provided, args, kwargs)
+        return fn(*bound.args, **bound.kwargs)
 
     def _opened(self, db: Any) -> Any:
         """``db``, closed when the task ends (``outcome``): a module run in Ansible's worker ends

@@ -16,7 +16,7 @@ description:
   - A pair's key cannot change once created (as in Nova); another public key for an existing name is
     an error that says so. An existing pair without O(public_key) asked is left as it is.
 version_added: 0.2.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
   name:
     description: Key pair name (unique per user).
@@ -89,6 +89,7 @@ from ansible_collections.novakit.cloud.plugins.module_utils.catalog import Catal
 
 
 class KeypairModule(CatalogModule):
+    takes_cloud = True
     resource = "keypair"
     cannot_change = "a key pair's key cannot change: delete it first, or import it under another name"
     argument_spec = {
@@ -103,9 +104,7 @@ class KeypairModule(CatalogModule):
     def find(self):
         from novakit.keypairs import registry
 
-        return registry.find(
-            self.database(), self.context(), self.params["name"], user_id=self.params["user_id"]
-        )
+        return self.call(registry.find, self.params["name"], user_id=self.params["user_id"])
 
     def public_key(self):
         path = self.params["public_key_file"]
@@ -136,14 +135,12 @@ class KeypairModule(CatalogModule):
             data["public_key"] = key
         else:
             data["algorithm"] = self.params["algorithm"]
-        return registry.create(self.database(), self.config(), self.context(), data, dry_run=dry_run)
+        return self.call(registry.create, data, dry_run=dry_run)
 
     def delete(self, current, dry_run):
         from novakit.keypairs import registry
 
-        registry.delete(
-            self.database(), self.context(), current["name"], user_id=self.params["user_id"], dry_run=dry_run
-        )
+        self.call(registry.delete, current["name"], user_id=self.params["user_id"], dry_run=dry_run)
 
     def result(self, changed, before, after, shown=None):
         # The private key is for the task's result only: never in the diff.

@@ -16,7 +16,7 @@ description:
   - A group's policy and rules cannot change once it exists (as in Nova); other values for an
     existing name are an error that says so.
 version_added: 0.1.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
   policy:
     description: Placement policy; required to create the group.
@@ -72,6 +72,7 @@ from ansible_collections.novakit.cloud.plugins.module_utils.catalog import Catal
 
 
 class ServerGroupModule(CatalogModule):
+    takes_cloud = True
     resource = "server_group"
     unset_is_wanted = True
     cannot_change = "a group's policy cannot change: delete it or use another name"
@@ -88,7 +89,7 @@ class ServerGroupModule(CatalogModule):
     def find(self):
         from novakit.compute import server_groups
 
-        return server_groups.find(self.database(), self.context(), self.params["name"])
+        return self.call(server_groups.find, self.params["name"])
 
     def wanted(self):
         from novakit.compute import server_groups
@@ -102,15 +103,13 @@ class ServerGroupModule(CatalogModule):
         from novakit.compute import server_groups
 
         p = self.params
-        return server_groups.create(
-            self.database(), self.context(), p["name"], p["policy"], p["rules"], dry_run=dry_run
-        )
+        return self.call(server_groups.create, p["name"], p["policy"], p["rules"], dry_run=dry_run)
 
     def delete(self, current, dry_run):
         from novakit.compute import server_groups
 
         if not dry_run:  # found in the caller's project is all a delete checks
-            server_groups.delete_group(self.database(), self.context(), current["id"])
+            self.call(server_groups.delete_group, current["id"])
 
 
 def main():

@@ -258,8 +258,9 @@ def test_the_boot_and_action_playbooks_go_through_the_cloud(tools: Tools, backen
 
 
 def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
-    """server (state stopped, then absent), server_action (lock) and server_info with ``cloud:``;
-    check mode answers what would happen and changes nothing; the identity options are refused."""
+    """server (state stopped), server_action (lock), server_info, network, subnet, keypair and
+    server_group with ``cloud:``; a second run changes nothing; check mode; the identity options
+    are refused, and so is what the token's roles do not allow (a member's network)."""
     if backend != "sqlite":
         pytest.skip("the modules drive the same service and calls on both back ends: SQLite only")
     play = tools.directory / "modules.yml"
@@ -303,10 +304,67 @@ def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
                             "ignore_errors": True,
                         },
                         {
+                            "name": "network",
+                            "novakit.cloud.network": {"cloud": "nk", "name": "mod-net"},
+                            "register": "net",
+                        },
+                        {
+                            "name": "subnet",
+                            "novakit.cloud.subnet": {
+                                "cloud": "nk",
+                                "name": "mod-net-v4",
+                                "network": "mod-net",
+                                "cidr": "10.9.0.0/24",
+                            },
+                            "register": "subnet",
+                        },
+                        {
+                            "name": "subnet again",
+                            "novakit.cloud.subnet": {
+                                "cloud": "nk",
+                                "name": "mod-net-v4",
+                                "network": "mod-net",
+                                "cidr": "10.9.0.0/24",
+                            },
+                            "register": "subnet_again",
+                        },
+                        {
+                            "name": "network by a member",
+                            "novakit.cloud.network": {"cloud": "dev", "name": "dev-net"},
+                            "register": "dev_net",
+                            "ignore_errors": True,
+                        },
+                        {
+                            "name": "key pair",
+                            "novakit.cloud.keypair": {"cloud": "dev", "name": "dev-key"},
+                            "register": "key",
+                        },
+                        {
+                            "name": "server group in check mode",
+                            "novakit.cloud.server_group": {
+                                "cloud": "dev",
+                                "name": "dev-grp",
+                                "policy": "anti-affinity",
+                            },
+                            "check_mode": True,
+                            "register": "group_checked",
+                        },
+                        {
+                            "name": "server group",
+                            "novakit.cloud.server_group": {
+                                "cloud": "dev",
+                                "name": "dev-grp",
+                                "policy": "anti-affinity",
+                            },
+                            "register": "group",
+                        },
+                        {
                             "ansible.builtin.copy": {
                                 "dest": str(tools.directory / "modules.json"),
-                                "content": "{{ {'made': made, 'locked': locked, 'info': info, 'named': named}"
-                                " | to_json }}",
+                                "content": "{{ {'made': made, 'locked': locked, 'info': info, 'named': named,"
+                                " 'net': net, 'subnet': subnet, 'subnet_again': subnet_again,"
+                                " 'dev_net': dev_net, 'key': key, 'group_checked': group_checked,"
+                                " 'group': group} | to_json }}",
                             },
                         },
                     ],
@@ -332,6 +390,26 @@ def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
     assert (info["name"], info["status"], info["locked"]) == ("mod-1", "SHUTOFF", True)
     assert seen["named"]["failed"] and "project" in seen["named"]["msg"]
     assert (tools.server("mod-1") or {}).get("locked") is True
+    # The catalog modules through the same door (novakit.client.calls): the service's policy.
+    assert seen["net"]["changed"] and seen["net"]["network"]["name"] == "mod-net"
+    assert seen["subnet"]["changed"] and seen["subnet"]["subnet"]["cidr"] == "10.9.0.0/24"
+    assert not seen["subnet_again"]["changed"]
+    assert seen["dev_net"]["failed"] and "network:create" in seen["dev_net"]["msg"]
+    assert seen["key"]["changed"] and seen["key"]["keypair"]["private_key"].startswith("-----BEGIN")
+    assert seen["group_checked"]["changed"] and seen["group"]["changed"]
+    db = tools.served.database()
+    try:
+        from novakit.compute import server_groups
+        from novakit.keypairs import registry
+        from novakit.network import networks
+
+        dev = RequestContext(tools.admin.project_id, seen["key"]["keypair"]["user_id"], ["member"])
+        assert registry.find(db, dev, "dev-key") is not None
+        assert (server_groups.find(db, dev, "dev-grp") or {}).get("policy") == "anti-affinity"
+        assert "dev-net" not in [n["name"] for n in networks.list_networks(db)]
+    finally:
+        db.dispose()
+    assert not [s for s in tools.served.secrets if s in done.stdout]
     assert tools.embedded_default_untouched()
 
 

@@ -1,0 +1,49 @@
+"""A library call's arguments, bound the one way both paths bind them.
+
+The front-door functions the catalog modules call take the database, the configuration and the
+caller by the names ``db``, ``conf`` and ``ctx``, wherever those stand in their signatures
+(``networks.show(db, ref, ctx=None)``, ``keypairs.registry.create(db, conf, ctx, data)``). A
+caller gives only the rest; ``bind`` puts the three in by name: in the module's process its
+own, in ``novakit serve`` (``/novakit/v1/call``) the service's database and configuration and
+the token's caller, which no caller can give instead (``ValidationError``). An optional
+``ctx`` is always given, so a look-up is always the caller's view.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from novakit import exceptions
+
+#: the names a library call's own parameters for the database, the configuration and the caller have
+PROVIDED = ("db", "conf", "ctx")
+
+
+def call_name(fn: Callable[..., Any]) -> str:
+    """How a call is named on the wire: ``novakit.network.networks.show``."""
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def bind(
+    fn: Callable[..., Any], provided: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> inspect.BoundArguments:
+    """``fn``'s arguments: ``provided`` by name where ``fn`` takes them, ``args`` into its other
+    positional parameters in order, ``kwargs`` by name."""
+    taken = [k for k in kwargs if k in PROVIDED]
+    if taken:
+        raise exceptions.ValidationError(taken[0], "is the caller's own: it cannot be given")
+    given = list(args)
+    out: dict[str, Any] = {}
+    for name, param in inspect.signature(fn).parameters.items():
+        if name in PROVIDED:
+            out[name] = provided[name]
+        elif given and param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            out[name] = given.pop(0)
+    if given:
+        raise exceptions.ValidationError("args", f"{call_name(fn)} takes fewer arguments")
+    try:
+        return inspect.signature(fn).bind(**out, **kwargs)
+    except TypeError as exc:
+        raise exceptions.ValidationError("kwargs", f"{call_name(fn)}: {exc}") from None

@@ -243,6 +243,19 @@ def db() -> Any:
     return guard(lambda: Database.from_config(conf()))
 
 
+def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """A library front-door call with the command's database, configuration and caller, given by
+    name (``novakit.client.calls``); through a cloud, the service runs it with its own and the
+    token's caller (``CloudAPI.call``)."""
+    if STATE.cloud is not None:
+        answered: T = api().call(fn, *args, **kwargs)
+        return answered
+    from novakit.client.calls import run_here
+
+    done: T = run_here(fn, {"db": db, "conf": conf, "ctx": ctx}, args, kwargs)
+    return done
+
+
 def api() -> Any:
     """The library's API, or through a cloud the same calls to novakit serve (``novakit.client``)."""
     from novakit.compute.api import API

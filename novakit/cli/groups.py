@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from novakit.cli import output
-from novakit.cli.base import ctx, db, server_group_app
+from novakit.cli.base import call, ctx, server_group_app
 from novakit.cli.output import Col, Record
 from novakit.cli.verbs import Noun
 
@@ -35,7 +35,7 @@ def group_create(
     from novakit.compute import server_groups
 
     rules = {"max_server_per_host": max_server_per_host} if max_server_per_host is not None else {}
-    return server_groups.create(db(), ctx(), name, policy, rules)
+    return call(server_groups.create, name, policy, rules)
 
 
 @server_group_app.command("list")
@@ -50,15 +50,15 @@ def group_list(
     caller = ctx()
     if all_projects:
         policy.authorize(caller, "servers:all_projects")
-    return server_groups.list_groups(db(), caller, all_projects=all_projects)
+    return call(server_groups.list_groups, all_projects=all_projects)
 
 
 SERVER_GROUP.show(
     "Show a server group: its policy, rules and members.",
-    lambda server_groups, group: server_groups.get(db(), ctx(), group),
+    lambda server_groups, group: call(server_groups.get, group),
 )
 SERVER_GROUP.delete(
     "Delete a server group; its members keep running, outside any group.",
-    lambda server_groups, group: server_groups.delete_group(db(), ctx(), group),
+    lambda server_groups, group: call(server_groups.delete_group, group),
     lambda gone, _group: gone["name"],
 )

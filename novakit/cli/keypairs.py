@@ -16,7 +16,7 @@ import typer
 
 from novakit.cli import output
 from novakit.cli.base import app as root_app
-from novakit.cli.base import conf, console, ctx, db, err_console, fail, group, guard
+from novakit.cli.base import call, console, err_console, fail, group, guard
 from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
 
 keypair_app = group(
@@ -75,7 +75,7 @@ def keypair_create(
         data["user_id"] = user
     fd = _private_file(private_key) if private_key is not None else None
     try:
-        made = guard(lambda: registry.create(db(), conf(), ctx(), data))
+        made = guard(lambda: call(registry.create, data))
     except BaseException:
         if fd is not None and private_key is not None:
             os.close(fd)
@@ -106,7 +106,7 @@ def keypair_list(
     """The user's key pairs (openstack keypair list)."""
     from novakit.keypairs import registry
 
-    rows = guard(lambda: registry.list_keypairs(db(), ctx(), user_id=user))
+    rows = guard(lambda: call(registry.list_keypairs, user_id=user))
     guard(lambda: output.emit_list(rows, COLUMNS, fmt, out, column, "key pairs"))
 
 
@@ -122,7 +122,7 @@ def keypair_show(
     """One key pair (openstack keypair show)."""
     from novakit.keypairs import registry
 
-    pair = guard(lambda: registry.show(db(), ctx(), name, user_id=user))
+    pair = guard(lambda: call(registry.show, name, user_id=user))
     if public_key:
         print(pair["public_key"])
         return
@@ -138,5 +138,5 @@ def keypair_delete(
     from novakit.keypairs import registry
 
     for name in names:
-        guard(lambda n=name: registry.delete(db(), ctx(), n, user_id=user))  # type: ignore[misc]
+        guard(lambda n=name: call(registry.delete, n, user_id=user))  # type: ignore[misc]
         console.print(f"key pair {name} deleted")

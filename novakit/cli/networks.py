@@ -7,7 +7,7 @@ from types import ModuleType
 import typer
 
 from novakit.cli import output
-from novakit.cli.base import ctx, db, network_app, port_app, subnet_app
+from novakit.cli.base import call, ctx, db, network_app, port_app, subnet_app
 from novakit.cli.output import Col, Record
 from novakit.cli.verbs import Noun
 
@@ -79,7 +79,7 @@ def network_create(
     from novakit.network import networks
 
     data = {"name": name, "provider": provider, "source": source, "is_default": default}
-    return networks.create(db(), ctx(), data)
+    return call(networks.create, data)
 
 
 @network_app.command("list")
@@ -88,13 +88,13 @@ def network_list() -> list[Record]:
     """The networks servers can be plugged into."""
     from novakit.network import networks
 
-    return networks.list_networks(db())
+    return call(networks.list_networks)
 
 
-NETWORK.show("Show a network and its subnets.", lambda networks, network: networks.show(db(), network))
+NETWORK.show("Show a network and its subnets.", lambda networks, network: call(networks.show, network))
 NETWORK.delete(
     "Delete a network and its subnets (admin only); refused while ports are on it.",
-    lambda networks, network: networks.delete(db(), ctx(), network),
+    lambda networks, network: call(networks.delete, network),
 )
 
 
@@ -125,7 +125,7 @@ def subnet_create(
         "dns_nameservers": list(dns_nameserver or []),
         "allocation_pools": pools,
     }
-    return subnets.create(db(), ctx(), data)
+    return call(subnets.create, data)
 
 
 @subnet_app.command("list")
@@ -134,13 +134,13 @@ def subnet_list(network: str | None = typer.Option(None, help="only this network
     """The subnets of every network (or of one)."""
     from novakit.network import subnets
 
-    return subnets.list_subnets(db(), network)
+    return call(subnets.list_subnets, network)
 
 
-SUBNET.show("Show a subnet.", lambda subnets, subnet: subnets.show(db(), subnet))
+SUBNET.show("Show a subnet.", lambda subnets, subnet: call(subnets.show, subnet))
 SUBNET.delete(
     "Delete a subnet (admin only); refused while any of its addresses is allocated.",
-    lambda subnets, subnet: subnets.delete(db(), ctx(), subnet),
+    lambda subnets, subnet: call(subnets.delete, subnet),
 )
 
 

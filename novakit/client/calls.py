@@ -47,3 +47,17 @@ def bind(
         return inspect.signature(fn).bind(**out, **kwargs)
     except TypeError as exc:
         raise exceptions.ValidationError("kwargs", f"{call_name(fn)}: {exc}") from None
+
+
+def run_here(
+    fn: Callable[..., Any],
+    provide: Mapping[str, Callable[[], Any]],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> Any:
+    """``fn`` called in this process: ``provide`` makes the database, configuration and caller it
+    takes (only those it takes: a call that needs no database opens none)."""
+    wants = inspect.signature(fn).parameters
+    provided = {name: provide[name]() for name in PROVIDED if name in wants}
+    bound = bind(fn, provided, args, kwargs)
+    return fn(*bound.args, **bound.kwargs)

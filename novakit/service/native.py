@@ -201,9 +201,12 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
         subnets.delete,
         registry.find,
         registry.show,
+        registry.list_keypairs,
         registry.create,
         registry.delete,
         server_groups.find,
+        server_groups.get,
+        server_groups.list_groups,
         server_groups.create,
         server_groups.delete_group,
     )

@@ -10,7 +10,6 @@ server as last seen, with its status, task state and fault).
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import traceback
@@ -178,16 +177,9 @@ class NovakitModule:
         own and the token's (``CloudAPI.call``)."""
         if self.cloud() is not None:
             return self.api().call(fn, *args, **kwargs)
-        from novakit.client.calls import bind
+        from novakit.client.calls import run_here
 
-        wants = inspect.signature(fn).parameters
-        provided = {
-            "db": self.database() if "db" in wants else None,
-            "conf": self.config() if "conf" in wants else None,
-            "ctx": self.context() if "ctx" in wants else None,
-        }
-        bound = bind(fn, provided, args, kwargs)
-        return fn(*bound.args, **bound.kwargs)
+        return run_here(fn, {"db": self.database, "conf": self.config, "ctx": self.context}, args, kwargs)
 
     def _opened(self, db: Any) -> Any:
         """``db``, closed when the task ends (``outcome``): a module run in Ansible's worker ends

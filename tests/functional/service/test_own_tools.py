@@ -181,12 +181,41 @@ def test_the_command_s_refusals_come_from_the_service(tools: Tools) -> None:
     )
     assert bad.returncode == 1 and "no-such-flavor" in bad.stderr
     assert tools.server("bad") is None
-    opened = tools.novakit("--os-cloud", "nk", "network", "list")
+    opened = tools.novakit("--os-cloud", "nk", "port", "list")
     assert opened.returncode == 1 and "does not go through a cloud" in opened.stderr
     named = tools.novakit("--os-cloud", "nk", "--project", "other", "server", "list")
     assert named.returncode == 1 and "--project" in named.stderr
     unknown = tools.novakit("--os-cloud", "nowhere", "server", "list")
     assert unknown.returncode == 1 and "nowhere" in unknown.stderr
+    assert tools.embedded_default_untouched()
+
+
+def test_the_catalog_commands_go_through_the_cloud(tools: Tools) -> None:
+    """network, subnet, keypair and server group commands: the service's calls and policy (a
+    member's network create refused, its key pair its own)."""
+    made = json.loads(_ok(tools.novakit("--os-cloud", "nk", "network", "create", "cli-net", "-f", "json")))
+    assert made["name"] == "cli-net"
+    _ok(tools.novakit("--os-cloud", "nk", "subnet", "create", "cli-net-v4", "--network", "cli-net",
+                      "--subnet-range", "10.8.0.0/24"))  # fmt: skip
+    subnets = json.loads(_ok(tools.novakit("--os-cloud", "nk", "subnet", "list", "-f", "json")))
+    assert "10.8.0.0/24" in [s["cidr"] for s in subnets]
+    refused = tools.novakit("--os-cloud", "dev", "network", "create", "dev-cli-net")
+    assert refused.returncode == 1 and "network:create" in refused.stderr
+    listed = json.loads(_ok(tools.novakit("--os-cloud", "dev", "network", "list", "-f", "json")))
+    assert "dev-cli-net" not in [n["name"] for n in listed]
+    key = _ok(tools.novakit("--os-cloud", "dev", "keypair", "create", "cli-key"))
+    assert "PRIVATE KEY" in key
+    keys = json.loads(_ok(tools.novakit("--os-cloud", "dev", "keypair", "list", "-f", "json")))
+    assert [k["name"] for k in keys] == ["cli-key"]
+    assert json.loads(_ok(tools.novakit("--os-cloud", "nk", "keypair", "list", "-f", "json"))) == []
+    _ok(tools.novakit("--os-cloud", "dev", "server", "group", "create", "cli-grp", "--policy", "affinity"))
+    shown = json.loads(
+        _ok(tools.novakit("--os-cloud", "dev", "server", "group", "show", "cli-grp", "-f", "json"))
+    )
+    assert shown["policy"] == "affinity"
+    _ok(tools.novakit("--os-cloud", "dev", "server", "group", "delete", "cli-grp"))
+    _ok(tools.novakit("--os-cloud", "dev", "keypair", "delete", "cli-key"))
+    _ok(tools.novakit("--os-cloud", "nk", "network", "delete", "cli-net"))
     assert tools.embedded_default_untouched()
 
 

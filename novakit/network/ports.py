@@ -12,10 +12,11 @@ from __future__ import annotations
 import re
 import secrets
 import uuid as uuidlib
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from pydantic import Field, field_validator
-from sqlalchemy import Table, bindparam, delete, or_, select, update
+from sqlalchemy import Table, and_, bindparam, delete, exists, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -23,7 +24,7 @@ from novakit import exceptions, policy
 from novakit.compute import schemas
 from novakit.context import RequestContext
 from novakit.db.engine import Database
-from novakit.db.models import IPAllocation, Network, Port, SecurityGroupPortBinding, Subnet
+from novakit.db.models import IPAllocation, Network, Port, SecurityGroup, SecurityGroupPortBinding, Subnet
 from novakit.host.messages import FixedIp
 from novakit.network import ipam, networks, security_groups
 from novakit.network import subnets as subnet_api
@@ -32,6 +33,7 @@ MAC_BASE = "fa:16:3e"  # Neutron's base_mac: the 0x02 bit of fa says "locally ad
 DEVICE_OWNER = "compute:nova"
 _MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
 _MAC_ATTEMPTS = 16
+_READ_CHUNK = 5000  # ports whose fixed IPs and groups one query reads
 
 
 class FixedIpRequest(schemas._Request):
@@ -247,20 +249,155 @@ def _view_of(session: Session, port: Port, network: Network) -> dict[str, Any]:
     return view(port, network, fixed_ips(session, [port.id])[port.id], groups[port.id], ids[port.id])
 
 
+#: Neutron's port filters, by name: the condition on a listed row (a port joined with its
+#: network) that one of the values given matches. ``ip_address``, ``subnet_id``: a fixed IP of
+#: the port has it (Neutron's ``fixed_ips=ip_address=...``); ``security_groups``: a group id the
+#: port carries; ``binding_host``: the host it is bound to (those who may see hosts only).
+FILTERS: dict[str, Callable[[list[str]], Any]] = {
+    "id": lambda v: Port.uuid.in_(v),
+    "name": lambda v: Port.name.in_(v),
+    "network_id": lambda v: Network.uuid.in_(v),
+    "device_id": lambda v: Port.device_id.in_(v),
+    "device_owner": lambda v: Port.device_owner.in_(v),
+    "mac_address": lambda v: Port.mac_address.in_(v),
+    "status": lambda v: Port.status.in_(v),
+    "project_id": lambda v: Port.project_id.in_(v),
+    "tenant_id": lambda v: Port.project_id.in_(v),
+    "ip_address": lambda v: exists().where(IPAllocation.port_id == Port.id, IPAllocation.ip_address.in_(v)),
+    "subnet_id": lambda v: exists().where(
+        IPAllocation.port_id == Port.id, IPAllocation.subnet_id == Subnet.id, Subnet.uuid.in_(v)
+    ),
+    "security_groups": lambda v: exists().where(
+        SecurityGroupPortBinding.port_id == Port.id,
+        SecurityGroupPortBinding.security_group_id == SecurityGroup.id,
+        SecurityGroup.uuid.in_(v),
+    ),
+    "binding_host": lambda v: Port.binding_host.in_(v),
+    "port_security_enabled": lambda v: Port.port_security_enabled.in_([_flag(f) for f in v]),
+}
+
+
+def _flag(value: str) -> bool:
+    """A boolean filter's value, as Neutron reads one (true/false, 1/0)."""
+    found = {"true": True, "1": True, "false": False, "0": False}.get(value.lower())
+    if found is None:
+        raise exceptions.ValidationError("port_security_enabled", "must be true or false")
+    return found
+
+
+#: The orders a listing may ask for (Neutron's sort keys of a port), by name. A column that may
+#: be NULL is read as "" (as the view shows it), so that every port has a place in the order and
+#: a page's marker a value to start after.
+SORT_KEYS: dict[str, Any] = {
+    "id": Port.uuid,
+    "name": func.coalesce(Port.name, ""),
+    "network_id": Network.uuid,
+    "mac_address": Port.mac_address,
+    "status": Port.status,
+    "device_id": func.coalesce(Port.device_id, ""),
+    "device_owner": func.coalesce(Port.device_owner, ""),
+    "project_id": func.coalesce(Port.project_id, ""),
+    "tenant_id": func.coalesce(Port.project_id, ""),
+}
+
+
 def list_ports(
-    db: Database, ctx: RequestContext, *, network: str | None = None, device_id: str | None = None
+    db: Database,
+    ctx: RequestContext,
+    *,
+    network: str | None = None,
+    device_id: str | None = None,
+    filters: Mapping[str, Sequence[str]] | None = None,
+    sort: Sequence[tuple[str, str]] = (),
+    limit: int | None = None,
+    marker: str | None = None,
+    reverse: bool = False,
 ) -> list[dict[str, Any]]:
+    """The ports the caller may see (``policy.scope``: a member its project's), filtered, ordered
+    and paged in one query; the fixed IPs and groups are read for the listed ports only.
+
+    ``network``: a network's name or id; ``filters``: ``FILTERS`` name -> values (any matches;
+    no value: no filter); ``sort``: (``SORT_KEYS`` name, ``asc`` or ``desc``) pairs, the first
+    deciding first; ties, and a listing with no ``sort``, go by creation (the row id).
+    ``limit``: at most this many; ``marker``: the id of the port to start after in that order
+    (any port the caller may see, as in Neutron; another is PortNotFound); ``reverse``: the
+    ports before the marker instead (Neutron's ``page_reverse``), still in the asked order.
+    """
+    keys = _order(sort)
+    if limit is not None and limit < 1:
+        raise exceptions.ValidationError("limit", "must be a whole number of 1 or more (None: all)")
+    asked = {name: list(values) for name, values in (filters or {}).items() if values}
+    unknown = sorted(set(asked) - FILTERS.keys())
+    if unknown:
+        raise exceptions.ValidationError(unknown[0], f"is not a port filter (one of {', '.join(FILTERS)})")
+    if "binding_host" in asked:
+        policy.authorize(ctx, "host:show")
+    if reverse:
+        keys = [(column, not descending) for column, descending in keys]
     with db.reader() as session:
-        stmt = select(Port, Network).join(Network, Network.id == Port.network_id).order_by(Port.id)
-        stmt = policy.scope(ctx, stmt, Port.project_id)
+        stmt = policy.scope(
+            ctx, select(Port, Network).join(Network, Network.id == Port.network_id), Port.project_id
+        )
         if network is not None:
             stmt = stmt.where(Port.network_id == networks.get(session, network).id)
         if device_id is not None:
             stmt = stmt.where(Port.device_id == device_id)
-        rows = session.execute(stmt).all()
-        ips = fixed_ips(session, [p.id for p, _ in rows])
-        groups, ids = security_groups.carried_groups(session, [p.id for p, _ in rows])
+        for name, values in asked.items():
+            stmt = stmt.where(FILTERS[name](values))
+        if marker is not None:
+            stmt = stmt.where(_after(session, ctx, marker, keys))
+        stmt = stmt.order_by(*(column.desc() if descending else column for column, descending in keys))
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        rows = list(session.execute(stmt).all())
+        if reverse:
+            rows.reverse()
+        ips: dict[int, list[tuple[IPAllocation, Subnet]]] = {}
+        groups: dict[int, list[str]] = {}
+        ids: dict[int, list[str]] = {}
+        # In chunks: a whole listing's ids would pass SQLite's limit of bound values (32,766).
+        for start in range(0, len(rows), _READ_CHUNK):
+            chunk = [p.id for p, _ in rows[start : start + _READ_CHUNK]]
+            ips.update(fixed_ips(session, chunk))
+            names, uuids = security_groups.carried_groups(session, chunk)
+            groups.update(names)
+            ids.update(uuids)
         return [view(p, n, ips[p.id], groups[p.id], ids[p.id]) for p, n in rows]
+
+
+def _order(sort: Sequence[tuple[str, str]]) -> list[tuple[Any, bool]]:
+    """(column, descending) pairs of the asked order, the row id last: the order is total, so a
+    marker's place in it is one."""
+    keys = []
+    for name, direction in sort:
+        if name not in SORT_KEYS:
+            raise exceptions.ValidationError("sort_key", f"must be one of {', '.join(SORT_KEYS)}")
+        if direction not in ("asc", "desc"):
+            raise exceptions.ValidationError("sort_dir", "must be asc or desc")
+        keys.append((SORT_KEYS[name], direction == "desc"))
+    return [*keys, (Port.id, False)]
+
+
+def _after(session: Session, ctx: RequestContext, marker: str, keys: list[tuple[Any, bool]]) -> Any:
+    """The rows after the marker port in the order ``keys`` (keyset paging: its values read
+    once, then compared, so no row before it is read)."""
+    found = session.execute(
+        policy.scope(
+            ctx,
+            select(*(column for column, _ in keys))
+            .select_from(Port)
+            .join(Network, Network.id == Port.network_id)
+            .where(Port.uuid == marker),
+            Port.project_id,
+        )
+    ).first()
+    if found is None:
+        raise exceptions.PortNotFound(port=marker)
+    later = []
+    for n, (column, descending) in enumerate(keys):
+        same = [keys[i][0] == found[i] for i in range(n)]
+        later.append(and_(*same, column < found[n] if descending else column > found[n]))
+    return or_(*later)
 
 
 def show(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
@@ -394,3 +531,54 @@ def bind_host(
 def set_status(session: Session, instance_uuids: list[str], status: str) -> None:
     if instance_uuids:
         session.execute(_SET_STATUS, {"uuids": instance_uuids, "status": status})
+
+
+# --- a port attached to a built server and detached again (``novakit.compute.interfaces``) -------
+
+
+def device_owner(zone: str | None) -> str:
+    """Neutron's ``device_owner`` of a server's port: ``compute:<its availability zone>``."""
+    return f"compute:{zone or 'nova'}"
+
+
+def bind_to_server(session: Session, port: Port, instance_uuid: str, zone: str | None, host: str) -> None:
+    """Bind a free port to a server on ``host`` (``status`` BUILD until its host attached it).
+    Guarded: a port another attach or boot took meanwhile is PortInUse, and nothing changes."""
+    taken = session.execute(
+        update(Port)
+        .where(Port.id == port.id, Port.device_id.is_(None))
+        .values(device_id=instance_uuid, device_owner=device_owner(zone), binding_host=host, status="BUILD")
+    )
+    if taken.rowcount != 1:  # type: ignore[attr-defined]
+        raise exceptions.PortInUse(port=port.name or port.uuid, device_id="(another server)")
+
+
+def set_port_status(session: Session, port_uuid: str, instance_uuid: str, status: str) -> bool:
+    """The status of one port of a server (guarded by its binding); whether it was still bound."""
+    done = session.execute(
+        update(Port).where(Port.uuid == port_uuid, Port.device_id == instance_uuid).values(status=status)
+    )
+    return bool(done.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def release_from_server(session: Session, port_uuid: str, instance_uuid: str) -> bool:
+    """One port leaves its server, as ``free_for_instance`` frees a server's ports: made for the
+    server (``preserve_on_delete`` false: by its boot or an attach), deleted with its addresses;
+    given to it, unbound and kept. Guarded by the binding: whether it was still the server's."""
+    owned = select(Port.id).where(
+        Port.uuid == port_uuid, Port.device_id == instance_uuid, Port.preserve_on_delete.is_(False)
+    )
+    session.execute(delete(IPAllocation).where(IPAllocation.port_id.in_(owned)))
+    gone = session.execute(
+        delete(Port).where(
+            Port.uuid == port_uuid, Port.device_id == instance_uuid, Port.preserve_on_delete.is_(False)
+        )
+    )
+    if gone.rowcount == 1:  # type: ignore[attr-defined]
+        return True
+    freed = session.execute(
+        update(Port)
+        .where(Port.uuid == port_uuid, Port.device_id == instance_uuid)
+        .values(device_id=None, device_owner=None, binding_host=None, status="DOWN")
+    )
+    return bool(freed.rowcount == 1)  # type: ignore[attr-defined]

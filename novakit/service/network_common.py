@@ -7,21 +7,24 @@ at that value and refused at another, so that nothing given is silently dropped.
 
 A listing (``listing``) is Neutron's: a query parameter naming an attribute of the resource
 filters on it (given twice, either value matches), ``sort_key``/``sort_dir`` order it,
-``limit``/``marker`` page it (``novakit.service.paging``; the next page in
-``<collection>_links``), and ``fields`` keeps only the attributes named (a show's too).
+``limit``/``marker``/``page_reverse`` page it (``page_of``; no limit: the whole listing, as
+Neutron's default; the next and previous pages in ``<collection>_links``), and ``fields`` keeps
+only the attributes named (a show's too). The ports are filtered, sorted and paged in the
+database instead (``novakit.network.ports.list_ports``), with the same ``Page`` and links.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import Request
 
 from novakit import exceptions
 from novakit.context import RequestContext
 from novakit.network import filter_sync
-from novakit.service import paging
 from novakit.service.body import read_json
 
 #: listing parameters that are not filters
@@ -114,25 +117,92 @@ def selected(request: Request, item: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in item.items() if k in fields} if fields else item
 
 
+@dataclass(frozen=True)
+class Page:
+    """The page a Network listing asks for, as Neutron reads it: no ``limit`` (or 0) is the whole
+    listing (Neutron's ``pagination_max_limit`` is unbounded by default), and then ``marker``
+    and ``page_reverse`` are not read."""
+
+    limit: int | None = None
+    marker: str | None = None
+    reverse: bool = False
+
+
+#: a larger limit reads the whole listing anyway; bounded so that the database takes the number
+_LIMIT_BOUND = 2**31 - 1
+
+
+def page_of(request: Request) -> Page:
+    params = request.query_params
+    given = params.get("limit") or "0"
+    if not (given.isascii() and given.isdigit()):
+        raise exceptions.ValidationError("limit", "must be a whole number of 0 or more (0: no limit)")
+    limit = min(int(given), _LIMIT_BOUND)
+    if not limit:
+        return Page()
+    return Page(limit, params.get("marker") or None, params.get("page_reverse", "").lower() == "true")
+
+
+def sorts_of(request: Request) -> list[tuple[str, str]]:
+    """The (``sort_key``, ``sort_dir``) pairs asked, in order; Neutron wants as many of each."""
+    params = request.query_params
+    keys = [k for k in params.getlist("sort_key") if k]
+    directions = [d for d in params.getlist("sort_dir") if d]
+    if len(keys) != len(directions):
+        raise exceptions.ValidationError("sort_dir", "give one sort_dir (asc or desc) for each sort_key")
+    return list(zip(keys, directions, strict=True))
+
+
+def links(request: Request, collection: str, items: list[dict[str, Any]], asked: Page) -> dict[str, Any]:
+    """Neutron's ``<collection>_links`` of a page of ``items``: ``next`` after its last item unless
+    a forward page came short (the end), ``previous`` before its first unless a reverse page came
+    short (the start); none for a whole listing."""
+    if asked.limit is None:
+        return {}
+    base = str(request.url).split("?")[0]
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k not in ("marker", "page_reverse")]
+    found = []
+    short = len(items) < asked.limit
+    if not (short and not asked.reverse):
+        after = [("marker", items[-1]["id"])] if items else []
+        found.append({"rel": "next", "href": f"{base}?{urlencode(kept + after)}"})
+    if not (short and asked.reverse):
+        before = [("marker", items[0]["id"])] if items else []
+        found.append(
+            {"rel": "previous", "href": f"{base}?{urlencode(kept + before + [('page_reverse', 'True')])}"}
+        )
+    return {f"{collection}_links": found} if found else {}
+
+
 def listing(request: Request, collection: str, items: list[dict[str, Any]]) -> dict[str, Any]:
-    """Neutron's answer to a listing of ``items`` (views): filtered, sorted, paged, selected."""
+    """Neutron's answer to a listing of ``items`` (views), filtered, sorted and paged here: for the
+    resources whose library answers them whole (a project's networks, subnets and groups are few);
+    the ports are listed by ``novakit.network.ports.list_ports``, in the database."""
     params = request.query_params
     known = set(items[0]) if items else set()
     for name in set(params) - _NOT_FILTERS:
         if name in known:
             wanted = params.getlist(name)
             items = [i for i in items if _matches(i.get(name), wanted)]
-    keys = params.getlist("sort_key")
-    if keys:
-        directions = params.getlist("sort_dir")
-        for n, key in reversed(list(enumerate(keys))):
-            direction = directions[n] if n < len(directions) else "asc"
-            if direction not in ("asc", "desc"):
-                raise exceptions.ValidationError("sort_dir", "must be asc or desc")
-            items = sorted(items, key=lambda i: _text(i.get(key)), reverse=direction == "desc")
-    found, following = paging.page(request, items)
-    body: dict[str, Any] = {collection: [selected(request, i) for i in found]}
-    if following is not None:
-        base = str(request.url).split("?")[0]
-        body[f"{collection}_links"] = [{"rel": "next", "href": f"{base}?{following}"}]
-    return body
+    for key, direction in reversed(sorts_of(request)):
+        if direction not in ("asc", "desc"):
+            raise exceptions.ValidationError("sort_dir", "must be asc or desc")
+        items = sorted(items, key=lambda i: _text(i.get(key)), reverse=direction == "desc")
+    asked = page_of(request)
+    found = _page(items, asked)
+    return {collection: [selected(request, i) for i in found], **links(request, collection, found, asked)}
+
+
+def _page(items: list[dict[str, Any]], asked: Page) -> list[dict[str, Any]]:
+    """The page ``asked`` of ``items``: after (or, reversed, before) the item ``marker`` names."""
+    if asked.limit is None:
+        return items
+    at = len(items) if asked.reverse else -1
+    if asked.marker is not None:
+        ids = [i["id"] for i in items]
+        if asked.marker not in ids:
+            raise exceptions.MarkerNotFound(marker=asked.marker)
+        at = ids.index(asked.marker)
+    if asked.reverse:
+        return items[max(at - asked.limit, 0) : at]
+    return items[at + 1 : at + 1 + asked.limit]

@@ -1,5 +1,10 @@
 """Network v2.0's ports (Neutron's ``/v2.0/ports``), thin over ``novakit.network.ports``.
 
+A listing takes Neutron's filters (``ports.FILTERS``; ``fixed_ips=ip_address=...`` and
+``subnet_id=...``), ``sort_key``/``sort_dir`` pairs, ``limit``/``marker``/``page_reverse``, all
+done in the database by the library, with the next and previous pages in ``ports_links``; a marker
+that is no port the caller may see is 404 (PortNotFound), as in Neutron.
+
 A port is its project's: a member lists, shows, changes and deletes its own (another project's
 is not found, 404) and creates one on a network it may see (its project's or a shared one).
 A fixed IP is asked as Neutron asks it (``subnet_id``, ``ip_address``, or both; one per port);
@@ -25,14 +30,16 @@ from novakit.service.auth import Caller, caller
 from novakit.service.network_common import (
     db_of,
     fixed,
-    listing,
+    links,
     only,
     own_project,
     owner,
+    page_of,
     pick,
     push_of,
     resource_body,
     selected,
+    sorts_of,
 )
 
 router = APIRouter()
@@ -112,10 +119,42 @@ def _fixed_ips(given: Any) -> list[dict[str, Any]]:
     return out
 
 
+#: query parameters that filter the ports as the library's filter of that name (``fixed_ips``
+#: is read apart); ``binding:host_id`` is read for those who may see hosts only
+_FILTERS = [name for name in ports.FILTERS if name not in ("ip_address", "subnet_id", "binding_host")]
+
+
+def _filters(request: Request, ctx: RequestContext) -> dict[str, list[str]]:
+    """The library's filters for the query; a parameter that filters nothing here is not read, as
+    Neutron without filter validation does, and an empty value filters nothing (Neutron's)."""
+    params = request.query_params
+    found = {name: [v for v in params.getlist(name) if v] for name in _FILTERS if name in params}
+    if "binding:host_id" in params and policy.allowed(ctx, "host:show"):
+        found["binding_host"] = [v for v in params.getlist("binding:host_id") if v]
+    for given in params.getlist("fixed_ips"):
+        key, _, value = given.partition("=")
+        if key not in ("ip_address", "subnet_id") or not value:
+            raise exceptions.ValidationError("fixed_ips", "filters as ip_address=<address> or subnet_id=<id>")
+        found.setdefault(key, []).append(value)
+    return found
+
+
 @router.get("/v2.0/ports")
 def list_ports(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
-    found = ports.list_ports(db_of(request), who.ctx)
-    return JSONResponse(listing(request, "ports", [_port(p, who.ctx) for p in found]))
+    """Filtered, sorted and paged by the library, in the database: a page reads its ports only."""
+    asked = page_of(request)
+    found = ports.list_ports(
+        db_of(request),
+        who.ctx,
+        filters=_filters(request, who.ctx),
+        sort=sorts_of(request),
+        limit=asked.limit,
+        marker=asked.marker,
+        reverse=asked.reverse,
+    )
+    shown = [_port(p, who.ctx) for p in found]
+    body = {"ports": [selected(request, p) for p in shown], **links(request, "ports", shown, asked)}
+    return JSONResponse(body)
 
 
 @router.post("/v2.0/ports")

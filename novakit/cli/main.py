@@ -12,6 +12,7 @@ from novakit.cli import (  # noqa: F401
     groups,
     hosts,
     identity,
+    interfaces,
     keypairs,
     moves,
     networks,

@@ -22,14 +22,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from novakit import exceptions
 from novakit.compute import schemas
 from novakit.host.power import POWER_STATE_NAMES, PowerState
 
 if TYPE_CHECKING:
-    from novakit.host.messages import InstanceSpec
+    from novakit.host.messages import InstanceSpec, NetworkSpec
     from novakit.virt.driver import ComputeDriver
 
 
@@ -349,6 +349,26 @@ _ON = frozenset({V.ACTIVE})
 # shelved_offloaded. Not offloaded here: a volume lives in one host's storage pool, and an
 # offloaded server has no host (its unshelve may choose another), so there is nowhere to attach it.
 _VOLUME_STATES = frozenset({V.ACTIVE, V.PAUSED, V.STOPPED, V.RESIZED, V.SHELVED})
+
+# Nova attaches and detaches interfaces in active, paused and stopped (its API's
+# check_instance_state), with no task running.
+_INTERFACE_STATES = frozenset({V.ACTIVE, V.PAUSED, V.STOPPED})
+
+
+class InterfaceAction(schemas._Request):
+    """attach_interface / detach_interface: the port, and its NIC as the guest gets it (its
+    network, MAC, fixed IPs and filter rules), which ``novakit.compute.interfaces`` reads
+    from the records once it has bound the port to the server (or before it unbinds it)."""
+
+    port_id: str = Field(min_length=1, max_length=255)
+    nic: dict[str, Any]
+
+
+def _nic(options: Mapping[str, Any]) -> NetworkSpec:
+    from novakit.host.messages import NetworkSpec
+
+    return NetworkSpec.model_validate(options["nic"])
+
 
 ACTIONS: dict[str, Transition] = {
     t.action: t
@@ -714,6 +734,30 @@ ACTIONS: dict[str, Transition] = {
             "(``server remove volume``); a root volume (boot index 0) is never detached",
         ),
         Transition(
+            "attach_interface",
+            vm_states=_INTERFACE_STATES,
+            task_states=_IDLE,
+            operation="attach_interface",
+            needs_host=True,
+            options=InterfaceAction,
+            notes="as Nova's: no task state of its own, the port's binding guards it; starts only "
+            "from ``server add port`` / ``server add network`` (``novakit.compute.interfaces``), "
+            "which binds the port first; hot-plugged into a running guest, into the definition "
+            "of a stopped one",
+            host_call=HostCall("compute_attach_interface", lambda d, i, o: d.attach_interface(i, _nic(o))),
+        ),
+        Transition(
+            "detach_interface",
+            vm_states=_INTERFACE_STATES,
+            task_states=_IDLE,
+            operation="detach_interface",
+            needs_host=True,
+            options=InterfaceAction,
+            notes="``server remove port`` / ``server remove network``: the guest's NIC goes first, "
+            "then the port is unbound (deleted when the attach or the boot made it)",
+            host_call=HostCall("compute_detach_interface", lambda d, i, o: d.detach_interface(i, _nic(o))),
+        ),
+        Transition(
             "lock",
             vm_states=ANY,
             task_states=_ANY_TASK,
@@ -751,6 +795,9 @@ ACTIONS: dict[str, Transition] = {
 #: reserves the volume before the action starts; their step refuses a volume not reserved so
 #: (``attachments.check_reserved``); offered by no generic action module
 VOLUME_ACTIONS: tuple[str, ...] = ("attach_volume", "detach_volume")
+#: asked for through ``novakit.compute.interfaces`` (``server add port``), which checks and binds
+#: the port and reads its NIC before the action starts; offered by no generic action module
+INTERFACE_ACTIONS: tuple[str, ...] = ("attach_interface", "detach_interface")
 
 
 def _requestable() -> tuple[str, ...]:
@@ -758,7 +805,11 @@ def _requestable() -> tuple[str, ...]:
 
 
 def _action_names() -> tuple[str, ...]:
-    return tuple(a for a in _requestable() if a != "reboot_hard" and a not in VOLUME_ACTIONS)
+    return tuple(
+        a
+        for a in _requestable()
+        if a != "reboot_hard" and a not in VOLUME_ACTIONS and a not in INTERFACE_ACTIONS
+    )
 
 
 #: the actions a caller may ask for by name (``create`` has an API of its own)

@@ -97,7 +97,7 @@ def attach(
         db.run_in_transaction(lambda s: attachments.unreserve(s, row_id))
         raise
     db.run_in_transaction(lambda s: attachments.start_attach(s, row_id))
-    ok, fault = _run(api, ctx, outcome.request)
+    ok, fault = run_on_host(api, ctx, outcome.request)
     db.run_in_transaction(lambda s: attachments.end_attach(s, row_id, ok))
     if not ok:
         raise exceptions.VolumeBackendError(
@@ -120,7 +120,7 @@ def detach(
     except Exception:
         db.run_in_transaction(lambda s: attachments.end_detach(s, row_id, still_attached=True))
         raise
-    ok, fault = _run(api, ctx, outcome.request)
+    ok, fault = run_on_host(api, ctx, outcome.request)
     db.run_in_transaction(lambda s: attachments.end_detach(s, row_id, still_attached=not ok))
     if not ok:
         raise exceptions.VolumeBackendError(volume=volume_ref, reason=f"detaching failed: {fault}")
@@ -136,8 +136,11 @@ def _checked(
     return volumes.show(api.conductor, ctx, volume_id)
 
 
-def _run(api: API, ctx: RequestContext, request: Any) -> tuple[bool, str]:
-    """Send the action's request to its host and record the result as every action's is."""
+def run_on_host(api: API, ctx: RequestContext, request: Any) -> tuple[bool, str]:
+    """Send the action's request to its host and record the result as every action's is: the
+    one round trip of an action its front door started with ``act(..., defer=True)`` (a volume's
+    here, an interface's in ``novakit.compute.interfaces``). Whether the host did it, and its
+    fault's message when not."""
     if request is None:
         return False, "no host holds the server"
     result = api.conductor.rpc.send(request)

@@ -105,6 +105,11 @@ What it corrects, and why each rule is what it is:
 * **Orphan attachments**: a volume attached (in the records) to a server that no longer exists
   is detached in the records and ``available`` again (``novakit.volume.attachments``).
 
+* **Interrupted interface attaches** (``novakit.heal.interfaces``): a port bound to a live
+  server that does not list it among its NICs, unchanged for ``conf.compute.build_timeout``, is
+  an attach cut off before its end: its host detaches the NIC (idempotent) and the port is
+  released (one the attach made is deleted, a given one unbound), as the attach's own rollback.
+
 * **Interrupted image uploads** (``novakit.heal.uploads``, a run over every host): an image
   left ``saving`` whose row and partial file have not changed for ``conf.compute.build_timeout``
   (the process that wrote it is gone) is ``queued`` again and its partial file removed

@@ -49,6 +49,7 @@ Kind = Literal[
     "stray_copy",
     "orphan_attachment",
     "orphan_port",
+    "interface_recovered",
     "volume_recovered",
     "evacuated_guest",
     "resize_confirmed",

@@ -30,6 +30,7 @@ from novakit.heal.base import (
 from novakit.heal.builds import StuckBuilds
 from novakit.heal.filters import PortFilters
 from novakit.heal.host_boot import HostBoot
+from novakit.heal.interfaces import InterfaceRecovery
 from novakit.heal.moves import MoveRecovery, Moves, is_unshelve
 from novakit.heal.orphans import Orphans
 from novakit.heal.recovery import TASK_RULES, TaskRecovery
@@ -52,7 +53,16 @@ __all__ = [
 
 
 class Healer(
-    PowerSync, HostBoot, TaskRecovery, StuckBuilds, Orphans, Moves, MoveRecovery, VolumeRecovery, PortFilters
+    PowerSync,
+    HostBoot,
+    TaskRecovery,
+    StuckBuilds,
+    Orphans,
+    Moves,
+    MoveRecovery,
+    VolumeRecovery,
+    PortFilters,
+    InterfaceRecovery,
 ):
     """One heal run: read the records, ask the hosts, correct what disagrees."""
 
@@ -206,6 +216,8 @@ class Healer(
         out += step(self._stray_copies, dry_run)
         out += step(self._orphan_attachments, dry_run)
         out += step(self._orphan_ports, dry_run)
+        # After the orphan ports: a port whose server is gone is freed there.
+        out += step(self._interrupted_interface_attaches, seen, dry_run)
         out += step(self._due_moves, dry_run)
         # A move of a server that is gone ends as its delete would have ended it.
         out += step(self._moves_of_gone_servers, reports, dry_run)

@@ -44,6 +44,10 @@ Operation = Literal[
     "volume_delete",
     "attach_volume",
     "detach_volume",
+    # A port's NIC added to or removed from a built guest (``novakit.compute.interfaces``; the
+    # state table's rows, whose options carry the NIC).
+    "attach_interface",
+    "detach_interface",
     # Moves (``novakit.moves``), Nova's driver calls: the source hands the guest's disks over
     # and powers it off, the destination brings it up; confirm clears what the source kept
     # for a revert, a revert brings it back there.

@@ -15,8 +15,11 @@ interfaces (Nova's ``os-migrations``, ``server migrations``, ``os-volume_attachm
   the host's attach done before the answer, so that the device shown is the one given) and detach
   (202: checked in the request by the library's dry run, done in the service's pool).
 - ``/servers/{id}/os-interface``: the server's ports (``novakit.network.ports``) as Nova shows
-  them; novakit attaches a server's ports at boot only, so attaching and detaching an interface
-  are not served.
+  them: list, show, attach (200 with the interface, the library's
+  ``novakit.compute.interfaces.attach``: a port given by ``port_id``, or a new one on ``net_id``
+  with its ``fixed_ips`` address, bound, the action recorded and the host's attach done before
+  the answer) and detach (202: checked in the request by the library's dry run, done in the
+  service's pool; a port the attach or the boot made is deleted, one the user gave is kept).
 
 A migration is named by its uuid (``id`` and, from 2.59, ``uuid``): novakit's records have no
 other public id. Flavor ids of a migration (``old_instance_type_id``...) and a live migration's
@@ -33,7 +36,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from novakit import exceptions
-from novakit.compute import volume_attach
+from novakit.compute import interfaces, volume_attach
 from novakit.moves import migrations
 from novakit.network import ports
 from novakit.service import paging
@@ -308,28 +311,27 @@ async def detach_volume(
 # ---------------------------------------------------------------- interfaces
 
 
+def _interface(port: dict[str, Any], version: Version) -> dict[str, Any]:
+    """Nova's view of an interface, from a port as the library shows it (subnets by id)."""
+    one: dict[str, Any] = {
+        "port_id": port["id"],
+        "net_id": port["network_id"],
+        "mac_addr": port["mac_address"],
+        "port_state": port["status"],
+        "fixed_ips": [
+            {"subnet_id": ip["subnet_id"], "ip_address": ip["ip_address"]} for ip in port["fixed_ips"]
+        ],
+    }
+    if version.at_least(2, 70):
+        one["tag"] = None  # a NIC's tag is not kept
+    return one
+
+
 def _interfaces(request: Request, who: Caller, server_id: str) -> list[dict[str, Any]]:
-    """Nova's ``interfaceAttachments`` of the server's ports (their subnets by id, as Nova's)."""
+    """Nova's ``interfaceAttachments`` of the server's ports."""
     version = COMPUTE.requested(request)
     uuid = _server_uuid(request, who, server_id)
-    db = _service(request).db
-    found = ports.list_ports(db, who.ctx, device_id=uuid)
-    out = []
-    with db.reader() as session:
-        for port in found:
-            row = ports.get(session, who.ctx, port["id"])
-            ips = ports.fixed_ips(session, [row.id])[row.id]
-            one: dict[str, Any] = {
-                "port_id": port["id"],
-                "net_id": port["network_id"],
-                "mac_addr": port["mac_address"],
-                "port_state": port["status"],
-                "fixed_ips": [{"subnet_id": s.uuid, "ip_address": a.ip_address} for a, s in ips],
-            }
-            if version.at_least(2, 70):
-                one["tag"] = None  # a NIC's tag is taken at boot and not kept
-            out.append(one)
-    return out
+    return [_interface(p, version) for p in ports.list_ports(_service(request).db, who.ctx, device_id=uuid)]
 
 
 @router.get("/v2.1/servers/{server_id}/os-interface")
@@ -347,3 +349,81 @@ def show_interface(
     if not match:
         raise exceptions.PortNotFound(port=port_id)
     return COMPUTE.respond({"interfaceAttachment": match[0]}, version)
+
+
+#: keys of an interface attach's body taken only from a microversion on (Nova's schema)
+_INTERFACE_SINCE = {"port_id": (2, 1), "net_id": (2, 1), "fixed_ips": (2, 1), "tag": (2, 49)}
+
+
+def _interface_request(body: Any, version: Version) -> tuple[str | None, str | None, str | None]:
+    """The port, the network and the fixed IP of Nova's attach body; 400 naming what is wrong."""
+    if not isinstance(body, dict) or set(body) - {"interfaceAttachment"}:
+        raise exceptions.ValidationError("body", "must be an object with interfaceAttachment only")
+    given = body.get("interfaceAttachment")
+    if not isinstance(given, dict):
+        raise exceptions.ValidationError(
+            "interfaceAttachment", "is required: an object with port_id, or net_id (and fixed_ips)"
+        )
+    for key in given:
+        if key not in _INTERFACE_SINCE:
+            raise exceptions.ValidationError(
+                f"interfaceAttachment.{key}", "is not an attribute of an interface"
+            )
+        if not version.at_least(*_INTERFACE_SINCE[key]):
+            at = ".".join(map(str, _INTERFACE_SINCE[key]))
+            raise exceptions.ValidationError(f"interfaceAttachment.{key}", f"is taken from microversion {at}")
+    found: dict[str, str | None] = {}
+    for key in ("port_id", "net_id"):
+        value = given.get(key)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise exceptions.ValidationError(f"interfaceAttachment.{key}", "must be an id (a string)")
+        found[key] = value
+    if given.get("tag") is not None:
+        raise exceptions.ValidationError("interfaceAttachment.tag", "novakit keeps no interface tags")
+    fixed = given.get("fixed_ips")
+    address = None
+    if fixed is not None:
+        if not isinstance(fixed, list) or len(fixed) > 1:
+            raise exceptions.ValidationError("interfaceAttachment.fixed_ips", "must be a list of one address")
+        if fixed:
+            one = fixed[0]
+            if (
+                not isinstance(one, dict)
+                or set(one) != {"ip_address"}
+                or not isinstance(one["ip_address"], str)
+            ):
+                raise exceptions.ValidationError(
+                    "interfaceAttachment.fixed_ips[0]", "must be an object with ip_address only"
+                )
+            address = one["ip_address"]
+    return found["port_id"], found["net_id"], address
+
+
+@router.post("/v2.1/servers/{server_id}/os-interface")
+async def attach_interface(server_id: str, request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    """Attach a port, or a new port on a network; answered once the host attached it."""
+    version = COMPUTE.requested(request)
+    port_id, net_id, address = _interface_request(await read_json(request), version)
+    api = _service(request).api
+    uuid = await run_in_threadpool(_server_uuid, request, who, server_id)
+    port = await run_in_threadpool(
+        lambda: interfaces.attach(api, who.ctx, uuid, port=port_id, network=net_id, fixed_ip=address)
+    )
+    return COMPUTE.respond({"interfaceAttachment": _interface(port, version)}, version)
+
+
+@router.delete("/v2.1/servers/{server_id}/os-interface/{port_id}", status_code=202)
+async def detach_interface(
+    server_id: str, port_id: str, request: Request, who: Caller = Depends(caller)
+) -> Response:
+    """Detach a port: the library's checks in the request (its dry run), the detach itself in the
+    service's pool (202, as Nova's)."""
+    version = COMPUTE.requested(request)
+    api = _service(request).api
+    uuid = await run_in_threadpool(_server_uuid, request, who, server_id)
+    await run_in_threadpool(lambda: interfaces.detach(api, who.ctx, uuid, port_id, dry_run=True))
+    if api.later is None:
+        await run_in_threadpool(interfaces.detach, api, who.ctx, uuid, port_id)
+    else:
+        api.later(interfaces.detach, api, who.ctx, uuid, port_id)
+    return COMPUTE.accepted(version)

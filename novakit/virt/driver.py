@@ -30,6 +30,7 @@ from novakit.host.messages import (
     HostResources,
     ImageSpec,
     InstanceSpec,
+    NetworkSpec,
     PortFilterSpec,
     UnmanagedGuest,
     VolumeSpec,
@@ -312,6 +313,21 @@ class ComputeDriver:
     def detach_volume(self, instance: InstanceSpec, volume: VolumeSpec) -> None:
         """Detach the volume from the guest (running or stopped), leaving its data as it is.
         Idempotent: a volume that is not attached succeeds."""
+        raise NotImplementedError
+
+    # --- interfaces (``novakit.compute.interfaces``): a port's NIC on a built guest ----------
+
+    def attach_interface(self, instance: InstanceSpec, nic: NetworkSpec) -> None:
+        """Add the port's NIC (``nic``: its network, MAC, fixed IPs, filter rules) to the guest:
+        hot-plugged into a running one and kept in its definition, so it stays after a
+        stop/start; only in the definition of a stopped one. Its filter (security groups) is
+        defined first, as a spawn's. Idempotent: a NIC of that MAC already there succeeds. If
+        this raises, the guest is as it was."""
+        raise NotImplementedError
+
+    def detach_interface(self, instance: InstanceSpec, nic: NetworkSpec) -> None:
+        """Remove the port's NIC from the guest (running or stopped) and the port's filter from
+        the host. Idempotent: a NIC that is not there (or a guest that is gone) succeeds."""
         raise NotImplementedError
 
     # --- moves (novakit.moves) ------------------------------------------------------------

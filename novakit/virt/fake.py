@@ -34,6 +34,8 @@ which is how a test points one host of an inventory at a failure:
     ``pre_live_migration``, a spawn of an evacuated server: nothing left behind).
 ``fail_reboot``
     every reboot (soft or hard) raises ComputeError; the guest stays as it was.
+``fail_interface_attach``
+    every interface attach raises ComputeError; the guest stays as it was.
 
 A move hands the guest's record over: the source keeps it, shut off and marked
 ``resize_source`` (not listed, as libvirt's shut-off leftover belongs to no
@@ -45,6 +47,10 @@ Volumes are records in the same state file (``volumes``: id -> size, format, ima
 the guest it is attached to and as which device); a guest lists its disks under
 ``volumes`` (device -> volume id) and its console shows ``NOVAKIT-DISK <dev> <sectors>``
 for each disk that appears, as the tiny guest prints it.
+
+A guest's NICs are ``networks`` (how many), ``fixed_ips`` (per NIC, IP/prefix) and ``ports``
+(per NIC, its port id or null); ``attach_interface`` appends one (its console shows
+``NOVAKIT-NIC <mac> <addresses>`` on a running guest) and ``detach_interface`` removes it.
 
 Port filters (security groups) are records too (``port_filters``: port id -> the guest and the
 effective rules, FilterRule JSON), set at spawn from the NICs' rules and by ``apply_port_filter``;
@@ -89,6 +95,7 @@ from novakit.host.messages import (
     HostResources,
     ImageSpec,
     InstanceSpec,
+    NetworkSpec,
     PortFilterSpec,
     UnmanagedGuest,
     VolumeSpec,
@@ -111,6 +118,7 @@ FAILURE_MODES = (
     "fail_migrate_source",
     "fail_migrate_dest",
     "fail_reboot",
+    "fail_interface_attach",
 )
 
 #: a console keeps this many lines, like a log that is rotated
@@ -369,6 +377,7 @@ class FakeDriver(ComputeDriver):
             "fixed_ips": [
                 [_with_prefix(ip.address, ip.cidr) for ip in n.fixed_ips] for n in instance.networks
             ],
+            "ports": [n.port_id for n in instance.networks],
             "config_drive": instance.config_drive,
             "power_state": int(PowerState.RUNNING),
             "created_at": _now(),
@@ -618,6 +627,49 @@ class FakeDriver(ComputeDriver):
         with self._locked_state(readonly=True) as state:
             return dict(state["volumes"])
 
+    # --- interfaces -----------------------------------------------------------
+
+    def attach_interface(self, instance: InstanceSpec, nic: NetworkSpec) -> None:
+        if self.failure_mode() == "fail_interface_attach":
+            raise exceptions.ComputeError(reason=f"fake failure: interface attaches on host {self.host} fail")
+        with self._locked_state() as state:
+            guest = self._guest(state, instance.uuid)
+            ports = _nic_ports(guest)
+            if nic.port_id in ports:
+                return  # attached already (a repeated request)
+            ports.append(nic.port_id)
+            fixed = [_with_prefix(ip.address, ip.cidr) for ip in nic.fixed_ips]
+            known = list(guest.get("fixed_ips") or [])[: len(ports) - 1]
+            guest["fixed_ips"] = [*known, *([[]] * (len(ports) - 1 - len(known))), fixed]
+            guest["ports"] = ports
+            guest["networks"] = len(ports)
+            if self.port_filter_mode() == "enforced" and nic.port_id and nic.filter_rules is not None:
+                rules = rules_to_json(rules_from_json(nic.filter_rules))
+                state["port_filters"][nic.port_id] = {"instance_uuid": instance.uuid, "rules": rules}
+            if guest["power_state"] == PowerState.RUNNING:
+                _console(guest, f"NOVAKIT-NIC {nic.mac} {' '.join(fixed)}".rstrip())
+
+    def detach_interface(self, instance: InstanceSpec, nic: NetworkSpec) -> None:
+        with self._locked_state() as state:
+            state["port_filters"].pop(nic.port_id or "", None)
+            guest = state["instances"].get(instance.uuid)
+            if guest is None or guest.get("foreign"):
+                return
+            ports = _nic_ports(guest)
+            if nic.port_id not in ports:
+                return
+            index = ports.index(nic.port_id)
+            fixed = list(guest.get("fixed_ips") or [])
+            if index < len(fixed):
+                del fixed[index]
+            del ports[index]
+            guest.update(ports=ports, fixed_ips=fixed, networks=max(1, len(ports)))
+
+    def interfaces(self, uuid: str) -> list[str | None]:
+        """The port ids of a guest's NICs, in their order (None: a NIC of no port), for tests."""
+        with self._locked_state(readonly=True) as state:
+            return _nic_ports(self._guest(state, uuid))
+
     # --- moves ----------------------------------------------------------------
 
     def migrate_disk_and_power_off(
@@ -808,6 +860,15 @@ class FakeDriver(ComputeDriver):
         with self._locked_state() as state:
             self._guest(state, uuid)
             del state["instances"][uuid]
+
+
+def _nic_ports(guest: dict[str, Any]) -> list[str | None]:
+    """The port id of each of the guest's NICs (a guest defined before the fake recorded them:
+    none known, as many as it has NICs)."""
+    ports = guest.get("ports")
+    if ports is None:
+        return [None] * len(guest.get("fixed_ips") or [])
+    return list(ports)
 
 
 def _disk_line(device: str, size_gb: int) -> str:

@@ -51,6 +51,9 @@ NOVA = {
     # shelved_offloaded (a volume lives in one host's pool; an offloaded server has no host).
     "attach_volume": ({"active", "paused", "stopped", "resized", "shelved"}, {None}, None),
     "detach_volume": ({"active", "paused", "stopped", "resized", "shelved"}, {None}, None),
+    # nova/compute/api.py's attach_interface / detach_interface: active, paused, stopped, no task.
+    "attach_interface": ({"active", "paused", "stopped"}, {None}, None),
+    "detach_interface": ({"active", "paused", "stopped"}, {None}, None),
     # Moves: nova/compute/api.py's check_instance_state of resize, migrate, confirm_resize,
     # revert_resize, live_migrate, evacuate, shelve, shelve_offload, unshelve, snapshot, rescue.
     "resize": ({"active", "stopped"}, {None}, "resized"),
@@ -117,6 +120,8 @@ def _call(cloud: Cloud, ctx: Any, action: str, uuid: str) -> dict[str, Any]:
         return api.lock(ctx, uuid, "testing")
     if action in ("attach_volume", "detach_volume"):
         return _volume_action(cloud, ctx, action, uuid)
+    if action in ("attach_interface", "detach_interface"):
+        return _interface_action(cloud, ctx, action, uuid)
     if action in ACTIONS and not hasattr(api, action) or action in OPTIONS:
         options = {k: v.format(uuid=uuid[:8]) for k, v in OPTIONS.get(action, {}).items()}
         server = api.act(ctx, uuid, action, options).server
@@ -150,6 +155,33 @@ def _volume_action(cloud: Cloud, ctx: Any, action: str, uuid: str) -> dict[str, 
                 {"a": str(uuidlib.uuid4()), "i": uuid, "v": vol["id"]},
             )
         volume_attach.detach(cloud.api, ctx, uuid, vol["id"])
+    return cloud.api.get(ctx, uuid)
+
+
+def _interface_action(cloud: Cloud, ctx: Any, action: str, uuid: str) -> dict[str, Any]:
+    """attach_interface / detach_interface through novakit.compute.interfaces, on a network of
+    the test's (a port attached in the records first for a detach)."""
+    from novakit.compute import interfaces
+    from novakit.host.messages import NetworkSpec
+    from novakit.network import networks, ports, subnets
+
+    if not any(n["name"] == "sm-net" for n in networks.list_networks(cloud.db)):
+        networks.create(cloud.db, cloud.admin, {"name": "sm-net"})
+        subnets.create(
+            cloud.db, cloud.admin, {"name": "sm-net-v4", "network": "sm-net", "cidr": "10.7.0.0/20"}
+        )
+    if action == "attach_interface":
+        interfaces.attach(cloud.api, ctx, uuid, network="sm-net")
+    else:
+        port = ports.create(cloud.db, ctx, {"network": "sm-net"})
+        assert port is not None
+        nic = NetworkSpec(type="network", source="sm-net", mac=port["mac_address"], port_id=port["id"])
+        host = cloud.api.get(cloud.admin, uuid)["host"]
+        with cloud.db.target_cell(UNSCHEDULED), cloud.db.writer() as session:
+            row = ports.get(session, ctx, port["id"])
+            ports.bind_to_server(session, row, uuid, None, host)
+            db_api.instance_update(session, uuid, {"networks": [nic.model_dump()]})
+        interfaces.detach(cloud.api, ctx, uuid, port["id"])
     return cloud.api.get(ctx, uuid)
 
 

@@ -6,6 +6,7 @@ of its noun: ``guest`` (power operations on one domain), ``guestconfig`` (the do
 definition of a new guest), ``disks`` (an instance's own disks and console log),
 ``volumes`` and ``lvm`` (the volume pool), ``storage`` (the pool of a remote daemon),
 ``unmanaged`` (guests novakit did not create), ``vif`` (NICs and DHCP host entries),
+``interfaces`` (a port's NIC hot-plugged into a built guest and out again),
 ``snapshots``, ``rescue``, ``migration`` (cold moves and resize), ``live_migration``, and
 ``handover`` (an instance's files passed between two daemons). A new operation follows the
 same shape: a method here, its work in a module of its own.
@@ -74,6 +75,7 @@ from novakit.host.messages import (
     HostResources,
     ImageSpec,
     InstanceSpec,
+    NetworkSpec,
     PortFilterSpec,
     UnmanagedGuest,
     VolumeSpec,
@@ -84,6 +86,7 @@ from novakit.virt.driver import ComputeDriver, InstanceInfo
 from novakit.virt.libvirt import config as vconfig
 from novakit.virt.libvirt import (
     handover,
+    interfaces,
     live_migration,
     migration,
     nwfilter,
@@ -526,6 +529,46 @@ class LibvirtDriver(ComputeDriver):
         guest = self._lookup(instance.uuid)
         if guest is not None:
             self.volume_pool.detach(guest.domain, volume)
+
+    # --- interfaces (``interfaces``): a port's NIC on a built guest -------------------
+
+    def _port_nic(
+        self, instance: InstanceSpec, nic: NetworkSpec
+    ) -> tuple[InstanceSpec, vconfig.GuestInterface]:
+        """The instance with only this NIC, and the NIC as a spawn defines it (its filter too)."""
+        one = instance.model_copy(update={"networks": [nic]})
+        return one, self.guest_config.interfaces(one)[0]
+
+    def attach_interface(self, instance: InstanceSpec, nic: NetworkSpec) -> None:
+        one, iface = self._port_nic(instance, nic)
+        with self._operation("attach an interface to", instance) as guest:
+            if iface.mac and interfaces.has_mac(
+                guest.domain, iface.mac, self.libvirt.VIR_DOMAIN_XML_INACTIVE
+            ):
+                return  # attached already
+            # As a spawn: the DHCP host entry and the filter the NIC references, before the NIC.
+            vif.plug_vifs(self._host, one)
+            self._define_port_filters(one)
+            try:
+                interfaces.attach(self.libvirt, guest.domain, iface, nic.port_id or "")
+            except BaseException:
+                with contextlib.suppress(self.libvirt.libvirtError, exceptions.NovakitError):
+                    vif.unplug_vifs(self._host, one, None)
+                    if nic.port_id and self.port_filter_mode() == "enforced":
+                        self.remove_port_filter(nic.port_id)
+                raise
+
+    def detach_interface(self, instance: InstanceSpec, nic: NetworkSpec) -> None:
+        one, iface = self._port_nic(instance, nic)
+        guest = self._lookup(instance.uuid)
+        if guest is not None:
+            try:
+                interfaces.detach(self.libvirt, guest.domain, iface, nic.port_id or "")
+            except self.libvirt.libvirtError as exc:
+                raise self._compute_error("detach an interface from", instance.uuid, exc) from None
+        vif.unplug_vifs(self._host, one, None)
+        if nic.port_id and self.port_filter_mode() == "enforced":
+            self.remove_port_filter(nic.port_id)
 
     # --- power ----------------------------------------------------------------
 

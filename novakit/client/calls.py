@@ -2,11 +2,13 @@
 
 The front-door functions the catalog modules call take the database, the configuration and the
 caller by the names ``db``, ``conf`` and ``ctx``, wherever those stand in their signatures
-(``networks.show(db, ref, ctx=None)``, ``keypairs.registry.create(db, conf, ctx, data)``). A
-caller gives only the rest; ``bind`` puts the three in by name: in the module's process its
-own, in ``novakit serve`` (``/novakit/v1/call``) the service's database and configuration and
-the token's caller, which no caller can give instead (``ValidationError``). An optional
-``ctx`` is always given, so a look-up is always the caller's view.
+(``networks.show(db, ref, ctx=None)``, ``keypairs.registry.create(db, conf, ctx, data)``), and
+a change to security groups or ports takes ``on_change``, which sends the filters it changed to
+their hosts. A caller gives only the rest; ``bind`` puts these in by name: in the module's
+process its own, in ``novakit serve`` (``/novakit/v1/call``) the service's database,
+configuration and hosts and the token's caller, which no caller can give instead
+(``ValidationError``). An optional ``ctx`` is always given, so a look-up is always the caller's
+view.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Any
 
 from novakit import exceptions
 
-#: the names a library call's own parameters for the database, the configuration and the caller have
-PROVIDED = ("db", "conf", "ctx")
+#: the names a library call's own parameters for the database, the configuration, the caller and
+#: what to do with the ports whose filters it changed (send them to their hosts) have
+PROVIDED = ("db", "conf", "ctx", "on_change")
 
 
 def call_name(fn: Callable[..., Any]) -> str:

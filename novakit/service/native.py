@@ -13,9 +13,10 @@ may send to a host), and the playbooks' record steps, which take what hosts answ
 served: the rounds are the service's.
 
 ``/call`` runs one of the catalog modules' front-door functions (``CALLS``: networks, subnets,
-key pairs, server groups), each of which takes its caller and applies the policy itself; the
-database, the configuration and the caller are the service's and the token's, bound by name
-(``novakit.client.calls``), never the client's.
+ports, security groups and rules, key pairs, server groups), each of which takes its caller and
+applies the policy itself; the database, the configuration, the caller and the push of changed
+filters to the hosts are the service's and the token's, bound by name (``novakit.client.calls``),
+never the client's.
 
 Bodies are JSON objects read with the service's limit (``body.read_json``) and checked by the
 models below, unknown fields refused; every route is POST, a listing's query being a body.
@@ -42,6 +43,7 @@ from novakit.context import RequestContext
 from novakit.host.messages import ComputeRequest
 from novakit.service.auth import Caller, caller
 from novakit.service.body import read_json
+from novakit.service.network_common import push_of
 
 PREFIX = "/novakit/v1"
 router = APIRouter(prefix=PREFIX)
@@ -188,7 +190,7 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
     may see and do itself (``novakit.policy``); one that takes no caller is never served."""
     from novakit.compute import server_groups
     from novakit.keypairs import registry
-    from novakit.network import networks, subnets
+    from novakit.network import networks, ports, security_groups, subnets
 
     served = (
         networks.show,
@@ -209,6 +211,15 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
         server_groups.list_groups,
         server_groups.create,
         server_groups.delete_group,
+        ports.show,
+        ports.create,
+        ports.delete_port,
+        security_groups.show_group,
+        security_groups.create_group,
+        security_groups.delete_group,
+        security_groups.find_rule,
+        security_groups.create_rule,
+        security_groups.delete_rule,
     )
     assert all("ctx" in inspect.signature(fn).parameters for fn in served)
     return {call_name(fn): fn for fn in served}
@@ -225,7 +236,8 @@ async def call(request: Request, who: Caller = Depends(caller)) -> Response:
     if fn is None:
         raise exceptions.ValidationError("name", "is not a library call the service runs for a cloud")
     api = _api(request)
-    bound = bind(fn, {"db": api.db, "conf": api.conf, "ctx": who.ctx}, given.args, given.kwargs)
+    provided = {"db": api.db, "conf": api.conf, "ctx": who.ctx, "on_change": push_of(request, who.ctx)}
+    bound = bind(fn, provided, given.args, given.kwargs)
     result = await run_in_threadpool(lambda: fn(*bound.args, **bound.kwargs))
     return _answer({"result": result})
 

@@ -179,7 +179,11 @@ class NovakitModule:
             return self.api().call(fn, *args, **kwargs)
         from novakit.client.calls import run_here
 
-        return run_here(fn, {"db": self.database, "conf": self.config, "ctx": self.context}, args, kwargs)
+        return run_here(fn, self.provided(), args, kwargs)
+
+    def provided(self) -> dict[str, Callable[[], Any]]:
+        """What ``call`` gives a library call by name (``novakit.client.calls.PROVIDED``)."""
+        return {"db": self.database, "conf": self.config, "ctx": self.context, "on_change": lambda: None}
 
     def _opened(self, db: Any) -> Any:
         """``db``, closed when the task ends (``outcome``): a module run in Ansible's worker ends

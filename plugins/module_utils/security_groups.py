@@ -18,11 +18,13 @@ class FilteringModule(CatalogModule):
         raise NotImplementedError
 
     def delete(self, current: dict[str, Any], dry_run: bool) -> None:
-        db, ctx = self.database(), self.context()
-        self.deleter()(db, ctx, current["id"], dry_run=dry_run, on_change=self.push_filters())
+        self.call(self.deleter(), current["id"], dry_run=dry_run)
+
+    def provided(self) -> dict[str, Any]:
+        return {**super().provided(), "on_change": self.push_filters}
 
     def push_filters(self) -> Any:
-        """The ``on_change`` of the library's calls."""
+        """The ``on_change`` of the library's calls (``provided``; through a cloud, the service's)."""
         context = self.context()
         compute = self.api()
         self.filter_warnings: list[str] = []

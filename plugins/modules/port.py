@@ -16,7 +16,7 @@ description:
     (O(port_security_enabled=false)), as in Neutron. Deleting a port updates, on their hosts, the
     filters of the ports whose rules let its address in (a remote group it was a member of).
 version_added: 0.2.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
   network:
     description: The network's name or id.
@@ -70,6 +70,7 @@ from ansible_collections.novakit.cloud.plugins.module_utils.security_groups impo
 
 
 class PortModule(FilteringModule):
+    takes_cloud = True
     resource = "port"
     argument_spec = {
         "network": {"type": "str"},
@@ -82,7 +83,7 @@ class PortModule(FilteringModule):
     def find(self):
         from novakit.network import ports
 
-        return lookup(ports.show, self.database(), self.context(), self.params["name"])
+        return lookup(self.call, ports.show, self.params["name"])
 
     def compare(self, current, wanted):
         return {}  # an existing port is left as it is
@@ -93,7 +94,7 @@ class PortModule(FilteringModule):
         p = self.params
         data = {k: p[k] for k in ("name", "network", "fixed_ips", "mac_address", "port_security_enabled")}
         # Dry run: the real create's checks (address inside and free, MAC free), nothing written.
-        return ports.create(self.database(), self.context(), data, dry_run=dry_run)
+        return self.call(ports.create, data, dry_run=dry_run)
 
     def deleter(self):
         from novakit.network import ports

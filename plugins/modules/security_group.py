@@ -18,7 +18,7 @@ description:
     O(description) for an existing name is an error that says so.
   - Deleting a group that a port carries fails, naming how many.
 version_added: 0.3.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
   description:
     description: What the group is for.
@@ -52,6 +52,7 @@ from ansible_collections.novakit.cloud.plugins.module_utils.security_groups impo
 
 
 class SecurityGroupModule(FilteringModule):
+    takes_cloud = True
     resource = "security_group"
     cannot_change = "a group's description cannot change here: delete the group or use another name"
     argument_spec = {
@@ -61,7 +62,7 @@ class SecurityGroupModule(FilteringModule):
     def find(self):
         from novakit.network import security_groups
 
-        return lookup(security_groups.show_group, self.database(), self.context(), self.params["name"])
+        return lookup(self.call, security_groups.show_group, self.params["name"])
 
     def wanted(self):
         return {"description": self.params["description"]}
@@ -71,9 +72,7 @@ class SecurityGroupModule(FilteringModule):
 
         data = {"name": self.params["name"], "description": self.params["description"]}
         # Dry run: the real create's checks (name, quota), nothing written.
-        return security_groups.create_group(
-            self.database(), self.config(), self.context(), data, dry_run=dry_run
-        )
+        return self.call(security_groups.create_group, data, dry_run=dry_run)
 
     def deleter(self):
         from novakit.network import security_groups

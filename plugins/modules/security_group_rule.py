@@ -17,7 +17,7 @@ description:
     (a port range on a protocol without ports, min above max, ports outside 1-65535, an ICMP type
     or code outside 0-255, a prefix of the other ethertype, an unknown protocol).
 version_added: 0.3.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog]
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud, novakit.cloud.catalog]
 options:
   security_group:
     description: The group's name or id.
@@ -94,6 +94,7 @@ from ansible_collections.novakit.cloud.plugins.module_utils.security_groups impo
 
 
 class SecurityGroupRuleModule(FilteringModule):
+    takes_cloud = True
     resource = "rule"
     family_args = {"state": STATE_ARG}  # a rule is found by its fields, not by a name
     argument_spec = {
@@ -129,21 +130,14 @@ class SecurityGroupRuleModule(FilteringModule):
     def find(self):
         from novakit.network import security_groups
 
-        return security_groups.find_rule(self.database(), self.context(), self.request())
+        return self.call(security_groups.find_rule, self.request())
 
     def create(self, dry_run):
         from novakit.network import security_groups
 
         data = {**self.request(), "description": self.params["description"]}
         # Dry run: the real create's checks (the group, the fields, duplicates, quota), nothing written.
-        return security_groups.create_rule(
-            self.database(),
-            self.config(),
-            self.context(),
-            data,
-            dry_run=dry_run,
-            on_change=self.push_filters(),
-        )
+        return self.call(security_groups.create_rule, data, dry_run=dry_run)
 
     def deleter(self):
         from novakit.network import security_groups

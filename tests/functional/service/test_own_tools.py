@@ -388,12 +388,43 @@ def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
                             "register": "group",
                         },
                         {
+                            "name": "security group",
+                            "novakit.cloud.security_group": {
+                                "cloud": "dev",
+                                "name": "dev-web",
+                                "description": "web",
+                            },
+                            "register": "sg",
+                        },
+                        {
+                            "name": "security group rule",
+                            "novakit.cloud.security_group_rule": {
+                                "cloud": "dev",
+                                "security_group": "dev-web",
+                                "protocol": "tcp",
+                                "port_range_min": 80,
+                                "port_range_max": 80,
+                            },
+                            "register": "rule",
+                        },
+                        {
+                            "name": "port",
+                            "novakit.cloud.port": {"cloud": "dev", "name": "dev-port", "network": "lan"},
+                            "register": "port",
+                        },
+                        {
+                            "name": "port gone",
+                            "novakit.cloud.port": {"cloud": "dev", "name": "dev-port", "state": "absent"},
+                            "register": "port_gone",
+                        },
+                        {
                             "ansible.builtin.copy": {
                                 "dest": str(tools.directory / "modules.json"),
                                 "content": "{{ {'made': made, 'locked': locked, 'info': info, 'named': named,"
                                 " 'net': net, 'subnet': subnet, 'subnet_again': subnet_again,"
                                 " 'dev_net': dev_net, 'key': key, 'group_checked': group_checked,"
-                                " 'group': group} | to_json }}",
+                                " 'group': group, 'sg': sg, 'rule': rule, 'port': port,"
+                                " 'port_gone': port_gone} | to_json }}",
                             },
                         },
                     ],
@@ -436,6 +467,20 @@ def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
         assert registry.find(db, dev, "dev-key") is not None
         assert (server_groups.find(db, dev, "dev-grp") or {}).get("policy") == "anti-affinity"
         assert "dev-net" not in [n["name"] for n in networks.list_networks(db)]
+    finally:
+        db.dispose()
+    assert seen["sg"]["changed"] and seen["sg"]["security_group"]["name"] == "dev-web"
+    assert seen["rule"]["changed"] and seen["rule"]["rule"]["port_range_min"] == 80
+    assert seen["port"]["changed"] and seen["port"]["port"]["fixed_ips"]
+    assert seen["port_gone"]["changed"]
+    db = tools.served.database()
+    try:
+        from novakit.network import ports, security_groups
+
+        dev = RequestContext(tools.admin.project_id, seen["key"]["keypair"]["user_id"], ["member"])
+        rules = security_groups.show_group(db, dev, "dev-web")["security_group_rules"]
+        assert [r["port_range_min"] for r in rules if r["direction"] == "ingress"] == [80]
+        assert "dev-port" not in [p["name"] for p in ports.list_ports(db, dev)]
     finally:
         db.dispose()
     assert not [s for s in tools.served.secrets if s in done.stdout]

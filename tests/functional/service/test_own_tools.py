@@ -252,6 +252,7 @@ def _playbook(tools: Tools, name: str, *extra: str, check: bool = False) -> subp
     return done
 
 
+@pytest.mark.slow  # ansible-playbook runs
 def test_the_boot_and_action_playbooks_go_through_the_cloud(tools: Tools, backend: str) -> None:
     """boot.yml with only what AWX's novakit credential injects for an application credential
     (OS_CLOUD, the clouds.yaml): the service schedules and builds; a second run changes nothing;
@@ -286,6 +287,7 @@ def test_the_boot_and_action_playbooks_go_through_the_cloud(tools: Tools, backen
     assert tools.embedded_default_untouched()
 
 
+@pytest.mark.slow  # ansible-playbook runs
 def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
     """server (state stopped), server_action (lock), server_info, network, subnet, keypair and
     server_group with ``cloud:``; a second run changes nothing; check mode; the identity options

@@ -252,7 +252,8 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return answered
     from novakit.client.calls import run_here
 
-    done: T = run_here(fn, {"db": db, "conf": conf, "ctx": ctx, "on_change": lambda: None}, args, kwargs)
+    provide = {"db": db, "conf": conf, "ctx": ctx, "on_change": lambda: None}
+    done: T = run_here(fn, provide, args, kwargs)
     return done
 
 

@@ -13,7 +13,7 @@ may send to a host), and the playbooks' record steps, which take what hosts answ
 served: the rounds are the service's.
 
 ``/call`` runs one of the catalog modules' front-door functions (``CALLS``: networks, subnets,
-ports, security groups and rules, key pairs, server groups), each of which takes its caller and
+security groups and rules, key pairs, server groups), each of which takes its caller and
 applies the policy itself; the database, the configuration, the caller and the push of changed
 filters to the hosts are the service's and the token's, bound by name (``novakit.client.calls``),
 never the client's.
@@ -187,10 +187,11 @@ async def act(request: Request, who: Caller = Depends(caller)) -> Response:
 def _served_calls() -> dict[str, Callable[..., Any]]:
     """The library's front-door calls of the catalog modules that the service runs for a cloud
     (``CloudAPI.call``), by their wire name. Each takes its caller (``ctx``) and decides what it
-    may see and do itself (``novakit.policy``); one that takes no caller is never served."""
+    may see and do itself (``novakit.policy``); one that takes no caller is never served, nor one
+    whose view shows a host to a member (a port's ``binding_host``: the Network router hides it)."""
     from novakit.compute import server_groups
     from novakit.keypairs import registry
-    from novakit.network import networks, ports, security_groups, subnets
+    from novakit.network import networks, security_groups, subnets
 
     served = (
         networks.show,
@@ -211,9 +212,6 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
         server_groups.list_groups,
         server_groups.create,
         server_groups.delete_group,
-        ports.show,
-        ports.create,
-        ports.delete_port,
         security_groups.show_group,
         security_groups.create_group,
         security_groups.delete_group,
@@ -236,7 +234,12 @@ async def call(request: Request, who: Caller = Depends(caller)) -> Response:
     if fn is None:
         raise exceptions.ValidationError("name", "is not a library call the service runs for a cloud")
     api = _api(request)
-    provided = {"db": api.db, "conf": api.conf, "ctx": who.ctx, "on_change": push_of(request, who.ctx)}
+    provided = {
+        "db": api.db,
+        "conf": api.conf,
+        "ctx": who.ctx,
+        "on_change": push_of(request, who.ctx),
+    }
     bound = bind(fn, provided, given.args, given.kwargs)
     result = await run_in_threadpool(lambda: fn(*bound.args, **bound.kwargs))
     return _answer({"result": result})

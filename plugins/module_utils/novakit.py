@@ -183,7 +183,12 @@ class NovakitModule:
 
     def provided(self) -> dict[str, Callable[[], Any]]:
         """What ``call`` gives a library call by name (``novakit.client.calls.PROVIDED``)."""
-        return {"db": self.database, "conf": self.config, "ctx": self.context, "on_change": lambda: None}
+        return {
+            "db": self.database,
+            "conf": self.config,
+            "ctx": self.context,
+            "on_change": lambda: None,
+        }
 
     def _opened(self, db: Any) -> Any:
         """``db``, closed when the task ends (``outcome``): a module run in Ansible's worker ends

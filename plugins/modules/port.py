@@ -16,7 +16,7 @@ description:
     (O(port_security_enabled=false)), as in Neutron. Deleting a port updates, on their hosts, the
     filters of the ports whose rules let its address in (a remote group it was a member of).
 version_added: 0.2.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
 options:
   network:
     description: The network's name or id.
@@ -70,7 +70,6 @@ from ansible_collections.novakit.cloud.plugins.module_utils.security_groups impo
 
 
 class PortModule(FilteringModule):
-    takes_cloud = True
     resource = "port"
     argument_spec = {
         "network": {"type": "str"},

@@ -410,23 +410,12 @@ def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
                             "register": "rule",
                         },
                         {
-                            "name": "port",
-                            "novakit.cloud.port": {"cloud": "dev", "name": "dev-port", "network": "lan"},
-                            "register": "port",
-                        },
-                        {
-                            "name": "port gone",
-                            "novakit.cloud.port": {"cloud": "dev", "name": "dev-port", "state": "absent"},
-                            "register": "port_gone",
-                        },
-                        {
                             "ansible.builtin.copy": {
                                 "dest": str(tools.directory / "modules.json"),
                                 "content": "{{ {'made': made, 'locked': locked, 'info': info, 'named': named,"
                                 " 'net': net, 'subnet': subnet, 'subnet_again': subnet_again,"
                                 " 'dev_net': dev_net, 'key': key, 'group_checked': group_checked,"
-                                " 'group': group, 'sg': sg, 'rule': rule, 'port': port,"
-                                " 'port_gone': port_gone} | to_json }}",
+                                " 'group': group, 'sg': sg, 'rule': rule} | to_json }}",
                             },
                         },
                     ],
@@ -473,20 +462,54 @@ def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
         db.dispose()
     assert seen["sg"]["changed"] and seen["sg"]["security_group"]["name"] == "dev-web"
     assert seen["rule"]["changed"] and seen["rule"]["rule"]["port_range_min"] == 80
-    assert seen["port"]["changed"] and seen["port"]["port"]["fixed_ips"]
-    assert seen["port_gone"]["changed"]
     db = tools.served.database()
     try:
-        from novakit.network import ports, security_groups
+        from novakit.network import security_groups
 
         dev = RequestContext(tools.admin.project_id, seen["key"]["keypair"]["user_id"], ["member"])
         rules = security_groups.show_group(db, dev, "dev-web")["security_group_rules"]
         assert [r["port_range_min"] for r in rules if r["direction"] == "ingress"] == [80]
-        assert "dev-port" not in [p["name"] for p in ports.list_ports(db, dev)]
     finally:
         db.dispose()
     assert not [s for s in tools.served.secrets if s in done.stdout]
     assert tools.embedded_default_untouched()
+
+
+def test_the_service_runs_only_its_listed_calls_with_its_own_caller(tools: Tools) -> None:
+    """/novakit/v1/call: a library function not listed (a port's view shows its host), a caller
+    or database given by the client, or no token: refused, nothing run."""
+    token = tools.served.issue("dev", "dev-pw-1", "admin")
+    headers = {"X-Auth-Token": token}
+
+    def call(body: dict[str, Any], sent: dict[str, str] | None = None) -> Any:
+        with tools.served.client() as http:
+            return http.post("/novakit/v1/call", json=body, headers=headers if sent is None else sent)
+
+    listed = call({"name": "novakit.network.networks.list_networks"})
+    assert listed.status_code == 200 and "lan" in [n["name"] for n in listed.json()["result"]]
+    for body, field in (
+        ({"name": "novakit.network.ports.show", "args": ["x"]}, "name"),
+        ({"name": "novakit.db.engine.Database.writer"}, "name"),
+        ({"name": "novakit.network.networks.show", "args": ["lan"], "kwargs": {"ctx": None}}, "ctx"),
+        (
+            {
+                "name": "novakit.network.networks.create",
+                "args": [{"name": "x"}],
+                "kwargs": {"db": "sqlite://"},
+            },
+            "db",
+        ),
+        ({"name": "novakit.network.networks.show", "args": ["lan", "extra", "more"]}, "args"),
+        ({"name": "novakit.network.networks.show", "args": ["lan"], "surprise": 1}, "surprise"),
+    ):
+        refused = call(body)
+        assert refused.status_code == 400, refused.text
+        assert (
+            refused.json()["error"]["type"] == "ValidationError"
+            and field in refused.json()["error"]["message"]
+        )
+    assert call({"name": "novakit.network.networks.list_networks"}, sent={}).status_code == 401
+    assert "x" not in [n["name"] for n in listed.json()["result"]]
 
 
 def test_no_secret_reaches_the_service_log(tools: Tools) -> None:

@@ -95,6 +95,7 @@ ADMIN_ONLY: dict[str, str] = {
     "servers:all_projects": "list the servers of every project",
     "server:migrate": "move a server to another host (cold migrate, live migrate, evacuate)",
     "migration:list": "list the migrations of servers between hosts",
+    "migration:abort": "abort a live migration under way (Nova's os_compute_api:servers:migrations:delete)",
     # Records of every project and what only the operator may read or override.
     "project:any": "find, show and act on any project's servers, volumes, ports and server groups "
     "(anyone else finds its own project's only: ``scope``)",

@@ -326,6 +326,9 @@ class ComputeManager:
                 result.results = self._each(request, lambda i: self.volume_action(op, i, request.volumes))
             elif op in _MOVE_OPS:
                 result.results = self._each(request, lambda i: self.move_step(op, i, request.options))
+            elif op == "live_migration_abort":
+                # Not ``_each``: the instance's lock is held by the migration it stops.
+                result.results = [self.live_migration_abort(i) for i in request.instances]
             elif op == "image_delete":
                 image = ImageSpec.model_validate(request.options["image"])
                 self.driver.delete_image(image)
@@ -502,6 +505,13 @@ class ComputeManager:
         rec.result.ok = True
         # The source's guest is off and no longer its instance's; the others say how it is.
         self._observe(instance, rec.result, quiet=op in _GONE_AFTER)
+        return rec.result
+
+    def live_migration_abort(self, instance: InstanceSpec) -> InstanceResult:
+        """Stop the live migration of ``instance`` running from here (Nova's
+        ``live_migration_abort``): its ``live_migration`` step then fails and the flow rolls back."""
+        rec = _Recorder(self.host, instance.uuid)
+        rec.ran("compute_live_migration_abort", lambda: self.driver.abort_live_migration(instance))
         return rec.result
 
     # --- volumes --------------------------------------------------------------------

@@ -60,6 +60,9 @@ Operation = Literal[
     "live_migration",
     "post_live_migration_at_destination",
     "rollback_live_migration_at_destination",
+    # Stop a live migration running from this host (``novakit.moves.abort``): run beside it, not
+    # after it (the instance's lock is the migration's until it ends).
+    "live_migration_abort",
     # Images of a server (``novakit.moves.snapshot``, ``novakit.moves.shelve``): its root disk
     # written into the host's image store (shelve powers it off first), a shelved guest removed
     # from its host, a snapshot file removed again; rescue boots a rescue image.

@@ -48,7 +48,7 @@ whose behaviour changes for the resources served here are all implemented:
   theirs: 2.23's migration types and a server's live migrations, 2.59's migrations in pages
   with their ``uuid``, 2.66's ``changes-before``, 2.49's and 2.70's device ``tag`` (novakit
   keeps none: null, a tag given is refused), 2.79's ``delete_on_termination`` of an attachment.
-- Resources not served yet (quota classes, diagnostics, the abort of a live migration) answer
+- Resources not served yet (quota classes, diagnostics, forcing a live migration to complete) answer
   404 at every version (an action, 400). An interface's attach and detach are served
   (``server_resources``: its tag of 2.49 is refused when given, and shown null from 2.70).
 

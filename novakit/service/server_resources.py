@@ -8,8 +8,11 @@ interfaces (Nova's ``os-migrations``, ``server migrations``, ``os-volume_attachm
   (``limit``, ``marker``: a migration's uuid) and narrowed by ``changes-since`` (and from 2.66
   ``changes-before``), where an unknown query parameter answers 400, as Nova's schema of 2.59.
 - ``GET /servers/{id}/migrations[/{migration_id}]`` (2.23): the server's live migrations under way
-  (admin only). novakit cannot abort or force one (the library has no such step), so
-  ``DELETE`` and ``action`` of them are not served.
+  (admin only). ``DELETE`` of one (2.24, ``openstack server migration abort``): the library's
+  ``novakit.moves.abort.abort_live_migration`` (admin only; a migration ``running``, from 2.65
+  ``queued`` and ``preparing`` too, else 400; not this server's, 404), the abort recorded and the
+  source host asked to stop it before the answer (202); the migration then ends ``cancelled``,
+  the server on its source. novakit cannot force one to complete: its ``action`` is not served.
 - ``/servers/{id}/os-volume_attachments``: list, show, attach (200 with the attachment, the
   library's ``novakit.compute.volume_attach.attach``: the volume reserved, the action recorded and
   the host's attach done before the answer, so that the device shown is the one given) and detach
@@ -37,7 +40,7 @@ from starlette.concurrency import run_in_threadpool
 
 from novakit import exceptions
 from novakit.compute import interfaces, volume_attach
-from novakit.moves import migrations
+from novakit.moves import abort, migrations
 from novakit.network import ports
 from novakit.service import paging
 from novakit.service.auth import Caller, caller
@@ -189,6 +192,22 @@ def show_server_migration(
             f"Migration {migration_id} is not a live migration under way of this server."
         )
     return COMPUTE.respond({"migration": _server_migration(match[0], version)}, version)
+
+
+@router.delete("/v2.1/servers/{server_id}/migrations/{migration_id}", status_code=202)
+async def abort_server_migration(
+    server_id: str, migration_id: str, request: Request, who: Caller = Depends(caller)
+) -> Response:
+    """Abort a live migration under way (2.24, 404 before; from 2.65 one not running yet too)."""
+    version = COMPUTE.requested(request)
+    if not version.at_least(2, 24):
+        raise exceptions.NotFound()
+    api = _service(request).api
+    queued = version.at_least(2, 65)
+    await run_in_threadpool(
+        lambda: abort.abort_live_migration(api, who.ctx, server_id, migration_id, queued=queued)
+    )
+    return COMPUTE.accepted(version)
 
 
 # ---------------------------------------------------------------- volume attachments

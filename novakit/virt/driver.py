@@ -376,6 +376,13 @@ class ComputeDriver:
         there and nothing of it is left here; if this raises, the guest still runs here."""
         raise NotImplementedError
 
+    def abort_live_migration(self, instance: InstanceSpec) -> None:
+        """On the source, from another thread or process than ``live_migration``'s: stop the
+        live migration of ``instance`` that runs now (Nova's ``live_migration_abort``). That
+        ``live_migration`` then raises, the guest still running here. No migration running (it
+        just ended) is not an error: nothing is done."""
+        raise NotImplementedError
+
     def post_live_migration_at_destination(self, instance: InstanceSpec, handed: dict[str, Any]) -> None:
         """On the destination, once the guest runs here: make it this host's for good (its
         persistent definition)."""

@@ -36,6 +36,11 @@ which is how a test points one host of an inventory at a failure:
     every reboot (soft or hard) raises ComputeError; the guest stays as it was.
 ``fail_interface_attach``
     every interface attach raises ComputeError; the guest stays as it was.
+``slow_live_migration``
+    a live migration from this host takes ``options["live_migration_delay"]`` seconds (default
+    10) before the guest is handed over, so that an abort (``abort_live_migration``, from
+    another thread or process) lands while it runs: the migration then fails as an aborted
+    libvirt job does (ComputeError), and the guest runs on here.
 
 A move hands the guest's record over: the source keeps it, shut off and marked
 ``resize_source`` (not listed, as libvirt's shut-off leftover belongs to no
@@ -119,6 +124,7 @@ FAILURE_MODES = (
     "fail_migrate_dest",
     "fail_reboot",
     "fail_interface_attach",
+    "slow_live_migration",
 )
 
 #: a console keeps this many lines, like a log that is rotated
@@ -193,6 +199,7 @@ class FakeDriver(ComputeDriver):
         self.local_gb = int(self.options.get("local_gb", 500))
         self.cpu_arch = str(self.options.get("cpu_arch", "x86_64"))
         self.spawn_delay = float(self.options.get("spawn_delay", 2))
+        self.live_migration_delay = float(self.options.get("live_migration_delay", 10))
         # Options may come as text (``novakit host register --option key=value``).
         supports = self.options.get("supports_admin_password", True)
         if isinstance(supports, str):
@@ -718,6 +725,8 @@ class FakeDriver(ComputeDriver):
     ) -> dict[str, Any]:
         if self.failure_mode() == "fail_migrate_source":
             raise exceptions.ComputeError(reason=f"fake failure: live migrations from host {self.host} fail")
+        if self.failure_mode() == "slow_live_migration":
+            self._migrate_slowly(instance, dest_host)
         with self._locked_state() as state:
             guest = self._guest(state, instance.uuid)
             self._settle(guest)
@@ -726,6 +735,45 @@ class FakeDriver(ComputeDriver):
             handed = dict(guest)
             del state["instances"][instance.uuid]
         return {"guest": handed}
+
+    def _job_files(self, uuid: str) -> tuple[Path, Path]:
+        """A live migration's job here (its file exists while it runs) and an abort's request
+        for it: files, so that an abort from another process reaches it."""
+        stem = f"{_host_file_stem(self.host)}-live-{_host_file_stem(uuid)}"
+        return self.state_dir / f"{stem}.job", self.state_dir / f"{stem}.abort"
+
+    def _migrate_slowly(self, instance: InstanceSpec, dest_host: str) -> None:
+        """``slow_live_migration``: the job runs ``live_migration_delay`` seconds, or until an
+        abort asks it to stop; then it raises ComputeError (the live flow's failure), the guest
+        running on here."""
+        job, abort = self._job_files(instance.uuid)
+        files.private_dir(self.state_dir)
+        abort.unlink(missing_ok=True)  # an abort of an earlier job that had ended meanwhile
+        job.touch()
+        try:
+            ends = time.monotonic() + self.live_migration_delay
+            while time.monotonic() < ends:
+                if abort.exists():
+                    abort.unlink(missing_ok=True)
+                    raise exceptions.ComputeError(
+                        reason=f"live migration of instance {instance.uuid} to {dest_host} was aborted; "
+                        f"the guest runs on {self.host}"
+                    )
+                time.sleep(0.05)
+        finally:
+            job.unlink(missing_ok=True)
+
+    def live_migration_running(self, uuid: str) -> bool:
+        """Whether a live migration of ``uuid`` runs from here now (for tests)."""
+        return self._job_files(uuid)[0].exists()
+
+    def abort_live_migration(self, instance: InstanceSpec) -> None:
+        """Ask the running job to stop; no job (it ended just now, or never was) is not an error,
+        as libvirt's "no job" is not for Nova's abort."""
+        job, abort = self._job_files(instance.uuid)
+        if job.exists():
+            files.private_dir(self.state_dir)
+            abort.touch()
 
     def post_live_migration_at_destination(self, instance: InstanceSpec, handed: dict[str, Any]) -> None:
         with self._locked_state() as state:

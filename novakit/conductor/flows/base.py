@@ -14,6 +14,7 @@ Recovering an interrupted move is heal's (``novakit.heal.moves``), read from the
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,14 +192,19 @@ class Flow:
         events: list[Any],
         fault: Any,
         error: bool = False,
+        migration_status: str = "error",
+        also: Callable[[Session], None] | None = None,
     ) -> None:
         """The move undone: the destination's claim (if any) goes, the source's returns to the
-        instance, the migration is error, the server where it was (``error``: in error)."""
+        instance, the migration is ``migration_status`` (error; an aborted one cancelled), the
+        server where it was (``error``: in error); ``also`` writes in the same transaction."""
 
         def write(session: Session) -> None:
             remove_allocations_in_session(session, uuid)
             move_allocations_in_session(session, mig, uuid)
-            migrations.set_status(session, mig, migrations.IN_PROGRESS, "error")
+            migrations.set_status(session, mig, migrations.IN_PROGRESS, migration_status)
+            if also is not None:
+                also(session)
             values: dict[str, Any] = {"task_state": None}
             if error:
                 values["vm_state"] = VmState.ERROR

@@ -9,6 +9,9 @@ ready (``pre_live_migration``), the source moves the guest while it runs
 bound there, and the migration's claim on the source goes. A failure rolls back as Nova's
 ``_rollback_live_migration``: the destination cleans up, the claims go back, the guest still
 runs on the source, the server is where it was with the action's error, the migration error.
+An aborted migration (``novakit.moves.abort``: its source's step stopped, or never started
+because the abort came first) takes that same path, with one difference as Nova's
+``migration_status='cancelled'``: the migration ends ``cancelled`` and the server keeps no fault.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from novakit.conductor.flows.base import Choice, OffItsHost
 from novakit.context import RequestContext
 from novakit.fleet import aggregates as fleet_aggregates
 from novakit.host.messages import InstanceResult
-from novakit.moves import migrations
+from novakit.moves import abort, migrations
 from novakit.network import ports
 from novakit.placement.allocations import remove_allocations_in_session
 
@@ -42,14 +45,29 @@ class LiveMigrate(OffItsHost):
         ready = call(dest, "pre_live_migration", {})
         events += ready.events
         moved: InstanceResult | None = None
-        if ready.ok:
-            self.db.run_in_transaction(lambda s: migrations.set_status(s, mig, "preparing", "running"))
+        if ready.ok and not self.db.run_in_transaction(lambda s: abort.begin_running(s, uuid, mig)):
             moved = call(source, "live_migration", {"dest_host": dest, "dest_info": ready.disk_info or {}})
             events += moved.events
         if moved is None or not moved.ok:  # the guest still runs on the source
             cleanup = call(dest, "rollback_live_migration_at_destination", {})
             failed = moved if moved is not None else ready
-            self.roll_back(ctx, uuid, t, mig, events=[*events, *cleanup.events], fault=failed.fault)
+            with self.db.reader() as session:
+                cancelled = abort.aborted(session, uuid, mig)
+            undone = [*events, *cleanup.events]
+            if not cancelled:
+                self.roll_back(ctx, uuid, t, mig, events=undone, fault=failed.fault)
+                return
+            ran = moved is not None
+            self.roll_back(
+                ctx,
+                uuid,
+                t,
+                mig,
+                events=undone,
+                fault=None,
+                migration_status="cancelled",
+                also=lambda s: abort.cancelled(s, uuid, source, ran=ran),
+            )
             return
         landed = call(dest, "post_live_migration_at_destination", {"disk_info": moved.disk_info or {}})
         # Past this point the guest runs on the destination whatever the last step said: the

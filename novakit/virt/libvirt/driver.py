@@ -740,6 +740,22 @@ class LibvirtDriver(ComputeDriver):
     ) -> dict[str, Any]:
         return live_migration.live_migration(self, instance, dest_host, dest_info)
 
+    def abort_live_migration(self, instance: InstanceSpec) -> None:
+        """``virDomainAbortJob`` on the guest: its ``migrate3`` (``live_migration``, running in
+        another thread or process) fails, and libvirt keeps the guest running here. A guest that
+        is gone (the migration ended) or has no job now is left alone, as Nova's abort is."""
+        uuid = valid_uuid(instance.uuid)
+        guest = self._lookup(uuid) if uuid else None
+        if guest is None:
+            return
+        try:
+            guest.domain.abortJob()
+        except self.libvirt.libvirtError as exc:
+            lv = self.libvirt
+            if exc.get_error_code() in (lv.VIR_ERR_OPERATION_INVALID, lv.VIR_ERR_NO_DOMAIN):
+                return  # "no job is active on the domain": the migration ended meanwhile
+            raise self._compute_error("abort the live migration of", instance.uuid, exc) from None
+
     def post_live_migration_at_destination(self, instance: InstanceSpec, handed: dict[str, Any]) -> None:
         live_migration.post_live_migration_at_destination(self, instance)
 

@@ -16,8 +16,9 @@ options:
       - Without it, E(OS_CLOUD) is taken unless a database URL is given (O(db_url), E(NOVAKIT_DB_URL)),
         which keeps the operator path.
       - Not with O(project), O(user) or O(roles) - the cloud's credentials are the identity.
-      - Through a cloud the service builds and acts; a state that takes several actions (a new server
-        to be V(stopped)) waits for each before starting the next, whatever O(wait) says.
+      - Through a cloud the service builds and acts; where a module waits (C(wait)), a state that takes
+        several actions (a new server to be stopped) waits for each before starting the next, whatever
+        C(wait) says.
     type: str
     version_added: 0.3.0
 """

@@ -16,7 +16,12 @@ description:
   - A pair's key cannot change once created (as in Nova); another public key for an existing name is
     an error that says so. An existing pair without O(public_key) asked is left as it is.
 version_added: 0.2.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.common
+  - novakit.cloud.cloud
+  - novakit.cloud.catalog
+  - novakit.cloud.catalog.name
 options:
   name:
     description: Key pair name (unique per user).

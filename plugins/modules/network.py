@@ -13,7 +13,12 @@ description:
   - An existing network is left as it is; other values for an existing name are an error that says so.
   - Deleting a network that still has ports fails, naming how many.
 version_added: 0.2.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.common
+  - novakit.cloud.cloud
+  - novakit.cloud.catalog
+  - novakit.cloud.catalog.name
 options:
   provider:
     description: V(network) (a libvirt network) or V(bridge) (a host bridge).

@@ -18,7 +18,12 @@ description:
     O(description) for an existing name is an error that says so.
   - Deleting a group that a port carries fails, naming how many.
 version_added: 0.3.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.common
+  - novakit.cloud.cloud
+  - novakit.cloud.catalog
+  - novakit.cloud.catalog.name
 options:
   description:
     description: What the group is for.

@@ -16,7 +16,12 @@ description:
   - A group's policy and rules cannot change once it exists (as in Nova); other values for an
     existing name are an error that says so.
 version_added: 0.1.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.common
+  - novakit.cloud.cloud
+  - novakit.cloud.catalog
+  - novakit.cloud.catalog.name
 options:
   policy:
     description: Placement policy; required to create the group.

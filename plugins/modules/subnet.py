@@ -15,7 +15,12 @@ description:
   - An existing subnet is left as it is; other values for an existing name are an error that says so.
     Deleting a subnet whose addresses are allocated fails.
 version_added: 0.2.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.common
+  - novakit.cloud.cloud
+  - novakit.cloud.catalog
+  - novakit.cloud.catalog.name
 options:
   network_name:
     description: The network's name or id.

@@ -38,6 +38,7 @@ from novakit.compute.api import API as LibraryAPI
 from novakit.compute.states import VmState
 from novakit.context import RequestContext
 from novakit.host.messages import ComputeRequest
+from novakit.worker import steady
 
 View = dict[str, Any]
 #: the library's API in this process, or the same calls through ``novakit serve`` (a cloud)
@@ -599,11 +600,6 @@ def find(api: API, ctx: RequestContext, ref: str) -> View | None:
         return api.get(ctx, ref)
     except exceptions.InstanceNotFound:
         return None
-
-
-def steady(server: View | None) -> bool:
-    """Nothing in progress: deleted, or no task running and not building."""
-    return server is None or (server["task_state"] is None and server["vm_state"] != VmState.BUILDING.value)
 
 
 def _reached(vm_state: VmState) -> Settled:

@@ -151,6 +151,12 @@ def run(job: Job) -> None:
     LOG.info("done: %s", job.server)
 
 
+def steady(server: dict[str, Any] | None) -> bool:
+    """Nothing in progress: deleted, or no task running and not building (what ``wait_for``'s
+    callers wait for when they wait for nothing in particular)."""
+    return server is None or (server["task_state"] is None and server["vm_state"] != "building")
+
+
 def wait_for(
     read: Callable[[], dict[str, Any] | None],
     settled: Callable[[dict[str, Any] | None], bool],

@@ -187,15 +187,14 @@ def main_options(
         "database URL is given); no database URL is then needed",
     ),
 ) -> None:
-    from novakit.client import cloud_name
+    from novakit.client import cloud_name, refuse_identity
 
     STATE.conf = guard(lambda: load_config(config, db_url=db_url))
     STATE.cloud = cloud_name(os_cloud, db_url)
     given = {"project": project, "user": user, "roles": role, "request_id": request_id}
     if STATE.cloud is not None:
-        named = [f"--{k}" for k, v in given.items() if k != "request_id" and v]
-        if named:
-            fail(f"{named[0]} is the cloud's credentials' to say: not with a cloud ({STATE.cloud})")
+        cloud = STATE.cloud
+        guard(lambda: refuse_identity({"--project": project, "--user": user, "--role": role}, cloud))
         return  # the caller is the cloud's token's, read when a command first needs it (``ctx``)
     STATE.ctx = guard(lambda: context_from(given, identity=conf().identity))
 

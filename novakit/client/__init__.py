@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
+
+from novakit import exceptions
 
 CLOUD_ENV = "OS_CLOUD"
 DB_URL_ENV = "NOVAKIT_DB_URL"
@@ -36,3 +39,13 @@ def cloud_name(cloud: str | None, db_url: str | None, environ: Mapping[str, str]
     if db_url or env.get(DB_URL_ENV):
         return None
     return env.get(CLOUD_ENV) or None
+
+
+def refuse_identity(given: Mapping[str, Any], cloud: str) -> None:
+    """Through a cloud the token says who calls: an identity option given (``{option: value}``,
+    as the face names its options) is refused, naming the option."""
+    named = next((option for option, value in given.items() if value), None)
+    if named is not None:
+        raise exceptions.ValidationError(
+            named, f"is the cloud's credentials' to say: not with a cloud ({cloud})"
+        )

@@ -19,7 +19,6 @@ nova-api and its conductor do):
 from __future__ import annotations
 
 import builtins
-import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -65,16 +64,8 @@ def connect(cloud: str) -> CloudAPI:
     return CloudAPI(cloud, region.get_session(), interface if isinstance(interface, str) else "public")
 
 
-def _settled(server: dict[str, Any] | None) -> bool:
-    """Nothing in progress: gone, or no task and not building (``desired.steady``)."""
-    return server is None or (server["task_state"] is None and server["vm_state"] != "building")
-
-
 class CloudAPI:
     """What ``novakit.compute.api.API`` offers the tools, over HTTP (module docstring)."""
-
-    #: the service runs the conductor's part of what a call starts (``desired`` reads it)
-    remote = True
 
     def __init__(self, cloud: str, session: Session, interface: str = "public") -> None:
         import os
@@ -262,7 +253,7 @@ class CloudAPI:
     def _settle(self, ctx: RequestContext, server: dict[str, Any]) -> dict[str, Any]:
         """``server`` once its work has ended (its last view when it is gone); a timeout is
         desired's ``WaitTimeout``, the work going on in the service."""
-        seen, why = worker.wait_for(lambda: self._find(server["id"]), _settled, self.timeout)
+        seen, why = worker.wait_for(lambda: self._find(server["id"]), worker.steady, self.timeout)
         if why is not None:
             raise self._timeout(seen or server)
         if seen is None:  # deleted: as the library's delete answers it
@@ -302,16 +293,15 @@ class CloudAPI:
         out: dict[str, Any] = self._call("POST", "/steps", body)
         if check_mode or params.get("step") not in ("schedule", "action") or not out.get("instances"):
             return out
-        deadline = time.monotonic() + self.timeout
-        uuids = list(out["instances"])
-        while True:
-            now = self._call("POST", "/steps", {"params": {"step": "summary", "instances": uuids}})
-            if all(_settled(s) or s["vm_state"] in ("deleted", "soft-delete") for s in now["servers"]):
-                break
-            if time.monotonic() >= deadline:
-                busy = [s for s in now["servers"] if not _settled(s)]
-                raise self._timeout(busy[0])
-            time.sleep(0.2)
+        summary = {"params": {"step": "summary", "instances": list(out["instances"])}}
+
+        def all_steady(seen: dict[str, Any] | None) -> bool:
+            return seen is not None and all(worker.steady(s) for s in seen["servers"])
+
+        now, why = worker.wait_for(lambda: self._call("POST", "/steps", summary), all_steady, self.timeout)
+        assert now is not None
+        if why is not None:
+            raise self._timeout(next(s for s in now["servers"] if not worker.steady(s)))
         failed = [*out.get("failed_servers", []), *now["failed_servers"]]
         out.update(servers=now["servers"], report=now["report"], failed_servers=failed)
         if "published" in out:

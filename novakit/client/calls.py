@@ -37,9 +37,10 @@ def bind(
     taken = [k for k in kwargs if k in PROVIDED]
     if taken:
         raise exceptions.ValidationError(taken[0], "is the caller's own: it cannot be given")
+    signature = inspect.signature(fn)
     given = list(args)
     out: dict[str, Any] = {}
-    for name, param in inspect.signature(fn).parameters.items():
+    for name, param in signature.parameters.items():
         if name in PROVIDED:
             out[name] = provided[name]
         elif given and param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
@@ -47,7 +48,7 @@ def bind(
     if given:
         raise exceptions.ValidationError("args", f"{call_name(fn)} takes fewer arguments")
     try:
-        return inspect.signature(fn).bind(**out, **kwargs)
+        return signature.bind(**out, **kwargs)
     except TypeError as exc:
         raise exceptions.ValidationError("kwargs", f"{call_name(fn)}: {exc}") from None
 

@@ -80,9 +80,7 @@ class CreateAPI:
             raise shown from None
         if dry_run:
             return [{"name": n, "host": h} for n, h in outcome.would_schedule_to.items()]
-        if build and outcome.unbuilt and self.later is not None:
-            self.later(self.conductor.build_instances, ctx, outcome.unbuilt, outcome.records)
-        elif build and outcome.unbuilt:
+        if build and outcome.unbuilt and not self.build_later(ctx, outcome):
             # The conductor starts from the records just written instead of reading them back,
             # and hands back the rows of the servers that built as it recorded them.
             rows: dict[str, Instance] = {}
@@ -98,6 +96,16 @@ class CreateAPI:
                     names.update(listing.image_names(session, unknown))
             return [server_view(i, ctx, names.get(i.image_ref or "")) for i in built]
         return outcome.servers
+
+    def build_later(self, ctx: RequestContext, outcome: CreateOutcome) -> bool:
+        """Hand the build of the servers ``outcome`` recorded and left unbuilt to ``later``
+        (``novakit serve``'s pool), starting from the records just written; False when there is
+        no ``later``: the caller builds."""
+        if self.later is None:
+            return False
+        if outcome.unbuilt:
+            self.later(self.conductor.build_instances, ctx, outcome.unbuilt, outcome.records)
+        return True
 
     def create_servers(
         self,

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from pydantic import Field
 from starlette.concurrency import run_in_threadpool
@@ -98,21 +99,9 @@ async def _body(request: Request, model: type[schemas.M]) -> schemas.M:
     return schemas.parse(model, await read_json(request))
 
 
-def _plain(value: Any) -> Any:
-    """JSON of a library answer: dataclasses as dicts, datetimes as ISO strings."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if hasattr(value, "isoformat"):
-        return value.isoformat()
-    return value
-
-
 def _answer(value: Any) -> JSONResponse:
-    return JSONResponse(_plain(value))
+    """A library answer as JSON (dataclasses as objects, datetimes as ISO strings)."""
+    return JSONResponse(jsonable_encoder(value))
 
 
 @router.post("/servers/get")
@@ -154,9 +143,9 @@ def _create(api: API, ctx: RequestContext, given: _Create) -> dict[str, Any]:
         outcome = api.create_servers(ctx, given.server, dry_run=given.dry_run, declarative=given.declarative)
     except exceptions.NoValidHost as exc:
         raise no_valid_host_shown(ctx, exc) from None
-    if outcome.unbuilt and not given.dry_run and api.later is not None:
-        api.later(api.conductor.build_instances, ctx, outcome.unbuilt, outcome.records)
-    answer: dict[str, Any] = _plain(dataclasses.replace(outcome, records=None))
+    if not given.dry_run:
+        api.build_later(ctx, outcome)
+    answer: dict[str, Any] = jsonable_encoder(dataclasses.replace(outcome, records=None))
     answer.pop("records")
     return answer
 
@@ -179,7 +168,7 @@ async def act(request: Request, who: Caller = Depends(caller)) -> Response:
         dry_run=given.dry_run,
         declarative=given.declarative,
     )
-    answer: dict[str, Any] = _plain(dataclasses.replace(outcome, request=None))
+    answer: dict[str, Any] = jsonable_encoder(dataclasses.replace(outcome, request=None))
     answer.pop("request")
     return _answer(answer)
 

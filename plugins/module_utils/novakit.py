@@ -135,12 +135,11 @@ class NovakitModule:
 
         Through a cloud, the identity is the cloud's token's (``CloudAPI.caller``).
         """
-        if self.cloud() is not None:
-            for name in ("project", "user", "roles"):
-                if self.params.get(name) is not None:
-                    raise nk_exceptions.ValidationError(
-                        name, "is the cloud's credentials' to say: not with cloud"
-                    )
+        cloud = self.cloud()
+        if cloud is not None:
+            from novakit.client import refuse_identity
+
+            refuse_identity({name: self.params.get(name) for name in ("project", "user", "roles")}, cloud)
             caller: RequestContext = self.api().caller()
             return caller
         extra_vars = getattr(self, "extra_vars", None) or None

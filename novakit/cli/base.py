@@ -251,7 +251,14 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return answered
     from novakit.client.calls import run_here
 
-    provide = {"db": db, "conf": conf, "ctx": ctx, "on_change": lambda: None}
+    provide = {
+        "db": db,
+        "conf": conf,
+        "ctx": ctx,
+        "on_change": lambda: None,
+        "svc": lambda: api().conductor,
+        "api": api,
+    }
     done: T = run_here(fn, provide, args, kwargs)
     return done
 

@@ -2,9 +2,10 @@
 
 The front-door functions the catalog modules call take the database, the configuration and the
 caller by the names ``db``, ``conf`` and ``ctx``, wherever those stand in their signatures
-(``networks.show(db, ref, ctx=None)``, ``keypairs.registry.create(db, conf, ctx, data)``), and
-a change to security groups or ports takes ``on_change``, which sends the filters it changed to
-their hosts. A caller gives only the rest; ``bind`` puts these in by name: in the module's
+(``networks.show(db, ref, ctx=None)``, ``keypairs.registry.create(db, conf, ctx, data)``); a
+change to security groups or ports takes ``on_change``, which sends the filters it changed to
+their hosts; a call that reaches a host takes the conductor's services (``svc``) or the API
+(``api``). A caller gives only the rest; ``bind`` puts these in by name: in the module's
 process its own, in ``novakit serve`` (``/novakit/v1/call``) the service's database,
 configuration and hosts and the token's caller, which no caller can give instead
 (``ValidationError``). An optional ``ctx`` is always given, so a look-up is always the caller's
@@ -19,9 +20,11 @@ from typing import Any
 
 from novakit import exceptions
 
-#: the names a library call's own parameters for the database, the configuration, the caller and
-#: what to do with the ports whose filters it changed (send them to their hosts) have
-PROVIDED = ("db", "conf", "ctx", "on_change")
+#: the names a library call's own parameters have for the database, the configuration, the
+#: caller, what to do with the ports whose filters it changed (send them to their hosts), the
+#: conductor's services (``svc``: a volume's calls, which reach a host) and the library's API
+#: (``api``: an attachment's, which go through a server's state machine)
+PROVIDED = ("db", "conf", "ctx", "on_change", "svc", "api")
 
 
 def call_name(fn: Callable[..., Any]) -> str:

@@ -182,7 +182,7 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
     from novakit.keypairs import registry
     from novakit.network import networks, security_groups, subnets
 
-    served = (
+    networking = (
         networks.show,
         networks.list_networks,
         networks.create,
@@ -191,6 +191,14 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
         subnets.list_subnets,
         subnets.create,
         subnets.delete,
+        security_groups.show_group,
+        security_groups.create_group,
+        security_groups.delete_group,
+        security_groups.find_rule,
+        security_groups.create_rule,
+        security_groups.delete_rule,
+    )
+    compute = (
         registry.find,
         registry.show,
         registry.list_keypairs,
@@ -201,13 +209,16 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
         server_groups.list_groups,
         server_groups.create,
         server_groups.delete_group,
-        security_groups.show_group,
-        security_groups.create_group,
-        security_groups.delete_group,
-        security_groups.find_rule,
-        security_groups.create_rule,
-        security_groups.delete_rule,
     )
+    # ports (the port module and commands)
+    ports: tuple[Callable[..., Any], ...] = ()
+    # flavors and images
+    catalog: tuple[Callable[..., Any], ...] = ()
+    # volumes and their attachments
+    volumes: tuple[Callable[..., Any], ...] = ()
+    # quotas, aggregates and zones
+    fleet: tuple[Callable[..., Any], ...] = ()
+    served = networking + compute + ports + catalog + volumes + fleet
     assert all("ctx" in inspect.signature(fn).parameters for fn in served)
     return {call_name(fn): fn for fn in served}
 
@@ -228,6 +239,8 @@ async def call(request: Request, who: Caller = Depends(caller)) -> Response:
         "conf": api.conf,
         "ctx": who.ctx,
         "on_change": push_of(request, who.ctx),
+        "svc": api.conductor,
+        "api": api,
     }
     bound = bind(fn, provided, given.args, given.kwargs)
     result = await run_in_threadpool(lambda: fn(*bound.args, **bound.kwargs))

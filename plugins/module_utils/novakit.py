@@ -187,6 +187,8 @@ class NovakitModule:
             "conf": self.config,
             "ctx": self.context,
             "on_change": lambda: None,
+            "svc": lambda: self.api().conductor,
+            "api": self.api,
         }
 
     def _opened(self, db: Any) -> Any:

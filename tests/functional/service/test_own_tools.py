@@ -10,139 +10,22 @@ there, which the tests look for). What they did is read back from the service's 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from novakit.compute.api import API
 from novakit.context import RequestContext
-from tests.functional.cloud import make_cloud
-from tests.functional.service.conftest import (
-    Served,
-    add_user,
-    keystone_admin,
-    make_lan,
-    openstack,
-    os_env,
-    serve_cloud,
-)
-from tests.unit.test_awx_credential_type import inject
+from tests.functional.service.own_tools import BIN, ROOT, Tools, cloud_for_tools, ok  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.xdist_group("service_own_tools")
-
-ROOT = Path(__file__).resolve().parents[3]
-BIN = Path(sys.executable).parent
-
-
-@dataclass
-class Tools:
-    served: Served
-    directory: Path
-    env: dict[str, str]  # no database URL; clouds.yaml with "nk" (the admin) and "dev" (a member)
-    admin: RequestContext  # the admin as the service knows it
-    awx: dict[str, str]  # what AWX's novakit credential injects for the member's application credential
-
-    def novakit(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "novakit.cli.main", *args],
-            env={**self.env, **env},
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-
-    def server(self, name: str) -> dict[str, Any] | None:
-        """The server of that name as the service's database has it (None: none, or deleted)."""
-        db = self.served.database()
-        try:
-            return next((s for s in API(db).list(self.admin) if s["name"] == name), None)
-        finally:
-            db.dispose()
-
-    def embedded_default_untouched(self) -> bool:
-        return not any((self.directory / "own-state").rglob("*.db"))
-
-
-def _ok(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
-@pytest.fixture(scope="module")
-def tools(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tools]:
-    directory = tmp_path_factory.mktemp("own")
-    with serve_cloud(backend, directory, "own") as served:
-        add_user(served, "dev", "dev-pw-1", project="admin")
-        db = served.database()
-        try:
-            make_cloud(db, directory)
-            admin = keystone_admin(served)
-            make_lan(db, admin)
-        finally:
-            db.dispose()
-        # The member's application credential, made with the real openstack command (AWX's form).
-        dev = os_env(served, user="dev", password="dev-pw-1")
-        made = openstack(dev, "application", "credential", "create", "dev-cred", "-f", "json")
-        assert made.returncode == 0, made.stderr
-        cred = json.loads(made.stdout)
-        served.secrets.append(cred["Secret"])
-        by_credential = served.novakit(
-            "identity",
-            "clouds-yaml",
-            "dev",
-            "--application-credential-id",
-            cred["ID"],
-            OS_APPLICATION_CREDENTIAL_SECRET=cred["Secret"],
-        ).stdout
-        clouds = yaml.safe_load(by_credential)
-        # The admin by password: a file the operator writes (clouds-yaml never writes a password).
-        clouds["clouds"]["nk"] = {
-            "auth": {
-                "auth_url": f"{served.url}/identity/v3",
-                "username": "admin",
-                "password": served.password,
-                "project_name": "admin",
-                "user_domain_name": "Default",
-                "project_domain_name": "Default",
-            },
-            "region_name": "RegionOne",
-            "interface": "public",
-            "identity_api_version": 3,
-        }
-        config = directory / "clouds.yaml"
-        config.write_text(yaml.safe_dump(clouds))
-        config.chmod(0o600)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OS_", "NOVAKIT_", "ANSIBLE_"))}
-        env.update(
-            OS_CLIENT_CONFIG_FILE=str(config),
-            NOVAKIT_STATE_DIR=str(directory / "own-state"),
-            PATH=f"{BIN}:{env.get('PATH', '')}",
-            ANSIBLE_LOCAL_TEMP=str(directory / "ansible-tmp"),
-            ANSIBLE_HOME=str(directory / "ansible-home"),
-        )
-        awx_files = directory / "awx"
-        awx_files.mkdir()
-        awx = inject(
-            {
-                "auth_url": f"{served.url}/identity/v3",
-                "application_credential_id": cred["ID"],
-                "application_credential_secret": cred["Secret"],
-            },
-            awx_files,
-        )
-        yield Tools(served, directory, env, admin, awx)
 
 
 def test_the_command_runs_a_server_s_life_through_the_cloud(tools: Tools) -> None:
     """create, list, show, stop (OS_CLOUD), start, events, delete: all answered by the service."""
-    out = _ok(
+    out = ok(
         tools.novakit(
             "--os-cloud", "nk", "server", "create", "cli-web", "--flavor", "m1.small", "--image", "tiny",
             "--nic", "net-id=lan", "-f", "json",
@@ -152,20 +35,20 @@ def test_the_command_runs_a_server_s_life_through_the_cloud(tools: Tools) -> Non
     assert (created["name"], created["status"]) == ("cli-web", "ACTIVE"), created
     assert (tools.server("cli-web") or {}).get("status") == "ACTIVE"
 
-    listed = json.loads(_ok(tools.novakit("--os-cloud", "nk", "server", "list", "-f", "json")))
+    listed = json.loads(ok(tools.novakit("--os-cloud", "nk", "server", "list", "-f", "json")))
     assert "cli-web" in [s["name"] for s in listed]
 
-    _ok(tools.novakit("server", "stop", "cli-web", OS_CLOUD="nk"))
+    ok(tools.novakit("server", "stop", "cli-web", OS_CLOUD="nk"))
     assert (tools.server("cli-web") or {}).get("status") == "SHUTOFF"
-    shown = json.loads(_ok(tools.novakit("server", "show", "cli-web", "-f", "json", OS_CLOUD="nk")))
+    shown = json.loads(ok(tools.novakit("server", "show", "cli-web", "-f", "json", OS_CLOUD="nk")))
     assert shown["status"] == "SHUTOFF"
 
-    _ok(tools.novakit("--os-cloud", "nk", "server", "start", "cli-web"))
-    events = _ok(tools.novakit("--os-cloud", "nk", "server", "events", "cli-web"))
+    ok(tools.novakit("--os-cloud", "nk", "server", "start", "cli-web"))
+    events = ok(tools.novakit("--os-cloud", "nk", "server", "events", "cli-web"))
     for action in ("create", "stop", "start"):
         assert action in events
 
-    _ok(tools.novakit("--os-cloud", "nk", "server", "delete", "cli-web"))
+    ok(tools.novakit("--os-cloud", "nk", "server", "delete", "cli-web"))
     assert tools.server("cli-web") is None
     assert tools.embedded_default_untouched()
 
@@ -193,35 +76,35 @@ def test_the_command_s_refusals_come_from_the_service(tools: Tools) -> None:
 def test_the_catalog_commands_go_through_the_cloud(tools: Tools) -> None:
     """network, subnet, keypair and server group commands: the service's calls and policy (a
     member's network create refused, its key pair its own)."""
-    made = json.loads(_ok(tools.novakit("--os-cloud", "nk", "network", "create", "cli-net", "-f", "json")))
+    made = json.loads(ok(tools.novakit("--os-cloud", "nk", "network", "create", "cli-net", "-f", "json")))
     assert made["name"] == "cli-net"
-    _ok(tools.novakit("--os-cloud", "nk", "subnet", "create", "cli-net-v4", "--network", "cli-net",
+    ok(tools.novakit("--os-cloud", "nk", "subnet", "create", "cli-net-v4", "--network", "cli-net",
                       "--subnet-range", "10.8.0.0/24"))  # fmt: skip
-    subnets = json.loads(_ok(tools.novakit("--os-cloud", "nk", "subnet", "list", "-f", "json")))
+    subnets = json.loads(ok(tools.novakit("--os-cloud", "nk", "subnet", "list", "-f", "json")))
     assert "10.8.0.0/24" in [s["cidr"] for s in subnets]
     refused = tools.novakit("--os-cloud", "dev", "network", "create", "dev-cli-net")
     assert refused.returncode == 1 and "network:create" in refused.stderr
-    listed = json.loads(_ok(tools.novakit("--os-cloud", "dev", "network", "list", "-f", "json")))
+    listed = json.loads(ok(tools.novakit("--os-cloud", "dev", "network", "list", "-f", "json")))
     assert "dev-cli-net" not in [n["name"] for n in listed]
-    key = _ok(tools.novakit("--os-cloud", "dev", "keypair", "create", "cli-key"))
+    key = ok(tools.novakit("--os-cloud", "dev", "keypair", "create", "cli-key"))
     assert "PRIVATE KEY" in key
-    keys = json.loads(_ok(tools.novakit("--os-cloud", "dev", "keypair", "list", "-f", "json")))
+    keys = json.loads(ok(tools.novakit("--os-cloud", "dev", "keypair", "list", "-f", "json")))
     assert [k["name"] for k in keys] == ["cli-key"]
-    assert json.loads(_ok(tools.novakit("--os-cloud", "nk", "keypair", "list", "-f", "json"))) == []
-    _ok(tools.novakit("--os-cloud", "dev", "server", "group", "create", "cli-grp", "--policy", "affinity"))
+    assert json.loads(ok(tools.novakit("--os-cloud", "nk", "keypair", "list", "-f", "json"))) == []
+    ok(tools.novakit("--os-cloud", "dev", "server", "group", "create", "cli-grp", "--policy", "affinity"))
     shown = json.loads(
-        _ok(tools.novakit("--os-cloud", "dev", "server", "group", "show", "cli-grp", "-f", "json"))
+        ok(tools.novakit("--os-cloud", "dev", "server", "group", "show", "cli-grp", "-f", "json"))
     )
     assert shown["policy"] == "affinity"
-    _ok(tools.novakit("--os-cloud", "dev", "server", "group", "delete", "cli-grp"))
-    _ok(tools.novakit("--os-cloud", "dev", "keypair", "delete", "cli-key"))
-    _ok(tools.novakit("--os-cloud", "nk", "network", "delete", "cli-net"))
+    ok(tools.novakit("--os-cloud", "dev", "server", "group", "delete", "cli-grp"))
+    ok(tools.novakit("--os-cloud", "dev", "keypair", "delete", "cli-key"))
+    ok(tools.novakit("--os-cloud", "nk", "network", "delete", "cli-net"))
     assert tools.embedded_default_untouched()
 
 
 def test_a_member_s_credential_sees_only_its_own_and_no_hosts(tools: Tools) -> None:
     """The member's application credential: its servers only, no host column, admin actions refused."""
-    out = _ok(
+    out = ok(
         tools.novakit(
             "--os-cloud", "dev", "server", "create", "dev-1", "--flavor", "m1.small", "--image", "tiny",
             "--nic", "net-id=lan", "-f", "json",
@@ -229,11 +112,11 @@ def test_a_member_s_credential_sees_only_its_own_and_no_hosts(tools: Tools) -> N
     )  # fmt: skip
     (created,) = json.loads(out)
     assert created["status"] == "ACTIVE" and not created.get("host"), created
-    shown = json.loads(_ok(tools.novakit("--os-cloud", "dev", "server", "show", "dev-1", "-f", "json")))
+    shown = json.loads(ok(tools.novakit("--os-cloud", "dev", "server", "show", "dev-1", "-f", "json")))
     assert not shown.get("host")
     refused = tools.novakit("--os-cloud", "dev", "server", "migrate", "dev-1")
     assert refused.returncode == 1 and "policy" in refused.stderr.lower()
-    _ok(tools.novakit("--os-cloud", "dev", "server", "delete", "dev-1"))
+    ok(tools.novakit("--os-cloud", "dev", "server", "delete", "dev-1"))
     assert tools.server("dev-1") is None
 
 

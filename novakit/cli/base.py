@@ -242,6 +242,23 @@ def db() -> Any:
     return guard(lambda: Database.from_config(conf()))
 
 
+def push_on_change() -> Callable[[list[str]], None]:
+    """What a change calls with the ports whose filters it changed (a call's ``on_change`` in the
+    command's process): their hosts get them now; a host that could not take one is a warning,
+    and heal applies it later."""
+
+    def push(port_uuids: list[str]) -> None:
+        from novakit.network import filter_sync
+
+        failed = filter_sync.push_filters(api().conductor.rpc, ctx().request_id, port_uuids)
+        for port, why in sorted(failed.items()):
+            err_console.print(
+                f"warning: the filter of port {port} was not applied on its host ({why}); heal applies it"
+            )
+
+    return push
+
+
 def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """A library front-door call with the command's database, configuration and caller, given by
     name (``novakit.client.calls``); through a cloud, the service runs it with its own and the
@@ -255,7 +272,7 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         "db": db,
         "conf": conf,
         "ctx": ctx,
-        "on_change": lambda: None,
+        "on_change": push_on_change,
         "svc": lambda: api().conductor,
         "api": api,
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from novakit.cli.base import api, console, ctx, guard, server_add_app, server_remove_app
+from novakit.cli.base import call, console, guard, server_add_app, server_remove_app
 
 SERVER = typer.Argument(..., help="server name or id")
 PORT = typer.Argument(..., help="port name or id")
@@ -17,7 +17,7 @@ def server_add_port(server: str = SERVER, port: str = PORT) -> None:
     """Attach a port to a server (hot on a running server, in the definition of a stopped one)."""
     from novakit.compute import interfaces
 
-    shown = guard(lambda: interfaces.attach(api(), ctx(), server, port=port))
+    shown = guard(lambda: call(interfaces.attach, server, port=port))
     console.print(f"port {shown['name'] or shown['id']} attached to server {server}")
 
 
@@ -32,7 +32,7 @@ def server_add_network(
     """Attach a new port on a network to a server (the server's security groups apply to it)."""
     from novakit.compute import interfaces
 
-    shown = guard(lambda: interfaces.attach(api(), ctx(), server, network=network, fixed_ip=fixed_ip))
+    shown = guard(lambda: call(interfaces.attach, server, network=network, fixed_ip=fixed_ip))
     addresses = ", ".join(ip["ip_address"] for ip in shown["fixed_ips"])
     console.print(
         f"port {shown['id']} on network {shown['network']} attached to server {server} ({addresses})"
@@ -44,5 +44,5 @@ def server_remove_port(server: str = SERVER, port: str = PORT) -> None:
     """Detach a port from a server; one its boot or an attach made is deleted, one you gave is kept."""
     from novakit.compute import interfaces
 
-    shown = guard(lambda: interfaces.detach(api(), ctx(), server, port))
+    shown = guard(lambda: call(interfaces.detach, server, port))
     console.print(f"port {shown['name'] or shown['id']} detached from server {server}")

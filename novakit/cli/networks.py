@@ -195,7 +195,7 @@ PORT.show(
 
 
 def _delete_port(ports: ModuleType, port: str) -> None:
-    from novakit.cli.security_groups import _push as push_on_change
+    from novakit.cli.base import push_on_change
 
     ports.delete_port(db(), ctx(), port, on_change=push_on_change())
 

@@ -13,19 +13,7 @@ from typing import Any
 import typer
 
 from novakit.cli import output
-from novakit.cli.base import (
-    api,
-    app,
-    conf,
-    console,
-    ctx,
-    db,
-    err_console,
-    group,
-    guard,
-    server_add_app,
-    server_remove_app,
-)
+from novakit.cli.base import app, call, console, group, guard, server_add_app, server_remove_app
 from novakit.cli.output import Col, Record
 from novakit.cli.verbs import Noun
 
@@ -104,21 +92,6 @@ RULE = Noun(
 )
 
 
-def _push() -> Any:
-    """What a change calls with the ports whose filters it changed: their hosts get them now."""
-
-    def push(port_uuids: list[str]) -> None:
-        from novakit.network import filter_sync
-
-        failed = filter_sync.push_filters(api().conductor.rpc, ctx().request_id, port_uuids)
-        for port, why in sorted(failed.items()):
-            err_console.print(
-                f"warning: the filter of port {port} was not applied on its host ({why}); heal applies it"
-            )
-
-    return push
-
-
 # --- groups --------------------------------------------------------------------------------
 
 
@@ -131,7 +104,7 @@ def security_group_create(
     """Create a security group; it starts with Neutron's egress rules (anywhere, IPv4 and IPv6)."""
     from novakit.network import security_groups
 
-    return security_groups.create_group(db(), conf(), ctx(), {"name": name, "description": description})
+    return call(security_groups.create_group, {"name": name, "description": description})
 
 
 @security_group_app.command("list")
@@ -140,16 +113,16 @@ def security_group_list() -> list[Record]:
     """Your project's security groups (an admin: every project's); your default group is made on first use."""
     from novakit.network import security_groups
 
-    return security_groups.list_groups(db(), ctx())
+    return call(security_groups.list_groups)
 
 
 SECURITY_GROUP.show(
     "Show a security group and its rules.",
-    lambda groups, group_ref: groups.show_group(db(), ctx(), group_ref),
+    lambda groups, group_ref: call(groups.show_group, group_ref),
 )
 SECURITY_GROUP.delete(
     "Delete a security group and its rules; refused while a port carries it, and for default.",
-    lambda groups, group_ref: groups.delete_group(db(), ctx(), group_ref, on_change=_push()),
+    lambda groups, group_ref: call(groups.delete_group, group_ref),
 )
 
 
@@ -209,7 +182,7 @@ def security_group_rule_create(
         "remote_group": remote_group,
         "description": description,
     }
-    return security_groups.create_rule(db(), conf(), ctx(), data, on_change=_push())
+    return call(security_groups.create_rule, data)
 
 
 @security_group_rule_app.command("list")
@@ -220,13 +193,13 @@ def security_group_rule_list(
     """The rules of a group, or of every group you see."""
     from novakit.network import security_groups
 
-    return security_groups.list_rules(db(), ctx(), group_ref)
+    return call(security_groups.list_rules, group_ref)
 
 
-RULE.show("Show a rule.", lambda groups, rule_id: groups.show_rule(db(), ctx(), rule_id), "{noun} {id}")
+RULE.show("Show a rule.", lambda groups, rule_id: call(groups.show_rule, rule_id), "{noun} {id}")
 RULE.delete(
     "Delete a rule; the filters of the ports carrying its group change at once.",
-    lambda groups, rule_id: groups.delete_rule(db(), ctx(), rule_id, on_change=_push()),
+    lambda groups, rule_id: call(groups.delete_rule, rule_id),
 )
 
 
@@ -238,7 +211,7 @@ def server_add_security_group(server: str = SERVER, group_ref: str = GROUP_REF) 
     """Every port of the server carries the group from now on (its filters change live)."""
     from novakit.network import security_groups
 
-    guard(lambda: security_groups.add_to_server(db(), ctx(), server, group_ref, on_change=_push()))
+    guard(lambda: call(security_groups.add_to_server, server, group_ref))
     console.print(f"security group {group_ref} added to server {server}")
 
 
@@ -247,5 +220,5 @@ def server_remove_security_group(server: str = SERVER, group_ref: str = GROUP_RE
     """No port of the server carries the group any more (its filters change live)."""
     from novakit.network import security_groups
 
-    guard(lambda: security_groups.remove_from_server(db(), ctx(), server, group_ref, on_change=_push()))
+    guard(lambda: call(security_groups.remove_from_server, server, group_ref))
     console.print(f"security group {group_ref} removed from server {server}")

@@ -178,7 +178,7 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
     (``CloudAPI.call``), by their wire name. Each takes its caller (``ctx``) and decides what it
     may see and do itself (``novakit.policy``); one that takes no caller is never served, nor one
     whose view shows a host to a member (a port's ``binding_host``: the Network router hides it)."""
-    from novakit.compute import server_groups
+    from novakit.compute import interfaces, server_groups
     from novakit.keypairs import registry
     from novakit.network import networks, security_groups, subnets
 
@@ -191,12 +191,17 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
         subnets.list_subnets,
         subnets.create,
         subnets.delete,
+        security_groups.list_groups,
         security_groups.show_group,
         security_groups.create_group,
         security_groups.delete_group,
         security_groups.find_rule,
         security_groups.create_rule,
+        security_groups.list_rules,
+        security_groups.show_rule,
         security_groups.delete_rule,
+        security_groups.add_to_server,
+        security_groups.remove_from_server,
     )
     compute = (
         registry.find,
@@ -209,6 +214,8 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
         server_groups.list_groups,
         server_groups.create,
         server_groups.delete_group,
+        interfaces.attach,
+        interfaces.detach,
     )
     # ports (the port module and commands)
     ports: tuple[Callable[..., Any], ...] = ()

@@ -102,6 +102,47 @@ def test_the_catalog_commands_go_through_the_cloud(tools: Tools) -> None:
     assert tools.embedded_default_untouched()
 
 
+def test_security_group_and_interface_commands_go_through_the_cloud(tools: Tools) -> None:
+    """A member's security group, its rule, the group added to and removed from its server, and a
+    port attached to that server and detached: the service's calls, read back from its database;
+    a bad rule refused with the library's words."""
+    from novakit.network import ports
+
+    def nk(*args: str) -> subprocess.CompletedProcess[str]:
+        return tools.novakit("--os-cloud", "dev", *args)
+
+    made = json.loads(ok(nk("security", "group", "create", "cli-web", "-f", "json")))
+    assert made["name"] == "cli-web"
+    ok(nk("security", "group", "rule", "create", "cli-web", "--protocol", "tcp", "--dst-port", "8080"))
+    bad = nk("security", "group", "rule", "create", "cli-web", "--protocol", "gre", "--dst-port", "1:2")
+    assert bad.returncode == 1 and "port_range" in bad.stderr, bad.stderr
+    rules = json.loads(ok(nk("security", "group", "rule", "list", "cli-web", "-f", "json")))
+    assert [r["port_range_min"] for r in rules if r["direction"] == "ingress"] == [8080]
+    assert "cli-web" in [g["name"] for g in json.loads(ok(nk("security", "group", "list", "-f", "json")))]
+    ok(nk("server", "create", "sg-1", "--flavor", "m1.small", "--image", "tiny", "--nic", "net-id=lan"))
+    assert "added" in ok(nk("server", "add", "security", "group", "sg-1", "cli-web"))
+    server = tools.server("sg-1")
+    assert server is not None
+    db = tools.served.database()
+    try:
+        (port,) = ports.list_ports(db, tools.admin, device_id=server["id"])
+        assert "cli-web" in port["security_groups"], port
+        assert "attached to server sg-1" in ok(nk("server", "add", "network", "sg-1", "lan"))
+        attached = ports.list_ports(db, tools.admin, device_id=server["id"])
+        assert len(attached) == 2
+        extra = next(p for p in attached if p["id"] != port["id"])
+        assert "detached" in ok(nk("server", "remove", "port", "sg-1", extra["id"]))
+        assert [p["id"] for p in ports.list_ports(db, tools.admin, device_id=server["id"])] == [port["id"]]
+        assert "removed" in ok(nk("server", "remove", "security", "group", "sg-1", "cli-web"))
+        (port,) = ports.list_ports(db, tools.admin, device_id=server["id"])
+        assert "cli-web" not in port["security_groups"]
+    finally:
+        db.dispose()
+    ok(nk("server", "delete", "sg-1"))
+    ok(nk("security", "group", "delete", "cli-web"))
+    assert tools.embedded_default_untouched()
+
+
 def test_a_member_s_credential_sees_only_its_own_and_no_hosts(tools: Tools) -> None:
     """The member's application credential: its servers only, no host column, admin actions refused."""
     out = ok(

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from novakit.cli import output
-from novakit.cli.base import conf, console, ctx, db, guard, host_app
+from novakit.cli.base import call, conf, console, ctx, db, guard, host_app
 from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
 
 HOST_COLUMNS = [
@@ -87,7 +87,7 @@ def host_list(
     """Hosts with status, state (and why a host is down), last contact and usage bars."""
     from novakit.fleet import hosts
 
-    rows = guard(lambda: hosts.list_hosts(db(), conf(), ctx=ctx()))
+    rows = guard(lambda: call(hosts.list_hosts))
     if column or guard(lambda: output.chosen(fmt, out)) != Format.table:
         guard(lambda: output.emit_list(rows, HOST_COLUMNS, fmt, out, column))
         return
@@ -143,7 +143,7 @@ def host_down(
     """Force a host down (admin only): the scheduler leaves it out until `host up`."""
     from novakit.fleet import hosts
 
-    guard(lambda: hosts.set_forced_down(db(), ctx(), name, True, reason))
+    guard(lambda: call(hosts.set_forced_down, name, True, reason))
     console.print(f"host {name} forced down")
 
 
@@ -152,7 +152,7 @@ def host_up(name: str = typer.Argument(..., help="the host")) -> None:
     """Lift a forced down (admin only), and a failed contact's mark: the next contact tells again."""
     from novakit.fleet import hosts
 
-    guard(lambda: hosts.set_forced_down(db(), ctx(), name, False))
+    guard(lambda: call(hosts.set_forced_down, name, False))
     console.print(f"host {name} up")
 
 
@@ -164,7 +164,7 @@ def host_disable(
     """Take a host out of scheduling (admin only); its servers keep running."""
     from novakit.fleet import hosts
 
-    guard(lambda: hosts.set_disabled(db(), ctx(), name, True, reason))
+    guard(lambda: call(hosts.set_disabled, name, True, reason))
     console.print(f"host {name} disabled")
 
 
@@ -173,7 +173,7 @@ def host_enable(name: str = typer.Argument(..., help="the host")) -> None:
     """Let the scheduler place servers on a host again (admin only)."""
     from novakit.fleet import hosts
 
-    guard(lambda: hosts.set_disabled(db(), ctx(), name, False))
+    guard(lambda: call(hosts.set_disabled, name, False))
     console.print(f"host {name} enabled")
 
 
@@ -185,7 +185,7 @@ def host_delete(name: str = typer.Argument(..., help="the host")) -> None:
     """
     from novakit.fleet import hosts
 
-    guard(lambda: hosts.delete_host(db(), ctx(), name))
+    guard(lambda: call(hosts.delete_host, name))
     console.print(f"host {name} deleted")
 
 
@@ -213,7 +213,7 @@ def host_show(name: str = typer.Argument(..., help="the host")) -> dict[str, Any
     """One host: status, state, zone, aggregates, traits (the driver's and CUSTOM_ ones), usage."""
     from novakit.fleet import hosts
 
-    return hosts.show_host(db(), conf(), name, ctx=ctx())
+    return call(hosts.show_host, name)
 
 
 TRAIT = typer.Option(..., "--trait", help="a custom trait, CUSTOM_[A-Z0-9_]+ (repeat)")
@@ -224,7 +224,7 @@ def host_set(name: str = typer.Argument(..., help="the host"), trait: list[str] 
     """Give a host custom traits (admin only): a flavor's trait:CUSTOM_X=required lands there."""
     from novakit.fleet import hosts
 
-    now = guard(lambda: hosts.set_traits(db(), ctx(), name, trait))
+    now = guard(lambda: call(hosts.set_traits, name, trait))
     console.print(f"host {name} custom traits: {', '.join(now) or '-'}")
 
 
@@ -233,7 +233,7 @@ def host_unset(name: str = typer.Argument(..., help="the host"), trait: list[str
     """Remove custom traits from a host (admin only); the driver's traits are its own."""
     from novakit.fleet import hosts
 
-    now = guard(lambda: hosts.unset_traits(db(), ctx(), name, trait))
+    now = guard(lambda: call(hosts.unset_traits, name, trait))
     console.print(f"host {name} custom traits: {', '.join(now) or '-'}")
 
 

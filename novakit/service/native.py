@@ -179,6 +179,7 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
     may see and do itself (``novakit.policy``); one that takes no caller is never served, nor one
     whose view shows a host to a member (a port's ``binding_host``: the Network router hides it)."""
     from novakit.compute import interfaces, server_groups
+    from novakit.fleet import hosts
     from novakit.keypairs import registry
     from novakit.network import networks, security_groups, subnets
 
@@ -217,6 +218,17 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
         interfaces.attach,
         interfaces.detach,
     )
+    # the hosts as Nova's os-services and os-hypervisors show and change them (admins; the
+    # host's own registration, heartbeat and adoption of guests stay the operator's)
+    hosts_ = (
+        hosts.list_hosts,
+        hosts.show_host,
+        hosts.set_disabled,
+        hosts.set_forced_down,
+        hosts.delete_host,
+        hosts.set_traits,
+        hosts.unset_traits,
+    )
     # ports (the port module and commands)
     ports: tuple[Callable[..., Any], ...] = ()
     # flavors and images
@@ -225,7 +237,7 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
     volumes: tuple[Callable[..., Any], ...] = ()
     # quotas, aggregates and zones
     fleet: tuple[Callable[..., Any], ...] = ()
-    served = networking + compute + ports + catalog + volumes + fleet
+    served = networking + compute + hosts_ + ports + catalog + volumes + fleet
     assert all("ctx" in inspect.signature(fn).parameters for fn in served)
     return {call_name(fn): fn for fn in served}
 

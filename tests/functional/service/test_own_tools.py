@@ -143,6 +143,43 @@ def test_security_group_and_interface_commands_go_through_the_cloud(tools: Tools
     assert tools.embedded_default_untouched()
 
 
+def test_the_host_commands_go_through_the_cloud(tools: Tools) -> None:
+    """An admin's host list, show, disable, enable and custom traits, as Nova's os-services and
+    placement's traits: the service's calls, read back from its database; a member refused by
+    the service's policy; the host's own registration still opens the database."""
+    from sqlalchemy import select
+
+    from novakit.db.models import Service
+
+    def nk(*args: str, cloud: str = "nk") -> subprocess.CompletedProcess[str]:
+        return tools.novakit("--os-cloud", cloud, *args)
+
+    listed = json.loads(ok(nk("host", "list", "-f", "json")))
+    name = sorted(h["host"] for h in listed)[0]
+    assert name == "compute-1", listed
+    assert "disabled" in ok(nk("host", "disable", name, "--reason", "disk swap"))
+    db = tools.served.database()
+    try:
+        with db.reader() as session:
+            service = session.execute(select(Service).where(Service.host == name)).scalar_one()
+            assert (service.disabled, service.disabled_reason) == (True, "disk swap")
+    finally:
+        db.dispose()
+    shown = json.loads(ok(nk("host", "show", name, "-f", "json")))
+    assert (shown["status"], shown["disabled_reason"]) == ("disabled", "disk swap"), shown
+    assert "CUSTOM_GPU" in ok(nk("host", "set", name, "--trait", "CUSTOM_GPU"))
+    assert "CUSTOM_GPU" not in ok(nk("host", "unset", name, "--trait", "CUSTOM_GPU")).split(":")[-1]
+    ok(nk("host", "enable", name))
+    assert json.loads(ok(nk("host", "show", name, "-f", "json")))["status"] == "enabled"
+    refused = nk("host", "list", cloud="dev")
+    assert refused.returncode == 1 and "host:list" in refused.stderr, refused.stderr
+    refused = nk("host", "disable", name, cloud="dev")
+    assert refused.returncode == 1 and "host:disable" in refused.stderr, refused.stderr
+    opened = nk("host", "heartbeat")
+    assert opened.returncode == 1 and "opens the database" in opened.stderr
+    assert tools.embedded_default_untouched()
+
+
 def test_a_member_s_credential_sees_only_its_own_and_no_hosts(tools: Tools) -> None:
     """The member's application credential: its servers only, no host column, admin actions refused."""
     out = ok(

@@ -235,10 +235,9 @@ def db() -> Any:
     from novakit.db.engine import Database
 
     if STATE.cloud is not None:
-        fail(
-            f"this command opens the database, and does not go through a cloud yet ({STATE.cloud}): "
-            "give --db-url, or use the openstack command"
-        )
+        from novakit.client import opens_database
+
+        fail(opens_database(STATE.cloud, "this command", "--db-url"))
     return guard(lambda: Database.from_config(conf()))
 
 

@@ -49,3 +49,13 @@ def refuse_identity(given: Mapping[str, Any], cloud: str) -> None:
         raise exceptions.ValidationError(
             named, f"is the cloud's credentials' to say: not with a cloud ({cloud})"
         )
+
+
+def opens_database(cloud: str, what: str, option: str) -> str:
+    """Why ``what`` (a command, a module) cannot run when a cloud is in effect: it opens the
+    database, the operator's path (the service's own schema, its hosts' registration, heal,
+    a host's drain), and a job given only a cloud must not fall back to the embedded default."""
+    return (
+        f"{what} opens the database, and does not go through a cloud ({cloud}): "
+        f"give {option} (the operator's path)"
+    )

@@ -153,7 +153,19 @@ class NovakitModule:
     def database(self) -> Any:
         from novakit.db.engine import Database
 
+        self.refuse_cloud()
         return self._opened(Database.from_config(self.config()))
+
+    def refuse_cloud(self) -> None:
+        """A module that opens the database fails when a cloud is in effect (``OS_CLOUD`` and no
+        O(db_url)): a job given only a cloud never falls back to the embedded default."""
+        from novakit.client import cloud_name, opens_database
+
+        if self.takes_cloud:
+            return
+        cloud = cloud_name(None, self.params.get("db_url"))
+        if cloud is not None:
+            raise ModuleFailed(opens_database(cloud, "this module", "db_url"), {})
 
     def api(self) -> Any:
         """The library's API over the database, or through a cloud the same calls to ``novakit serve``."""
@@ -167,6 +179,7 @@ class NovakitModule:
 
                 self._cloud_api = connect(cloud)
             return self._cloud_api
+        self.refuse_cloud()
         conf = self.config()
         return API(self._opened(Database.from_config(conf)), conf)
 

@@ -64,7 +64,7 @@ def test_the_command_s_refusals_come_from_the_service(tools: Tools) -> None:
     )
     assert bad.returncode == 1 and "no-such-flavor" in bad.stderr
     assert tools.server("bad") is None
-    opened = tools.novakit("--os-cloud", "nk", "port", "list")
+    opened = tools.novakit("--os-cloud", "nk", "db", "upgrade")
     assert opened.returncode == 1 and "does not go through a cloud" in opened.stderr
     named = tools.novakit("--os-cloud", "nk", "--project", "other", "server", "list")
     assert named.returncode == 1 and "--project" in named.stderr
@@ -327,6 +327,13 @@ def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
                             "ignore_errors": True,
                         },
                         {
+                            "name": "a module of the operator's path, given only a cloud",
+                            "novakit.cloud.host_maintenance": {"host": "compute-1", "state": "enabled"},
+                            "environment": {"OS_CLOUD": "nk"},
+                            "register": "operators",
+                            "ignore_errors": True,
+                        },
+                        {
                             "name": "key pair",
                             "novakit.cloud.keypair": {"cloud": "dev", "name": "dev-key"},
                             "register": "key",
@@ -376,7 +383,8 @@ def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
                                 "content": "{{ {'made': made, 'locked': locked, 'info': info, 'named': named,"
                                 " 'net': net, 'subnet': subnet, 'subnet_again': subnet_again,"
                                 " 'dev_net': dev_net, 'key': key, 'group_checked': group_checked,"
-                                " 'group': group, 'sg': sg, 'rule': rule} | to_json }}",
+                                " 'group': group, 'sg': sg, 'rule': rule,"
+                                " 'operators': operators} | to_json }}",
                             },
                         },
                     ],
@@ -407,6 +415,9 @@ def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
     assert seen["subnet"]["changed"] and seen["subnet"]["subnet"]["cidr"] == "10.9.0.0/24"
     assert not seen["subnet_again"]["changed"]
     assert seen["dev_net"]["failed"] and "network:create" in seen["dev_net"]["msg"]
+    # No fall back to the embedded default: the module that opens the database says so.
+    assert seen["operators"]["failed"] and "db_url" in seen["operators"]["msg"], seen["operators"]
+    assert "does not go through a cloud (nk)" in seen["operators"]["msg"]
     assert seen["key"]["changed"] and seen["key"]["keypair"]["private_key"].startswith("-----BEGIN")
     assert seen["group_checked"]["changed"] and seen["group"]["changed"]
     db = tools.served.database()

@@ -19,9 +19,9 @@ import typer
 from novakit.cli import output
 from novakit.cli.base import (
     api,
+    call,
     console,
     ctx,
-    db,
     err_console,
     fail,
     group,
@@ -177,11 +177,7 @@ def server_image_create(
     metadata = guard(lambda: key_values(prop) or None)
     _move("create_image", server, {"name": name, "metadata": metadata})
 
-    def made() -> dict[str, Any]:
-        with db().reader() as session:
-            return images.view(images.usable(session, ctx(), name), ctx())
-
-    image = guard(made)
+    image = guard(lambda: call(images.show, name))
     console.print(f"image {image['name']} created ({image['id']}, {image['size']} bytes)", highlight=False)
 
 

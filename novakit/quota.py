@@ -19,7 +19,7 @@ transaction that inserts its row (``recheck``): the count includes the new row.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import bindparam, text
@@ -361,22 +361,89 @@ def update_quota(
 
     ``known_project`` (``novakit serve``, whose identity knows every project): a project it does
     not know is refused (``check_known_project``)."""
+    _check_update(ctx, project_id, limits, known_project)
+    db.run_in_transaction(lambda session: _write_limits(session, project_id, limits, force=force))
+
+
+def _check_update(
+    ctx: RequestContext,
+    project_id: str,
+    limits: Mapping[str, Any],
+    known_project: Callable[[str], bool] | None,
+) -> None:
+    """What a quota update checks before it reads anything: the policy, each limit, the project."""
     policy.authorize(ctx, "quota:update")
     for resource, limit in limits.items():
         _check_limit(resource, limit)
     check_project_id(project_id)
     check_known_project(project_id, known_project)
 
-    def write(session: Session) -> None:
-        if not force:
+
+def _write_limits(session: Session, project_id: str, limits: Mapping[str, Any], *, force: bool) -> None:
+    if not force:
+        _check_not_below_usage(session, project_id, limits)
+    for resource, limit in limits.items():
+        _upsert(session, project_id, resource, limit)
+
+
+def _projects_of_identity(db: Database, ctx: RequestContext) -> Callable[[str], bool] | None:
+    """Whether a project id is the identity's, when the caller is a project of the identity's (a
+    token's caller, in ``novakit serve``); None on the operator path, whose projects are the
+    names its callers give and which the identity does not keep."""
+    from novakit.identity import projects
+
+    if not ctx.project_id or not projects.exists(db, ctx.project_id):
+        return None
+    return lambda project_id: projects.exists(db, project_id)
+
+
+def apply(
+    db: Database,
+    conf: Config,
+    ctx: RequestContext,
+    project: str | None,
+    limits: Mapping[str, Any],
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Make some of a project's limits ``limits`` (the caller's own project when ``project`` is
+    None): the quota module's task, ``novakit quota set``, and the Compute API's quota set.
+
+    The checks of ``update_quota`` (policy ``quota:update``, each limit, the project's name, a
+    project the identity does not know when the caller is the identity's, a limit below the
+    project's use unless ``force``, checked for every limit given as Nova checks them), then
+    the limits that differ are written, all in one transaction. ``dry_run``: every check, in a
+    read, and nothing written (check mode).
+
+    Answers ``{"project", "changed", "before", "after", "quota"}``: the project, whether a limit
+    changed, every limit before and after (``{resource: limit}``), and what ``get_quota_usage``
+    answers after (in a dry run, as it would).
+    """
+    project_id = ctx.project_id if project is None else project
+    _check_update(ctx, project_id, limits, _projects_of_identity(db, ctx))
+
+    def write(session: Session) -> dict[str, Any]:
+        now = get_limits(session, conf, project_id)
+        changes = {r: v for r, v in limits.items() if now[r] != v}
+        if not force:  # every limit given, as Nova's quota driver checks them (not only the changed)
             _check_not_below_usage(session, project_id, limits)
-        for resource, limit in limits.items():
-            _upsert(session, project_id, resource, limit)
+        if not dry_run:
+            for resource, limit in changes.items():
+                _upsert(session, project_id, resource, limit)
+        after = {**now, **changes}
+        return {
+            "project": project_id,
+            "changed": bool(changes),
+            "before": now,
+            "after": after,
+            "quota": _usage(session, project_id, after),
+        }
 
-    db.run_in_transaction(write)
+    return db.run_or_dry_run(write, dry_run=dry_run)
 
 
-def _check_not_below_usage(session: Session, project_id: str, limits: dict[str, Any]) -> None:
+def _check_not_below_usage(session: Session, project_id: str, limits: Mapping[str, Any]) -> None:
     finite = {r: v for r, v in limits.items() if v != UNLIMITED and r not in USER_RESOURCES}
     if not finite:
         return
@@ -399,9 +466,14 @@ def default_limits(conf: Config) -> dict[str, int]:
     return {name: int(getattr(conf.quota, name)) for name in RESOURCES}
 
 
-def show_quota(db: Database, conf: Config, ctx: RequestContext, project_id: str) -> dict[str, dict[str, int]]:
-    """``get_quota_usage`` for a caller: its own project's, or any project's for a caller allowed
-    ``project:any`` (Nova lets a project's members and the admins read its quota)."""
+def show_quota(
+    db: Database, conf: Config, ctx: RequestContext, project_id: str | None = None
+) -> dict[str, dict[str, int]]:
+    """``get_quota_usage`` for a caller: its own project's (``project_id`` None), or any
+    project's for a caller allowed ``project:any`` (Nova lets a project's members and the admins
+    read its quota)."""
+    if project_id is None:
+        project_id = ctx.project_id
     if project_id != ctx.project_id:
         policy.authorize(ctx, "project:any")
     check_project_id(project_id)
@@ -411,6 +483,9 @@ def show_quota(db: Database, conf: Config, ctx: RequestContext, project_id: str)
 def get_quota_usage(db: Database, conf: Config, project_id: str) -> dict[str, dict[str, int]]:
     """``{resource: {"limit": n, "in_use": n}}`` for the project."""
     with db.reader() as session:
-        limits = get_limits(session, conf, project_id)
-        used = count_usage(session, project_id, volumes=True, security_groups=True)
+        return _usage(session, project_id, get_limits(session, conf, project_id))
+
+
+def _usage(session: Session, project_id: str, limits: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    used = count_usage(session, project_id, volumes=True, security_groups=True)
     return {name: {"limit": limits[name], "in_use": used.get(name, 0)} for name in RESOURCES}

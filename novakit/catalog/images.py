@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from novakit import exceptions, policy
 from novakit.compute import schemas, views
+from novakit.config import Config
 from novakit.context import RequestContext
 from novakit.db.engine import Database
 from novakit.db.models import Image, ImageMember
@@ -263,9 +264,12 @@ def list_images(
         return [view(i, ctx) for i in rows.scalars()]
 
 
-def set_visibility(db: Database, ctx: RequestContext, ref: str, visibility: str) -> dict[str, Any]:
+def set_visibility(
+    db: Database, ctx: RequestContext, ref: str, visibility: str, *, dry_run: bool = False
+) -> dict[str, Any]:
     """Change who sees an image: its owner's (or an admin's) to change; making it public is an
-    admin's (``image:publicize``, Glance's ``publicize_image``)."""
+    admin's (``image:publicize``, Glance's ``publicize_image``). ``dry_run`` (check mode): the
+    checks, in a read, and the image as it would be; nothing written."""
     if visibility not in schemas.VISIBILITIES:
         raise exceptions.ValidationError("visibility", f"must be one of {', '.join(schemas.VISIBILITIES)}")
     if visibility == "public":
@@ -273,12 +277,25 @@ def set_visibility(db: Database, ctx: RequestContext, ref: str, visibility: str)
 
     def write(session: Session) -> dict[str, Any]:
         row = owned(session, ctx, ref)
+        if dry_run:
+            return {**view(row, ctx), "visibility": visibility}
         row.visibility = visibility
         session.flush()
         return view(row, ctx)
 
-    result: dict[str, Any] = db.run_in_transaction(write)
+    result: dict[str, Any] = db.run_or_dry_run(write, dry_run=dry_run)
     return result
+
+
+def show_owned(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
+    """The image named or identified ``ref`` that ``ctx`` may change (``owned``), as the image
+    module finds the one it manages: by id in any status, by name the active one, among the
+    images ``ctx`` may see, the scope ``create`` checks a new name in. One it sees but may not
+    change (another project's public image) is refused, naming its owner rule; one it may not
+    see is ``ImageNotFound``, exactly as one that does not exist: another project's private
+    image is neither shown nor in the way of a name."""
+    with db.reader() as session:
+        return view(owned(session, ctx, ref), ctx)
 
 
 def owned(session: Session, ctx: RequestContext, ref: str) -> Image:
@@ -302,20 +319,35 @@ def _owner_only(row: Image, ctx: RequestContext, rule: str = "project:any") -> I
     return row
 
 
-def delete(db: Database, ctx: RequestContext, ref: str) -> str:
+def delete(db: Database, ctx: RequestContext, ref: str, *, dry_run: bool = False) -> str:
     """Delete an image (Glance's): its owner's, or an admin's (``image:delete``); a protected
     image is refused until it is unprotected. Returns where its data was (``location``), for
-    ``novakit.catalog.image_data`` to remove what the image store holds of it."""
+    ``novakit.catalog.image_data`` to remove what the image store holds of it. ``dry_run``: the
+    checks, in a read, and nothing deleted."""
 
     def write(session: Session) -> str:
         row = _owner_only(_by_ref(session, ctx, ref), ctx, "image:delete")
         if (row.properties or {}).get(STORED["protected"]):
             raise exceptions.Forbidden(reason=f"image {row.uuid} is protected and cannot be deleted")
-        transition(session, row.uuid, "delete")
+        if not dry_run:
+            transition(session, row.uuid, "delete")
         return row.location
 
-    result: str = db.run_in_transaction(write)
+    result: str = db.run_or_dry_run(write, dry_run=dry_run)
     return result
+
+
+def remove(db: Database, conf: Config, ctx: RequestContext, ref: str, *, dry_run: bool = False) -> None:
+    """Delete an image as the tools do (the image module, ``novakit image delete``), the way the
+    Image API does: ``delete``, and the data the image store holds of it
+    (``image_data.delete``). Nothing is answered: where the data was is the operator's, and a
+    member's call through a cloud must not carry it. ``dry_run``: ``delete``'s checks only."""
+    if dry_run:
+        delete(db, ctx, ref, dry_run=True)
+        return
+    from novakit.catalog import image_data  # it imports this module
+
+    image_data.delete(db, ctx, ref, image_data.store_of(conf))
 
 
 # --- Glance's image record: created queued, changed by JSON patch, deactivated --------------------

@@ -1,7 +1,8 @@
 """``novakit aggregate`` and ``novakit availability zone``, as ``openstack aggregate`` and
 ``openstack availability zone`` (Nova's os-aggregates and os-availability-zone).
 
-The library is ``novakit.fleet.aggregates``: admin only, and a host is in one zone only.
+The library is ``novakit.fleet.aggregates``: admin only, and a host is in one zone only. Every
+command is one of its calls (``base.call``), so ``--os-cloud`` runs them in ``novakit serve``.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import typer
 
 from novakit.cli import output
 from novakit.cli.base import app as root_app
-from novakit.cli.base import conf, console, ctx, db, group, guard, key_values
+from novakit.cli.base import call, console, group, guard, key_values
 from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format, Record
 
 aggregate_app = group(
@@ -63,7 +64,7 @@ def aggregate_create(
     """Create an aggregate (admin only)."""
     from novakit.fleet import aggregates
 
-    return aggregates.create(db(), ctx(), name, availability_zone=zone, metadata=key_values(prop))
+    return call(aggregates.create, name, availability_zone=zone, metadata=key_values(prop))
 
 
 @aggregate_app.command("list")
@@ -76,7 +77,7 @@ def aggregate_list(
     """The aggregates (admin only)."""
     from novakit.fleet import aggregates
 
-    rows = guard(lambda: aggregates.list_aggregates(db(), ctx()))
+    rows = guard(lambda: call(aggregates.list_aggregates))
     guard(lambda: output.emit_list(rows, LONG_COLUMNS if long else COLUMNS, fmt, out, column, "aggregates"))
 
 
@@ -86,7 +87,7 @@ def aggregate_show(aggregate: str = typer.Argument(..., help="name, uuid or id")
     """One aggregate with its hosts and properties (admin only)."""
     from novakit.fleet import aggregates
 
-    return aggregates.show(db(), ctx(), aggregate)
+    return call(aggregates.show, aggregate)
 
 
 @aggregate_app.command("set")
@@ -103,10 +104,9 @@ def aggregate_set(
 
     unset: list[str] = []
     if no_property:
-        unset = [k for k in aggregates.show(db(), ctx(), aggregate)["metadata"] if k not in key_values(prop)]
-    return aggregates.update(
-        db(),
-        ctx(),
+        unset = [k for k in call(aggregates.show, aggregate)["metadata"] if k not in key_values(prop)]
+    return call(
+        aggregates.update,
         aggregate,
         name=name,
         availability_zone=zone,
@@ -125,7 +125,7 @@ def aggregate_unset(
     """Remove properties, or the zone (admin only)."""
     from novakit.fleet import aggregates
 
-    return aggregates.update(db(), ctx(), aggregate, unset_metadata=list(prop or []), unset_zone=zone)
+    return call(aggregates.update, aggregate, unset_metadata=list(prop or []), unset_zone=zone)
 
 
 @aggregate_app.command("delete")
@@ -136,7 +136,7 @@ def aggregate_delete(
     from novakit.fleet import aggregates
 
     for ref in aggregates_:
-        gone = guard(lambda r=ref: aggregates.delete(db(), ctx(), r))  # type: ignore[misc]
+        gone = guard(lambda r=ref: call(aggregates.delete, r))  # type: ignore[misc]
         console.print(f"aggregate {gone['name']} deleted")
 
 
@@ -149,7 +149,7 @@ def aggregate_add_host(
     """Put a host into an aggregate (and its zone); a host is in one zone only."""
     from novakit.fleet import aggregates
 
-    return aggregates.add_host(db(), ctx(), aggregate, host)
+    return call(aggregates.add_host, aggregate, host)
 
 
 @aggregate_remove_app.command("host")
@@ -161,7 +161,7 @@ def aggregate_remove_host(
     """Take a host out of an aggregate; its servers keep the zone they were placed in."""
     from novakit.fleet import aggregates
 
-    return aggregates.remove_host(db(), ctx(), aggregate, host)
+    return call(aggregates.remove_host, aggregate, host)
 
 
 ZONE_COLUMNS = [
@@ -181,7 +181,7 @@ def zone_list(
     """The availability zones and whether each has an enabled host."""
     from novakit.fleet import aggregates
 
-    zones = guard(lambda: aggregates.list_zones(db(), ctx(), conf(), long=long))
+    zones = guard(lambda: call(aggregates.list_zones, long=long))
     rows: list[dict[str, Any]] = zones
     if long:
         rows = [{**z, "host": h} for z in zones for h in z["hosts"] or [None]]

@@ -1,4 +1,9 @@
-"""``novakit flavor`` and ``novakit image``: what servers are built with and from."""
+"""``novakit flavor`` and ``novakit image``: what servers are built with and from.
+
+Every command is one library call (``base.call``), so ``--os-cloud`` runs it in ``novakit serve``.
+An image is registered at a location on the compute hosts: nothing is read from this machine, so
+``image create`` goes through a cloud as it is (an image's data is uploaded with the Image API:
+``openstack image create --file``)."""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import typer
 
 from novakit import exceptions
 from novakit.cli import output
-from novakit.cli.base import console, ctx, db, flavor_app, group, guard, image_app, key_values
+from novakit.cli.base import call, console, flavor_app, group, guard, image_app, key_values
 from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format, Record
 from novakit.cli.verbs import Noun
 
@@ -74,7 +79,7 @@ def flavor_create(
         "flavorid": flavor_id,
         "extra_specs": specs,
     }
-    f = guard(lambda: flavors.create(db(), ctx(), data))
+    f = guard(lambda: call(flavors.create, data))
     console.print(f"flavor {f['name']} created ({f['id']})")
 
 
@@ -92,15 +97,15 @@ def flavor_list(
     from novakit.catalog import flavors
 
     which = "all" if every else "private" if private else "public"
-    rows = guard(lambda: flavors.list_flavors(db(), ctx(), which=which))
+    rows = guard(lambda: call(flavors.list_flavors, which=which))
     columns = FLAVOR_LONG_COLUMNS if long or column else FLAVOR_COLUMNS
     guard(lambda: output.emit_list(rows, columns, fmt, out, column, "flavors"))
 
 
-FLAVOR.show("One flavor (openstack flavor show).", lambda flavors, name: flavors.show(db(), ctx(), name))
+FLAVOR.show("One flavor (openstack flavor show).", lambda flavors, name: call(flavors.show, name))
 FLAVOR.delete(
     "Delete a flavor (admin only); servers built with it keep their copy of it.",
-    lambda flavors, name: flavors.delete(db(), ctx(), name),
+    lambda flavors, name: call(flavors.delete, name),
 )
 
 
@@ -165,7 +170,7 @@ def image_create(
         }
 
     request = guard(data)
-    i = guard(lambda: images.create(db(), ctx(), request))
+    i = guard(lambda: call(images.create, request))
     console.print(f"image {i['name']} created ({i['id']}, {i['visibility']})")
 
 
@@ -182,10 +187,10 @@ def image_list(
     from novakit.catalog import images
 
     wanted = _visibility(public, private, shared, community, visibility)
-    return images.list_images(db(), ctx(), visibility=wanted)
+    return call(images.list_images, visibility=wanted)
 
 
-IMAGE.show("One image.", lambda images, name: images.show(db(), ctx(), name), title=None)
+IMAGE.show("One image.", lambda images, name: call(images.show, name), title=None)
 
 
 def _say_membership(m: Record) -> None:
@@ -224,12 +229,10 @@ def image_set(
 
     wanted = guard(checked)
     if wanted is not None:
-        i = guard(lambda: images.set_visibility(db(), ctx(), name, wanted))
+        i = guard(lambda: call(images.set_visibility, name, wanted))
         console.print(f"image {i['name']} is {i['visibility']}")
     if statuses:
-        _say_membership(
-            guard(lambda: image_members.set_member_status(db(), ctx(), name, statuses[0], project))
-        )
+        _say_membership(guard(lambda: call(image_members.set_member_status, name, statuses[0], project)))
 
 
 @image_add_app.command("project")
@@ -240,7 +243,7 @@ def image_add_project(
     """Share an image with a project; it sees the image once it accepts (image set --accept)."""
     from novakit.catalog import image_members
 
-    _say_membership(guard(lambda: image_members.add_member(db(), ctx(), image, project)))
+    _say_membership(guard(lambda: call(image_members.add_member, image, project)))
 
 
 @image_remove_app.command("project")
@@ -251,7 +254,7 @@ def image_remove_project(
     """Stop sharing an image with a project."""
     from novakit.catalog import image_members
 
-    guard(lambda: image_members.remove_member(db(), ctx(), image, project))
+    guard(lambda: call(image_members.remove_member, image, project))
     console.print(f"image {image}: project {project} removed")
 
 
@@ -261,10 +264,11 @@ def image_member_list(image: str = typer.Argument(..., help="image name or id"))
     """The projects an image is shared with (a member sees its own membership only)."""
     from novakit.catalog import image_members
 
-    return image_members.list_members(db(), ctx(), image)
+    return call(image_members.list_members, image)
 
 
 IMAGE.delete(
-    "Delete an image (admin only); servers built from it keep running.",
-    lambda images, name: images.delete(db(), ctx(), name),
+    "Delete an image (its owner's or an admin's) and what the image store holds of it; servers "
+    "built from it keep running.",
+    lambda images, name: call(images.remove, name),
 )

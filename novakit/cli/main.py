@@ -17,6 +17,7 @@ from novakit.cli import (  # noqa: F401
     moves,
     networks,
     ops,
+    quotas,
     security_groups,
     serve,
     servers,

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import typer
 
 from novakit.cli import output
-from novakit.cli.base import call, ctx, db, network_app, port_app, subnet_app
+from novakit.cli.base import call, network_app, port_app, subnet_app
 from novakit.cli.output import Col, Record
 from novakit.cli.verbs import Noun
 
@@ -172,7 +170,7 @@ def port_create(
         "mac_address": mac_address,
         "port_security_enabled": not disable_port_security,
     }
-    return ports.create(db(), ctx(), data)
+    return call(ports.create, data)
 
 
 @port_app.command("list")
@@ -184,24 +182,19 @@ def port_list(
     """Your project's ports (an admin's: every project's)."""
     from novakit.network import ports
 
-    return ports.list_ports(db(), ctx(), network=network, device_id=server)
+    return call(ports.list_ports, network=network, device_id=server)
 
 
 PORT.show(
-    "Show a port: its MAC, fixed IPs, server and host.",
-    lambda ports, port: ports.show(db(), ctx(), port),
+    "Show a port: its MAC, fixed IPs, server and (to an admin) host.",
+    lambda ports, port: call(ports.show, port),
     lambda found: f"port {found['name'] or found['id']}",
 )
-
-
-def _delete_port(ports: ModuleType, port: str) -> None:
-    from novakit.cli.base import push_on_change
-
-    ports.delete_port(db(), ctx(), port, on_change=push_on_change())
 
 
 PORT.delete(
     "Delete a port and free its addresses; refused while a server uses it. The ports whose "
     "rules let its address in (remote group) get their filters on their hosts at once.",
-    _delete_port,
+    # on_change: here the command's push to the hosts (base.call), through a cloud the service's
+    lambda ports, port: call(ports.delete_port, port),
 )

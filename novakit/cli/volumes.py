@@ -1,6 +1,7 @@
 """``novakit volume`` and ``novakit server add|remove volume``: Cinder's volumes, as ``openstack
 volume`` shows and handles them, through ``novakit.volume`` (the functions the ``volume`` and
-``volume_attachment`` modules call)."""
+``volume_attachment`` modules call), here or through a cloud (``base.call``). A volume's host is
+shown to those who may see hosts only (``volumes.view``): to anyone else its column is empty."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import typer
 
 from novakit.cli import output
-from novakit.cli.base import api, console, ctx, guard, server_add_app, server_remove_app, volume_app
+from novakit.cli.base import call, console, guard, server_add_app, server_remove_app, volume_app
 from novakit.cli.output import Col, Record
 from novakit.cli.verbs import Noun
 
@@ -53,7 +54,7 @@ def volume_create(
     """Create a volume in a host's storage pool; it ends available, or error with the reason."""
     from novakit.volume import volumes
 
-    return volumes.create(api().conductor, ctx(), name, size, image=image, host=host, description=description)
+    return call(volumes.create, name, size, image=image, host=host, description=description)
 
 
 @volume_app.command("list")
@@ -64,12 +65,12 @@ def volume_list(
     """List your project's volumes."""
     from novakit.volume import volumes
 
-    return volumes.list_volumes(api().conductor, ctx(), all_projects=all_projects)
+    return call(volumes.list_volumes, all_projects=all_projects)
 
 
 VOLUME_NOUN.show(
     "Show a volume: its status, size, host and attachments.",
-    lambda volumes, volume: volumes.show(api().conductor, ctx(), volume),
+    lambda volumes, volume: call(volumes.show, volume),
 )
 
 
@@ -78,7 +79,7 @@ def volume_delete(volume: str = VOLUME) -> None:
     """Delete a volume and its data (refused while it is attached)."""
     from novakit.volume import volumes
 
-    gone = guard(lambda: volumes.delete(api().conductor, ctx(), volume))
+    gone = guard(lambda: call(volumes.delete, volume))
     if gone["status"] != "deleted":
         console.print(f"volume {gone['name']} not deleted: {gone['status']}: {gone['status_reason']}")
         raise typer.Exit(1)
@@ -96,7 +97,7 @@ def server_add_volume(
     """Attach a volume to a server on its host (hot on a running server, cold on a stopped one)."""
     from novakit.compute import volume_attach
 
-    vol = guard(lambda: volume_attach.attach(api(), ctx(), server, volume, device))
+    vol = guard(lambda: call(volume_attach.attach, server, volume, device))
     [att] = [a for a in vol["attachments"]]
     console.print(f"volume {vol['name']} attached to server {server} as {att['device']}")
 
@@ -106,5 +107,5 @@ def server_remove_volume(server: str = SERVER, volume: str = VOLUME) -> None:
     """Detach a volume from a server; its data stays."""
     from novakit.compute import volume_attach
 
-    vol = guard(lambda: volume_attach.detach(api(), ctx(), server, volume))
+    vol = guard(lambda: call(volume_attach.detach, server, volume))
     console.print(f"volume {vol['name']} detached from server {server}")

@@ -15,6 +15,9 @@ then the deferred action); the volume's checks and guarded steps are the volume 
    ``in-use`` or, when the host failed, ``available`` again and the host's fault raised.
 
 A detach is the mirror. A dry run (check mode) is steps 1 and 2's checks, with nothing written.
+
+``ensure`` is the declarative form (the ``volume_attachment`` module's ``state``): whether the
+volume is already where it is asked to be is decided there, once, for every face that asks.
 """
 
 from __future__ import annotations
@@ -125,6 +128,48 @@ def detach(
     if not ok:
         raise exceptions.VolumeBackendError(volume=volume_ref, reason=f"detaching failed: {fault}")
     return volumes.show(api.conductor, ctx, volume_id)
+
+
+def ensure(
+    api: API,
+    ctx: RequestContext,
+    server_ref: str,
+    volume_ref: str,
+    device: str | None = None,
+    *,
+    attached: bool = True,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """The volume attached to the server (``attached``) or not; ``{"changed": ..., "volume": ...}``.
+
+    A volume already attached to the server is left as it is, unless ``device`` names another
+    device than the one it has (refused: a device does not change while attached); one not
+    attached to it is attached (``attach``, which refuses a volume in use by another server).
+    A volume not attached to the server is left as it is by ``attached=False``; one attached is
+    detached. ``dry_run``: what the real run would change and every check it would run, nothing
+    written; the volume as it is.
+    """
+    server = api.get(ctx, server_ref)
+    vol = volumes.show(api.conductor, ctx, volume_ref)
+    held = next((a for a in vol["attachments"] if a["server_id"] == server["id"]), None)
+    if not attached:
+        if held is None:
+            return {"changed": False, "volume": vol}
+        return {"changed": True, "volume": detach(api, ctx, server["id"], vol["id"], dry_run=dry_run)}
+    if held is None:
+        return {"changed": True, "volume": attach(api, ctx, server["id"], vol["id"], device, dry_run=dry_run)}
+    if device is not None and _device_of(device) != _device_of(held["device"]):
+        raise exceptions.ValidationError(
+            "device",
+            f"volume {vol['name'] or vol['id']} is attached to server {server['name']} as {held['device']}, "
+            f"not {device}; a device does not change while attached: detach the volume first",
+        )
+    return {"changed": False, "volume": vol}
+
+
+def _device_of(given: str) -> str:
+    """A device as the guest names it (``vdb``), given with or without ``/dev/``."""
+    return given.rsplit("/", 1)[-1]
 
 
 def _checked(

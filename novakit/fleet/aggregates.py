@@ -26,9 +26,12 @@ may list the zones (Nova lets anyone), their hosts only an admin.
 
 from __future__ import annotations
 
+import random
+import time
 import uuid as uuidlib
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from sqlalchemy import bindparam, select, text
 from sqlalchemy.exc import IntegrityError
@@ -46,6 +49,8 @@ from novakit.placement.providers import find_provider
 
 #: Nova's limits on aggregate names and metadata (its API schema)
 MAX_LENGTH = 255
+
+T = TypeVar("T")
 
 
 # --- checks ------------------------------------------------------------------------------
@@ -369,6 +374,206 @@ def remove_host(db: Database, ctx: RequestContext, ref: str | int, host: str) ->
             raise exceptions.Conflict(reason=f"host {host} is not in aggregate {agg.name}")
 
     return _membership(db, ctx, ref, host, _remove)
+
+
+# --- one task: an aggregate as it is wanted (the host_aggregate module) ----------------------
+
+
+class _Discarded(Exception):
+    """Ends a dry run's transaction so that it is rolled back."""
+
+
+class _OneTransaction:
+    """A ``Database`` whose every transaction (``reader``, ``writer``, ``run_in_transaction``) is a
+    savepoint of one outer transaction: a later call sees what an earlier one wrote, a refused
+    call undoes only its own part, and the outer transaction keeps or discards the whole."""
+
+    def __init__(self, db: Database, session: Session) -> None:
+        self._db = db
+        self._session = session
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    @contextmanager
+    def writer(self) -> Iterator[Session]:
+        with self._session.begin_nested():
+            yield self._session
+
+    reader = writer
+
+    def run_in_transaction(self, fn: Callable[[Session], T], *, retries: int = 10) -> T:
+        with self.writer() as session:
+            return fn(session)
+
+
+def in_one_transaction(db: Database, fn: Callable[[Any], T], *, keep: bool, retries: int = 10) -> T:
+    """``fn(one)``, ``one`` being ``db`` with all its transactions in one (``_OneTransaction``),
+    committed when ``keep``, else rolled back (a dry run: every check and refusal of the real
+    calls, in their words, and nothing written).
+
+    Its row locks are held until it ends, so two such transactions that take the same
+    aggregates in another order may deadlock on PostgreSQL: the one that loses is run again, as
+    ``Database.run_in_transaction`` runs a transaction again.
+    """
+    from sqlalchemy.exc import DBAPIError
+
+    from novakit.db.engine import is_transient
+
+    for attempt in range(retries + 1):
+        try:
+            with db.writer() as session:
+                done = fn(_OneTransaction(db, session))
+                if not keep:
+                    raise _Discarded
+                return done
+        except _Discarded:
+            return done
+        except DBAPIError as exc:
+            if attempt >= retries or not is_transient(exc):
+                raise
+            time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def find(db: Database, ctx: RequestContext, ref: str | int) -> dict[str, Any] | None:
+    """``show``, or None when there is no such aggregate."""
+    try:
+        return show(db, ctx, ref)
+    except exceptions.NotFound:
+        return None
+
+
+def ensure(
+    db: Database,
+    ctx: RequestContext,
+    name: str,
+    *,
+    availability_zone: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """The aggregate called ``name`` and whether this call made it (with ``availability_zone``
+    and ``metadata``). One that another task made at the same moment is found and returned."""
+    current = find(db, ctx, name)
+    if current is not None:
+        return current, False
+    try:
+        return create(db, ctx, name, availability_zone=availability_zone, metadata=metadata), True
+    except (exceptions.Conflict, IntegrityError):
+        current = find(db, ctx, name)
+        if current is None:
+            raise
+        return current, False
+
+
+def holding(db: Database, ctx: RequestContext, aggregate: dict[str, Any], host: str) -> dict[str, Any]:
+    """``aggregate`` with ``host`` in it: added unless it is (``add_host`` refuses a host
+    already in, so that is looked at first, and again when another task added it meanwhile)."""
+    if host in aggregate["hosts"]:
+        return aggregate
+    try:
+        return add_host(db, ctx, aggregate["uuid"], host)
+    except exceptions.Conflict:
+        now = show(db, ctx, aggregate["uuid"])
+        if host not in now["hosts"]:  # refused for a reason of its own (another zone): said as it is
+            raise
+        return now
+
+
+def without(db: Database, ctx: RequestContext, aggregate: dict[str, Any], host: str) -> dict[str, Any]:
+    """``aggregate`` with ``host`` out of it (``holding``'s other half)."""
+    if host not in aggregate["hosts"]:
+        return aggregate
+    try:
+        return remove_host(db, ctx, aggregate["uuid"], host)
+    except exceptions.Conflict:
+        now = show(db, ctx, aggregate["uuid"])
+        if host in now["hosts"]:
+            raise
+        return now
+
+
+def apply(
+    db: Database,
+    ctx: RequestContext,
+    name: str,
+    *,
+    present: bool = True,
+    availability_zone: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    hosts: Sequence[str] | None = None,
+    purge_hosts: bool = True,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Make the aggregate ``name`` (or uuid, or id) as wanted: the host_aggregate module's task.
+
+    ``present``: it exists with ``availability_zone`` and exactly ``metadata`` (keys not given
+    removed) and ``hosts`` (with ``purge_hosts`` false, at least those); one left None is left
+    as it is. Hosts leave before the zone or metadata change and join after, since a host
+    leaving may be what keeps the zone from changing and a host joining may need the new zone.
+    Not ``present``: its hosts are taken out, then it is deleted (``delete`` refuses one that
+    holds hosts).
+
+    The whole task is one transaction (``in_one_transaction``), made of the calls above, each
+    deciding its own policy and refusals: one refused on its third step writes nothing of the
+    first two, and ``dry_run`` runs every step and keeps none (check mode's true answer).
+
+    Answers ``{"changed", "before", "after"}``, the aggregate's views (None: none). A dry run's
+    new aggregate has no ``id`` nor ``uuid`` yet: those are made by the real run.
+    """
+    policy.authorize(ctx, "aggregate:list")
+    wanted_metadata = None if metadata is None else _check_metadata(metadata)
+
+    def hosts_after(now: Sequence[str]) -> list[str]:
+        if hosts is None:
+            return sorted(now)
+        return sorted(set(hosts) if purge_hosts else set(now) | set(hosts))
+
+    def changes(current: dict[str, Any]) -> dict[str, Any]:
+        wanted: dict[str, Any] = {"availability_zone": availability_zone, "metadata": wanted_metadata}
+        out = {k: v for k, v in wanted.items() if v is not None and current[k] != v}
+        if hosts_after(current["hosts"]) != current["hosts"]:
+            out["hosts"] = hosts_after(current["hosts"])
+        return out
+
+    def change(one: Database, current: dict[str, Any], asked: dict[str, Any]) -> dict[str, Any]:
+        after = current
+        for host in sorted(set(current["hosts"]) - set(asked.get("hosts", current["hosts"]))):
+            after = without(one, ctx, after, host)
+        if "availability_zone" in asked:
+            after = update(one, ctx, current["uuid"], availability_zone=asked["availability_zone"])
+        if "metadata" in asked:
+            unset = tuple(sorted(set(current["metadata"]) - set(asked["metadata"])))
+            after = update(one, ctx, current["uuid"], metadata=asked["metadata"], unset_metadata=unset)
+        for host in sorted(set(asked.get("hosts", ())) - set(after["hosts"])):
+            after = holding(one, ctx, after, host)
+        return after
+
+    def task(one: Database) -> dict[str, Any]:
+        current = find(one, ctx, name)
+        if not present:
+            if current is not None:
+                after = current
+                for host in current["hosts"]:
+                    after = without(one, ctx, after, host)
+                delete(one, ctx, current["uuid"])
+            return {"changed": current is not None, "before": current, "after": None}
+        if current is None:
+            made, created = ensure(
+                one, ctx, name, availability_zone=availability_zone, metadata=wanted_metadata
+            )
+            if not created:  # another task made it a moment ago: made as this task wants
+                made = change(one, made, changes(made))
+            for host in hosts_after([]):
+                made = holding(one, ctx, made, host)
+            shown = {k: v for k, v in made.items() if k not in ("id", "uuid")} if dry_run else made
+            return {"changed": True, "before": None, "after": shown}
+        asked = changes(current)
+        if not asked:
+            return {"changed": False, "before": current, "after": current}
+        return {"changed": True, "before": current, "after": change(one, current, asked)}
+
+    return in_one_transaction(db, task, keep=not dry_run)
 
 
 # --- zones ---------------------------------------------------------------------------------

@@ -129,10 +129,15 @@ def view(
     port: Port,
     network: Network,
     ips: list[tuple[IPAllocation, Subnet]],
+    ctx: RequestContext,
     groups: list[str] | None = None,
     group_ids: list[str] | None = None,
 ) -> dict[str, Any]:
-    return {
+    """The port as ``ctx`` may see it. ``binding_host`` (Neutron's ``binding:host_id``) is in it
+    only for a caller who may see hosts (``host:show``, the rule a server's view follows in
+    ``novakit.compute.views``): absent for anyone else, not None, which would say "unbound" of
+    a bound port. Every face shows a port through this view (the Network router's included)."""
+    shown = {
         "id": port.uuid,
         "name": port.name,
         "network": network.name,
@@ -141,13 +146,15 @@ def view(
         "fixed_ips": [{"subnet": s.name, "subnet_id": s.uuid, "ip_address": a.ip_address} for a, s in ips],
         "device_id": port.device_id,
         "device_owner": port.device_owner,
-        "binding_host": port.binding_host,
         "status": port.status,
         "project_id": port.project_id,
         "security_groups": list(groups or []),  # names (``novakit.network.security_groups``)
         "security_group_ids": list(group_ids or []),
         "port_security_enabled": port.port_security_enabled,
     }
+    if policy.allowed(ctx, "host:show"):
+        shown["binding_host"] = port.binding_host
+    return shown
 
 
 def insert_port(
@@ -226,7 +233,7 @@ def create(
         )
         ipam.allocate(session, port.id, network, requested, "fixed_ips[0].ip_address", subnet)
         security_groups.bind_port(session, ctx, port, groups)
-        return _view_of(session, port, network)
+        return _view_of(session, ctx, port, network)
 
     return db.run_or_dry_run(write, dry_run=dry_run)
 
@@ -244,9 +251,9 @@ def _subnet_of_network(session: Session, network: Network, ref: str) -> Subnet:
     return found
 
 
-def _view_of(session: Session, port: Port, network: Network) -> dict[str, Any]:
+def _view_of(session: Session, ctx: RequestContext, port: Port, network: Network) -> dict[str, Any]:
     groups, ids = security_groups.carried_groups(session, [port.id])
-    return view(port, network, fixed_ips(session, [port.id])[port.id], groups[port.id], ids[port.id])
+    return view(port, network, fixed_ips(session, [port.id])[port.id], ctx, groups[port.id], ids[port.id])
 
 
 #: Neutron's port filters, by name: the condition on a listed row (a port joined with its
@@ -362,7 +369,7 @@ def list_ports(
             names, uuids = security_groups.carried_groups(session, chunk)
             groups.update(names)
             ids.update(uuids)
-        return [view(p, n, ips[p.id], groups[p.id], ids[p.id]) for p, n in rows]
+        return [view(p, n, ips[p.id], ctx, groups[p.id], ids[p.id]) for p, n in rows]
 
 
 def _order(sort: Sequence[tuple[str, str]]) -> list[tuple[Any, bool]]:
@@ -405,7 +412,7 @@ def show(db: Database, ctx: RequestContext, ref: str) -> dict[str, Any]:
         port = get(session, ctx, ref)
         network = session.get(Network, port.network_id)
         assert network is not None
-        return _view_of(session, port, network)
+        return _view_of(session, ctx, port, network)
 
 
 def update_port(
@@ -446,7 +453,7 @@ def update_port(
                 changed = security_groups.referrers(session, sorted(set(before) ^ set(after)))
                 touched[:] = security_groups.port_uuids(session, [port.id, *changed])
         session.flush()
-        return _view_of(session, port, network)
+        return _view_of(session, ctx, port, network)
 
     shown = db.run_in_transaction(write)
     if on_change is not None and touched:

@@ -324,20 +324,10 @@ async def update_quota_set(project_id: str, request: Request, who: Caller = Depe
         else:
             raise exceptions.ValidationError(f"quota_set.{key}", "is not a quota of this microversion")
     service = _service(request)
-    await run_in_threadpool(
-        functools.partial(
-            quota.update_quota,
-            service.db,
-            who.ctx,
-            project_id,
-            limits,
-            force=force,
-            known_project=functools.partial(projects.exists, service.db),
-        )
+    applied = await run_in_threadpool(
+        functools.partial(quota.apply, service.db, service.conf, who.ctx, project_id, limits, force=force)
     )
-    usage = await run_in_threadpool(quota.show_quota, service.db, service.conf, who.ctx, project_id)
-    current = {k: v["limit"] for k, v in usage.items()}
-    return COMPUTE.respond({"quota_set": _quota_set(current, None, version, None)}, version)
+    return COMPUTE.respond({"quota_set": _quota_set(applied["after"], None, version, None)}, version)
 
 
 # ---------------------------------------------------------------- flavors (an admin's)

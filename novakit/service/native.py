@@ -12,11 +12,13 @@ action's host part (the ``API``'s ``later``), a playbook step's requests (``play
 may send to a host), and the playbooks' record steps, which take what hosts answered, are not
 served: the rounds are the service's.
 
-``/call`` runs one of the catalog modules' front-door functions (``CALLS``: networks, subnets,
-security groups and rules, key pairs, server groups), each of which takes its caller and
-applies the policy itself; the database, the configuration, the caller and the push of changed
-filters to the hosts are the service's and the token's, bound by name (``novakit.client.calls``),
-never the client's.
+``/call`` runs one of the library's front-door functions (``CALLS``: networks, subnets, ports,
+security groups and rules, key pairs, server groups, interfaces, flavors, images and their
+members, volumes and their attachments, quotas, aggregates and zones, and the hosts as Nova's
+os-services shows them), each of which takes its caller and applies the policy itself. The
+database, the configuration, the caller, the conductor, the API and the push of changed filters
+to the hosts are the service's and the token's, bound by name (``novakit.client.calls``), never
+the client's.
 
 Bodies are JSON objects read with the service's limit (``body.read_json``) and checked by the
 models below, unknown fields refused; every route is POST, a listing's query being a body.
@@ -177,11 +179,15 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
     """The library's front-door calls of the catalog modules that the service runs for a cloud
     (``CloudAPI.call``), by their wire name. Each takes its caller (``ctx``) and decides what it
     may see and do itself (``novakit.policy``); one that takes no caller is never served, nor one
-    whose view shows a host to a member (a port's ``binding_host``: the Network router hides it)."""
-    from novakit.compute import interfaces, server_groups
-    from novakit.fleet import hosts
+    whose view shows a host to a member."""
+    from novakit import quota
+    from novakit.catalog import flavors, image_members, images
+    from novakit.compute import interfaces, server_groups, volume_attach
+    from novakit.fleet import aggregates, hosts
     from novakit.keypairs import registry
     from novakit.network import networks, security_groups, subnets
+    from novakit.network import ports as port_calls
+    from novakit.volume import volumes as volume_calls
 
     networking = (
         networks.show,
@@ -229,14 +235,57 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
         hosts.set_traits,
         hosts.unset_traits,
     )
-    # ports (the port module and commands)
-    ports: tuple[Callable[..., Any], ...] = ()
-    # flavors and images
-    catalog: tuple[Callable[..., Any], ...] = ()
-    # volumes and their attachments
-    volumes: tuple[Callable[..., Any], ...] = ()
-    # quotas, aggregates and zones
-    fleet: tuple[Callable[..., Any], ...] = ()
+    # ports (the port module and commands): a port's view shows its binding host to those who may
+    # see hosts only (``ports.view``)
+    ports = (
+        port_calls.show,
+        port_calls.list_ports,
+        port_calls.create,
+        port_calls.delete_port,
+    )
+    # flavors and images (the flavor and image modules, novakit flavor and image): an image's
+    # location is in its view for admins only, and images.remove answers nothing
+    catalog = (
+        flavors.show,
+        flavors.list_flavors,
+        flavors.create,
+        flavors.delete,
+        images.show,
+        images.show_owned,
+        images.list_images,
+        images.create,
+        images.set_visibility,
+        images.remove,
+        image_members.add_member,
+        image_members.remove_member,
+        image_members.list_members,
+        image_members.set_member_status,
+    )
+    # volumes and their attachments (a volume's view shows its host to those who may see hosts only)
+    volumes = (
+        volume_calls.show,
+        volume_calls.list_volumes,
+        volume_calls.create,
+        volume_calls.delete,
+        volume_attach.attach,
+        volume_attach.detach,
+        volume_attach.ensure,
+    )
+    # quotas, aggregates and zones (an aggregate's hosts are an admin's to see: every aggregate
+    # call is; a zone's hosts only with ``long``, an admin's)
+    fleet = (
+        quota.show_quota,
+        quota.apply,
+        aggregates.list_aggregates,
+        aggregates.show,
+        aggregates.create,
+        aggregates.update,
+        aggregates.delete,
+        aggregates.add_host,
+        aggregates.remove_host,
+        aggregates.apply,
+        aggregates.list_zones,
+    )
     served = networking + compute + hosts_ + ports + catalog + volumes + fleet
     assert all("ctx" in inspect.signature(fn).parameters for fn in served)
     return {call_name(fn): fn for fn in served}

@@ -37,6 +37,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from novakit import exceptions
+from novakit.compute.views import host_shown
 from novakit.context import RequestContext
 from novakit.db.models import Volume, VolumeAttachment, utcnow
 from novakit.volume import volumes
@@ -133,8 +134,11 @@ def check_attach(session: Session, ctx: RequestContext, server: dict[str, Any], 
     """The volume can be attached to ``server``: the caller's, on the server's host, ``available``."""
     v = volumes.get(session, ctx, ref)
     if v.host != server["host"]:
+        # Each host as the caller may see it: a member gets its host_id, never its name.
+        on = host_shown(ctx, v.project_id, v.host or "")
+        server_on = host_shown(ctx, v.project_id, server["host"] or "")
         raise exceptions.InvalidVolume(
-            reason=f"volume {v.name} is on host {v.host}, server {server['name']} on host {server['host']}; "
+            reason=f"volume {v.name} is on host {on}, server {server['name']} on host {server_on}; "
             "a volume attaches only to servers on its host"
         )
     if v.status != VolumeStatus.AVAILABLE.value:

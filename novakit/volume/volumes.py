@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 from novakit import exceptions, policy, quota
 from novakit.catalog import images
 from novakit.compute import schemas
+from novakit.compute.views import host_shown
 from novakit.context import RequestContext
 from novakit.db.models import (
     Inventory,
@@ -84,10 +85,19 @@ def attachments_of(session: Session, volume_ids: list[int]) -> dict[int, list[Vo
 
 
 def view(
-    v: Volume, attachments: list[VolumeAttachment] | None = None, zone: str | None = None
+    v: Volume,
+    ctx: RequestContext,
+    attachments: list[VolumeAttachment] | None = None,
+    zone: str | None = None,
 ) -> dict[str, Any]:
-    """A volume as Cinder shows it (``attachments`` with server_id and device; ``zone``: its
-    host's availability zone, ``zone_of``)."""
+    """A volume as ``ctx`` may see it, as Cinder shows it (``attachments`` with server_id and
+    device; ``zone``: its host's availability zone, ``zone_of``).
+
+    Its host and pool are the operator's business, as a server's are (Cinder's
+    ``os-vol-host-attr:host`` is an admin's): they are shown to a caller allowed ``host:show``
+    only, and are None for anyone else. Its zone is what a member chooses by, and is shown.
+    """
+    operator = policy.allowed(ctx, "host:show")
     return {
         "id": v.uuid,
         "name": None if v.name == v.uuid else v.name,  # an unnamed volume (``create``)
@@ -95,8 +105,8 @@ def view(
         "size": v.size,
         "status": v.status,
         "status_reason": v.status_reason,
-        "host": v.host,
-        "pool": v.pool,
+        "host": v.host if operator else None,
+        "pool": v.pool if operator else None,
         "format": v.format,
         "availability_zone": zone,
         "bootable": bool(v.bootable),
@@ -235,6 +245,12 @@ def create(
     or has too little free disk, the quota) happens before or inside the one transaction that
     writes the row and the claim: a refused request leaves no row and no claim.
     """
+    if later is not None and not callable(later):
+        # A call through a cloud can name any keyword (``novakit.client.calls``): the pool is the
+        # service's own, and a value in its place would fail only once the row and claim are written.
+        raise exceptions.ValidationError(
+            "later", "is the service's pool to make the volume in, not a value to give"
+        )
     db, conf = svc.db, svc.conf
     volume_uuid = str(uuidlib.uuid4())
     row_name = volume_uuid if name is None else name
@@ -266,7 +282,7 @@ def create(
         quota.recheck(session, conf, ctx.project_id, {"volumes": 1, "gigabytes": size})
         _claim_disk(session, ctx, row, rp_id)
         if dry_run:
-            raise _Rehearsed({**view(row), "status": VolumeStatus.AVAILABLE.value})
+            raise _Rehearsed({**view(row, ctx), "status": VolumeStatus.AVAILABLE.value})
         return row, chosen
 
     try:
@@ -325,8 +341,9 @@ def _claim_disk(session: Session, ctx: RequestContext, row: Volume, rp_id: int) 
     """The volume's DISK_GB claimed on its host; refused when it does not fit there."""
     claimed = claim_in_session(session, row.uuid, rp_id, {"DISK_GB": row.size}, ctx.project_id, ctx.user_id)
     if not claimed.claimed:
+        where = host_shown(ctx, row.project_id, row.host or "")  # a member gets its host_id
         raise exceptions.ValidationError(
-            "size", f"{row.size} GiB does not fit host {row.host}: {claimed.reason}"
+            "size", f"{row.size} GiB does not fit host {where}: {claimed.reason}"
         )
 
 
@@ -383,7 +400,7 @@ def zone_of(session: Session, conf: Any, v: Volume) -> str | None:
 def show(svc: Services, ctx: RequestContext, ref: str) -> dict[str, Any]:
     with svc.db.reader() as session:
         v = get(session, ctx, ref)
-        return view(v, attachments_of(session, [v.id]).get(v.id, []), zone_of(session, svc.conf, v))
+        return view(v, ctx, attachments_of(session, [v.id]).get(v.id, []), zone_of(session, svc.conf, v))
 
 
 def list_volumes(svc: Services, ctx: RequestContext, *, all_projects: bool = False) -> list[dict[str, Any]]:
@@ -397,7 +414,7 @@ def list_volumes(svc: Services, ctx: RequestContext, *, all_projects: bool = Fal
         rows = list(session.execute(stmt).scalars())
         attached = attachments_of(session, [v.id for v in rows])
         zones = {h: aggregates.zone_of_host(session, svc.conf, h) for h in {v.host for v in rows if v.host}}
-        return [view(v, attached.get(v.id, []), zones.get(v.host or "")) for v in rows]
+        return [view(v, ctx, attached.get(v.id, []), zones.get(v.host or "")) for v in rows]
 
 
 # --- update --------------------------------------------------------------------------------
@@ -474,7 +491,7 @@ def delete(svc: Services, ctx: RequestContext, ref: str, *, dry_run: bool = Fals
 
     if dry_run:
         with db.reader() as session:
-            gone = view(start(session))
+            gone = view(start(session), ctx)
         return {**gone, "status": "deleted"}
     v = db.run_in_transaction(start)
     fault = None
@@ -486,7 +503,7 @@ def delete(svc: Services, ctx: RequestContext, ref: str, *, dry_run: bool = Fals
         )
         return show(svc, ctx, v.uuid)
     db.run_in_transaction(lambda s: finish_delete(s, v))
-    out = view(v)
+    out = view(v, ctx)
     out["status"] = "deleted"
     return out
 

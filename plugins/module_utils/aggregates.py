@@ -1,7 +1,7 @@
-"""Host aggregates, availability zones and custom traits as the ``host_aggregate`` and
-``compute_node`` modules want them, over the library (``novakit.fleet.aggregates``,
-``novakit.fleet.hosts``), which owns every rule: names, the one zone a host may be in, which
-traits a host may be given.
+"""Availability zones, aggregates and custom traits as the ``compute_node`` module wants them,
+over the library (``novakit.fleet.aggregates``, ``novakit.fleet.hosts``), which owns every
+rule: names, the one zone a host may be in, which traits a host may be given. (The
+``host_aggregate`` module's task is one library call: ``novakit.fleet.aggregates.apply``.)
 
 Check mode runs the real calls in one database transaction that is rolled back at the end
 (``dry_run``): every check and refusal of a real run, in the same words, and nothing written.
@@ -13,145 +13,18 @@ found and used, not made twice.
 
 from __future__ import annotations
 
-import random
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
-class _Discarded(Exception):
-    """Ends a dry run's transaction so that it is rolled back."""
-
-
-class _OneTransaction:
-    """The library's ``Database`` as a dry run lends it: each of the library's transactions
-    (``reader``, ``writer``, ``run_in_transaction``) is a savepoint inside one outer transaction,
-    so that a later call sees what an earlier one would have written, and a refused call undoes
-    only its own part."""
-
-    def __init__(self, db: Any, session: Any) -> None:
-        self._db = db
-        self._session = session
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._db, name)
-
-    @contextmanager
-    def writer(self) -> Iterator[Any]:
-        with self._session.begin_nested():
-            yield self._session
-
-    reader = writer
-
-    def run_in_transaction(self, fn: Any, *, retries: int = 10) -> Any:
-        with self.writer() as session:
-            return fn(session)
-
-
-@contextmanager
-def rolled_back(db: Any) -> Iterator[Any]:
-    """``db`` for a dry run: the library's calls made through it are real, and none is kept."""
-    try:
-        with db.writer() as session:
-            yield _OneTransaction(db, session)
-            raise _Discarded
-    except _Discarded:
-        pass
-
-
-def dry_run(db: Any, fn: Callable[[Any], T], *, retries: int = 10) -> T:
-    """``fn(dry)``, ``dry`` being ``db`` in one transaction that is rolled back (``rolled_back``).
-
-    Its row locks are held until it ends, so two dry runs that take the same aggregates in
-    another order may deadlock on PostgreSQL: the one that loses is run again, as the library
-    runs a transaction again (``Database.run_in_transaction``).
-    """
-    from sqlalchemy.exc import DBAPIError
-
-    from novakit.db.engine import is_transient
-
-    for attempt in range(retries + 1):
-        try:
-            with rolled_back(db) as dry:
-                return fn(dry)
-        except DBAPIError as exc:
-            if attempt >= retries or not is_transient(exc):
-                raise
-            time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
-    raise AssertionError("unreachable")
-
-
-def find(db: Any, ctx: Any, ref: str) -> dict[str, Any] | None:
-    """The aggregate named (or with the uuid or id) ``ref``, or None."""
-    from novakit import exceptions
+def dry_run(db: Any, fn: Callable[[Any], T]) -> T:
+    """``fn(dry)``, ``dry`` being ``db`` in one transaction that is rolled back
+    (``novakit.fleet.aggregates.in_one_transaction``)."""
     from novakit.fleet import aggregates
 
-    try:
-        return aggregates.show(db, ctx, ref)
-    except exceptions.NotFound:
-        return None
-
-
-def ensure(
-    db: Any,
-    ctx: Any,
-    name: str,
-    *,
-    availability_zone: str | None = None,
-    metadata: dict[str, str] | None = None,
-) -> tuple[dict[str, Any], bool]:
-    """The aggregate called ``name`` and whether this call made it (with ``availability_zone``
-    and ``metadata``). One that another task made at the same moment is found and returned."""
-    from sqlalchemy.exc import IntegrityError
-
-    from novakit import exceptions
-    from novakit.fleet import aggregates
-
-    current = find(db, ctx, name)
-    if current is not None:
-        return current, False
-    try:
-        return aggregates.create(db, ctx, name, availability_zone=availability_zone, metadata=metadata), True
-    except (exceptions.Conflict, IntegrityError):
-        current = find(db, ctx, name)
-        if current is None:
-            raise
-        return current, False
-
-
-def add_host(db: Any, ctx: Any, aggregate: dict[str, Any], host: str) -> dict[str, Any]:
-    """``host`` in ``aggregate`` (the library refuses one already in: checked first)."""
-    from novakit import exceptions
-    from novakit.fleet import aggregates
-
-    if host in aggregate["hosts"]:
-        return aggregate
-    try:
-        return aggregates.add_host(db, ctx, aggregate["uuid"], host)
-    except exceptions.Conflict:
-        now = aggregates.show(db, ctx, aggregate["uuid"])
-        if host not in now["hosts"]:  # refused for a reason of its own (another zone): say it
-            raise
-        return now
-
-
-def remove_host(db: Any, ctx: Any, aggregate: dict[str, Any], host: str) -> dict[str, Any]:
-    """``host`` out of ``aggregate`` (the library refuses one not in it: checked first)."""
-    from novakit import exceptions
-    from novakit.fleet import aggregates
-
-    if host not in aggregate["hosts"]:
-        return aggregate
-    try:
-        return aggregates.remove_host(db, ctx, aggregate["uuid"], host)
-    except exceptions.Conflict:
-        now = aggregates.show(db, ctx, aggregate["uuid"])
-        if host in now["hosts"]:
-            raise
-        return now
+    return aggregates.in_one_transaction(db, fn, keep=False)
 
 
 def aggregate_entries(given: list[Any]) -> list[dict[str, Any]]:
@@ -214,7 +87,7 @@ def place_host(db: Any, ctx: Any, host: str, asked: dict[str, Any]) -> None:
     if zone is not None or entries is not None:
         mine = [a for a in aggregates.list_aggregates(db, ctx) if host in a["hosts"]]
     if zone is not None:
-        target = ensure(db, ctx, zone, availability_zone=zone)[0]
+        target = aggregates.ensure(db, ctx, zone, availability_zone=zone)[0]
         if target["availability_zone"] != zone:
             raise exceptions.ValidationError(
                 "availability_zone",
@@ -224,20 +97,20 @@ def place_host(db: Any, ctx: Any, host: str, asked: dict[str, Any]) -> None:
             )
         for other in mine:
             if other["availability_zone"] not in (None, zone):
-                remove_host(db, ctx, other, host)
-        add_host(db, ctx, target, host)
+                aggregates.without(db, ctx, other, host)
+        aggregates.holding(db, ctx, target, host)
     if entries is not None:
         # By name, so that hosts running at once take shared aggregates in one order.
         wanted = {e["name"] for e in entries}
         for other in sorted(mine, key=lambda a: a["name"]):
             if other["availability_zone"] is None and other["name"] not in wanted:
-                remove_host(db, ctx, other, host)
+                aggregates.without(db, ctx, other, host)
         for entry in sorted(entries, key=lambda e: e["name"]):
-            aggregate, made = ensure(db, ctx, entry["name"], metadata=entry["metadata"] or None)
+            aggregate, made = aggregates.ensure(db, ctx, entry["name"], metadata=entry["metadata"] or None)
             changed = {k: v for k, v in entry["metadata"].items() if aggregate["metadata"].get(k) != v}
             if changed and not made:
                 aggregate = aggregates.update(db, ctx, aggregate["uuid"], metadata=changed)
-            add_host(db, ctx, aggregate, host)
+            aggregates.holding(db, ctx, aggregate, host)
     if traits is not None:
         have = set(hosts.custom_traits(db, host))
         if set(traits) - have:

@@ -11,7 +11,12 @@ description:
   - A flavor's sizes cannot change once created (as in Nova); a different size for an existing
     name is an error that says so.
 version_added: 0.1.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.common
+  - novakit.cloud.cloud
+  - novakit.cloud.catalog
+  - novakit.cloud.catalog.name
 options:
   vcpus:
     description: vCPUs.
@@ -69,10 +74,11 @@ flavor:
   sample: {id: 6f1e..., name: m1.small, vcpus: 1, ram: 2048, disk: 20, ephemeral: 0, swap: 0, extra_specs: {}, is_public: true, description: null}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule, named  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule  # noqa: E402
 
 
 class FlavorModule(CatalogModule):
+    takes_cloud = True
     resource = "flavor"
     cannot_change = "flavors cannot change: create one with a new name"
     argument_spec = {
@@ -88,11 +94,10 @@ class FlavorModule(CatalogModule):
     def library(self):
         from novakit.catalog import flavors
 
+        # find is its show, as the caller may see flavors: an admin every one (a private one too),
+        # so a name taken is found; a member the public ones and those given to its project,
+        # whose create is refused by the policy (flavor:create) rather than told of the others.
         return flavors
-
-    def find(self):
-        # Every flavor, a private one too: a name is the catalog's, whoever may list it.
-        return named(self.library().list_flavors(self.database()), self.params["name"])
 
     def wanted(self):
         p = self.params
@@ -110,7 +115,7 @@ class FlavorModule(CatalogModule):
             "swap": w["swap"],
             "extra_specs": w["extra_specs"],
         }
-        return self.library().create(self.database(), self.context(), data, dry_run=dry_run)
+        return self.call(self.library().create, data, dry_run=dry_run)
 
 
 def main():

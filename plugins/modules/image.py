@@ -10,8 +10,17 @@ description:
   - Records an image (its location on the compute hosts, format, sha256 checksum and properties)
     so that servers can boot from it. The bytes stay where they are; each compute host copies them
     into its image cache on first use and checks the checksum.
+  - The image of O(name) is the one the caller sees and may change (its project's; an admin's, any). An image of that
+    name the caller sees but may not change (another project's public image) fails the task, saying so; one it does
+    not see (another project's private image) is not in the way.
+  - Deleting an image also removes what the image store holds of it (an image uploaded through the Image API).
 version_added: 0.1.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.common
+  - novakit.cloud.cloud
+  - novakit.cloud.catalog
+  - novakit.cloud.catalog.name
 options:
   location:
     description: Path or C(file://) URL of the image file on the compute hosts.
@@ -73,7 +82,7 @@ image:
       description: Size of the file in bytes, when known.
       type: int
     location:
-      description: Where the file is on the compute hosts.
+      description: Where the file is on the compute hosts (for a caller who may see hosts, an admin, only).
       type: str
     min_disk:
       description: Smallest root disk (GB) a flavor needs to boot it.
@@ -96,10 +105,11 @@ image:
   sample: {id: 9d8bbd3c-5a69-4f4e-b6b4-0d2f3a1c9e11, name: tiny, disk_format: qcow2, location: /var/lib/novakit/images/tiny.qcow2, status: active}
 """
 
-from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule, named  # noqa: E402
+from ansible_collections.novakit.cloud.plugins.module_utils.catalog import CatalogModule, lookup  # noqa: E402
 
 
 class ImageModule(CatalogModule):
+    takes_cloud = True
     resource = "image"
     unset_is_wanted = True
     cannot_change = "register the new file under a new name"
@@ -117,8 +127,9 @@ class ImageModule(CatalogModule):
         return images
 
     def find(self):
-        # Every active image, another project's too: the name is checked against them all.
-        return named(self.library().list_images(self.database()), self.params["name"])
+        # The image of that name the caller may change; one it sees but may not (another project's
+        # public image) is refused, one it may not see is none: create checks names in that scope.
+        return lookup(self.call, self.library().show_owned, self.params["name"])
 
     def wanted(self):
         p = self.params
@@ -134,15 +145,13 @@ class ImageModule(CatalogModule):
     def update(self, current, changes, dry_run):
         if set(changes) != {"visibility"}:  # only who sees it changes in place
             return super().update(current, changes, dry_run)
-        if dry_run:
-            return None
-        return self.library().set_visibility(
-            self.database(), self.context(), current["id"], self.params["visibility"]
+        return self.call(
+            self.library().set_visibility, current["id"], self.params["visibility"], dry_run=dry_run
         )
 
     def delete(self, current, dry_run):
-        if not dry_run:  # the images catalog has no dry run of a delete: found is all it checks
-            self.library().delete(self.database(), self.context(), current["id"])
+        # The image and what the image store holds of it, as the Image API deletes one.
+        self.call(self.library().remove, current["id"], dry_run=dry_run)
 
 
 def main():

@@ -16,7 +16,12 @@ description:
     (O(port_security_enabled=false)), as in Neutron. Deleting a port updates, on their hosts, the
     filters of the ports whose rules let its address in (a remote group it was a member of).
 version_added: 0.2.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.common
+  - novakit.cloud.cloud
+  - novakit.cloud.catalog
+  - novakit.cloud.catalog.name
 options:
   network:
     description: The network's name or id.
@@ -49,7 +54,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 port:
-  description: The port, when it exists (not in check mode for a new one).
+  description:
+    - The port, when it exists (not in check mode for a new one).
+    - C(binding_host), the host its server is on, is there for a caller who may see hosts (an admin) only, as Neutron's C(binding:host_id).
   returned: when state is present
   type: dict
   sample:
@@ -70,6 +77,7 @@ from ansible_collections.novakit.cloud.plugins.module_utils.security_groups impo
 
 
 class PortModule(FilteringModule):
+    takes_cloud = True
     resource = "port"
     argument_spec = {
         "network": {"type": "str"},

@@ -12,11 +12,12 @@ description:
     V(-1) means unlimited.
     Options left out keep their current limit. Limits not set for a project come from the
     configuration (C([quota]) section).
-  - Usage is counted from the resources servers hold (as Nova counts from placement), so a lower
-    limit never removes servers - it refuses new ones.
+  - Usage is counted from the resources servers hold (as Nova counts from placement). A limit below
+    what the project holds now is refused, as Nova refuses it, unless O(force); a forced lower limit
+    never removes servers - it refuses new ones.
   - Setting quotas needs the C(admin) role.
 version_added: 0.1.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common]
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud]
 options:
   name:
     description: The project whose limits to set (default the caller's project).
@@ -50,6 +51,13 @@ options:
     description: Most key pairs each user of the project may have (Nova's C(key_pairs), counted per user).
     type: int
     version_added: 0.2.0
+  force:
+    description:
+      - Set a limit below what the project holds now (Nova's C(force)); without it such a limit is refused
+        and nothing is set.
+    type: bool
+    default: false
+    version_added: 0.3.0
 """
 
 EXAMPLES = r"""
@@ -114,8 +122,9 @@ RESOURCES = (
 
 
 class QuotaModule(CatalogModule):
-    """A project's limits always exist (the defaults): only ``update`` applies."""
+    """A project's limits always exist (the defaults): the task is one library call."""
 
+    takes_cloud = True
     resource = "quota"
     family_args = {}  # no O(state), and O(name) may be left out (the caller's project)
     argument_spec = {
@@ -123,49 +132,18 @@ class QuotaModule(CatalogModule):
         **{resource: {"type": "int"} for resource in RESOURCES},
         # a count of key pairs, not a key
         "key_pairs": {"type": "int", "no_log": False},
+        "force": {"type": "bool", "default": False},
     }
 
-    def project(self):
-        # Left out: the caller's own; given empty, it is checked (and refused) as any other name.
-        name = self.params["name"]
-        return name if name is not None else self.context().project_id
-
-    def find(self):
-        from novakit import policy, quota
-
-        policy.authorize(self.context(), "quota:update")
-        quota.check_project_id(self.project())
-        self.usage = quota.get_quota_usage(self.database(), self.config(), self.project())
-        return {r: self.usage[r]["limit"] for r in RESOURCES}
-
-    def wanted(self):
+    def run(self):
         from novakit import quota
 
-        for resource in RESOURCES:
-            value = self.params[resource]
-            if value is not None:
-                # The library's own checks of a limit, writing nothing.
-                quota.set_quota(self.database(), self.project(), resource, value, dry_run=True)
-        return {r: self.params[r] for r in RESOURCES}
-
-    def update(self, current, changes, dry_run):
-        from novakit import quota
-
-        if dry_run:
-            # Every resource the library counts, as the real run's get_quota_usage returns them.
-            self.usage = {
-                r: {**usage, "limit": changes[r][1]} if r in changes else usage
-                for r, usage in self.usage.items()
-            }
-        else:
-            for resource, (_before, limit) in changes.items():
-                quota.set_quota(self.database(), self.project(), resource, limit)
-            self.usage = quota.get_quota_usage(self.database(), self.config(), self.project())
-        return {r: self.usage[r]["limit"] for r in RESOURCES}
-
-    def result(self, changed, before, after, shown=None):
-        out = super().result(changed, before, after)
-        return {**out, "project": self.project(), "quota": self.usage}
+        limits = {r: self.params[r] for r in RESOURCES if self.params[r] is not None}
+        done = self.call(
+            quota.apply, self.params["name"], limits, force=self.params["force"], dry_run=self.check_mode
+        )
+        out = self.result(done["changed"], done["before"], done["after"])
+        return {**out, "project": done["project"], "quota": done["quota"]}
 
 
 def main():

@@ -15,7 +15,12 @@ description:
     name are an error that says so. An attached volume is not deleted (detach it first with
     M(novakit.cloud.volume_attachment)).
 version_added: 0.1.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog, novakit.cloud.catalog.name]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.common
+  - novakit.cloud.cloud
+  - novakit.cloud.catalog
+  - novakit.cloud.catalog.name
 options:
   name:
     description: Volume name, unique among the project's live volumes (or the volume's uuid).
@@ -26,7 +31,10 @@ options:
     description: Make a bootable volume from this image (name or id); O(size) must hold it.
     type: str
   host:
-    description: The compute host whose pool holds it; default the up, enabled host with most free disk.
+    description:
+      - The compute host whose pool holds it; default the up, enabled host with most free disk.
+      - An existing volume's host is compared with it only for a caller who may see hosts (an admin); to
+        anyone else a volume shows no host.
     type: str
   description:
     description: Free text shown with the volume.
@@ -51,7 +59,7 @@ volume:
     name: {description: Its name., type: str}
     size: {description: Its size in GiB., type: int}
     status: {description: "available, in-use, error (with status_reason), ...", type: str}
-    host: {description: The host whose pool holds it., type: str}
+    host: {description: "The host whose pool holds it (null unless the caller may see hosts: an admin).", type: str}
     attachments:
       description: The servers it is attached to, with their devices.
       type: list
@@ -63,6 +71,7 @@ from ansible_collections.novakit.cloud.plugins.module_utils.catalog import Catal
 
 class VolumeModule(CatalogModule):
     resource = "volume"
+    takes_cloud = True
     cannot_change = "a volume's size and host do not change here: delete it or use another name"
     plan_in_result = True
     argument_spec = {
@@ -73,24 +82,26 @@ class VolumeModule(CatalogModule):
     }
     module_kwargs = {"required_if": [("state", "present", ["size"])]}
 
-    def services(self):
-        return self.api().conductor
-
     def find(self):
         from novakit.volume import volumes
 
-        return lookup(volumes.show, self.services(), self.context(), self.params["name"])
+        return lookup(self.call, volumes.show, self.params["name"])
 
     def wanted(self):
         return {"size": self.params["size"], "host": self.params["host"]}  # no host: any host will do
+
+    def compare(self, current, wanted):
+        # A volume shows its host only to a caller who may see hosts: to anyone else there is none to compare.
+        if current.get("host") is None:
+            wanted = {k: v for k, v in wanted.items() if k != "host"}
+        return super().compare(current, wanted)
 
     def create(self, dry_run):
         from novakit.volume import volumes
 
         p = self.params
-        made = volumes.create(
-            self.services(),
-            self.context(),
+        made = self.call(
+            volumes.create,
             p["name"],
             p["size"],
             image=p["image"],
@@ -105,7 +116,7 @@ class VolumeModule(CatalogModule):
     def delete(self, current, dry_run):
         from novakit.volume import volumes
 
-        gone = volumes.delete(self.services(), self.context(), current["id"], dry_run=dry_run)
+        gone = self.call(volumes.delete, current["id"], dry_run=dry_run)
         if gone["status"] != "deleted":
             self.fail(f"volume {self.params['name']} not deleted: {gone['status']}: {gone['status_reason']}")
 

@@ -13,7 +13,11 @@ description:
   - A volume attaches only to a server on its own host, and only when it is available; a server's
     root volume is never detached. Each refusal names the rule and changes nothing.
 version_added: 0.1.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.catalog]
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - novakit.cloud.common
+  - novakit.cloud.cloud
+  - novakit.cloud.catalog
 options:
   server:
     description: Server name or id.
@@ -24,7 +28,10 @@ options:
     type: str
     required: true
   device:
-    description: The device in the guest (C(vdb) .. C(vdz)); default the next free one.
+    description:
+      - The device in the guest (C(vdb) .. C(vdz)); default the next free one.
+      - A volume already attached to the server as another device is an error that says so (a device
+        does not change while attached).
     type: str
   state:
     description: Whether the volume should be attached to the server (V(absent) detaches it).
@@ -49,6 +56,7 @@ from ansible_collections.novakit.cloud.plugins.module_utils.novakit import Novak
 
 
 class VolumeAttachmentModule(NovakitModule):
+    takes_cloud = True
     argument_spec = {
         "server": {"type": "str", "required": True},
         "volume": {"type": "str", "required": True},
@@ -58,23 +66,17 @@ class VolumeAttachmentModule(NovakitModule):
 
     def run(self):
         from novakit.compute import volume_attach
-        from novakit.volume import volumes
 
-        api, ctx, p = self.api(), self.context(), self.params
-        server = api.get(ctx, p["server"])
-        vol = volumes.show(api.conductor, ctx, p["volume"])
-        attached = [a for a in vol["attachments"] if a["server_id"] == server["id"]]
-        if p["state"] == "absent":
-            if not attached:
-                return {"changed": False, "volume": vol}
-            vol = volume_attach.detach(api, ctx, server["id"], vol["id"], dry_run=self.check_mode)
-            return {"changed": True, "volume": vol}
-        if attached:
-            if p["device"] and attached[0]["device"].rsplit("/", 1)[-1] != p["device"].rsplit("/", 1)[-1]:
-                self.fail(f"volume {p['volume']} is attached to {p['server']} as {attached[0]['device']}")
-            return {"changed": False, "volume": vol}
-        vol = volume_attach.attach(api, ctx, server["id"], vol["id"], p["device"], dry_run=self.check_mode)
-        return {"changed": True, "volume": vol}
+        p = self.params
+        attached = p["state"] == "present"
+        return self.call(
+            volume_attach.ensure,
+            p["server"],
+            p["volume"],
+            p["device"],
+            attached=attached,
+            dry_run=self.check_mode,
+        )
 
 
 def main():

@@ -40,7 +40,11 @@ def _actions(cloud: Cloud, server: str) -> list[str]:
 def test_create_show_list_delete_with_its_claim_and_the_host_pool(cloud: Cloud, ctx: RequestContext) -> None:
     svc = cloud.api.conductor
     vol = volumes.create(svc, ctx, "data", 5, host="compute-2")
-    assert vol["status"] == "available" and vol["size"] == 5 and vol["host"] == "compute-2"
+    assert vol["status"] == "available" and vol["size"] == 5
+    # Its host and pool are an admin's to see (Cinder's os-vol-host-attr:host), as a server's are.
+    assert vol["host"] is None and vol["pool"] is None
+    assert all(v["host"] is None for v in volumes.list_volumes(svc, ctx))
+    assert volumes.show(svc, cloud.admin, "data")["host"] == "compute-2"
     assert vol["bootable"] is False and vol["attachments"] == []
     assert placement.get_allocations_for_consumer(cloud.db, vol["id"])
     assert _disk_used(cloud, "compute-2") == 5
@@ -70,7 +74,8 @@ def test_without_a_host_the_one_with_most_free_disk_is_chosen_and_image_volumes_
     cloud: Cloud, ctx: RequestContext
 ) -> None:
     vol = volumes.create(cloud.api.conductor, ctx, "boot", 2, image="tiny")
-    assert vol["host"] == "compute-3"  # 1600 GiB of disk, the most
+    # 1600 GiB of disk, the most (its host an admin's to see)
+    assert volumes.show(cloud.api.conductor, cloud.admin, vol["id"])["host"] == "compute-3"
     assert vol["bootable"] is True and vol["image_id"]
     assert cloud.fake("compute-3").volumes()[vol["id"]]["image_id"] == vol["image_id"]
 
@@ -215,12 +220,44 @@ def test_a_volume_attaches_only_on_its_host_and_a_device_must_be_valid_and_free(
     before = cloud.snapshot()
     with pytest.raises(exceptions.InvalidVolume) as err:
         volume_attach.attach(cloud.api, ctx, "web", "far")
+    # The member is told the hosts as it may know them (their host_id), never their names.
+    assert "attaches only to servers on its host" in str(err.value)
+    assert elsewhere not in str(err.value) and server["host"] not in str(err.value)
+    assert server["host_id"] in str(err.value)
+    with pytest.raises(exceptions.InvalidVolume) as err:
+        volume_attach.attach(cloud.api, cloud.admin, "web", "far")
     assert elsewhere in str(err.value) and server["host"] in str(err.value)
     for device, rule in (("vdf", "holds another volume"), ("vda", "own disks"), ("sdb", "must be vdb")):
         with pytest.raises(exceptions.ValidationError, match=rule) as verr:
             volume_attach.attach(cloud.api, ctx, "web", "near2", device=device)
         assert verr.value.field == "device"
     assert cloud.snapshot() == before
+
+
+def test_ensure_attaches_once_keeps_the_device_and_detaches_once(cloud: Cloud, ctx: RequestContext) -> None:
+    """The declarative attach (the volume_attachment module's state, run here or by the service):
+    a dry run writes nothing, a second call changes nothing, another device is refused naming it."""
+    server = boot(cloud, ctx, "web")
+    volumes.create(cloud.api.conductor, ctx, "data", 1, host=server["host"])
+    before = cloud.snapshot()
+    dry = volume_attach.ensure(cloud.api, ctx, "web", "data", dry_run=True)
+    assert dry["changed"] and dry["volume"]["status"] == "available" and cloud.snapshot() == before
+    made = volume_attach.ensure(cloud.api, ctx, "web", "data", "vdd")
+    assert made["changed"] and made["volume"]["status"] == "in-use"
+    assert [a["device"] for a in made["volume"]["attachments"]] == ["/dev/vdd"]
+    state = cloud.snapshot()
+    again = volume_attach.ensure(cloud.api, ctx, "web", "data", "/dev/vdd")
+    assert again["changed"] is False and again["volume"]["attachments"] == made["volume"]["attachments"]
+    with pytest.raises(exceptions.ValidationError, match="attached to server web as /dev/vdd") as err:
+        volume_attach.ensure(cloud.api, ctx, "web", "data", "vde")
+    assert err.value.field == "device" and cloud.snapshot() == state
+
+    assert volume_attach.ensure(cloud.api, ctx, "web", "data", attached=False, dry_run=True)["changed"]
+    assert cloud.snapshot() == state
+    gone = volume_attach.ensure(cloud.api, ctx, "web", "data", attached=False)
+    assert gone["changed"] and (gone["volume"]["status"], gone["volume"]["attachments"]) == ("available", [])
+    assert volume_attach.ensure(cloud.api, ctx, "web", "data", attached=False)["changed"] is False
+    assert [a for a in _actions(cloud, "web") if a.endswith("_volume")] == ["attach_volume", "detach_volume"]
 
 
 def test_a_failed_host_attach_leaves_the_volume_available_and_a_fault_on_the_action(

@@ -276,13 +276,11 @@ def host_drain(
 
     if live and cold:
         fail("give --live or --cold, not both (neither: live where possible, cold otherwise)")
-    caller = ctx()
-    compute = api()
     how = True if live else False if cold else None
-    report = guard(lambda: drain_host(compute, caller, name, live=how, reason=reason, dry_run=dry_run))
+    report = guard(lambda: call(drain_host, name, live=how, reason=reason, dry_run=dry_run))
     left = [r for r in report["servers"] if r["result"] in ("failed", "skipped")]
     if enable_after and not left and not dry_run:
-        guard(lambda: hosts.set_disabled(compute.db, caller, name, False))
+        guard(lambda: call(hosts.set_disabled, name, False))
         report["disabled"] = False
     form = guard(lambda: output.chosen(fmt, out))
     if form in (Format.json, Format.yaml) and not column:

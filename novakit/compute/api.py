@@ -77,6 +77,12 @@ class API(CreateAPI):
         self._conductor = conductor
         self.later = later
 
+    def inline(self) -> API:
+        """This API with the host part of its creates and actions run in the caller's thread
+        (no ``later``): for a library call that reports how each of its moves ended (a host's
+        drain), in ``novakit serve`` too."""
+        return self if self.later is None else API(self.db, self.conf, self.conductor)
+
     @property
     def conductor(self) -> Conductor:
         if self._conductor is None:

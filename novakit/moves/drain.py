@@ -12,8 +12,9 @@ it through ``API.act``, as a user of the API would, one after the other:
 
 The scheduler places each server as a boot would (its server group, its networks, capacity),
 so a server that fits nowhere fails with the scheduler's explanation. The answer is a row per
-server: moved (from, to, how) or failed or skipped (why). ``playbooks/host_maintenance.yml``
-and ``novakit host drain`` are this function.
+server: moved (from, to, how) or failed or skipped (why), so the moves run in the caller's
+thread even in ``novakit serve`` (``API.inline``). ``playbooks/host_maintenance.yml`` and
+``novakit host drain`` are this function, in their process or (with a cloud) in the service's.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def drain_host(
     policy.authorize(ctx, "host:disable")
     policy.authorize(ctx, "server:migrate")
     hosts.get_node(api.db, host)  # ComputeHostNotFound names it
+    api = api.inline()  # each move's end is in the answer: none is handed to a pool
     if not dry_run:
         hosts.set_disabled(
             api.db,
@@ -66,6 +68,7 @@ def evacuate_host(api: Any, ctx: RequestContext, host: str, *, dry_run: bool = F
     policy.authorize(ctx, "host:disable")
     policy.authorize(ctx, "server:migrate")
     hosts.get_node(api.db, host)
+    api = api.inline()
     if not dry_run:
         hosts.set_disabled(api.db, ctx, host, True, "evacuated: its host is down (novakit)", keep_reason=True)
     rows = []

@@ -185,6 +185,7 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
     from novakit.compute import interfaces, server_groups, volume_attach
     from novakit.fleet import aggregates, hosts
     from novakit.keypairs import registry
+    from novakit.moves import drain
     from novakit.network import networks, security_groups, subnets
     from novakit.network import ports as port_calls
     from novakit.volume import volumes as volume_calls
@@ -224,8 +225,9 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
         interfaces.attach,
         interfaces.detach,
     )
-    # the hosts as Nova's os-services and os-hypervisors show and change them (admins; the
-    # host's own registration, heartbeat and adoption of guests stay the operator's)
+    # the hosts as Nova's os-services and os-hypervisors show and change them, and a host's drain
+    # or evacuation (admins; the host's own registration, heartbeat and adoption of guests stay
+    # the operator's)
     hosts_ = (
         hosts.list_hosts,
         hosts.show_host,
@@ -234,6 +236,8 @@ def _served_calls() -> dict[str, Callable[..., Any]]:
         hosts.delete_host,
         hosts.set_traits,
         hosts.unset_traits,
+        drain.drain_host,
+        drain.evacuate_host,
     )
     # ports (the port module and commands): a port's view shows its binding host to those who may
     # see hosts only (``ports.view``)

@@ -158,7 +158,8 @@ class NovakitModule:
 
     def refuse_cloud(self) -> None:
         """A module that opens the database fails when a cloud is in effect (``OS_CLOUD`` and no
-        O(db_url)): a job given only a cloud never falls back to the embedded default."""
+        O(db_url)): a job given only a cloud never falls back to the embedded default. Called by
+        ``database`` and ``api``, and by a module that opens its database otherwise (db, heal)."""
         from novakit.client import cloud_name, opens_database
 
         if self.takes_cloud:

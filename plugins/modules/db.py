@@ -59,6 +59,7 @@ class DbModule(NovakitModule):
         from novakit.db import migration
         from novakit.db.engine import Database
 
+        self.refuse_cloud()
         policy.authorize(self.context(), "db:upgrade")
         conf = self.config()
         # Not opened as usual: the embedded default would migrate itself before being asked.

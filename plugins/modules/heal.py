@@ -170,6 +170,7 @@ class HealModule(NovakitModule):
         from novakit.db.engine import Database
         from novakit.heal.manager import heal, reports_from_compute_results
 
+        self.refuse_cloud()
         conf = self.config()
         reports, unreachable, boot_ids = reports_from_compute_results(self.params["guests"])
         asked_at = None

@@ -16,7 +16,7 @@ description:
   - O(state=enabled) enables the host again (after its maintenance).
   - A host already drained (disabled, no servers) or enabled reports no change.
 version_added: 0.2.0
-extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common]
+extends_documentation_fragment: [ansible.builtin.action_common_attributes, novakit.cloud.common, novakit.cloud.cloud]
 attributes:
   check_mode:
     details:
@@ -93,6 +93,7 @@ _LIVE = {"auto": None, "live": True, "cold": False}
 
 
 class HostMaintenanceModule(NovakitModule):
+    takes_cloud = True
     argument_spec = {
         "host": {"type": "str", "required": True},
         "state": {"type": "str", "choices": ["drained", "evacuated", "enabled"], "default": "drained"},
@@ -104,21 +105,25 @@ class HostMaintenanceModule(NovakitModule):
         from novakit.fleet import hosts
         from novakit.moves import drain
 
-        api, ctx, p = self.api(), self.context(), self.params
-        known = {h["host"]: h for h in hosts.list_hosts(api.db, api.conf, ctx=ctx)}
+        p = self.params
+        known = {h["host"]: h for h in self.call(hosts.list_hosts)}
         if p["host"] not in known:
             self.fail(f"no compute host named {p['host']!r}")
         enabled = known[p["host"]]["status"] == "enabled"
         if p["state"] == "enabled":
             if not enabled and not self.check_mode:
-                hosts.set_disabled(api.db, ctx, p["host"], False)
+                self.call(hosts.set_disabled, p["host"], False)
             return {"changed": not enabled}
         if p["state"] == "drained":
-            out = drain.drain_host(
-                api, ctx, p["host"], live=_LIVE[p["live"]], reason=p["reason"], dry_run=self.check_mode
+            out = self.call(
+                drain.drain_host,
+                p["host"],
+                live=_LIVE[p["live"]],
+                reason=p["reason"],
+                dry_run=self.check_mode,
             )
         else:
-            out = drain.evacuate_host(api, ctx, p["host"], dry_run=self.check_mode)
+            out = self.call(drain.evacuate_host, p["host"], dry_run=self.check_mode)
         left = [r for r in out["servers"] if r["result"] in ("failed", "skipped")]
         changed = enabled or any(r["result"] in ("moved", "would move") for r in out["servers"])
         result = {"changed": changed, "servers": out["servers"], "host": p["host"]}

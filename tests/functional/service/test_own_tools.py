@@ -180,6 +180,33 @@ def test_the_host_commands_go_through_the_cloud(tools: Tools) -> None:
     assert tools.embedded_default_untouched()
 
 
+def test_a_host_is_drained_through_the_cloud(tools: Tools) -> None:
+    """``host drain`` through the cloud: the service moves each server (in the request, so the
+    answer says where each went), the host stays disabled until ``--enable-after``; a dry run
+    moves nothing; a member is refused by the service's policy."""
+
+    def nk(*args: str, cloud: str = "nk") -> subprocess.CompletedProcess[str]:
+        return tools.novakit("--os-cloud", cloud, *args)
+
+    ok(nk("server", "create", "dr-1", "--flavor", "m1.small", "--image", "tiny", "--nic", "net-id=lan"))
+    before = tools.server("dr-1")
+    assert before is not None and before["status"] == "ACTIVE"
+    source = before["host"]
+    planned = json.loads(ok(nk("host", "drain", source, "--dry-run", "-f", "json")))
+    assert [(r["name"], r["result"]) for r in planned["servers"]] == [("dr-1", "would move")]
+    assert (tools.server("dr-1") or {}).get("host") == source
+    refused = nk("host", "drain", source, cloud="dev")
+    assert refused.returncode == 1 and "host:disable" in refused.stderr, refused.stderr
+    report = json.loads(ok(nk("host", "drain", source, "--enable-after", "-f", "json")))
+    (row,) = report["servers"]
+    assert (row["name"], row["result"], row["from"]) == ("dr-1", "moved", source), row
+    after = tools.server("dr-1")
+    assert after is not None and after["status"] == "ACTIVE" and after["host"] == row["to"] != source
+    assert json.loads(ok(nk("host", "show", source, "-f", "json")))["status"] == "enabled"
+    ok(nk("server", "delete", "dr-1"))
+    assert tools.embedded_default_untouched()
+
+
 def test_a_member_s_credential_sees_only_its_own_and_no_hosts(tools: Tools) -> None:
     """The member's application credential: its servers only, no host column, admin actions refused."""
     out = ok(
@@ -327,8 +354,20 @@ def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
                             "ignore_errors": True,
                         },
                         {
+                            "name": "a host's drain planned",
+                            "novakit.cloud.host_maintenance": {"cloud": "nk", "host": "compute-3"},
+                            "check_mode": True,
+                            "register": "drain_planned",
+                        },
+                        {
+                            "name": "a host's drain by a member",
+                            "novakit.cloud.host_maintenance": {"cloud": "dev", "host": "compute-3"},
+                            "register": "drain_member",
+                            "ignore_errors": True,
+                        },
+                        {
                             "name": "a module of the operator's path, given only a cloud",
-                            "novakit.cloud.host_maintenance": {"host": "compute-1", "state": "enabled"},
+                            "novakit.cloud.db": {},
                             "environment": {"OS_CLOUD": "nk"},
                             "register": "operators",
                             "ignore_errors": True,
@@ -384,7 +423,8 @@ def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
                                 " 'net': net, 'subnet': subnet, 'subnet_again': subnet_again,"
                                 " 'dev_net': dev_net, 'key': key, 'group_checked': group_checked,"
                                 " 'group': group, 'sg': sg, 'rule': rule,"
-                                " 'operators': operators} | to_json }}",
+                                " 'operators': operators, 'drain_planned': drain_planned,"
+                                " 'drain_member': drain_member} | to_json }}",
                             },
                         },
                     ],
@@ -415,6 +455,20 @@ def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
     assert seen["subnet"]["changed"] and seen["subnet"]["subnet"]["cidr"] == "10.9.0.0/24"
     assert not seen["subnet_again"]["changed"]
     assert seen["dev_net"]["failed"] and "network:create" in seen["dev_net"]["msg"]
+    # A drain through the cloud: planned in check mode (nothing disabled), refused to a member.
+    assert seen["drain_planned"]["changed"] and seen["drain_planned"]["host"] == "compute-3"
+    assert seen["drain_member"]["failed"] and "host:list" in seen["drain_member"]["msg"]
+    db = tools.served.database()
+    try:
+        from sqlalchemy import select
+
+        from novakit.db.models import Service
+
+        with db.reader() as session:
+            service = session.execute(select(Service).where(Service.host == "compute-3")).scalar_one()
+            assert not service.disabled
+    finally:
+        db.dispose()
     # No fall back to the embedded default: the module that opens the database says so.
     assert seen["operators"]["failed"] and "db_url" in seen["operators"]["msg"], seen["operators"]
     assert "does not go through a cloud (nk)" in seen["operators"]["msg"]

@@ -163,6 +163,7 @@ class _State:
     ctx: RequestContext | None = None
     cloud: str | None = None  # the cloud the command goes through (``novakit.client``), else None
     cloud_api: Any = None
+    db_url: str | None = None  # --db-url (or NOVAKIT_DB_URL), as given
 
 
 STATE = _State()
@@ -191,12 +192,25 @@ def main_options(
 
     STATE.conf = guard(lambda: load_config(config, db_url=db_url))
     STATE.cloud = cloud_name(os_cloud, db_url)
+    STATE.db_url = db_url
     given = {"project": project, "user": user, "roles": role, "request_id": request_id}
     if STATE.cloud is not None:
         cloud = STATE.cloud
         guard(lambda: refuse_identity({"--project": project, "--user": user, "--role": role}, cloud))
         return  # the caller is the cloud's token's, read when a command first needs it (``ctx``)
     STATE.ctx = guard(lambda: context_from(given, identity=conf().identity))
+
+
+def playbook_env() -> dict[str, str]:
+    """What a playbook the command runs (``novakit boot``) needs in its environment to take the
+    command's path: through its cloud (``OS_CLOUD``, and no database URL, which would win), or
+    the database URL the command was given."""
+    if STATE.cloud is not None:
+        env = {"OS_CLOUD": STATE.cloud, "NOVAKIT_DB_URL": ""}
+        if os.environ.get("OS_CLIENT_CONFIG_FILE"):
+            env["OS_CLIENT_CONFIG_FILE"] = os.environ["OS_CLIENT_CONFIG_FILE"]
+        return env
+    return {"NOVAKIT_DB_URL": STATE.db_url} if STATE.db_url else {}
 
 
 def key_values(given: list[str] | None, option: str = "--property") -> dict[str, str]:

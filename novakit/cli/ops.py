@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from novakit.cli import output
-from novakit.cli.base import app, conf, console, ctx, db, db_app, err_console, fail, guard
+from novakit.cli.base import app, conf, console, ctx, db, db_app, err_console, fail, guard, playbook_env
 from novakit.cli.output import COLUMN, FORMAT, OUTPUT, Col, Format
 
 
@@ -160,6 +160,7 @@ def boot_command(
             check=check,
             keep_artifacts=keep_artifacts,
             on_event=on_event,
+            envvars=playbook_env(),
         )
     )
     servers = result.servers

@@ -276,6 +276,23 @@ def test_the_boot_and_action_playbooks_go_through_the_cloud(tools: Tools, backen
 
 
 @pytest.mark.slow  # ansible-playbook runs
+def test_novakit_boot_runs_its_playbook_through_the_cloud(tools: Tools, backend: str) -> None:
+    """``novakit --os-cloud dev boot``: the boot playbook it runs takes the command's cloud, even
+    with a database URL in the environment (the command's --os-cloud wins, as for its own calls)."""
+    if backend != "sqlite":
+        pytest.skip("the playbook drives the same service and calls on both back ends: SQLite only")
+    stray = tools.directory / "stray.db"
+    done = tools.novakit(
+        "--os-cloud", "dev", "boot", "nb", "--count", "1", "-f", "json", NOVAKIT_DB_URL=f"sqlite:///{stray}"
+    )
+    out = json.loads(ok(done))
+    assert out["ok"] and [(s["name"], s["status"]) for s in out["servers"]] == [("nb-1", "ACTIVE")], out
+    assert (tools.server("nb-1") or {}).get("status") == "ACTIVE"
+    assert not stray.exists()
+    ok(tools.novakit("--os-cloud", "dev", "server", "delete", "nb-1"))
+
+
+@pytest.mark.slow  # ansible-playbook runs
 def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
     """server (state stopped), server_action (lock), server_info, network, subnet, keypair and
     server_group with ``cloud:``; a second run changes nothing; check mode; the identity options

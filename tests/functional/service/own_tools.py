@@ -56,6 +56,19 @@ class Tools:
             timeout=180,
         )
 
+    def play(self, path: Path, *options: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+        """ansible-playbook of ``path`` on localhost with this checkout's collection, in the
+        tools' environment (no database URL), with ``options`` (``--check``, ``--diff``)."""
+        return subprocess.run(
+            [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", *options, str(path)]
+            + ["-e", f"ansible_python_interpreter={sys.executable}"],
+            env={**self.env, "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "playbooks" / "collections")},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=ROOT,
+        )
+
     def server(self, name: str) -> dict[str, Any] | None:
         """The server of that name as the service's database has it (None: none, or deleted)."""
         db = self.served.database()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -449,15 +448,7 @@ def test_the_server_modules_take_a_cloud(tools: Tools, backend: str) -> None:
             ]
         )
     )
-    done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(play)]
-        + ["-e", f"ansible_python_interpreter={sys.executable}"],
-        env={**tools.env, "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "playbooks" / "collections")},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    done = tools.play(play)
     assert done.returncode == 0, done.stdout[-3000:]
     seen = json.loads((tools.directory / "modules.json").read_text())
     assert seen["made"]["changed"] and seen["made"]["actions"] == ["create", "stop"]

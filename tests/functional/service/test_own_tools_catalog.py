@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -210,15 +209,7 @@ def test_the_flavor_image_and_port_modules_take_a_cloud(tools: Tools, backend: s
 
     # What a checked task did not write, the real task after it says: it found nothing, or the
     # resource as it was.
-    done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(play)]
-        + ["-e", f"ansible_python_interpreter={sys.executable}"],
-        env={**tools.env, "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "playbooks" / "collections")},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
+    done = tools.play(play, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:]
     seen = json.loads(report.read_text())
 

@@ -9,8 +9,6 @@ what they did is read back from the service's database.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -152,15 +150,7 @@ def _play(tools: Tools, name: str, tasks: list[dict[str, Any]]) -> dict[str, Any
             ]
         )
     )
-    done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "--diff", str(play)]
-        + ["-e", f"ansible_python_interpreter={sys.executable}"],
-        env={**tools.env, "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "playbooks" / "collections")},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    done = tools.play(play, "--diff")
     assert done.returncode == 0, done.stdout[-3000:]
     assert not [s for s in tools.served.secrets if s in done.stdout]
     seen: dict[str, Any] = json.loads(out.read_text())

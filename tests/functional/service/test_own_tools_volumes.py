@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -165,16 +164,7 @@ def _play(tools: Tools, name: str, tasks: list[dict[str, Any]], *, check: bool =
             ]
         )
     )
-    done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(play)]
-        + ["-e", f"ansible_python_interpreter={sys.executable}"]
-        + (["--check"] if check else []),
-        env={**tools.env, "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "playbooks" / "collections")},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    done = tools.play(play, *(["--check"] if check else []))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert not [s for s in tools.served.secrets if s in done.stdout]
     seen: dict[str, Any] = json.loads(out.read_text())

@@ -288,6 +288,7 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         "on_change": push_on_change,
         "svc": lambda: api().conductor,
         "api": api,
+        "later": lambda: None,
     }
     done: T = run_here(fn, provide, args, kwargs)
     return done

@@ -22,9 +22,10 @@ from novakit import exceptions
 
 #: the names a library call's own parameters have for the database, the configuration, the
 #: caller, what to do with the ports whose filters it changed (send them to their hosts), the
-#: conductor's services (``svc``: a volume's calls, which reach a host) and the library's API
-#: (``api``: an attachment's, which go through a server's state machine)
-PROVIDED = ("db", "conf", "ctx", "on_change", "svc", "api")
+#: conductor's services (``svc``: a volume's calls, which reach a host), the library's API
+#: (``api``: an attachment's, which go through a server's state machine) and the pool a call may
+#: hand its host's part to (``later``: none for the tools, whose calls end with their work)
+PROVIDED = ("db", "conf", "ctx", "on_change", "svc", "api", "later")
 
 
 def call_name(fn: Callable[..., Any]) -> str:

@@ -313,6 +313,7 @@ async def call(request: Request, who: Caller = Depends(caller)) -> Response:
         "on_change": push_of(request, who.ctx),
         "svc": api.conductor,
         "api": api,
+        "later": None,  # a tool's call ends with its work, as in the tool's own process
     }
     bound = bind(fn, provided, given.args, given.kwargs)
     result = await run_in_threadpool(lambda: fn(*bound.args, **bound.kwargs))

@@ -245,12 +245,6 @@ def create(
     or has too little free disk, the quota) happens before or inside the one transaction that
     writes the row and the claim: a refused request leaves no row and no claim.
     """
-    if later is not None and not callable(later):
-        # A call through a cloud can name any keyword (``novakit.client.calls``): the pool is the
-        # service's own, and a value in its place would fail only once the row and claim are written.
-        raise exceptions.ValidationError(
-            "later", "is the service's pool to make the volume in, not a value to give"
-        )
     db, conf = svc.db, svc.conf
     volume_uuid = str(uuidlib.uuid4())
     row_name = volume_uuid if name is None else name

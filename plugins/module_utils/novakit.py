@@ -203,6 +203,7 @@ class NovakitModule:
             "on_change": lambda: None,
             "svc": lambda: self.api().conductor,
             "api": self.api,
+            "later": lambda: None,
         }
 
     def _opened(self, db: Any) -> Any:

@@ -104,7 +104,7 @@ class CreateAPI:
         if self.later is None:
             return False
         if outcome.unbuilt:
-            self.later(self.conductor.build_instances, ctx, outcome.unbuilt, outcome.records)
+            self.conductor.build_later(self.later, ctx, outcome.unbuilt, outcome.records)
         return True
 
     def create_servers(

@@ -20,8 +20,10 @@ run out (``novakit.heal``). An owner whose final write loses a race tells a dele
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import JSON, bindparam, select, text
@@ -123,11 +125,94 @@ class Builds:
         spec.num_instances = len(uuids)
         if spec.min_count is not None:
             spec.min_count = min(spec.min_count, len(uuids))
-        recorded: list[tuple[str, InstanceSpec]] = []
-        gone: list[str] = []
-        infos: dict[str, dict[str, Any]] = {}
-        over_quota: dict[str, exceptions.OverQuota] = {}
-        placed_in: dict[Cell, list[str]] = {}
+        try:
+            claims = self._select_and_claim(spec, uuids, found, trim_by_quota=True)
+        except (exceptions.NoValidHost, exceptions.OverQuota, exceptions.CellDown) as exc:
+            # OverQuota: the recheck in the claim transaction lost to a concurrent request
+            # (Nova's recheck losers go to error too); CellDown: the chosen host's cell stopped
+            # answering as its servers were written there. Nothing was claimed.
+            self._fail_unscheduled(ctx, uuids, exc)
+            return [], {}, {}
+        self._fail_unplaced(ctx, claims.unplaced, claims.over_quota, len(uuids))
+        return _build_requests(ctx, claims.recorded), claims.infos, claims.placed_in
+
+    @staticmethod
+    def alike(jobs: list[BuildJob]) -> list[list[BuildJob]]:
+        """``jobs`` in the groups ``first_rounds_together`` takes, in the order they came (``_alike``)."""
+        return _alike(jobs)
+
+    def first_rounds_together(
+        self, group: list[BuildJob]
+    ) -> list[tuple[BuildJob, list[ComputeRequest], dict[str, dict[str, Any]]]]:
+        """``first_round`` of several waiting builds at once (a group of ``alike``: ``novakit
+        serve``'s pool takes every build that waits when it schedules). Builds of one server each
+        whose requests ask the same are scheduled and claimed in one round, one scheduler pass and
+        one claims' transaction for all of them, as a create of that many servers is; each placed
+        build then goes on as its own request (its request id, its action, its lease). A build
+        that round left out (no room, the quota's recheck, nothing fitting at all) is scheduled
+        again on its own, so what happens to it, and the fault that says why, are exactly those
+        of a build scheduled alone; so is a group of one.
+
+        Each job's first round and how to reach its hosts, in the order the jobs came."""
+        out: list[tuple[BuildJob, list[ComputeRequest], dict[str, dict[str, Any]]]] = []
+        left = group
+        if len(group) > 1:
+            with self.db.target_cell(UNSCHEDULED):
+                placed, infos, placed_in, left = self._schedule_together(group)
+            for cell, uuids in placed_in.items():
+                self.db.cells.remember(uuids, cell)
+            out.extend((job, requests, infos) for job, requests in placed)
+        for job in left:
+            out.append((job, *self.first_round(job.ctx, job.uuids, job.records)))
+        return out
+
+    def _schedule_together(
+        self, jobs: list[BuildJob]
+    ) -> tuple[
+        list[tuple[BuildJob, list[ComputeRequest]]],
+        dict[str, dict[str, Any]],
+        dict[Cell, list[str]],
+        list[BuildJob],
+    ]:
+        """One round for ``jobs`` (alike, one server each, their records given): the placed jobs
+        with their requests, how to reach the hosts, the placed servers by cell, and the jobs left
+        to be scheduled alone (nothing of theirs claimed)."""
+        from novakit.scheduler.request_spec import RequestSpec as SchedSpec
+
+        assert all(job.records is not None for job in jobs)
+        found = {u: job.records[u] for job in jobs for u in job.uuids if job.records and u in job.records}
+        owner = {job.uuids[0]: job for job in jobs}
+        uuids = [u for u in owner if u in found]
+        spec = SchedSpec.model_validate(found[uuids[0]][1].spec)
+        spec.num_instances, spec.min_count = len(uuids), 1
+        try:
+            claims = self._select_and_claim(spec, uuids, found, trim_by_quota=False)
+        except (exceptions.NoValidHost, exceptions.OverQuota, exceptions.CellDown):
+            return [], {}, {}, jobs
+        for uuid, _host in claims.recorded_hosts():
+            self.services.notifier.emit("instance.create.start", uuid)
+        by_job: dict[str, list[tuple[str, InstanceSpec]]] = defaultdict(list)
+        for host, instance in claims.recorded:
+            by_job[instance.uuid].append((host, instance))
+        placed = [
+            (owner[uuid], _build_requests(owner[uuid].ctx, recorded)) for uuid, recorded in by_job.items()
+        ]
+        left = [owner[uuid] for uuid in claims.unplaced]
+        return placed, claims.infos, claims.placed_in, left
+
+    def _select_and_claim(
+        self,
+        spec: Any,
+        uuids: list[str],
+        found: dict[str, tuple[Instance, RequestSpec]],
+        *,
+        trim_by_quota: bool,
+    ) -> _Claims:
+        """The scheduler's choice for ``uuids`` and its claims, with each placed server's host,
+        cell and lease recorded in the claims' own transaction (``on_claimed``); the scheduler's
+        NoValidHost, OverQuota and CellDown are the caller's (nothing claimed). ``trim_by_quota``:
+        which servers the quota's recheck left out, and its error (``_trimmed_by_quota``)."""
+        claims = _Claims()
         # The servers an attempt of the claims' transaction wrote in their cells' databases.
         written: list[tuple[Cell, list[str]]] = []
         # The lease of the round that starts now: renewed in the claims' write, before the host call.
@@ -143,36 +228,23 @@ class Builds:
             placed = [(u, claimed[u]) for u in uuids if claimed.get(u)]
             cell_of = self._cells_of_hosts(placed)
             taken: dict[str, dict[str, Any]] = {}
-            recorded[:] = self._claimed(session, found, placed, gone, lease, cell_of, taken)
-            placed_in.clear()
-            placed_in.update(self._map_placed(session, recorded, cell_of, taken, written))
-            infos.clear()
-            infos.update(_driver_infos(self.services.rpc, session, placed, {host for host, _ in recorded}))
-            over_quota.clear()
-            if len(claimed) < len(uuids):
-                over_quota.update(self._trimmed_by_quota(session, spec, uuids))
+            claims.recorded[:] = self._claimed(session, found, placed, claims.gone, lease, cell_of, taken)
+            claims.placed_in.clear()
+            claims.placed_in.update(self._map_placed(session, claims.recorded, cell_of, taken, written))
+            claims.infos.clear()
+            claims.infos.update(
+                _driver_infos(self.services.rpc, session, placed, {host for host, _ in claims.recorded})
+            )
+            claims.over_quota.clear()
+            if trim_by_quota and len(claimed) < len(uuids):
+                claims.over_quota.update(self._trimmed_by_quota(session, spec, uuids))
 
-        try:
-            with self.db.cells.placement_gates():
-                selections = self.services.scheduler.select_destinations(spec, uuids, on_claimed=on_claimed)
-        except (exceptions.NoValidHost, exceptions.OverQuota, exceptions.CellDown) as exc:
-            # OverQuota: the recheck in the claim transaction lost to a concurrent request
-            # (Nova's recheck losers go to error too); CellDown: the chosen host's cell stopped
-            # answering as its servers were written there. Nothing was claimed.
-            self._fail_unscheduled(ctx, uuids, exc)
-            return [], {}, {}
-        unplaced = [uuid for uuid, choices in zip(uuids, selections, strict=True) if not choices]
-        self._fail_unplaced(ctx, unplaced, over_quota, len(uuids))
-        for uuid in gone:
+        with self.db.cells.placement_gates():
+            selections = self.services.scheduler.select_destinations(spec, uuids, on_claimed=on_claimed)
+        claims.unplaced = [uuid for uuid, choices in zip(uuids, selections, strict=True) if not choices]
+        for uuid in claims.gone:
             LOG.info("instance %s was deleted while it was scheduled; its claim is freed", uuid)
-        by_host: dict[str, list[InstanceSpec]] = defaultdict(list)
-        for host, spec_ in recorded:
-            by_host[host].append(spec_)
-        requests = [
-            ComputeRequest(request_id=ctx.request_id, host=host, operation="build", instances=specs)
-            for host, specs in by_host.items()
-        ]
-        return requests, infos, placed_in
+        return claims
 
     def _map_placed(
         self,
@@ -699,6 +771,73 @@ _RS_SCHEDULED = text(
 ).bindparams(bindparam("alternates", type_=JSON), bindparam("tried", type_=JSON))
 _STATES_OF_ONE = text("SELECT uuid, vm_state, task_state FROM instances WHERE uuid = :uuid")
 _BUILD_OF = text("SELECT deleted, vm_state, host FROM instances WHERE uuid = :uuid")
+
+
+@dataclass
+class BuildJob:
+    """A recorded create's build waiting for its first round: its request's context, its servers
+    and, when the caller has them, their records as written (``Builds.first_round``)."""
+
+    ctx: RequestContext
+    uuids: list[str]
+    records: dict[str, tuple[Instance, RequestSpec]] | None = None
+
+
+#: the jobs a shared round placed, each with its build requests
+_Placed = list[tuple["BuildJob", list[ComputeRequest]]]
+
+
+@dataclass
+class _Claims:
+    """What one scheduling round claimed (``Builds._select_and_claim``)."""
+
+    recorded: list[tuple[str, InstanceSpec]] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    infos: dict[str, dict[str, Any]] = field(default_factory=dict)
+    over_quota: dict[str, exceptions.OverQuota] = field(default_factory=dict)
+    placed_in: dict[Cell, list[str]] = field(default_factory=dict)
+    unplaced: list[str] = field(default_factory=list)
+
+    def recorded_hosts(self) -> list[tuple[str, str]]:
+        return [(instance.uuid, host) for host, instance in self.recorded]
+
+
+def _alike(jobs: list[BuildJob]) -> list[list[BuildJob]]:
+    """``jobs`` in groups that may share a scheduling round, in the order they came: builds of
+    one server each, their records given, whose request specs are the same but for the request
+    id, and that name no server group, no scheduler hint and no host (what one request's
+    servers share when scheduled together, and nothing that places one server by another)."""
+    groups: dict[str, list[BuildJob]] = {}
+    out: list[list[BuildJob]] = []
+    for job in jobs:
+        spec = (job.records or {}).get(job.uuids[0], (None, None))[1] if len(job.uuids) == 1 else None
+        shape = spec.spec if spec is not None else None
+        if (
+            not shape
+            or shape.get("instance_group")
+            or any((shape.get("scheduler_hints") or {}).values())
+            or shape.get("requested_host")
+            or _has_root_volume(shape)
+        ):
+            out.append([job])
+            continue
+        key = json.dumps({k: v for k, v in shape.items() if k != "request_id"}, sort_keys=True, default=str)
+        if key not in groups:
+            groups[key] = []
+            out.append(groups[key])
+        groups[key].append(job)
+    return out
+
+
+def _build_requests(ctx: RequestContext, recorded: list[tuple[str, InstanceSpec]]) -> list[ComputeRequest]:
+    """One build request of ``ctx``'s per host, with the servers placed there."""
+    by_host: dict[str, list[InstanceSpec]] = defaultdict(list)
+    for host, spec in recorded:
+        by_host[host].append(spec)
+    return [
+        ComputeRequest(request_id=ctx.request_id, host=host, operation="build", instances=specs)
+        for host, specs in by_host.items()
+    ]
 
 
 def _driver_infos(

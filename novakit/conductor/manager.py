@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+import logging
+import threading
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, cast, overload
 
 from novakit import notifications
@@ -11,7 +13,7 @@ from novakit.compute import rounds
 from novakit.compute.rpc import ComputeRPC
 from novakit.compute.states import ACTIONS, Transition
 from novakit.conductor.actions import Actions
-from novakit.conductor.builds import Builds
+from novakit.conductor.builds import BuildJob, Builds
 from novakit.conductor.core import Clock, ServiceOptions, Services
 from novakit.conductor.flows.base import Flow
 from novakit.conductor.flows.registry import FLOWS
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
     from novakit.scheduler.manager import SchedulerManager
 
 __all__ = ["Conductor", "Services"]
+
+LOG = logging.getLogger(__name__)
 
 V = TypeVar("V")
 
@@ -59,6 +63,7 @@ class Conductor:
         self.services = Services(db, conf, **options)
         self.db = db
         self.builds = Builds(self.services)
+        self._waiting = _WaitingBuilds(self)
         self.actions = Actions(self.services)
         self.flows: dict[str, Flow] = {name: flow(self.services) for name, flow in FLOWS.items()}
 
@@ -146,6 +151,19 @@ class Conductor:
         pending, infos = self.builds.first_round(ctx, instance_uuids, records)
         rounds.run(self.rpc, self if built is None else _Keeping(self, built), ctx, pending, infos)
 
+    def build_later(
+        self,
+        later: Callable[..., None],
+        ctx: RequestContext,
+        instance_uuids: list[str],
+        records: dict[str, tuple[Instance, RequestSpec]] | None = None,
+    ) -> None:
+        """``build_instances`` handed to ``later`` (``novakit serve``'s pool): the build waits with
+        the others handed over meanwhile, and one drain of the pool schedules all that wait at once
+        (``Builds.first_rounds_together``); each build's host calls and records then run on the
+        pool as its own work, as ``build_instances`` runs them."""
+        self._waiting.add(later, BuildJob(ctx, list(instance_uuids), records))
+
     # --- actions ----------------------------------------------------------------------------
 
     def prepare_action(
@@ -161,6 +179,58 @@ class Conductor:
         self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
     ) -> None:
         self.actions.record_action_result(ctx, request, result)
+
+
+class _WaitingBuilds:
+    """The builds handed to the pool and not scheduled yet. While a drain runs (one at a time, on
+    the pool), builds handed over wait here; the drain takes all that wait, schedules them
+    (``Builds.first_rounds_together``) and hands each one's rounds to the pool, until none wait.
+    A build that never ran (the process stopped) is heal's, as any other: its lease runs out."""
+
+    def __init__(self, conductor: Conductor) -> None:
+        self.conductor = conductor
+        self._lock = threading.Lock()
+        self._jobs: list[BuildJob] = []
+        self._draining = False
+
+    def add(self, later: Callable[..., None], job: BuildJob) -> None:
+        with self._lock:
+            self._jobs.append(job)
+            if self._draining:
+                return
+            self._draining = True
+        try:
+            later(self._drain, later, job.ctx)
+        except BaseException:
+            with self._lock:
+                self._draining = False
+            raise
+
+    def _drain(self, later: Callable[..., None], _first: RequestContext) -> None:
+        """``_first``: the context of the build that started the drain (the pool logs its
+        request id if the drain itself fails)."""
+        while True:
+            with self._lock:
+                jobs, self._jobs = self._jobs, []
+                if not jobs:
+                    self._draining = False
+                    return
+            for group in self.conductor.builds.alike(jobs):
+                try:
+                    started = self.conductor.builds.first_rounds_together(group)
+                except Exception as exc:
+                    # As for a build whose worker failed: what was claimed is recorded with its
+                    # lease, and heal takes over what is left when the lease runs out.
+                    LOG.error(
+                        "scheduling %d waiting build(s) (%s) failed: %s",
+                        len(group),
+                        ", ".join(job.ctx.request_id for job in group),
+                        type(exc).__name__,
+                    )
+                    continue
+                for job, pending, infos in started:
+                    if pending:
+                        later(rounds.run, self.conductor.rpc, self.conductor, job.ctx, pending, infos)
 
 
 class _Keeping:

@@ -40,8 +40,8 @@ Pair = tuple[ComputeRequest, ComputeResult]
 class Recorder(Protocol):
     """What records answers: the conductor's record methods (their signatures are its API)."""
 
-    def record_build_result(
-        self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
+    def record_build_results(
+        self, answers: list[tuple[RequestContext, ComputeRequest, ComputeResult]]
     ) -> list[ComputeRequest]: ...
 
     def record_action_result(
@@ -146,20 +146,30 @@ def record(
     no record. The answer is recorded under the request that issued it (a server picked
     up by a later run keeps the request that recorded it).
     """
-    owner = ctx if request.request_id == ctx.request_id else ctx.with_request_id(request.request_id)
+    owner = _owner(ctx, request)
     if request.action is not None:
         recorder.record_action_result(owner, request, complete(request, result))
         return []
     if request.operation == "build":
-        return recorder.record_build_result(owner, request, result)
+        return recorder.record_build_results([(owner, request, result)])
     return []
 
 
+def _owner(ctx: RequestContext, request: ComputeRequest) -> RequestContext:
+    """The request an answer is recorded under: the one that issued it."""
+    return ctx if request.request_id == ctx.request_id else ctx.with_request_id(request.request_id)
+
+
 def record_all(recorder: Recorder, ctx: RequestContext, pairs: list[Pair]) -> Recorded:
-    """Record a round's pairs, in order; their follow-ups and failed instances."""
+    """Record a round's pairs: its builds' answers together (``record_build_results``, each
+    under its request), then the others in order; their follow-ups and failed instances."""
     out = Recorded()
+    builds = [(r, a) for r, a in pairs if r.action is None and r.operation == "build"]
+    if builds:
+        out.follow_ups.extend(recorder.record_build_results([(_owner(ctx, r), r, a) for r, a in builds]))
     for request, result in pairs:
-        out.follow_ups.extend(record(recorder, ctx, request, result))
+        if request.action is not None or request.operation != "build":
+            out.follow_ups.extend(record(recorder, ctx, request, result))
         out.failed.update(failures(request, result))
     return out
 

@@ -23,6 +23,7 @@ import datetime as dt
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -459,58 +460,68 @@ class Builds:
 
         ``rows``: where to keep each instance that built as the recording transaction left it
         (what the caller shows, without reading it again)."""
-        by_uuid = {r.uuid: r for r in result.results}
-        follow_up: dict[tuple[str, str], list[InstanceSpec]] = defaultdict(list)
-        succeeded: list[tuple[InstanceSpec, InstanceResult]] = []
-        for spec in request.instances:
-            res = by_uuid.get(spec.uuid) or InstanceResult(
-                uuid=spec.uuid,
-                ok=False,
-                fault=result.error
-                or fault_from_exception(
-                    exceptions.ComputeError(reason=f"host {request.host} returned no result"), request.host
-                ),
-            )
-            if res.ok:
-                succeeded.append((spec, res))
+        return self.record_build_results([(ctx, request, result)], rows)
+
+    def record_build_results(
+        self,
+        answers: list[tuple[RequestContext, ComputeRequest, ComputeResult]],
+        rows: dict[str, Instance] | None = None,
+    ) -> list[ComputeRequest]:
+        """Record the answers of a round's builds, each under its request (``ctx``); returns what
+        must be sent next (reschedules, clean-ups), each follow-up its request's.
+
+        The instances that built are recorded in one transaction for the whole round (per cell,
+        ``_build_succeeded``); a failed one goes its own way (``_build_failed``: the next
+        alternate, or error); an answer with no build that succeeded is still the host's report."""
+        follow_up: dict[tuple[str, str, str], list[InstanceSpec]] = defaultdict(list)
+        built: list[_Built] = []
+        for ctx, request, result in answers:
+            by_uuid = {r.uuid: r for r in result.results}
+            succeeded: list[tuple[InstanceSpec, InstanceResult]] = []
+            for spec in request.instances:
+                res = by_uuid.get(spec.uuid) or InstanceResult(
+                    uuid=spec.uuid,
+                    ok=False,
+                    fault=result.error or _no_result(request.host),
+                )
+                if res.ok:
+                    succeeded.append((spec, res))
+                else:
+                    nxt = self._build_failed(ctx, request.host, spec, res)
+                    if nxt is not None:
+                        follow_up[(ctx.request_id, nxt[0], "build")].append(nxt[1])
+            if succeeded:
+                built.append(_Built(ctx, request.host, succeeded, result, list(by_uuid.values())))
             else:
-                nxt = self._build_failed(ctx, request.host, spec, res)
-                if nxt is not None:
-                    follow_up[(nxt[0], "build")].append(nxt[1])
-        builds = list(by_uuid.values())
-        if succeeded:
-            for _cell, group in grouped(self.db, [s.uuid for s, _ in succeeded]):
-                part = [(s, r) for s, r in succeeded if s.uuid in group]
-                for spec in self._build_succeeded(ctx, request.host, part, result, builds, rows):
-                    follow_up[(request.host, "destroy")].append(spec)
-        else:
-            hosts.report(self.db, request.host, result, builds)
+                hosts.report(self.db, request.host, result, list(by_uuid.values()))
+        if built:
+            for _cell, group in grouped(self.db, [s.uuid for b in built for s, _ in b.instances]):
+                in_cell = set(group)
+                part = [b.only(in_cell) for b in built if b.only(in_cell).instances]
+                for answer, spec in self._build_succeeded(part, rows):
+                    follow_up[(answer.ctx.request_id, answer.host, "destroy")].append(spec)
         return [
-            ComputeRequest(request_id=ctx.request_id, host=host, operation=op, instances=specs)  # type: ignore[arg-type]
-            for (host, op), specs in follow_up.items()
+            ComputeRequest(request_id=request_id, host=host, operation=op, instances=specs)  # type: ignore[arg-type]
+            for (request_id, host, op), specs in follow_up.items()
         ]
 
     def _build_succeeded(
-        self,
-        ctx: RequestContext,
-        host: str,
-        built: list[tuple[InstanceSpec, InstanceResult]],
-        result: ComputeResult,
-        builds: list[InstanceResult],
-        rows: dict[str, Instance] | None = None,
-    ) -> list[InstanceSpec]:
-        """Mark built instances active and take in the host's report, in one transaction per answer.
+        self, answers: list[_Built], rows: dict[str, Instance] | None = None
+    ) -> list[tuple[_Built, InstanceSpec]]:
+        """Mark built instances active and take in each host's report, in one transaction for
+        all of ``answers`` (the servers of one cell), each answer's events under its request.
 
-        Returns the instances whose guests must go: deleted while they built, or recorded
-        elsewhere meanwhile (see ``actions.fate``). A build someone else recorded on this host
-        (heal adopted it) keeps its guest and claim; its events still go to its action.
+        Returns the instances whose guests must go, with their answers: deleted while they built,
+        or recorded elsewhere meanwhile (see ``actions.fate``). A build someone else recorded on
+        this host (heal adopted it) keeps its guest and claim; its events still go to its action.
         """
         now = utcnow()
-        gone: list[InstanceSpec] = []
+        gone: list[tuple[_Built, InstanceSpec]] = []
         release: list[str] = []
-        changed: list[tuple[str, tuple[str, str | None]]] = []
+        changed: list[tuple[_Built, str, tuple[str, str | None]]] = []
         touched: list[str] = []
         written: list[Instance] = []
+        every = [(answer, spec, res) for answer in answers for spec, res in answer.instances]
 
         def write(session: Session) -> None:
             gone.clear()
@@ -518,44 +529,50 @@ class Builds:
             changed.clear()
             written.clear()
             # The old states are read only for a notification someone receives.
-            olds = _states_of(session, [s.uuid for s, _ in built]) if self.services.notifier.listening else {}
-            events: dict[str, list[Event]] = {}
-            for spec, res in built:
+            olds = (
+                _states_of(session, [s.uuid for _, s, _ in every]) if self.services.notifier.listening else {}
+            )
+            events: dict[str, dict[str, list[Event]]] = defaultdict(dict)
+            for answer, spec, res in every:
                 try:
                     db_api.instance_update(
                         session,
                         res.uuid,
-                        _built_values(res, host, now),
+                        _built_values(res, answer.host, now),
                         expected_task_state=BUILD_TASK_STATES,
                         expected_vm_state=[VmState.BUILDING],
                         fetch=False,
                     )
                 except (exceptions.UnexpectedTaskStateError, exceptions.InstanceNotFound) as exc:
                     # The failed UPDATE changed nothing: this transaction records the rest.
-                    destroy, free = self._record_lost_build(session, ctx, host, res, exc)
+                    destroy, free = self._record_lost_build(session, answer.ctx, answer.host, res, exc)
                     if destroy:
-                        gone.append(spec)
+                        gone.append((answer, spec))
                     if free:
                         release.append(spec.uuid)
                     continue
-                events[res.uuid] = res.events
-                changed.append((res.uuid, olds.get(res.uuid, ("building", None))))
-            actions.record_events_many(session, ctx, events, finish="create")
-            ports.set_status(session, [uuid for uuid, _ in changed], "ACTIVE")
+                events[answer.ctx.request_id][res.uuid] = res.events
+                changed.append((answer, res.uuid, olds.get(res.uuid, ("building", None))))
+            by_request = {answer.ctx.request_id: answer.ctx for answer in answers}
+            for request_id, of_request in events.items():
+                actions.record_events_many(session, by_request[request_id], of_request, finish="create")
+            uuids = [uuid for _, uuid, _ in changed]
+            ports.set_status(session, uuids, "ACTIVE")
             # Only a server that built with volumes (its request's) has root volumes to settle.
-            with_volumes = {s.uuid for s, _ in built if s.volumes}
-            boot.built(session, [uuid for uuid, _ in changed if uuid in with_volumes])
-            hosts.record_report(session, host, result, builds)
+            with_volumes = {s.uuid for _, s, _ in every if s.volumes}
+            boot.built(session, [uuid for uuid in uuids if uuid in with_volumes])
+            for answer in answers:
+                hosts.record_report(session, answer.host, answer.result, answer.builds)
             # The other ports whose filters name the new members' groups, asked in the change's
             # own transaction (``filter_sync.members_touched``), pushed once it committed.
             # A server with no port of a novakit network joined no group: nothing to ask.
-            with_ports = {s.uuid for s, _ in built if any(n.port_id for n in s.networks)}
-            touched[:] = filter_sync.members_touched(session, [u for u, _ in changed if u in with_ports])
+            with_ports = {s.uuid for _, s, _ in every if any(n.port_id for n in s.networks)}
+            touched[:] = filter_sync.members_touched(session, [u for u in uuids if u in with_ports])
             if rows is not None and changed:
                 written.extend(
                     session.execute(
                         select(Instance)
-                        .where(Instance.uuid.in_([uuid for uuid, _ in changed]))
+                        .where(Instance.uuid.in_(uuids))
                         .execution_options(populate_existing=True)
                     ).scalars()
                 )
@@ -566,12 +583,13 @@ class Builds:
         for uuid in release:
             self._release(uuid)
         # Notifications go out once the change is committed, never from inside a retried transaction.
-        timings = {res.uuid: res.timings for _, res in built}
-        for uuid, old_state in changed:
+        timings = {res.uuid: res.timings for _, _, res in every}
+        for answer, uuid, old_state in changed:
+            host = answer.host
             self.services.notifier.state_update(uuid, old_state, (VmState.ACTIVE.value, None), host=host)
             self.services.notifier.emit("instance.create.end", uuid, host=host, timings=timings[uuid])
         if touched:
-            filter_sync.push_filters(self.services.rpc, ctx.request_id, touched)
+            filter_sync.push_filters(self.services.rpc, answers[0].ctx.request_id, touched)
         return gone
 
     @staticmethod
@@ -788,6 +806,22 @@ _Placed = list[tuple["BuildJob", list[ComputeRequest]]]
 
 
 @dataclass
+class _Built:
+    """One answer's builds that succeeded, as ``Builds._build_succeeded`` records them."""
+
+    ctx: RequestContext
+    host: str
+    instances: list[tuple[InstanceSpec, InstanceResult]]
+    result: ComputeResult
+    builds: list[InstanceResult]
+
+    def only(self, uuids: Collection[str]) -> _Built:
+        """This answer with only the instances of ``uuids`` (those of one cell)."""
+        kept = [(s, r) for s, r in self.instances if s.uuid in uuids]
+        return _Built(self.ctx, self.host, kept, self.result, self.builds)
+
+
+@dataclass
 class _Claims:
     """What one scheduling round claimed (``Builds._select_and_claim``)."""
 
@@ -838,6 +872,10 @@ def _build_requests(ctx: RequestContext, recorded: list[tuple[str, InstanceSpec]
         ComputeRequest(request_id=ctx.request_id, host=host, operation="build", instances=specs)
         for host, specs in by_host.items()
     ]
+
+
+def _no_result(host: str) -> Fault:
+    return fault_from_exception(exceptions.ComputeError(reason=f"host {host} returned no result"), host)
 
 
 def _driver_infos(

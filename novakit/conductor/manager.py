@@ -136,6 +136,11 @@ class Conductor:
     ) -> list[ComputeRequest]:
         return self.builds.record_build_result(ctx, request, result)
 
+    def record_build_results(
+        self, answers: list[tuple[RequestContext, ComputeRequest, ComputeResult]]
+    ) -> list[ComputeRequest]:
+        return self.builds.record_build_results(answers)
+
     def build_instances(
         self,
         ctx: RequestContext,
@@ -228,9 +233,12 @@ class _WaitingBuilds:
                         type(exc).__name__,
                     )
                     continue
-                for job, pending, infos in started:
-                    if pending:
-                        later(rounds.run, self.conductor.rpc, self.conductor, job.ctx, pending, infos)
+                # The group's rounds run as one: its hosts called side by side, the answers
+                # recorded together, each under its own request (``rounds.record_all``).
+                pending = [request for _job, requests, _infos in started for request in requests]
+                infos = {host: info for _job, _requests, known in started for host, info in known.items()}
+                if pending:
+                    later(rounds.run, self.conductor.rpc, self.conductor, group[0].ctx, pending, infos)
 
 
 class _Keeping:
@@ -240,10 +248,10 @@ class _Keeping:
         self.conductor = conductor
         self.built = built
 
-    def record_build_result(
-        self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
+    def record_build_results(
+        self, answers: list[tuple[RequestContext, ComputeRequest, ComputeResult]]
     ) -> list[ComputeRequest]:
-        return self.conductor.builds.record_build_result(ctx, request, result, self.built)
+        return self.conductor.builds.record_build_results(answers, self.built)
 
     def record_action_result(
         self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult

@@ -161,3 +161,33 @@ def test_builds_that_ask_differently_are_scheduled_each_in_its_own_pass(
     }
     assert shown["near"]["host"] == shown["small"]["host"]
     assert second["id"] == shown["large"]["id"] and near["id"] == shown["near"]["id"]
+
+
+def test_a_round_where_one_host_fails_reschedules_its_builds_each_under_its_request(
+    cloud: Cloud, ctx: RequestContext, served: API, pool: Pool, passes: list[int]
+) -> None:
+    cloud.add_host("compute-3", failure_mode="fail_every_spawn")  # the roomiest host: chosen first
+    requests = [_own(ctx) for _ in range(3)]
+    made = [
+        served.create(r, {"name": f"re-{n}", "flavor": "m1.small", "image": "tiny"})[0]
+        for n, r in enumerate(requests)
+    ]
+    pool.run()
+    assert passes == [3]
+    rescheduled = 0
+    for request, server in zip(requests, made, strict=True):
+        shown = cloud.api.get(cloud.admin, server["id"])
+        assert shown["status"] == "ACTIVE" and shown["host"] != "compute-3"
+        action = _create_action(cloud, server["id"])
+        assert action["request_id"] == request.request_id
+        builds = [
+            (e["host"], e["result"])
+            for e in action["events"]
+            if e["event"] == "compute__do_build_and_run_instance"
+        ]
+        assert builds[-1] == (shown["host"], "Success")
+        assert all(result == "Error" for host, result in builds[:-1]) and {h for h, _ in builds[:-1]} <= {
+            "compute-3"
+        }
+    assert placement.get_usages(cloud.db, "compute-3").get("VCPU", 0) == 0
+    assert not cloud.fake("compute-3").list_instances()

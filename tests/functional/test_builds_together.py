@@ -186,8 +186,8 @@ def test_a_round_where_one_host_fails_reschedules_its_builds_each_under_its_requ
             if e["event"] == "compute__do_build_and_run_instance"
         ]
         assert builds[-1] == (shown["host"], "Success")
-        assert all(result == "Error" for host, result in builds[:-1]) and {h for h, _ in builds[:-1]} <= {
-            "compute-3"
-        }
+        assert builds[:-1] in ([], [("compute-3", "Error")])
+        rescheduled += len(builds) - 1
+    assert rescheduled >= 1  # the shared round sent at least one build to the failing host
     assert placement.get_usages(cloud.db, "compute-3").get("VCPU", 0) == 0
     assert not cloud.fake("compute-3").list_instances()

@@ -4,7 +4,10 @@ It is the only writer of compute results into the database, and it is made of pa
 small class holding the ``Services`` it works with (``core``: the database, the configuration,
 the way to the hosts, the notifier, the scheduler, the clock of leases):
 
-* ``builds.Builds``: the boot flow (schedule, record each host's answer, reschedule);
+* ``builds.Builds``: the boot flow (schedule, record each host's answer, reschedule); in
+  ``novakit serve`` the builds handed to its pool while one is being scheduled wait together
+  (``Conductor.build_later``), and those that ask the same are scheduled in one round and their
+  answers recorded together, each still its own request (``Builds.first_rounds_together``);
 * ``actions.Actions``: a lifecycle action one host runs (prepare its request, record its end);
 * ``flows``: one flow object per move type, found in ``flows.FLOWS`` by the name the state
   table's row gives it (resize, live migration, evacuation, snapshot, shelve...).

@@ -8,6 +8,11 @@ Every step of the boot flow is one method, so the same code serves both ways of 
   the next round;
 * direct (Python API, CLI): ``Conductor.build_instances`` runs those same steps in one process,
   round after round through ``novakit.compute.rounds``.
+* handed to a pool (``novakit serve``): ``Conductor.build_later`` queues the build; the pool's
+  drain takes every build waiting, schedules the alike ones of one server each in one round
+  (``first_rounds_together``: one scheduler pass, one claims' transaction; a build it leaves out
+  is scheduled again alone) and runs their rounds as one, the answers of a round recorded in one
+  transaction (``record_build_results``), each under its own request.
 
 Ownership: the request that starts a build owns it (``task_owner`` = its request id) and holds
 a lease (``task_lease_until``) of ``compute.build_timeout`` seconds, taken in the write that

@@ -7,6 +7,10 @@ the worker process, as the same library calls the CLI makes inline (``API.later`
 that stops leaves the work it had not finished to heal, as a killed CLI does: every build and
 action holds a lease its owner renews, and heal takes over those whose lease ran out.
 
+A create's build goes through the conductor's queue of waiting builds (``Conductor.build_later``):
+one piece of work on the pool schedules every build waiting at that moment, in one round for
+those that ask the same, and hands their host calls and records back to the pool.
+
 Each piece of work runs in a copy of the context it was handed in (the cell it targeted).
 Its failure is recorded by the library (the server's fault and action events); what escapes
 is logged by its kind and the request id, never with its arguments (a create carries user data

@@ -104,8 +104,6 @@ class Healer(
             )
         if booted and not dry_run:
             self._end_boots(booted)
-        # Security groups: each answering host's port filters as the records say (``heal.filters``).
-        report.corrections.extend(step(self._port_filters, self.held_filters, dry_run))
         if not wanted:
             report.corrections.extend(self._hostless_tasks(seen, dry_run))
         # Each step tolerates a racing heal (``HealerBase._tolerant``): one cut short by a lost
@@ -116,6 +114,10 @@ class Healer(
         # After the orphan attachments: a volume whose server is gone is released there.
         report.corrections.extend(step(self._interrupted_volumes, wanted, seen, report, dry_run))
         report.corrections.extend(step(self._orphan_allocations, wanted, dry_run))
+        # Security groups: each answering host's port filters as the records now say (``heal.filters``),
+        # after the steps above have settled them: a build this run ended in error has its ports
+        # freed, and a filter applied for them before would be left behind for the next run.
+        report.corrections.extend(step(self._port_filters, self.held_filters, dry_run))
         if options.get("import_unmanaged", False):
             report.corrections.extend(self._import_unmanaged(report, dry_run, options.get("import_project")))
         report.down_cells = {cell.name: why for cell, why in self.down.items()}

@@ -65,7 +65,9 @@ def boot(cloud: Cloud, ctx: RequestContext, name: str, **extra: Any) -> dict[str
     return cloud.api.get(cloud.admin, servers[0]["id"])
 
 
-def make_cloud(db: Database, tmp_path: Path) -> Cloud:
+def make_cloud(db: Database, tmp_path: Path, hosts: dict[str, dict[str, Any]] | None = None) -> Cloud:
+    """``HOSTS`` registered, two flavors and two images; ``hosts``: each host's fake driver
+    options (``failure_mode``...), the default for a host not named."""
     # Quotas are tested on their own; here they must not get in the way.
     conf = load_config(
         db_url=db.url, state_dir=tmp_path / "state", quota={"instances": -1, "cores": -1, "ram": -1}
@@ -73,7 +75,7 @@ def make_cloud(db: Database, tmp_path: Path) -> Cloud:
     admin = RequestContext.admin()
     c = Cloud(db=db, conf=conf, api=API(db, conf), fake_dir=tmp_path / "fake", admin=admin)
     for host in HOSTS:
-        c.add_host(host)
+        c.add_host(host, **(hosts or {}).get(host, {}))
     flavors.create(db, admin, {"name": "m1.small", "vcpus": 1, "memory_mb": 1024, "root_gb": 10})
     flavors.create(db, admin, {"name": "m1.large", "vcpus": 4, "memory_mb": 8192, "root_gb": 40})
     images.create(db, admin, {"name": "tiny"})

@@ -342,29 +342,6 @@ def check_known_project(
         raise exceptions.ValidationError(field, "is not a project of the identity service")
 
 
-def update_quota(
-    db: Database,
-    ctx: RequestContext,
-    project_id: str,
-    limits: dict[str, Any],
-    *,
-    force: bool = False,
-    known_project: Callable[[str], bool] | None = None,
-) -> None:
-    """Set several of a project's limits at once, for a caller allowed ``quota:update`` (Nova's
-    ``PUT /os-quota-sets``): every limit is checked before any is written, and all are written
-    in one transaction, so that a refused request changes nothing.
-
-    A limit below what the project holds now is refused, as Nova's quota driver refuses it,
-    unless ``force``: then it is set, and only refuses what the project asks for next. Key
-    pairs are counted per user, not per project: their limit is not compared with a use.
-
-    ``known_project`` (``novakit serve``, whose identity knows every project): a project it does
-    not know is refused (``check_known_project``)."""
-    _check_update(ctx, project_id, limits, known_project)
-    db.run_in_transaction(lambda session: _write_limits(session, project_id, limits, force=force))
-
-
 def _check_update(
     ctx: RequestContext,
     project_id: str,
@@ -377,13 +354,6 @@ def _check_update(
         _check_limit(resource, limit)
     check_project_id(project_id)
     check_known_project(project_id, known_project)
-
-
-def _write_limits(session: Session, project_id: str, limits: Mapping[str, Any], *, force: bool) -> None:
-    if not force:
-        _check_not_below_usage(session, project_id, limits)
-    for resource, limit in limits.items():
-        _upsert(session, project_id, resource, limit)
 
 
 def _projects_of_identity(db: Database, ctx: RequestContext) -> Callable[[str], bool] | None:
@@ -408,9 +378,10 @@ def apply(
     dry_run: bool = False,
 ) -> dict[str, Any]:
     """Make some of a project's limits ``limits`` (the caller's own project when ``project`` is
-    None): the quota module's task, ``novakit quota set``, and the Compute API's quota set.
+    None): the quota module's task, ``novakit quota set``, and the quota sets of the Compute,
+    Network and Block Storage APIs.
 
-    The checks of ``update_quota`` (policy ``quota:update``, each limit, the project's name, a
+    The checks (policy ``quota:update``, each limit, the project's name, a
     project the identity does not know when the caller is the identity's, a limit below the
     project's use unless ``force``, checked for every limit given as Nova checks them), then
     the limits that differ are written, all in one transaction. ``dry_run``: every check, in a

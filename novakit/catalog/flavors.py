@@ -255,7 +255,7 @@ def add_access(
 ) -> list[dict[str, str]]:
     """Give ``project_id`` access to a private flavor (``FlavorAccessExists`` when it has it; a
     public flavor takes none: ``Conflict``); the flavor's access list after it. ``known_project``:
-    as ``quota.update_quota``'s (a project the identity service does not know is refused)."""
+    as ``quota.apply``'s (a project the identity service does not know is refused)."""
     from novakit.quota import check_known_project, check_project_id
 
     policy.authorize(ctx, "flavor:access")

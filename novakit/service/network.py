@@ -350,7 +350,7 @@ async def update_quota(project_id: str, request: Request, who: Caller = Depends(
         else:
             raise exceptions.ValidationError(f"quota.{key}", "Unrecognized attribute(s): not a quota")
     db, conf = db_of(request), conf_of(request)
-    await run_in_threadpool(quota.update_quota, db, who.ctx, project_id, limits)
+    await run_in_threadpool(quota.apply, db, conf, who.ctx, project_id, limits)
     usage = await run_in_threadpool(quota.show_quota, db, conf, who.ctx, project_id)
     return JSONResponse({"quota": _quota(usage, False)})
 

@@ -474,6 +474,6 @@ async def update_quota_set(
         if key not in KEPT:
             raise exceptions.ValidationError(f"quota_set.{key}", "is not a quota of Block Storage")
     service = _service(request)
-    await run_in_threadpool(quota.update_quota, service.db, who.ctx, target_project, dict(given))
+    await run_in_threadpool(quota.apply, service.db, service.conf, who.ctx, target_project, dict(given))
     usage = await run_in_threadpool(quota.show_quota, service.db, service.conf, who.ctx, target_project)
     return VOLUME.respond({"quota_set": _quota_set(usage, False, None)}, version)

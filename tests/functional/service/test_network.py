@@ -240,6 +240,11 @@ def test_what_another_project_and_a_member_may_not(cloud: NetCloud) -> None:
     assert c.call("GET", f"/v2.0/quotas/{other}", "bob").json()["quota"]["security_group"] == 10
     set_quota = c.call("PUT", f"/v2.0/quotas/{other}", "admin", {"quota": {"security_group": 50}})
     assert set_quota.status_code == 200 and set_quota.json()["quota"]["security_group"] == 50
+    # A project the identity does not know: 400, nothing written (the library's one check).
+    unknown = c.call("PUT", "/v2.0/quotas/no-such-project", "admin", {"quota": {"security_group": 50}})
+    _neutron_error(unknown, 400)
+    assert "not a project of the identity service" in unknown.text
+    assert c.call("GET", "/v2.0/quotas/no-such-project", "admin").json()["quota"]["security_group"] == 10
     detail = c.call("GET", f"/v2.0/quotas/{other}/details", "bob").json()["quota"]["security_group"]
     assert detail == {"limit": 50, "used": 1, "reserved": 0}  # bob's default group
     for p in (port, bobs):

@@ -247,6 +247,10 @@ def test_an_admin_sets_the_volume_quotas_and_a_create_over_them_is_413(cloud: Vo
     assert c.volume_rows() == before
     bad = c.call("PUT", path, body={"quota_set": {"snapshots": 5}})
     assert bad.status_code == 400
+    # A project the identity does not know: 400, nothing written (the library's one check).
+    unknown = c.call("PUT", "/os-quota-sets/no-such-project", body={"quota_set": {"volumes": 3}})
+    assert unknown.status_code == 400 and "not a project of the identity service" in unknown.text
+    assert c.call("GET", "/os-quota-sets/no-such-project").json()["quota_set"]["volumes"] == 10
     assert c.call("PUT", path, body={"quota_set": {"gigabytes": 1000}}).status_code == 200
 
 

@@ -142,7 +142,7 @@ def record(
     """Record one answer; the requests that must follow it (a build's reschedules, clean-ups).
 
     An instance action (``request.action``) ends through ``record_action_result``; a build
-    through ``record_build_result``; other requests (a clean-up's destroy, a query) need
+    through ``record_build_results``; other requests (a clean-up's destroy, a query) need
     no record. The answer is recorded under the request that issued it (a server picked
     up by a later run keeps the request that recorded it).
     """

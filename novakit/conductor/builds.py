@@ -1,11 +1,11 @@
 """Builds: schedule, hand each host its builds, record what came back, reschedule.
 
-Every step of the boot flow is one method, so the same code serves both ways of running:
+Every step of the boot flow is one method, so the same code serves every way of running:
 
 * orchestrated by Ansible (``playbooks/boot.yml``): play 1 calls ``schedule_instances`` and
   carries the returned ``ComputeRequest`` per host to play 2, where the hosts build; play 3
-  hands each ``ComputeResult`` to ``record_build_result``, which returns the reschedules for
-  the next round;
+  hands the round's answers (``ComputeResult``) to ``record_build_results`` (``rounds.record_all``),
+  which returns the reschedules for the next round;
 * direct (Python API, CLI): ``Conductor.build_instances`` runs those same steps in one process,
   round after round through ``novakit.compute.rounds``.
 * handed to a pool (``novakit serve``): ``Conductor.build_later`` queues the build; the pool's
@@ -40,7 +40,7 @@ from novakit.cells import moves
 from novakit.cells.mappings import set_cell
 from novakit.cells.moves import move_to_cell
 from novakit.cells.registry import UNSCHEDULED, Cell, grouped, in_cell_of
-from novakit.compute import actions
+from novakit.compute import actions, rounds
 from novakit.compute.rpc import instance_spec
 from novakit.compute.states import PowerState, TaskState, VmState
 from novakit.conductor.core import Services
@@ -144,8 +144,31 @@ class Builds:
 
     @staticmethod
     def alike(jobs: list[BuildJob]) -> list[list[BuildJob]]:
-        """``jobs`` in the groups ``first_rounds_together`` takes, in the order they came (``_alike``)."""
-        return _alike(jobs)
+        """``jobs`` in groups that may share a scheduling round, in the order they came: builds of
+        one server each, their records given, whose request specs are the same but for the request
+        id, and that name no server group, no scheduler hint and no host (what one request's
+        servers share when scheduled together, and nothing that places one server by another)."""
+        groups: dict[str, list[BuildJob]] = {}
+        out: list[list[BuildJob]] = []
+        for job in jobs:
+            spec = (job.records or {}).get(job.uuids[0], (None, None))[1] if len(job.uuids) == 1 else None
+            shape = spec.spec if spec is not None else None
+            if (
+                not shape
+                or shape.get("instance_group")
+                or any((shape.get("scheduler_hints") or {}).values())
+                or shape.get("requested_host")
+                or _has_root_volume(shape)
+            ):
+                out.append([job])
+                continue
+            asked = {k: v for k, v in shape.items() if k != "request_id"}
+            key = json.dumps(asked, sort_keys=True, default=str)
+            if key not in groups:
+                groups[key] = []
+                out.append(groups[key])
+            groups[key].append(job)
+        return out
 
     def first_rounds_together(
         self, group: list[BuildJob]
@@ -185,24 +208,20 @@ class Builds:
         to be scheduled alone (nothing of theirs claimed)."""
         from novakit.scheduler.request_spec import RequestSpec as SchedSpec
 
-        assert all(job.records is not None for job in jobs)
-        found = {u: job.records[u] for job in jobs for u in job.uuids if job.records and u in job.records}
         owner = {job.uuids[0]: job for job in jobs}
-        uuids = [u for u in owner if u in found]
+        found = {uuid: (job.records or {})[uuid] for uuid, job in owner.items()}
+        uuids = list(owner)
         spec = SchedSpec.model_validate(found[uuids[0]][1].spec)
         spec.num_instances, spec.min_count = len(uuids), 1
         try:
             claims = self._select_and_claim(spec, uuids, found, trim_by_quota=False)
         except (exceptions.NoValidHost, exceptions.OverQuota, exceptions.CellDown):
             return [], {}, {}, jobs
-        for uuid, _host in claims.recorded_hosts():
-            self.services.notifier.emit("instance.create.start", uuid)
-        by_job: dict[str, list[tuple[str, InstanceSpec]]] = defaultdict(list)
-        for host, instance in claims.recorded:
-            by_job[instance.uuid].append((host, instance))
-        placed = [
-            (owner[uuid], _build_requests(owner[uuid].ctx, recorded)) for uuid, recorded in by_job.items()
-        ]
+        placed = []
+        for host, instance in claims.recorded:  # one server each: one request each
+            self.services.notifier.emit("instance.create.start", instance.uuid)
+            job = owner[instance.uuid]
+            placed.append((job, _build_requests(job.ctx, [(host, instance)])))
         left = [owner[uuid] for uuid in claims.unplaced]
         return placed, claims.infos, claims.placed_in, left
 
@@ -454,26 +473,15 @@ class Builds:
         # What could not be scheduled lives in cell0, with its fault (Nova's super conductor).
         move_to_cell(self.db, uuids, self.db.cells.cell0())
 
-    def record_build_result(
-        self,
-        ctx: RequestContext,
-        request: ComputeRequest,
-        result: ComputeResult,
-        rows: dict[str, Instance] | None = None,
-    ) -> list[ComputeRequest]:
-        """Record a host's answer; returns what must be sent next (reschedules, clean-ups).
-
-        ``rows``: where to keep each instance that built as the recording transaction left it
-        (what the caller shows, without reading it again)."""
-        return self.record_build_results([(ctx, request, result)], rows)
-
     def record_build_results(
         self,
         answers: list[tuple[RequestContext, ComputeRequest, ComputeResult]],
         rows: dict[str, Instance] | None = None,
     ) -> list[ComputeRequest]:
         """Record the answers of a round's builds, each under its request (``ctx``); returns what
-        must be sent next (reschedules, clean-ups), each follow-up its request's.
+        must be sent next (reschedules, clean-ups), each follow-up its request's. ``rows``: where
+        to keep each instance that built as the recording transaction left it (what the caller
+        shows, without reading it again).
 
         The instances that built are recorded in one transaction for the whole round (per cell,
         ``_build_succeeded``); a failed one goes its own way (``_build_failed``: the next
@@ -487,7 +495,7 @@ class Builds:
                 res = by_uuid.get(spec.uuid) or InstanceResult(
                     uuid=spec.uuid,
                     ok=False,
-                    fault=result.error or _no_result(request.host),
+                    fault=result.error or rounds.no_result_fault(request.host),
                 )
                 if res.ok:
                     succeeded.append((spec, res))
@@ -501,8 +509,8 @@ class Builds:
                 hosts.report(self.db, request.host, result, list(by_uuid.values()))
         if built:
             for _cell, group in grouped(self.db, [s.uuid for b in built for s, _ in b.instances]):
-                in_cell = set(group)
-                part = [b.only(in_cell) for b in built if b.only(in_cell).instances]
+                in_cell = [b.only(set(group)) for b in built]
+                part = [b for b in in_cell if b.instances]
                 for answer, spec in self._build_succeeded(part, rows):
                     follow_up[(answer.ctx.request_id, answer.host, "destroy")].append(spec)
         return [
@@ -806,10 +814,6 @@ class BuildJob:
     records: dict[str, tuple[Instance, RequestSpec]] | None = None
 
 
-#: the jobs a shared round placed, each with its build requests
-_Placed = list[tuple["BuildJob", list[ComputeRequest]]]
-
-
 @dataclass
 class _Built:
     """One answer's builds that succeeded, as ``Builds._build_succeeded`` records them."""
@@ -837,36 +841,6 @@ class _Claims:
     placed_in: dict[Cell, list[str]] = field(default_factory=dict)
     unplaced: list[str] = field(default_factory=list)
 
-    def recorded_hosts(self) -> list[tuple[str, str]]:
-        return [(instance.uuid, host) for host, instance in self.recorded]
-
-
-def _alike(jobs: list[BuildJob]) -> list[list[BuildJob]]:
-    """``jobs`` in groups that may share a scheduling round, in the order they came: builds of
-    one server each, their records given, whose request specs are the same but for the request
-    id, and that name no server group, no scheduler hint and no host (what one request's
-    servers share when scheduled together, and nothing that places one server by another)."""
-    groups: dict[str, list[BuildJob]] = {}
-    out: list[list[BuildJob]] = []
-    for job in jobs:
-        spec = (job.records or {}).get(job.uuids[0], (None, None))[1] if len(job.uuids) == 1 else None
-        shape = spec.spec if spec is not None else None
-        if (
-            not shape
-            or shape.get("instance_group")
-            or any((shape.get("scheduler_hints") or {}).values())
-            or shape.get("requested_host")
-            or _has_root_volume(shape)
-        ):
-            out.append([job])
-            continue
-        key = json.dumps({k: v for k, v in shape.items() if k != "request_id"}, sort_keys=True, default=str)
-        if key not in groups:
-            groups[key] = []
-            out.append(groups[key])
-        groups[key].append(job)
-    return out
-
 
 def _build_requests(ctx: RequestContext, recorded: list[tuple[str, InstanceSpec]]) -> list[ComputeRequest]:
     """One build request of ``ctx``'s per host, with the servers placed there."""
@@ -877,10 +851,6 @@ def _build_requests(ctx: RequestContext, recorded: list[tuple[str, InstanceSpec]
         ComputeRequest(request_id=ctx.request_id, host=host, operation="build", instances=specs)
         for host, specs in by_host.items()
     ]
-
-
-def _no_result(host: str) -> Fault:
-    return fault_from_exception(exceptions.ComputeError(reason=f"host {host} returned no result"), host)
 
 
 def _driver_infos(

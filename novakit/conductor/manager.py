@@ -131,11 +131,6 @@ class Conductor:
     def schedule_instances(self, ctx: RequestContext, instance_uuids: list[str]) -> list[ComputeRequest]:
         return self.builds.schedule_instances(ctx, instance_uuids)
 
-    def record_build_result(
-        self, ctx: RequestContext, request: ComputeRequest, result: ComputeResult
-    ) -> list[ComputeRequest]:
-        return self.builds.record_build_result(ctx, request, result)
-
     def record_build_results(
         self, answers: list[tuple[RequestContext, ComputeRequest, ComputeResult]]
     ) -> list[ComputeRequest]:
